@@ -1,0 +1,49 @@
+// Process bootstrap: MPI start-up and shut-down, and where this process sits in the job.
+// MpiSession is created once per process, first thing in main(). A program started without
+// mpirun is a world of one. Not thread-safe; the main thread owns it.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace lockstep {
+
+// Where this process sits: global rank and size, rank and size among the ranks on this host
+// (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)), and the host name.
+struct World {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::string host;
+};
+
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();  // MPI_Finalize, unless the job is being aborted
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  const World& world() const { return world_; }
+  bool thread_multiple() const { return thread_multiple_; }
+
+ private:
+  World world_;
+  bool thread_multiple_ = false;
+};
+
+// Learns rank, size, local rank/size and host from MPI_COMM_WORLD.
+World discover_world();
+
+// Every rank passes its own verdict. If any rank has ok == false, every rank throws UsageError
+// carrying the message of the lowest failing rank, so all ranks leave together and rank 0 can
+// report it once. A collective: every rank must call it at the same point.
+void agree_or_throw(bool ok, const std::string& message);
+
+// Runs an app's body with the top-level error handling every app shares: a UsageError is printed
+// once (by rank 0) and every rank exits 2; any other exception is printed by the rank that saw it,
+// with its rank prefix, and the job is aborted (MPI_Abort, exit 1) so no peer waits forever.
+int run_app(int argc, char** argv, const std::function<int(const World&)>& body);
+
+}  // namespace lockstep

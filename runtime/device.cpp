@@ -1,0 +1,59 @@
+#include "runtime/device.h"
+
+#include "runtime/error.h"
+
+namespace lockstep {
+
+const char* device_kind_name(DeviceKind k) { return k == DeviceKind::cpu ? "cpu" : "cuda"; }
+
+DeviceChoice choose_device(const std::string& want, const World& world, bool share_allowed) {
+  if (want != "cpu" && want != "cuda" && want != "auto")
+    throw UsageError("--device must be cpu, cuda or auto, not '" + want + "'");
+  if (want == "cpu") return {};
+  std::string reason;
+  int count = cuda_device_count(&reason);
+  if (count <= 0) {
+    if (want == "auto") return {};
+    throw UsageError("no CUDA device: " + reason);
+  }
+  if (world.local_size > count && !share_allowed)
+    throw UsageError("host " + world.host + " runs " + std::to_string(world.local_size) +
+                     " ranks but has " + std::to_string(count) +
+                     " GPU(s): start at most one rank per GPU, or use --comm mpi to let ranks "
+                     "share a GPU");
+  return {DeviceKind::cuda, world.local_rank % count};
+}
+
+Context make_context(const World& world, const ContextOptions& options) {
+  Context ctx;
+  ctx.world = world;
+  bool want_mpi = options.comm == "mpi";
+  if (options.comm != "auto" && options.comm != "mpi" && options.comm != "nccl")
+    throw UsageError("--comm must be auto, mpi or nccl, not '" + options.comm + "'");
+  // Every rank must agree on the device, or some would wait in NCCL and others in MPI.
+  DeviceChoice choice;
+  std::string problem;
+  try {
+    choice = choose_device(options.device, world, want_mpi);
+  } catch (const UsageError& e) {
+    problem = e.what();
+  }
+  agree_or_throw(problem.empty(), problem);
+  activate_device(choice);
+  ctx.device = choice.kind;
+  ctx.device_index = choice.index;
+  bool use_nccl = choice.kind == DeviceKind::cuda && !want_mpi;
+  if (options.comm == "nccl" && choice.kind != DeviceKind::cuda)
+    agree_or_throw(false, "--comm nccl needs --device cuda");
+  if (use_nccl) {
+    ctx.comm = make_nccl_communicator(choice.index);
+  } else {
+    MpiCommOptions mo;
+    mo.device_buffers = choice.kind == DeviceKind::cuda;
+    ctx.comm = make_mpi_communicator(mo);
+  }
+  ctx.comm->set_timeout(options.timeout);
+  return ctx;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,29 @@
+// Device selection (DESIGN.md decision 1): one process per device. A rank with device cuda takes
+// the GPU of its local rank. More local ranks than GPUs is an error naming the host and both
+// counts, unless the communicator is MPI, where ranks may share a GPU (round robin).
+#pragma once
+
+#include <string>
+
+#include "runtime/bootstrap.h"
+#include "runtime/context.h"
+
+namespace lockstep {
+
+// Number of CUDA devices this process sees; 0 with `reason` set (the CUDA runtime's words, or
+// "not built with CUDA") when none can be used.
+int cuda_device_count(std::string* reason);
+
+struct DeviceChoice {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = -1;
+};
+
+// want: "cpu" | "cuda" | "auto" (cuda when a GPU answers, else cpu). share_allowed: ranks may
+// share a GPU (MPI communicator). Throws UsageError with an actionable message.
+DeviceChoice choose_device(const std::string& want, const World& world, bool share_allowed);
+
+// Makes `choice` the current device of this process (cudaSetDevice); no-op on cpu.
+void activate_device(const DeviceChoice& choice);
+
+}  // namespace lockstep

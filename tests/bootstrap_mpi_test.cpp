@@ -1,0 +1,42 @@
+// Bootstrap: rank, size, local rank and local size for ranks started on one host.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+
+#include "runtime/bootstrap.h"
+#include "runtime/error.h"
+
+using namespace lockstep;
+
+TEST(Bootstrap, LocalRanksOnOneHost) {
+  World w = discover_world();
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_EQ(size, w.size);
+  EXPECT_GE(w.rank, 0);
+  EXPECT_LT(w.rank, w.size);
+  // mpiexec starts every rank on this host: local numbering equals the global one.
+  EXPECT_EQ(w.rank, w.local_rank);
+  EXPECT_EQ(w.size, w.local_size);
+  EXPECT_FALSE(w.host.empty());
+  // Every rank names the same host.
+  char host[256] = {};
+  if (w.rank == 0) w.host.copy(host, sizeof(host) - 1);
+  MPI_Bcast(host, sizeof(host), MPI_CHAR, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(std::string(host), w.host);
+  EXPECT_NE(rank_prefix().find("[rank " + std::to_string(w.rank) + "/" + std::to_string(w.size)),
+            std::string::npos);
+}
+
+TEST(Bootstrap, AgreeOrThrowCarriesTheFirstFailingRanksMessage) {
+  World w = discover_world();
+  agree_or_throw(true, "unused");  // all fine: returns
+  const int bad = w.size - 1;
+  try {
+    agree_or_throw(w.rank != bad, "rank " + std::to_string(w.rank) + " found a problem");
+    FAIL() << "agree_or_throw returned although rank " << bad << " failed";
+  } catch (const UsageError& e) {
+    EXPECT_EQ("rank " + std::to_string(bad) + " found a problem", std::string(e.what()));
+  }
+}

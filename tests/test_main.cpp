@@ -1,0 +1,32 @@
+// Shared main() for every GoogleTest binary: starts MPI (a world of one without mpiexec) and keeps
+// the output readable at P ranks: rank 0 prints the usual report, other ranks print only failures,
+// prefixed with their rank. The exit code is non-zero on any rank that failed.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "runtime/bootstrap.h"
+#include "runtime/error.h"
+
+namespace {
+
+class FailureOnlyPrinter : public testing::EmptyTestEventListener {
+  void OnTestPartResult(const testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "%s %s:%d: Failure\n%s\n", lockstep::rank_prefix().c_str(),
+                   r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  lockstep::MpiSession session(&argc, &argv);
+  if (session.world().rank != 0) {
+    auto& listeners = testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailureOnlyPrinter);
+  }
+  return RUN_ALL_TESTS();
+}

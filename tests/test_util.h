@@ -1,0 +1,17 @@
+// Helpers shared by tests: temporary folders, the running world.
+#pragma once
+
+#include <string>
+
+#include "runtime/bootstrap.h"
+
+namespace lockstep::testing_util {
+
+// A fresh folder under $TMPDIR (or /tmp) that the same test on every rank agrees on (rank 0 makes
+// it and broadcasts the name). Collective.
+std::string shared_temp_dir(const std::string& tag);
+
+// The same, for a single-process test.
+std::string local_temp_dir(const std::string& tag);
+
+}  // namespace lockstep::testing_util
