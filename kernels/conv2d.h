@@ -1,0 +1,24 @@
+// 2-D convolution, NHWC activations, HWIO weights (w[kh][kw][c_in][c_out]), bias[c_out], any kernel
+// size, stride and zero padding. Forward overwrites y[n, out_h, out_w, c_out]. Backward: dx
+// overwritten (skipped when null), dw and db accumulated (+=). `workspace` is scratch of at least
+// conv2d_workspace_floats(s) floats (im2col buffer), owned by the caller so steps do not allocate.
+#pragma once
+
+#include <cstddef>
+
+namespace lockstep::kernels {
+
+struct Conv2dShape {
+  int n = 0, h = 0, w = 0, c_in = 0, c_out = 0;
+  int kh = 3, kw = 3, stride = 1, pad_h = 1, pad_w = 1;
+  int out_h() const { return (h + 2 * pad_h - kh) / stride + 1; }
+  int out_w() const { return (w + 2 * pad_w - kw) / stride + 1; }
+};
+
+size_t conv2d_workspace_floats(const Conv2dShape& s);
+void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                        float* y, float* workspace);
+void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                         float* dx, float* dw, float* db, float* workspace);
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,40 @@
+// Optimizer updates over flat float32 buffers (all parameters of a model at once), identical on
+// every rank. Options are structs, not long scalar lists.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lockstep::kernels {
+
+// SGD with optional momentum and (coupled, L2) weight decay:
+//   g' = g + wd * p;  v = momentum * v + g';  p -= lr * (nesterov ? g' + momentum * v : v)
+// With momentum == 0, velocity may be null and p -= lr * g'.
+struct SgdOptions {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+void sgd_update_cpu(const SgdOptions& o, float* param, const float* grad, float* velocity, size_t n);
+
+// Adam (decoupled == false: weight decay added to the gradient) and AdamW (decoupled == true:
+// p -= lr * wd * p). step is 1-based and drives the bias correction.
+struct AdamOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool decoupled = false;
+  int64_t step = 1;
+};
+void adam_update_cpu(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
+                     size_t n);
+
+// Gradient clipping by global norm: returns the L2 norm of g; scales g by max_norm / norm when the
+// norm exceeds max_norm (max_norm <= 0: no clipping).
+double global_norm_cpu(const float* g, size_t n);
+void scale_cpu(float* x, size_t n, float s);
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,19 @@
+// Max pooling, NHWC, window k x k with stride k (no padding; a trailing row/column that does not
+// fill a window is dropped, as in floor mode). argmax records, per output element, the flat input
+// index of the maximum, for the backward pass. Backward overwrites dx (zeros, then scatters dy).
+#pragma once
+
+#include <cstdint>
+
+namespace lockstep::kernels {
+
+struct PoolShape {
+  int n = 0, h = 0, w = 0, c = 0, k = 2;
+  int out_h() const { return h / k; }
+  int out_w() const { return w / k; }
+};
+
+void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax);
+void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx);
+
+}  // namespace lockstep::kernels
