@@ -14,5 +14,9 @@ namespace {
 bool cuda_built() { return false; }
 void copy_device_to_host(void*, const void*, size_t) { not_built(); }
 void copy_host_to_device(void*, const void*, size_t) { not_built(); }
+void* device_alloc(size_t) { not_built(); }
+void device_free(void* device_ptr) {
+  if (device_ptr != nullptr) not_built();
+}
 
 }  // namespace lockstep
