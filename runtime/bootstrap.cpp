@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/launch_env.h"
 #include "runtime/log.h"
 
 namespace lockstep {
@@ -31,6 +32,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   world_ = discover_world();
   set_rank_prefix(world_.rank, world_.size, world_.host);
   init_logging(world_.rank);
+  check_launch_env(&world_);
 }
 
 MpiSession::~MpiSession() {

@@ -16,6 +16,10 @@ struct World {
   int local_rank = 0;
   int local_size = 1;
   std::string host;
+  // This rank's GPU slot (launch_env.h): which of its visible GPUs to take, and how many ranks of
+  // this host see the same GPUs. gpu_peers == 0: not known yet, local_rank/local_size apply.
+  int gpu_index = 0;
+  int gpu_peers = 0;
 };
 
 class MpiSession {

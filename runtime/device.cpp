@@ -1,6 +1,7 @@
 #include "runtime/device.h"
 
 #include "runtime/error.h"
+#include "runtime/launch_env.h"
 
 namespace lockstep {
 
@@ -16,12 +17,14 @@ DeviceChoice choose_device(const std::string& want, const World& world, bool sha
     if (want == "auto") return {};
     throw UsageError("no CUDA device: " + reason);
   }
-  if (world.local_size > count && !share_allowed)
-    throw UsageError("host " + world.host + " runs " + std::to_string(world.local_size) +
-                     " ranks but has " + std::to_string(count) +
+  // Ranks given their own GPUs by the launcher (Slurm --gpus-per-task) each take index 0.
+  GpuSlot slot = gpu_slot(world);
+  if (slot.peers > count && !share_allowed)
+    throw UsageError("host " + world.host + " runs " + std::to_string(slot.peers) +
+                     " ranks that see the same " + std::to_string(count) +
                      " GPU(s): start at most one rank per GPU, or use --comm mpi to let ranks "
                      "share a GPU");
-  return {DeviceKind::cuda, world.local_rank % count};
+  return {DeviceKind::cuda, slot.index % count};
 }
 
 Context make_context(const World& world, const ContextOptions& options) {
