@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,42 @@ struct DatasetInfo {
 };
 
 DatasetInfo inspect_dataset(const DatasetSpec& spec);
+
+// Checks that the samples of `info` fit a model whose input has shape `model_input` (e.g.
+// {28, 28, 1}); a trailing channel of 1 on one side only is accepted ((28, 28) fits (28, 28, 1)).
+// Throws UsageError naming the file, the dataset and both shapes.
+void check_sample_shape(const DatasetInfo& info, const std::vector<int64_t>& model_input);
+
+// HDF5 cache of decompressed chunks of the input dataset, per reader. Shuffled rows land in every
+// chunk, so a chunk evicted too early is inflated again for each of its rows.
+constexpr int64_t kDefaultChunkCacheBytes = int64_t{64} << 20;
+
+// Reads chosen rows of one split, converted for training: inputs to float32 with the file's
+// normalisation, labels to int32. Validates like inspect_dataset and keeps the file open
+// (read-only). One thread at a time uses a reader (ShardedLoader's prefetch thread); each read
+// holds the process-wide Hdf5Lock.
+class DatasetReader {
+ public:
+  explicit DatasetReader(const DatasetSpec& spec,
+                         int64_t chunk_cache_bytes = kDefaultChunkCacheBytes);
+  ~DatasetReader();
+  DatasetReader(const DatasetReader&) = delete;
+  DatasetReader& operator=(const DatasetReader&) = delete;
+
+  const DatasetInfo& info() const;
+
+  // Reads rows ids[0, n) (any order, repeats allowed, each in [0, rows)) into x (n * sample_size
+  // floats) and, for classification, labels (n) or, for regression, targets (n * target_dim); the
+  // other target pointer may be null. The rows are sorted and read as runs of consecutive rows in
+  // one HDF5 selection per dataset, so each chunk is fetched at most once per call.
+  void read_rows(const int64_t* ids, size_t n, float* x, int32_t* labels, float* targets);
+
+  // Bytes of the datasets (uncompressed, as stored) this reader has read so far.
+  uint64_t bytes_read() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace lockstep
