@@ -1,0 +1,66 @@
+// Layers: the pieces a Model stacks (dense, conv2d, maxpool, relu, flatten). A layer knows its
+// shapes (from its LayerPlan) and computes over a batch of NHWC float32 activations; it owns no
+// parameters. Its weights and gradients are views into the model's flat buffers (DESIGN.md
+// decision 4), bound once by the model. Activations and scratch space are also the model's, so a
+// training step allocates nothing. make_cpu_layer() returns the CPU twins (kernels/*_cpu); a CUDA
+// build adds device twins behind the same interface, so the model and trainer do not change.
+// A layer is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "runtime/model_spec.h"
+
+namespace lockstep {
+
+class Layer {
+ public:
+  explicit Layer(LayerPlan plan) : plan_(std::move(plan)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const LayerPlan& plan() const { return plan_; }
+  size_t param_count() const { return plan_.params; }
+  size_t in_size() const { return shape_size(plan_.in); }    // floats per sample
+  size_t out_size() const { return shape_size(plan_.out); }  // floats per sample
+
+  // Views into the flat parameter and gradient buffers: param_count() floats each.
+  void bind(float* params, float* grads) {
+    params_ = params;
+    grads_ = grads;
+  }
+  // Writes initial parameters into the bound view, drawing from `gen` in a fixed order.
+  virtual void init_params(std::mt19937_64& gen) {}
+  // True when the output is the input itself (flatten of NHWC data): the model passes the
+  // pointers through and forward/backward are not called.
+  virtual bool is_view() const { return false; }
+  // Scratch floats forward/backward need at this batch size (shared by all layers of a model).
+  virtual size_t workspace_floats(int batch) const { return 0; }
+  // Per-layer state sized for batches up to max_batch (maxpool's argmax).
+  virtual void reserve(int max_batch) {}
+
+  // y[batch, out] from x[batch, in]. Overwrites y.
+  virtual void forward(int batch, const float* x, float* y, float* workspace) = 0;
+  // Given x and y of the last forward and dy = dLoss/dy: parameter gradients are accumulated
+  // (+=) into the bound gradient view; dx is overwritten, or skipped when null (first layer).
+  virtual void backward(int batch, const float* x, const float* y, const float* dy, float* dx,
+                        float* workspace) = 0;
+
+ protected:
+  LayerPlan plan_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+};
+
+std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan);
+
+// Fills p[0, n) uniformly in [-bound, bound) from gen (24 random bits per value, so the values
+// depend only on the generator's sequence, not on the standard library's distributions).
+void fill_uniform(float* p, size_t n, float bound, std::mt19937_64& gen);
+
+}  // namespace lockstep

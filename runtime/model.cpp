@@ -1,0 +1,120 @@
+#include "runtime/model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace lockstep {
+
+Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch)
+    : plan_(plan_model(spec, input, outputs)),
+      max_batch_(max_batch),
+      outputs_(outputs),
+      input_size_(shape_size(input)) {
+  if (max_batch <= 0) throw UsageError("model batch size must be positive");
+  size_t total = 0;
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    layers_.push_back(make_cpu_layer(plan_[i]));
+    if (plan_[i].params) ranges_.push_back({total, plan_[i].params, static_cast<int>(i)});
+    total += plan_[i].params;
+  }
+  params_.assign(total, 0.0f);
+  grads_.assign(total, 0.0f);
+  for (const ParamRange& r : ranges_)
+    layers_[r.layer]->bind(params_.data() + r.offset, grads_.data() + r.offset);
+
+  while (first_compute_ < layers_.size() && layers_[first_compute_]->is_view()) ++first_compute_;
+  size_t workspace = 0, dmax = 0;
+  activations_.resize(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    l.reserve(max_batch);
+    if (l.is_view()) continue;
+    size_t batch = static_cast<size_t>(max_batch);
+    activations_[i].assign(batch * l.out_size(), 0.0f);
+    workspace = std::max(workspace, l.workspace_floats(max_batch));
+    if (i > first_compute_) dmax = std::max(dmax, batch * l.in_size());
+  }
+  workspace_.assign(workspace, 0.0f);
+  dbuf_[0].assign(dmax, 0.0f);
+  dbuf_[1].assign(dmax, 0.0f);
+  output_grad_.assign(static_cast<size_t>(max_batch) * outputs, 0.0f);
+  act_.assign(layers_.size() + 1, nullptr);
+}
+
+Model::~Model() = default;
+
+void Model::init_params(uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  for (auto& l : layers_)
+    if (l->param_count()) l->init_params(gen);
+}
+
+void Model::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+const float* Model::forward(const float* x, int batch) {
+  if (batch <= 0 || batch > max_batch_)
+    throw Error("Model::forward: batch " + std::to_string(batch) + " outside [1, " +
+                std::to_string(max_batch_) + "]");
+  act_[0] = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->is_view()) {
+      act_[i + 1] = act_[i];
+      continue;
+    }
+    float* y = activations_[i].data();
+    layers_[i]->forward(batch, act_[i], y, workspace_.data());
+    act_[i + 1] = y;
+  }
+  return act_.back();
+}
+
+void Model::backward(int batch) {
+  const float* dy = output_grad_.data();
+  int next = 0;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    Layer& l = *layers_[i];
+    if (l.is_view()) continue;  // the gradient passes through unchanged
+    float* dx = nullptr;
+    if (i > first_compute_) {
+      dx = dbuf_[next].data();
+      next ^= 1;
+    }
+    l.backward(batch, act_[i], act_[i + 1], dy, dx, workspace_.data());
+    dy = dx;
+  }
+}
+
+std::vector<ParamTensorInfo> Model::param_tensors() const {
+  std::vector<ParamTensorInfo> out;
+  for (const ParamRange& r : ranges_) {
+    const LayerPlan& p = plan_[r.layer];
+    std::string base = (p.spec.kind == LayerKind::conv2d ? "conv" : layer_kind_name(p.spec.kind)) +
+                       std::to_string(r.layer);
+    int64_t cout = p.out.back();
+    std::vector<int64_t> wshape;
+    if (p.spec.kind == LayerKind::conv2d)
+      wshape = {p.spec.kernel, p.spec.kernel, p.in[2], cout};
+    else
+      wshape = {static_cast<int64_t>(shape_size(p.in)), cout};
+    size_t wcount = r.count - static_cast<size_t>(cout);
+    out.push_back({base + ".weight", wshape, r.offset, wcount});
+    out.push_back({base + ".bias", {cout}, r.offset + wcount, static_cast<size_t>(cout)});
+  }
+  return out;
+}
+
+std::string Model::summary() const {
+  std::ostringstream os;
+  for (const LayerPlan& p : plan_) {
+    os << "  " << to_string(p.spec) << " " << to_string(p.in) << " -> " << to_string(p.out);
+    if (p.params) os << ", " << p.params << " params";
+    os << "\n";
+  }
+  os << "  total " << params_.size() << " parameters";
+  return os.str();
+}
+
+}  // namespace lockstep

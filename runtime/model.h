@@ -1,0 +1,90 @@
+// Model: a stack of layers over one flat parameter buffer and one flat gradient buffer (DESIGN.md
+// decision 4). Layer i's parameters are the range param_ranges()[i] of both buffers, in layer
+// order, so a collective can reduce all gradients at once, or ranges of them (buckets, taken in
+// reverse layer order) as the backward pass finishes each layer.
+//
+// The model owns every buffer a step touches (activations, activation gradients, scratch, the
+// output gradient), sized once for batches up to max_batch, so steps do not allocate. forward()
+// keeps its activations for the next backward(). Used by one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/layers.h"
+#include "runtime/model_spec.h"
+
+namespace lockstep {
+
+struct ParamRange {
+  size_t offset = 0;  // into params() / grads()
+  size_t count = 0;
+  int layer = 0;
+};
+
+// A named piece of the flat buffers, for checkpoints and inspection: "conv0.weight" (HWIO),
+// "conv0.bias", "dense6.weight" ((in, out)), ... The number is the layer's index in the stack.
+struct ParamTensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // into params() / grads()
+  size_t count = 0;
+};
+
+class Model {
+ public:
+  // Plans the model against the data (UsageError when it does not fit) and allocates its buffers.
+  Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  size_t param_count() const { return params_.size(); }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  // One range per layer that has parameters, in layer order.
+  const std::vector<ParamRange>& param_ranges() const { return ranges_; }
+  // Weights and biases of every layer, in buffer order; together they cover the buffer exactly.
+  std::vector<ParamTensorInfo> param_tensors() const;
+
+  int max_batch() const { return max_batch_; }
+  int outputs() const { return outputs_; }
+  size_t input_size() const { return input_size_; }  // floats per sample
+  const std::vector<LayerPlan>& plan() const { return plan_; }
+
+  // Fills params() from a generator seeded with `seed`, layer by layer (deterministic).
+  void init_params(uint64_t seed);
+  void zero_grads();
+
+  // Runs the layers on x[batch, input_size()] (batch <= max_batch); returns the outputs
+  // [batch, outputs()], valid until the next forward.
+  const float* forward(const float* x, int batch);
+  // Where the caller writes dLoss/doutputs [batch, outputs()] before backward().
+  float* output_grad() { return output_grad_.data(); }
+  // Back-propagates output_grad() through the activations of the last forward (same batch),
+  // accumulating into grads().
+  void backward(int batch);
+
+  // "conv3x3:32 (28, 28, 1) -> (28, 28, 32), 320 params" per layer, and the total.
+  std::string summary() const;
+
+ private:
+  std::vector<LayerPlan> plan_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<ParamRange> ranges_;
+  int max_batch_ = 0;
+  int outputs_ = 0;
+  size_t input_size_ = 0;
+  size_t first_compute_ = 0;  // first layer that is not a view: it needs no input gradient
+  std::vector<float> params_, grads_, workspace_, output_grad_;
+  std::vector<std::vector<float>> activations_;  // activations_[i]: output of layer i (empty for views)
+  std::vector<const float*> act_;                // act_[0]: the input; act_[i + 1]: layer i's output
+  std::vector<float> dbuf_[2];                   // ping-pong activation gradients
+};
+
+}  // namespace lockstep

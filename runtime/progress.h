@@ -1,0 +1,71 @@
+// What rank 0 tells the user while training, and the metrics file.
+//
+// Progress goes to stderr: on a terminal a bar redrawn in place (epoch, step, loss, accuracy,
+// samples/s, ETA), otherwise one plain line per report, so logs of batch jobs stay readable. Epoch
+// summaries go to stdout as key=value pairs a script can read. With a metrics path, every report
+// and every evaluation is also one JSON object per line (JSON Lines), flushed as written.
+// Only the rank that constructs it with enabled == true prints; others make a silent one.
+// Used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace lockstep {
+
+struct EvalResult {
+  double loss = 0;      // mean over the split
+  double accuracy = 0;  // classification only
+  int64_t samples = 0;
+};
+
+struct EpochSummary {
+  int epoch = 0;  // 1-based, as printed
+  int64_t global_step = 0;
+  double train_loss = 0, train_accuracy = 0;
+  EvalResult test;
+  double seconds = 0, samples_per_second = 0;
+};
+
+struct ProgressReport {
+  int epoch = 1, epochs = 1;  // 1-based
+  int64_t step_in_epoch = 0, steps_per_epoch = 0;  // steps done in this epoch
+  int64_t global_step = 0, total_steps = 0;
+  double loss = 0, accuracy = 0, lr = 0;  // loss/accuracy: reduced over ranks since the last report
+  double samples_per_second = 0;
+  double data_wait_share = 0;  // share of step time spent waiting for data, 0..1
+  double eta_seconds = 0;
+};
+
+class Progress {
+ public:
+  // Opens the metrics file (truncating it) when the path is non-empty and enabled; throws
+  // UsageError naming --metrics when it cannot.
+  Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  // A reduced report (every log_every steps): a line or a bar redraw, and a JSON line.
+  void report(const ProgressReport& r);
+  // Every step: moves the bar (at most a few redraws a second); nothing in plain mode.
+  void tick(const ProgressReport& r);
+  void epoch_end(const EpochSummary& s, int epochs);
+  // Ends a bar line so what follows starts on a fresh line.
+  void finish_line();
+
+ private:
+  void draw_bar(const ProgressReport& r);
+
+  bool enabled_, bar_, classification_;
+  std::FILE* metrics_ = nullptr;
+  double last_draw_ = -1;
+  bool bar_open_ = false;
+  ProgressReport last_;  // the last reduced figures, shown by the bar between reports
+};
+
+// "1h02m", "3m05s", "12s".
+std::string format_duration(double seconds);
+
+}  // namespace lockstep

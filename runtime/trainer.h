@@ -1,0 +1,140 @@
+// Trainer: the synchronous data-parallel training loop (DESIGN.md decisions 5 and 7).
+//
+// Every rank builds the same Trainer over the same TrainConfig and calls the same methods in the
+// same order; each method that says "collective" must be called on every rank. A step: up to
+// grad_accum micro-batches of B/(P*K) rows each on this rank (forward, loss, backward, gradients
+// accumulated), one all-reduce SUM of the flat gradient buffer, one optimizer update. The loss
+// gradient is scaled by 1/(valid samples in the whole global batch), so the applied gradient is
+// the gradient of the mean loss over the global batch at any P and K, a masked last batch included.
+//
+// Parameters are initialised from the seed on rank 0, broadcast, and verified by checksum on
+// every rank; the check repeats every check_every steps and at the end (a mismatch throws Error
+// naming the ranks). Evaluation scores the test split with every rank taking a slice.
+//
+// The state a checkpoint needs is reachable: model() (flat parameters), optimizer() (its state
+// buffers and step count), state() (epoch, step, position), config() (the seed drives both the
+// initialisation and each epoch's shuffle, so nothing else is random). restore() continues a run.
+// Used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "runtime/dataset.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/model.h"
+#include "runtime/optimizer.h"
+#include "runtime/progress.h"
+#include "runtime/step_times.h"
+
+namespace lockstep {
+
+enum class LossKind { automatic, cross_entropy, mse };
+LossKind parse_loss(const std::string& text);  // auto | cross-entropy | mse; UsageError naming --loss
+const char* loss_name(LossKind k);
+
+struct TrainConfig {
+  DatasetSpec train;                 // group "train" by default
+  std::string test_group = "test";   // the same file's split that evaluate() scores
+  std::string model = "cnn";
+  LossKind loss = LossKind::automatic;  // cross-entropy for labels, mse for float targets
+  OptimizerConfig optimizer;
+  double lr = 1e-3;
+  LrScheduleKind lr_schedule = LrScheduleKind::constant;
+  int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+  LrScaling lr_scaling = LrScaling::none;
+  int64_t base_batch = 256;
+  int64_t global_batch = 128;  // B: samples per update over all ranks
+  int epochs = 5;
+  int64_t steps = 0;           // > 0: stop after this many updates (overrides epochs)
+  int grad_accum = 1;          // K micro-batches of B/K per update
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_remainder = false;
+  double clip_norm = 0.0;      // > 0: clip the averaged gradient to this global L2 norm
+  int64_t log_every = 50;      // steps between reduced loss/accuracy reports
+  int64_t check_every = 100;   // steps between replica checks (0: only at start and end)
+  bool eval_every_epoch = true;
+  int prefetch = 2;
+  std::string metrics_path;    // JSON lines, written by rank 0; empty: none
+  bool print = true;           // rank 0 prints progress and epoch lines
+  bool progress_bar = false;   // a redrawn bar (a terminal) instead of plain lines
+};
+
+// Checks the values a user sets, each in words naming its option, for a world of `world_size`
+// ranks (throws UsageError).
+void validate(const TrainConfig& c, int world_size);
+
+// Where a run is. An epoch has steps_per_epoch() steps; global_step counts all updates.
+struct TrainState {
+  int epoch = 0;              // 0-based
+  int64_t step_in_epoch = 0;  // updates already applied in `epoch`
+  int64_t global_step = 0;
+  int64_t samples_seen = 0;   // valid samples trained on, over all ranks
+};
+
+struct TrainResult {
+  std::vector<EpochSummary> epochs;
+  EvalResult test;   // at the end
+  StepTimes times;   // this rank's, over the whole run
+  double samples_per_second = 0;
+};
+
+class Trainer {
+ public:
+  // Collective. Validates the configuration against the data and the world, opens the data,
+  // builds the model and optimizer; every rank throws the same UsageError when anything does not
+  // fit. Does not initialise the parameters yet (run() does, unless restore() was called).
+  Trainer(Communicator& comm, const TrainConfig& config);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Collective: trains until the configured epochs or steps, evaluating after each epoch and at
+  // the end.
+  TrainResult run();
+  // Collective: loss and accuracy on the test split, each rank scoring its slice.
+  EvalResult evaluate();
+  // Collective: initialise from the seed on rank 0, broadcast, verify.
+  void init_params();
+  // Collective: compares a checksum of the parameters across ranks; throws Error naming the
+  // ranks that differ from rank 0. `when` goes into the message ("at step 300").
+  void verify_replicas(const std::string& when);
+  // Continue from `state`: every rank has written model().params() and the optimizer state (and
+  // step count) already. run() then skips the initialisation (it still verifies the replicas).
+  void restore(const TrainState& state);
+
+  int64_t steps_per_epoch() const;
+  int64_t total_steps() const;
+  double lr_at_step(int64_t global_step) const;
+
+  Model& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const TrainState& state() const { return state_; }
+  const TrainConfig& config() const { return config_; }
+  const DatasetInfo& train_info() const;
+  const StepTimes& times() const { return times_; }
+  void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
+
+ private:
+  struct Impl;
+  void train_step(double sums[3]);
+  void report(double window[3], const StepTimes& since, int epochs_shown);
+
+  Communicator& comm_;
+  TrainConfig config_;
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  TrainState state_;
+  StepTimes times_;
+  PhaseHook hook_;
+  bool initialized_ = false;
+};
+
+}  // namespace lockstep
