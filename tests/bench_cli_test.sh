@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# lockstep-bench end to end at 2 ranks with small sizes: the collectives table has its columns,
+# every collective and size, bus bandwidth in the nccl-tests ratio to algorithm bandwidth, and 0
+# wrong values (also for other element types and ops); the overhead subcommand prints its ratio;
+# bad flag values give one clear error line and a non-zero exit on every rank, never a hang.
+# ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
+set -u
+
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}/lockstep-bench"
+mpiexec="${MPIEXEC:-mpiexec}"
+if [[ ! -x $bin ]]; then
+  echo "skipped: $bin is not built"
+  exit 77
+fi
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+run2() { timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" "$@"; }
+
+# Data rows are the lines that do not start with '#'.
+rows() { grep -v '^#' <<<"$1" | grep -v '^[[:space:]]*$'; }
+
+# --- the table: columns, collectives, sizes, wrong values, busbw factors ---
+out=$(run2 collectives -b 8 -e 64K -f 8 -w 1 -n 3 2>/dev/null)
+rc=$?
+[[ $rc -eq 0 ]] || fail "collectives at 2 ranks exited $rc"$'\n'"$out"
+for col in 'size(B)' count type redop root 'min(us)' 'avg(us)' 'max(us)' 'algbw(GB/s)' \
+           'busbw(GB/s)' '#wrong'; do
+  grep -q -- "$col" <<<"$out" || fail "column '$col' missing from the table"
+done
+for c in all_reduce broadcast all_gather reduce_scatter; do
+  grep -q "^# $c " <<<"$out" || fail "no table for $c"
+done
+# 8, 64, 512, 4 KiB, 32 KiB for each of 4 collectives.
+n=$(rows "$out" | wc -l)
+[[ $n -eq 20 ]] || fail "expected 20 rows (4 collectives x 5 sizes), got $n"$'\n'"$out"
+bad=$(rows "$out" | awk 'NF != 11 || $11 != 0' | wc -l)
+[[ $bad -eq 0 ]] || fail "$bad rows with a wrong-value count or a column missing"$'\n'"$out"
+grep -q '^# wrong values: 0' <<<"$out" || fail "no '# wrong values: 0' summary"
+# At 2 ranks busbw = algbw for all_reduce and broadcast, algbw / 2 for all_gather/reduce_scatter.
+bad=$(awk '/^# all_reduce |^# broadcast / { f = 1 } /^# all_gather |^# reduce_scatter / { f = 0.5 }
+           !/^#/ && NF == 11 { d = $10 - f * $9; if (d > 0.002 || d < -0.002) print }' <<<"$out")
+[[ -z $bad ]] || fail "busbw does not follow the nccl-tests factor at 2 ranks:"$'\n'"$bad"
+# The sizes column: all_reduce 8 B is 2 float32; all_gather at 2 ranks rounds to whole blocks.
+rows "$out" | head -1 | awk '$1 != 8 || $2 != 2 { exit 1 }' || fail "first row is not 8 B = 2 float32"
+# NCCL: either measured or skipped with a reason.
+grep -Eq '^# backend nccl: skipped, .{10,}|^# backend nccl \(' <<<"$out" ||
+  fail "no nccl table and no line saying why it was skipped"
+
+# --- other element types and ops are checked too ---
+for args in "--dtype bfloat16 --op mean" "--dtype int32 --op max" "--dtype uint8 --op min" \
+            "--dtype float64 --op sum --root 1" "--dtype float16 --op sum --blocking"; do
+  # shellcheck disable=SC2086
+  out=$(run2 collectives --backend mpi -b 16 -e 16K -f 1024 -w 0 -n 2 $args 2>/dev/null)
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "collectives $args exited $rc"$'\n'"$out"
+  bad=$(rows "$out" | awk 'NF != 11 || $11 != 0' | wc -l)
+  [[ $bad -eq 0 && $(rows "$out" | wc -l) -eq 8 ]] || fail "collectives $args:"$'\n'"$out"
+done
+
+# --- overhead: both medians, a ratio, correct results ---
+out=$(run2 overhead -b 1M -w 1 -n 2 -r 2 2>/dev/null)
+rc=$?
+[[ $rc -eq 0 ]] || fail "overhead exited $rc"$'\n'"$out"
+grep -Eq '^# overhead ratio \(lockstep / mpi medians\): [0-9]+\.[0-9]+$' <<<"$out" ||
+  fail "overhead prints no ratio"$'\n'"$out"
+grep -q '^# wrong values: lockstep 0, mpi 0$' <<<"$out" || fail "overhead results wrong"$'\n'"$out"
+
+# --- bad input: one error line naming the problem, non-zero exit, every rank leaves ---
+expect_error() {
+  local pattern=$1
+  shift
+  local out rc
+  out=$(run2 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -eq 0 || $rc -eq 124 ]]; then
+    fail "'$*' exited $rc, expected an error"
+    return
+  fi
+  grep -q -- "$pattern" <<<"$out" || fail "'$*': no message matching '$pattern' in:"$'\n'"$out"
+  local count
+  count=$(grep -c '^error:' <<<"$out")
+  [[ $count -eq 1 ]] || fail "'$*': $count error lines, expected 1 (rank 0 only)"$'\n'"$out"
+}
+expect_error "is not a byte size" collectives -b 12Q
+expect_error "is not a byte size" collectives -e 4X
+expect_error "is below -b/--minbytes" collectives -b 1M -e 1K
+expect_error "stepfactor must be 2 or more" collectives -f 1
+expect_error "is not a collective" collectives -c all_reduce,allreduce
+expect_error "is not an element type" collectives --dtype float8
+expect_error "is not a reduction" collectives --op avg
+expect_error "unknown communicator backend" collectives --backend tcp
+expect_error "iters must be 1 or more" collectives -n 0
+expect_error "is not a rank of this world of 2" collectives --root 2
+expect_error "invalid" collectives -w many
+expect_error "unrecognised option\|unrecognized option" collectives --bogus
+expect_error "unknown command 'frobnicate'" frobnicate
+expect_error "too many positional options" collectives 64M
+expect_error "rounds must be 1 or more" overhead -r 0
+if ! "$bin" collectives --backend all -b 8 -e 8 -n 1 -w 0 2>/dev/null | grep -q '^# backend nccl ('; then
+  expect_error "--backend nccl: " collectives --backend nccl -b 8 -e 8
+fi
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all lockstep-bench checks passed"
