@@ -129,6 +129,8 @@ class FlattenLayer : public Layer {
 
 }  // namespace
 
+bool layers_available(DeviceKind kind) { return kind == DeviceKind::cpu; }
+
 std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan) {
   switch (plan.spec.kind) {
     case LayerKind::dense: return std::make_unique<DenseLayer>(plan);

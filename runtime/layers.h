@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "runtime/context.h"
 #include "runtime/model_spec.h"
 
 namespace lockstep {
@@ -58,6 +59,10 @@ class Layer {
 };
 
 std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan);
+
+// Whether this build has layers for `kind` (the CPU ones always; device twins come with their
+// own issue), so the app can fall back from --device auto and refuse --device cuda in words.
+bool layers_available(DeviceKind kind);
 
 // Fills p[0, n) uniformly in [-bound, bound) from gen (24 random bits per value, so the values
 // depend only on the generator's sequence, not on the standard library's distributions).

@@ -1,0 +1,67 @@
+// lockstep-train: synchronous data-parallel training on every rank mpiexec (or srun) starts.
+//
+//   mpiexec -n 2 lockstep-train --data data/fashion-mnist.h5 --model cnn --epochs 5
+//
+// Options come from the command line and an optional INI file (train_options.h). Anything a user
+// can get wrong is reported once, by rank 0, before training, and every rank exits 2 (run_app).
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "apps/train_options.h"
+#include "apps/train_report.h"
+#include "runtime/blas_threads.h"
+#include "runtime/bootstrap.h"
+#include "runtime/context.h"
+#include "runtime/error.h"
+#include "runtime/layers.h"
+
+namespace lockstep {
+namespace {
+
+int train(int argc, char** argv, const World& world) {
+  TrainOptions o;
+  std::string problem;
+  try {
+    o = parse_train_options(argc, argv);
+  } catch (const UsageError& e) {
+    problem = e.what();
+  }
+  agree_or_throw(problem.empty(), problem);
+  if (o.help) {
+    if (world.rank == 0) std::fputs(o.help_text.c_str(), stdout);
+    return 0;
+  }
+  // GPU layers come with their own issue: until then "auto" trains on the CPU.
+  if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
+    agree_or_throw(false, "--device cuda: this build trains on the CPU only so far; use --device cpu");
+  ContextOptions co;
+  co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
+  co.comm = o.comm;
+  co.timeout = Millis(static_cast<int64_t>(o.timeout_seconds * 1000));
+  Context ctx = make_context(world, co);
+
+  const int threads = o.threads > 0 ? o.threads : default_blas_threads(world);
+  set_blas_threads(threads);
+
+  TrainConfig& c = o.config;
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  c.print = o.progress != "none";
+  c.progress_bar = o.progress == "bar" || (o.progress == "auto" && terminal);
+  Trainer trainer(*ctx.comm, c);
+  if (world.rank == 0 && c.print)
+    print_run_header(trainer, world.size, device_kind_name(ctx.device),
+                     backend_name(ctx.comm->backend()), threads);
+  TrainResult result = trainer.run();
+  if (world.rank == 0) print_final_report(trainer, result);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  return lockstep::run_app(argc, argv, [&](const lockstep::World& world) {
+    return lockstep::train(argc, argv, world);
+  });
+}

@@ -1,0 +1,33 @@
+// lockstep-train's options: Boost.Program_options over the command line and an optional INI file
+// (--config FILE: "key = value" lines with the long option names; the command line wins). The
+// result is a TrainConfig for the trainer plus what the app itself uses (device, communicator,
+// threads). Every value a user can get wrong is checked here or by validate(TrainConfig), and the
+// message names the option. Main thread only.
+#pragma once
+
+#include <string>
+
+#include "runtime/trainer.h"
+
+namespace lockstep {
+
+struct TrainOptions {
+  TrainConfig config;
+  std::string data;            // as given: a file, or a dataset name
+  std::string device = "auto";  // cpu | cuda | auto
+  std::string comm = "auto";    // auto | mpi | nccl
+  double timeout_seconds = 60;
+  int threads = 0;              // BLAS threads per rank; 0: cores / ranks on the host
+  std::string progress = "auto";  // auto | bar | lines | none
+  bool help = false;
+  std::string help_text;  // every option with its default
+};
+
+// Throws UsageError naming the option (or the config file) on anything it cannot accept.
+TrainOptions parse_train_options(int argc, char** argv);
+
+// --data: an existing file as is; otherwise a dataset name ("fashion-mnist") looked up as
+// <dir>/<name>.h5 in $LOCKSTEP_DATA_DIR, then data/. Throws UsageError saying how to create it.
+std::string resolve_data_path(const std::string& data);
+
+}  // namespace lockstep

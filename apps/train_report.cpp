@@ -1,0 +1,97 @@
+#include "apps/train_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/h5_writer.h"
+#include "runtime/hdf5_util.h"
+
+namespace lockstep {
+
+namespace {
+
+struct Truth {
+  std::vector<double> w;
+  double b = 0;
+};
+
+// The true w and b of a lockstep-data regression file, if it has them and their sizes fit.
+std::optional<Truth> read_truth(const std::string& path, size_t features) {
+  Hdf5Lock lock;
+  H5Id file = open_h5_readonly(path);
+  auto w = read_h5_attr_doubles(file.get(), "true_w");
+  auto b = read_h5_attr_double(file.get(), "true_b");
+  if (!w || !b || w->size() != features) return std::nullopt;
+  return Truth{*w, *b};
+}
+
+void print_distance_to_truth(Trainer& t) {
+  const Model& m = t.model();
+  if (m.plan().size() != 1 || m.outputs() != 1) return;  // only a plain linear model has one w
+  const size_t d = m.input_size();
+  std::optional<Truth> truth = read_truth(t.config().train.path, d);
+  if (!truth) return;
+  double w_err = 0;
+  for (size_t i = 0; i < d; ++i)
+    w_err = std::max(w_err, std::fabs(static_cast<double>(m.params()[i]) - truth->w[i]));
+  double b_err = std::fabs(static_cast<double>(m.params()[d]) - truth->b);
+  std::printf("w_max_error=%.6f\nb_error=%.6f\n", w_err, b_err);
+}
+
+double ms_per_step(double seconds, int64_t steps) {
+  return steps > 0 ? 1e3 * seconds / static_cast<double>(steps) : 0.0;
+}
+
+}  // namespace
+
+void print_run_header(Trainer& t, int world_size, const char* device, const char* comm,
+                      int blas_threads) {
+  const TrainConfig& c = t.config();
+  const DatasetInfo& info = t.train_info();
+  std::fprintf(stderr,
+               "lockstep-train: %d rank(s) on %s, %s communicator, %d BLAS thread(s) per rank\n"
+               "data: %s, %lld training samples of shape %s, %s\n"
+               "model: %s\n%s\n"
+               "global batch %lld (%lld per rank x %d micro-batch(es)), %lld steps per epoch, "
+               "%lld steps in all; optimizer %s, peak lr %g, schedule %s\n",
+               world_size, device, comm, blas_threads, info.path.c_str(),
+               static_cast<long long>(info.rows), to_string(t.model().plan().front().in).c_str(),
+               info.classification ? (std::to_string(info.num_classes) + " classes").c_str()
+                                   : "regression",
+               c.model.c_str(), t.model().summary().c_str(),
+               static_cast<long long>(c.global_batch),
+               static_cast<long long>(c.global_batch / c.grad_accum / world_size), c.grad_accum,
+               static_cast<long long>(t.steps_per_epoch()),
+               static_cast<long long>(t.total_steps()), optimizer_name(c.optimizer.kind),
+               t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
+               lr_schedule_name(c.lr_schedule));
+}
+
+void print_final_report(Trainer& t, const TrainResult& r) {
+  const StepTimes& s = r.times;
+  std::fprintf(stderr,
+               "time per step (rank 0): %.2f ms = data %.2f + forward %.2f + backward %.2f + "
+               "comm %.2f + optimizer %.2f ms; %.0f samples/s\n",
+               ms_per_step(s.total, s.steps), ms_per_step(s.data, s.steps),
+               ms_per_step(s.forward, s.steps), ms_per_step(s.backward, s.steps),
+               ms_per_step(s.comm, s.steps), ms_per_step(s.optimizer, s.steps),
+               r.samples_per_second);
+  std::printf("samples_per_second=%.1f\n", r.samples_per_second);
+  std::printf("step_ms=%.3f data_ms=%.3f forward_ms=%.3f backward_ms=%.3f comm_ms=%.3f "
+              "optimizer_ms=%.3f\n",
+              ms_per_step(s.total, s.steps), ms_per_step(s.data, s.steps),
+              ms_per_step(s.forward, s.steps), ms_per_step(s.backward, s.steps),
+              ms_per_step(s.comm, s.steps), ms_per_step(s.optimizer, s.steps));
+  if (!t.train_info().classification) {
+    print_distance_to_truth(t);
+    std::printf("test_mse=%.6f\n", r.test.loss);
+    std::printf("test_loss=%.6f\n", r.test.loss);
+  } else {
+    std::printf("test_loss=%.4f\n", r.test.loss);
+    std::printf("test_accuracy=%.4f\n", r.test.accuracy);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,16 @@
+// What lockstep-train prints when a run ends: the step-time breakdown (stderr) and the final
+// figures as key=value lines on stdout, test_loss and test_accuracy last, so scripts can read them
+// (`grep ^test_accuracy=`). For regression files that carry the true model (lockstep-data
+// regression writes true_w and true_b as root attributes) and a single dense layer, the distance
+// of the learned w and b from the truth is printed too. Rank 0 only; main thread.
+#pragma once
+
+#include "runtime/trainer.h"
+
+namespace lockstep {
+
+void print_run_header(Trainer& trainer, int world_size, const char* device, const char* comm,
+                      int blas_threads);
+void print_final_report(Trainer& trainer, const TrainResult& result);
+
+}  // namespace lockstep
