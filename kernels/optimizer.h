@@ -36,5 +36,8 @@ void adam_update_cpu(const AdamOptions& o, float* param, const float* grad, floa
 // norm exceeds max_norm (max_norm <= 0: no clipping).
 double global_norm_cpu(const float* g, size_t n);
 void scale_cpu(float* x, size_t n, float s);
+// Both steps at once, for a gradient held whole on this rank (after the all-reduce): returns the
+// norm before clipping.
+double clip_by_global_norm_cpu(float* g, size_t n, double max_norm);
 
 }  // namespace lockstep::kernels

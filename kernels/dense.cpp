@@ -1,0 +1,49 @@
+#include "kernels/dense.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/gemm.h"
+
+namespace lockstep::kernels {
+
+namespace {
+
+void check_shape(const DenseShape& s, const char* who) {
+  if (s.batch < 0 || s.in <= 0 || s.out <= 0)
+    throw std::invalid_argument(std::string(who) + ": batch must be >= 0 and in, out > 0");
+}
+
+}  // namespace
+
+void dense_forward_cpu(const DenseShape& s, const float* x, const float* w, const float* b,
+                       float* y) {
+  check_shape(s, "dense_forward_cpu");
+  if (s.batch == 0) return;
+  // Seed y with the bias rows so that one gemm with beta = 1 adds x.w on top: no second pass.
+  float beta = 0.0f;
+  if (b != nullptr) {
+    for (int i = 0; i < s.batch; ++i) std::copy_n(b, s.out, y + static_cast<size_t>(i) * s.out);
+    beta = 1.0f;
+  }
+  gemm_cpu({.m = s.batch, .n = s.out, .k = s.in, .beta = beta}, x, w, y);
+}
+
+void dense_backward_cpu(const DenseShape& s, const float* x, const float* w, const float* dy,
+                        float* dx, float* dw, float* db) {
+  check_shape(s, "dense_backward_cpu");
+  if (s.batch == 0) return;
+  if (dx != nullptr)  // dx[batch, in] = dy[batch, out] . w[in, out]^T
+    gemm_cpu({.m = s.batch, .n = s.in, .k = s.out, .trans_b = true}, dy, w, dx);
+  if (dw != nullptr)  // dw[in, out] += x[batch, in]^T . dy[batch, out]
+    gemm_cpu({.m = s.in, .n = s.out, .k = s.batch, .trans_a = true, .beta = 1.0f}, x, dy, dw);
+  if (db != nullptr) {
+    for (int i = 0; i < s.batch; ++i) {
+      const float* row = dy + static_cast<size_t>(i) * s.out;
+      for (int j = 0; j < s.out; ++j) db[j] += row[j];
+    }
+  }
+}
+
+}  // namespace lockstep::kernels

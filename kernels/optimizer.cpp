@@ -1,0 +1,81 @@
+#include "kernels/optimizer.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace lockstep::kernels {
+
+void sgd_update_cpu(const SgdOptions& o, float* param, const float* grad, float* velocity,
+                    size_t n) {
+  const float lr = o.lr, mu = o.momentum, wd = o.weight_decay;
+  float* __restrict p = param;
+  const float* __restrict g = grad;
+  if (mu == 0.0f) {
+    // Without momentum there is no state; a velocity buffer, if given, is left as it was.
+    for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+    return;
+  }
+  if (velocity == nullptr) throw std::invalid_argument("sgd_update_cpu: momentum needs a velocity");
+  float* __restrict v = velocity;
+  if (o.nesterov) {
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd * p[i];
+      v[i] = mu * v[i] + gi;
+      p[i] -= lr * (gi + mu * v[i]);
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      v[i] = mu * v[i] + (g[i] + wd * p[i]);
+      p[i] -= lr * v[i];
+    }
+  }
+}
+
+void adam_update_cpu(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
+                     size_t n) {
+  if (o.step < 1) throw std::invalid_argument("adam_update_cpu: step is 1-based");
+  // Bias corrections in double: beta2^step for step in the millions is still well resolved.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
+  const float step_size = static_cast<float>(o.lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  // AdamW shrinks the parameter before the Adam step (as PyTorch does); Adam folds the decay into
+  // the gradient instead, so it also feeds the moments.
+  const float shrink = o.decoupled ? 1.0f - o.lr * o.weight_decay : 1.0f;
+  const float coupled_wd = o.decoupled ? 0.0f : o.weight_decay;
+  const float b1 = o.beta1, b2 = o.beta2, eps = o.eps;
+  float* __restrict p = param;
+  const float* __restrict g = grad;
+  float* __restrict mm = m;
+  float* __restrict vv = v;
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + coupled_wd * p[i];
+    mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
+    vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
+    p[i] = p[i] * shrink - step_size * mm[i] / (std::sqrt(vv[i]) * inv_sqrt_bc2 + eps);
+  }
+}
+
+double global_norm_cpu(const float* g, size_t n) {
+  // Four partial sums in double: accurate for millions of terms, and independent chains keep the
+  // adds from serialising on one register.
+  double acc[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int j = 0; j < 4; ++j) acc[j] += static_cast<double>(g[i + j]) * g[i + j];
+  }
+  for (; i < n; ++i) acc[0] += static_cast<double>(g[i]) * g[i];
+  return std::sqrt((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+void scale_cpu(float* x, size_t n, float s) {
+  for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+double clip_by_global_norm_cpu(float* g, size_t n, double max_norm) {
+  const double norm = global_norm_cpu(g, n);
+  if (max_norm > 0 && norm > max_norm) scale_cpu(g, n, static_cast<float>(max_norm / norm));
+  return norm;
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,71 @@
+#include "kernels/pool.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace lockstep::kernels {
+
+namespace {
+
+size_t check_shape(const PoolShape& s, const char* who) {
+  if (s.n < 0 || s.h <= 0 || s.w <= 0 || s.c <= 0 || s.k <= 0 || s.k > s.h || s.k > s.w)
+    throw std::invalid_argument(std::string(who) +
+                                ": n must be >= 0, h, w, c > 0 and 0 < k <= min(h, w)");
+  const size_t elems = static_cast<size_t>(s.n) * s.h * s.w * s.c;
+  // argmax holds flat input indices as int32.
+  if (elems > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    throw std::invalid_argument(std::string(who) + ": input larger than 2^31 elements");
+  return elems;
+}
+
+}  // namespace
+
+void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
+  check_shape(s, "maxpool_forward_cpu");
+  const int oh = s.out_h(), ow = s.out_w(), c = s.c;
+  float* __restrict yo = y;
+  int32_t* __restrict ao = argmax;
+  for (int img = 0; img < s.n; ++img) {
+    for (int oy = 0; oy < oh; ++oy) {
+      for (int ox = 0; ox < ow; ++ox, yo += c, ao += c) {
+        // The window is visited tap by tap with the channels innermost (contiguous in NHWC), so the
+        // compare-and-select runs over c lanes at once.
+        for (int ky = 0; ky < s.k; ++ky) {
+          for (int kx = 0; kx < s.k; ++kx) {
+            const int32_t base =
+                static_cast<int32_t>(((img * s.h + oy * s.k + ky) * s.w + ox * s.k + kx) * c);
+            const float* __restrict src = x + base;
+            if (ky == 0 && kx == 0) {
+              for (int ch = 0; ch < c; ++ch) {
+                yo[ch] = src[ch];
+                ao[ch] = base + ch;
+              }
+              continue;
+            }
+            // Strictly greater: the first maximum of the window wins a tie. The index is chosen
+            // with a bit mask, not a ?: on the comparison, which g++ will not vectorise.
+            for (int ch = 0; ch < c; ++ch) {
+              const float v = src[ch], cur = yo[ch];
+              const int32_t take = -static_cast<int32_t>(v > cur);
+              yo[ch] = v > cur ? v : cur;
+              ao[ch] = ((base + ch) & take) | (ao[ch] & ~take);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx) {
+  const size_t elems = check_shape(s, "maxpool_backward_cpu");
+  std::fill_n(dx, elems, 0.0f);
+  const size_t outputs = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c;
+  // Windows do not overlap (stride k), yet += keeps this correct for any argmax a caller passes.
+  for (size_t i = 0; i < outputs; ++i) dx[argmax[i]] += dy[i];
+}
+
+}  // namespace lockstep::kernels
