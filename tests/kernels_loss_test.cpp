@@ -1,0 +1,198 @@
+// Loss CPU kernels: softmax cross-entropy and MSE against double-precision references, per-sample
+// weights (padding rows contribute nothing), scale, numerical stability, bad labels, and the
+// gradients against finite differences of the loss itself.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernel_reference.h"
+#include "kernels/loss.h"
+
+namespace lockstep::kernels {
+namespace {
+
+using kernel_test::random_floats;
+
+struct Reference {
+  double loss_sum = 0, correct = 0;
+  std::vector<double> grad;
+};
+
+Reference reference_softmax_ce(const std::vector<float>& logits, const std::vector<int32_t>& labels,
+                               const std::vector<float>& weights, int classes, double scale) {
+  const int batch = static_cast<int>(labels.size());
+  Reference r;
+  r.grad.assign(logits.size(), 0.0);
+  for (int i = 0; i < batch; ++i) {
+    const float* l = &logits[size_t(i) * classes];
+    double top = l[0];
+    int best = 0;
+    for (int j = 1; j < classes; ++j)
+      if (l[j] > top) top = l[j], best = j;
+    double z = 0;
+    for (int j = 0; j < classes; ++j) z += std::exp(l[j] - top);
+    const double w = weights[i];
+    r.loss_sum += w * (top + std::log(z) - l[labels[i]]);
+    if (best == labels[i]) r.correct += w;
+    for (int j = 0; j < classes; ++j)
+      r.grad[size_t(i) * classes + j] =
+          scale * w * (std::exp(l[j] - top) / z - (j == labels[i] ? 1.0 : 0.0));
+  }
+  return r;
+}
+
+std::vector<int32_t> random_labels(int batch, int classes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> v(batch);
+  for (auto& l : v) l = static_cast<int32_t>(rng() % classes);
+  return v;
+}
+
+TEST(SoftmaxCrossEntropy, MatchesReferenceWithWeightsAndScale) {
+  const int batch = 37, classes = 10;
+  const auto logits = random_floats(size_t(batch) * classes, 1, -4.0f, 4.0f);
+  const auto labels = random_labels(batch, classes, 2);
+  auto weights = random_floats(batch, 3, 0.0f, 2.0f);
+  weights[5] = 0.0f;
+  const float scale = 1.0f / 29.0f;
+  const Reference ref = reference_softmax_ce(logits, labels, weights, classes, scale);
+  std::vector<float> d(logits.size());
+  const LossResult r = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(),
+                                                 batch, classes, scale, d.data());
+  EXPECT_NEAR(r.loss_sum, ref.loss_sum, 1e-5 * ref.loss_sum);
+  EXPECT_NEAR(r.correct, ref.correct, 1e-6);
+  EXPECT_GT(ref.correct, 0.0);  // the check above must be able to fail
+  EXPECT_LT(kernel_test::max_rel_error(d, ref.grad), 1e-6);
+
+  // Null weights mean 1 for every row.
+  const std::vector<float> ones(batch, 1.0f);
+  const Reference ref1 = reference_softmax_ce(logits, labels, ones, classes, scale);
+  const LossResult r1 = softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr, batch,
+                                                  classes, scale, d.data());
+  EXPECT_NEAR(r1.loss_sum, ref1.loss_sum, 1e-5 * ref1.loss_sum);
+  EXPECT_EQ(r1.correct, ref1.correct);
+  EXPECT_LT(kernel_test::max_rel_error(d, ref1.grad), 1e-6);
+}
+
+TEST(SoftmaxCrossEntropy, ZeroWeightRowsContributeNothing) {
+  const int batch = 8, classes = 5;
+  auto logits = random_floats(size_t(batch) * classes, 4);
+  const auto labels = random_labels(batch, classes, 5);
+  std::vector<float> weights(batch, 1.0f);
+  std::vector<float> d_real(logits.size());
+  // The first 5 rows alone...
+  const LossResult real = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(), 5,
+                                                    classes, 0.5f, d_real.data());
+  // ...and the same rows followed by 3 padding rows holding garbage, even inf and NaN.
+  for (int i = 5; i < batch; ++i) weights[i] = 0.0f;
+  logits[5 * classes] = std::numeric_limits<float>::infinity();
+  logits[6 * classes + 1] = std::nanf("");
+  logits[7 * classes + 2] = 1e30f;
+  std::vector<float> d(logits.size(), 3.0f);
+  const LossResult padded = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(),
+                                                      batch, classes, 0.5f, d.data());
+  EXPECT_EQ(padded.loss_sum, real.loss_sum);
+  EXPECT_EQ(padded.correct, real.correct);
+  for (size_t i = 0; i < d.size(); ++i)
+    ASSERT_EQ(d[i], i < d_real.size() ? d_real[i] : 0.0f) << "dlogits[" << i << "]";
+}
+
+TEST(SoftmaxCrossEntropy, HugeLogitsStayFinite) {
+  const int classes = 3;
+  const std::vector<float> logits = {1e30f,   0.0f, -1e30f,  // confident and right
+                                     1000.0f, 0.0f, -1000.0f, std::numeric_limits<float>::max(),
+                                     0.0f,    0.0f};
+  const std::vector<int32_t> labels = {0, 1, 2};
+  std::vector<float> d(logits.size());
+  const LossResult r =
+      softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr, 3, classes, 1.0f, d.data());
+  // Row 0 loss 0; row 1 loss 1000; row 2 loss = float max (finite, and it must not be inf).
+  const double expect = 1000.0 + std::numeric_limits<float>::max();
+  EXPECT_TRUE(std::isfinite(r.loss_sum));
+  EXPECT_NEAR(r.loss_sum, expect, 1e-6 * expect);
+  EXPECT_EQ(r.correct, 1.0);
+  for (float g : d) ASSERT_TRUE(std::isfinite(g));
+  EXPECT_NEAR(d[3], 1.0f, 1e-6);   // softmax of row 1 is one-hot on class 0
+  EXPECT_NEAR(d[4], -1.0f, 1e-6);  // minus the one-hot label
+}
+
+TEST(SoftmaxCrossEntropy, BadLabelThrowsAndWritesNothing) {
+  const auto logits = random_floats(12, 6);
+  std::vector<float> d(12, 4.0f);
+  for (int32_t bad : {-1, 4, 1000}) {
+    const std::vector<int32_t> labels = {0, 3, bad};
+    EXPECT_THROW(
+        softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr, 3, 4, 1.0f, d.data()),
+        std::out_of_range)
+        << bad;
+  }
+  EXPECT_EQ(d, std::vector<float>(12, 4.0f));
+}
+
+TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {
+  const int batch = 6, classes = 7;
+  auto logits = random_floats(size_t(batch) * classes, 7, -3.0f, 3.0f);
+  const auto labels = random_labels(batch, classes, 8);
+  const auto weights = random_floats(batch, 9, 0.5f, 1.5f);
+  const float scale = 0.25f;
+  std::vector<float> d(logits.size());
+  softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(), batch, classes, scale,
+                            d.data());
+  auto objective = [&] {
+    return scale * softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(), batch,
+                                             classes, scale, nullptr)
+                       .loss_sum;
+  };
+  kernel_test::expect_gradient(logits, d, objective, {.step = 1e-2, .abs_tol = 2e-4, .samples = 42},
+                               "dlogits");
+}
+
+TEST(Mse, MatchesReferenceAndFiniteDifferences) {
+  const int batch = 9, dim = 4;
+  auto pred = random_floats(size_t(batch) * dim, 10);
+  const auto target = random_floats(pred.size(), 11);
+  auto weights = random_floats(batch, 12, 0.0f, 2.0f);
+  weights[2] = 0.0f;
+  const float scale = 1.0f / 7.0f;
+  double loss = 0;
+  std::vector<double> grad(pred.size());
+  for (int i = 0; i < batch; ++i)
+    for (int j = 0; j < dim; ++j) {
+      const size_t k = size_t(i) * dim + j;
+      const double e = double(pred[k]) - target[k];
+      loss += weights[i] * e * e / dim;
+      grad[k] = scale * weights[i] * 2.0 * e / dim;
+    }
+  std::vector<float> d(pred.size());
+  const LossResult r =
+      mse_cpu(pred.data(), target.data(), weights.data(), batch, dim, scale, d.data());
+  EXPECT_NEAR(r.loss_sum, loss, 1e-6 * loss);
+  EXPECT_EQ(r.correct, 0.0);
+  EXPECT_LT(kernel_test::max_rel_error(d, grad), 1e-6);
+  auto objective = [&] {
+    return scale *
+           mse_cpu(pred.data(), target.data(), weights.data(), batch, dim, scale, nullptr).loss_sum;
+  };
+  kernel_test::expect_gradient(pred, d, objective, {.abs_tol = 1e-5, .samples = 36}, "dpred");
+}
+
+TEST(Mse, ZeroWeightRowsContributeNothing) {
+  const int dim = 3;
+  std::vector<float> pred = {1, 2, 3, std::nanf(""), 1e30f, 0};
+  const std::vector<float> target = {0, 2, 5, 0, 0, 0};
+  const std::vector<float> weights = {1, 0};
+  std::vector<float> d(6, 9.0f);
+  const LossResult r = mse_cpu(pred.data(), target.data(), weights.data(), 2, dim, 1.0f, d.data());
+  EXPECT_DOUBLE_EQ(r.loss_sum, (1.0 + 0.0 + 4.0) / 3.0);
+  EXPECT_EQ(d[3], 0.0f);
+  EXPECT_EQ(d[4], 0.0f);
+  EXPECT_EQ(d[5], 0.0f);
+  EXPECT_FLOAT_EQ(d[2], 2.0f * -2.0f / 3.0f);
+}
+
+}  // namespace
+}  // namespace lockstep::kernels

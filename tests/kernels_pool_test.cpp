@@ -1,0 +1,118 @@
+// Max-pool CPU kernels: forward values and argmax against a direct loop, floor mode, tie order,
+// and the backward scatter against the reference and finite differences.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernel_reference.h"
+#include "kernels/pool.h"
+
+namespace lockstep::kernels {
+namespace {
+
+size_t in_size(const PoolShape& s) { return size_t(s.n) * s.h * s.w * s.c; }
+size_t out_size(const PoolShape& s) { return size_t(s.n) * s.out_h() * s.out_w() * s.c; }
+
+// Distinct values (a shuffled ramp with steps of 0.01), so every window has one clear maximum.
+std::vector<float> distinct_values(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 0.01f * static_cast<float>(i) - 0.005f * n;
+  std::shuffle(v.begin(), v.end(), std::mt19937(seed));
+  return v;
+}
+
+// Flat input index of the first maximum of each window (reference).
+std::vector<int32_t> reference_argmax(const PoolShape& s, const std::vector<float>& x) {
+  std::vector<int32_t> arg(out_size(s));
+  size_t o = 0;
+  for (int n = 0; n < s.n; ++n)
+    for (int oy = 0; oy < s.out_h(); ++oy)
+      for (int ox = 0; ox < s.out_w(); ++ox)
+        for (int c = 0; c < s.c; ++c, ++o) {
+          int32_t best = -1;
+          for (int ky = 0; ky < s.k; ++ky)
+            for (int kx = 0; kx < s.k; ++kx) {
+              const int32_t i = ((n * s.h + oy * s.k + ky) * s.w + ox * s.k + kx) * s.c + c;
+              if (best < 0 || x[i] > x[best]) best = i;
+            }
+          arg[o] = best;
+        }
+  return arg;
+}
+
+struct Case {
+  const char* name;
+  PoolShape s;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+const Case kCases[] = {
+    {"cnn_pool1", {2, 28, 28, 32, 2}}, {"odd_floor", {3, 7, 5, 3, 2}},
+    {"k3_c1", {2, 9, 10, 1, 3}},       {"k1_identity", {1, 3, 4, 5, 1}},
+    {"whole_image", {2, 4, 4, 3, 4}},
+};
+
+class PoolCase : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PoolCase, ForwardPicksWindowMaximum) {
+  const PoolShape s = GetParam().s;
+  const auto x = distinct_values(in_size(s), 1);
+  std::vector<float> y(out_size(s));
+  std::vector<int32_t> arg(out_size(s), -7);
+  maxpool_forward_cpu(s, x.data(), y.data(), arg.data());
+  EXPECT_EQ(arg, reference_argmax(s, x));
+  for (size_t o = 0; o < y.size(); ++o) ASSERT_EQ(y[o], x[arg[o]]) << o;
+}
+
+TEST_P(PoolCase, BackwardScattersToArgmaxAndMatchesFiniteDifferences) {
+  const PoolShape s = GetParam().s;
+  auto x = distinct_values(in_size(s), 2);
+  const auto r = kernel_test::to_double(kernel_test::random_floats(out_size(s), 3));
+  const std::vector<float> dy(r.begin(), r.end());
+  std::vector<float> y(out_size(s)), dx(in_size(s), std::nanf(""));
+  std::vector<int32_t> arg(out_size(s));
+  maxpool_forward_cpu(s, x.data(), y.data(), arg.data());
+  maxpool_backward_cpu(s, dy.data(), arg.data(), dx.data());
+  std::vector<float> expect(in_size(s), 0.0f);
+  const auto ref_arg = reference_argmax(s, x);
+  for (size_t o = 0; o < dy.size(); ++o) expect[ref_arg[o]] += dy[o];
+  EXPECT_EQ(dx, expect);  // also: rows/columns dropped by floor mode get exactly 0
+
+  // Values are 0.01 apart, so a step of 0.002 never changes which element is the maximum.
+  auto objective = [&] {
+    maxpool_forward_cpu(s, x.data(), y.data(), arg.data());
+    return kernel_test::dot(r, y.data(), y.size());
+  };
+  kernel_test::expect_gradient(x, dx, objective, {.step = 2e-3, .samples = 64}, "dx");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PoolCase, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(MaxPool, TieGoesToFirstElementOfWindow) {
+  const PoolShape s{1, 2, 2, 2, 2};
+  // Channel 0: all equal; channel 1: maximum shared by the 2nd and 4th tap.
+  const std::vector<float> x = {1, 0, 1, 5, 1, 2, 1, 5};
+  std::vector<float> y(2);
+  std::vector<int32_t> arg(2);
+  maxpool_forward_cpu(s, x.data(), y.data(), arg.data());
+  EXPECT_EQ(arg, (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(y, (std::vector<float>{1, 5}));
+}
+
+TEST(MaxPool, RejectsBadShapes) {
+  EXPECT_THROW(maxpool_forward_cpu({1, 2, 2, 1, 3}, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(maxpool_forward_cpu({1, 4, 4, 1, 0}, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(maxpool_backward_cpu({1, 4, 4, 0, 2}, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace lockstep::kernels
