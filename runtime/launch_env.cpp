@@ -302,17 +302,14 @@ void check_launch_env(World* world) {
   bool notable = env.launcher != Launcher::none || world->size > 1 || !env.slurm_job_id.empty();
   if (notable) {
     LS_LOG(info) << "launcher: " << describe(env) << "; MPI: " << world->size << " rank(s), "
-                 << world->local_size << " on this host";
+                 << world->local_size << " on this host; GPU slot " << slot.index << " of "
+                 << slot.peers << " rank(s) seeing these GPUs";
   } else {
     LS_LOG(debug) << "launcher: " << describe(env);
   }
   if (first != INT_MAX) {
     LS_LOG(warn) << "launch environment and MPI disagree on " << bad_total << " rank(s); rank "
                  << first << ": " << text << ". Using MPI's numbering.";
-  }
-  if (slot.peers != world->local_size) {
-    LS_LOG(debug) << "GPU slot: index " << slot.index << " of the visible GPUs, shared by "
-                  << slot.peers << " rank(s) of this host";
   }
 }
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Starts a Lockstep program on one or several hosts with Open MPI's mpirun: one rank per GPU (or
+# per CPU device), the hosts from a hostfile, and the network settings a cluster needs.
+#
+#   scripts/launch-mpirun.sh [options] [--] PROGRAM [ARGS...]
+#   scripts/launch-mpirun.sh --hostfile hosts --ranks-per-node 4 --iface ib0 \
+#       -- /opt/lockstep/bin/lockstep-train --data fmnist.h5 --model cnn --epochs 5
+#
+# Options:
+#   --hostfile FILE      Open MPI hostfile, one host per line ("node1 slots=4"); default: this host
+#   --hosts LIST         instead of a hostfile: comma-separated hosts ("node1,node2")
+#   --ranks-per-node N   ranks on each host; default: the GPUs nvidia-smi lists here, else 1
+#   --np N               total ranks; default: hosts x ranks-per-node
+#   --iface LIST         network interface(s) (names like ib0,eth0 or a CIDR like 10.0.0.0/24) for
+#                        MPI traffic (OMPI_MCA_btl_tcp_if_include), Open MPI's own control channel
+#                        (OMPI_MCA_oob_tcp_if_include) and NCCL (NCCL_SOCKET_IFNAME; names only)
+#   --tcp                MPI over TCP only (btl self,vader,tcp): for hosts without InfiniBand/UCX
+#   --bind-to WHAT       process binding (core, socket, none); default none, so BLAS threads and
+#                        the data loader are not squeezed onto one core
+#   --mpirun PATH        the mpirun to use (default: mpirun on PATH)
+#   --dry-run            print the command instead of running it
+#   --mca KEY VALUE      any other Open MPI parameter (repeatable)
+#
+# The program and its arguments must exist at the same path on every host. Every LOCKSTEP_*,
+# NCCL_*, UCX_* and OMP_NUM_THREADS variable set here is passed on to every rank.
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+die() { echo "launch-mpirun: $*" >&2; exit 2; }
+
+hostfile="" hosts="" per_node="" np="" iface="" tcp_only=0 bind="none" mpirun="mpirun" dry=0
+mca=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --hostfile) hostfile=${2:?--hostfile needs a file}; shift 2 ;;
+    --hosts) hosts=${2:?--hosts needs a list}; shift 2 ;;
+    --ranks-per-node) per_node=${2:?--ranks-per-node needs a number}; shift 2 ;;
+    --np) np=${2:?--np needs a number}; shift 2 ;;
+    --iface) iface=${2:?--iface needs an interface}; shift 2 ;;
+    --tcp) tcp_only=1; shift ;;
+    --bind-to) bind=${2:?--bind-to needs a value}; shift 2 ;;
+    --mpirun) mpirun=${2:?--mpirun needs a path}; shift 2 ;;
+    --mca) [[ $# -ge 3 ]] || die "--mca needs KEY VALUE"; mca+=(--mca "$2" "$3"); shift 3 ;;
+    --dry-run) dry=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *) break ;;
+  esac
+done
+[[ $# -ge 1 ]] || die "no program given (see --help)"
+[[ -z "$hostfile" || -z "$hosts" ]] || die "give --hostfile or --hosts, not both"
+[[ -z "$hostfile" || -r "$hostfile" ]] || die "cannot read hostfile $hostfile"
+is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+
+# Hosts: unique first words of the hostfile's non-comment lines, or the --hosts list.
+if [[ -n "$hostfile" ]]; then
+  host_count=$(sed 's/#.*//' "$hostfile" | awk 'NF {print $1}' | sort -u | wc -l)
+  [[ $host_count -ge 1 ]] || die "hostfile $hostfile names no host"
+elif [[ -n "$hosts" ]]; then
+  host_count=$(tr ',' '\n' <<<"$hosts" | awk 'NF' | sort -u | wc -l)
+else
+  host_count=1
+fi
+
+if [[ -z "$per_node" ]]; then
+  per_node=1
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    [[ $gpus -ge 1 ]] && per_node=$gpus
+  fi
+fi
+is_count "$per_node" || die "--ranks-per-node must be a positive number, not '$per_node'"
+[[ -n "$np" ]] || np=$((host_count * per_node))
+is_count "$np" || die "--np must be a positive number, not '$np'"
+
+cmd=("$mpirun" -np "$np" --map-by "ppr:${per_node}:node" --bind-to "$bind")
+if [[ -n "$hostfile" ]]; then
+  cmd+=(--hostfile "$hostfile")
+elif [[ -n "$hosts" ]]; then
+  # Each host offers exactly the slots the mapping uses.
+  cmd+=(--host "$(tr ',' '\n' <<<"$hosts" | awk -v n="$per_node" 'NF {printf "%s%s:%d", s, $1, n; s=","}')")
+fi
+if [[ -n "$iface" ]]; then
+  # Exported and also given as --mca: mpirun reads the environment, and its remote daemons get
+  # the command-line parameters whatever their shells set.
+  export OMPI_MCA_btl_tcp_if_include="$iface" OMPI_MCA_oob_tcp_if_include="$iface"
+  cmd+=(--mca btl_tcp_if_include "$iface" --mca oob_tcp_if_include "$iface")
+  if [[ "$iface" != */* ]]; then
+    export NCCL_SOCKET_IFNAME="$iface"
+  else
+    echo "launch-mpirun: --iface $iface is an address range; NCCL_SOCKET_IFNAME needs interface" \
+         "names, so NCCL picks its own interface (set NCCL_SOCKET_IFNAME yourself)" >&2
+  fi
+fi
+[[ $tcp_only -eq 0 ]] || cmd+=(--mca btl "self,vader,tcp" --mca pml ob1)
+cmd+=("${mca[@]}")
+for var in $(compgen -e); do
+  case "$var" in
+    LOCKSTEP_*|NCCL_*|UCX_*|OMP_NUM_THREADS) cmd+=(-x "$var") ;;
+  esac
+done
+cmd+=("$@")
+
+if [[ $dry -eq 1 ]]; then
+  env_shown=$(compgen -e | grep -E '^(OMPI_MCA_(btl|oob)_tcp_if_include|NCCL_SOCKET_IFNAME)$' || true)
+  for var in $env_shown; do printf '%s=%q ' "$var" "${!var}"; done
+  printf '%q ' "${cmd[@]}"
+  echo
+  exit 0
+fi
+exec "${cmd[@]}"
