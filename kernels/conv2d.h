@@ -6,6 +6,8 @@
 
 #include <cstddef>
 
+#include "kernels/cuda_stream.h"
+
 namespace lockstep::kernels {
 
 struct Conv2dShape {
@@ -20,5 +22,12 @@ void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, co
                         float* y, float* workspace);
 void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                          float* dx, float* dw, float* db, float* workspace);
+
+// CUDA twins (conv2d.cu: im2col + cuBLAS): device pointers, a device workspace of the same size,
+// enqueued on `stream`.
+void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                         float* y, float* workspace, cudaStream_t stream);
+void conv2d_backward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                          float* dx, float* dw, float* db, float* workspace, cudaStream_t stream);
 
 }  // namespace lockstep::kernels

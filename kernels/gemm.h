@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda_stream.h"
 
 namespace lockstep::kernels {
 
@@ -14,5 +17,11 @@ struct GemmShape {
 };
 
 void gemm_cpu(const GemmShape& s, const float* a, const float* b, float* c);
+
+// CUDA twins (gemm.cu, through cuBLAS): device pointers, enqueued on `stream`, not waited for.
+void gemm_cuda(const GemmShape& s, const float* a, const float* b, float* c, cudaStream_t stream);
+// Mixed precision: A and B in bf16 (raw 16-bit words, see cast.h), C and the accumulation in fp32.
+void gemm_bf16_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, float* c,
+                    cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda_stream.h"
+
 namespace lockstep::kernels {
 
 struct LossResult {
@@ -24,5 +26,27 @@ LossResult softmax_cross_entropy_cpu(const float* logits, const int32_t* labels,
 // dpred = scale * w * 2 (pred - target) / dim; null skips.
 LossResult mse_cpu(const float* pred, const float* target, const float* weights, int batch, int dim,
                    float scale, float* dpred);
+
+// CUDA twins (loss.cu): device pointers, enqueued on `stream`. The *_sums_cuda forms add the
+// batch's totals into a LossSums in device memory and do not wait, so a trainer reads them back
+// once per log interval instead of syncing every step (zero the LossSums to start a new total).
+// A label outside [0, classes) cannot throw from the GPU: its row gets a zero gradient and no
+// loss, and counts in invalid_labels. The LossResult forms wait for the stream and then throw
+// std::out_of_range. Totals are reduced in a fixed order: identical inputs give identical bits.
+struct LossSums {
+  double loss_sum = 0;
+  double correct = 0;
+  double invalid_labels = 0;
+};
+void softmax_cross_entropy_sums_cuda(const float* logits, const int32_t* labels,
+                                     const float* weights, int batch, int classes, float scale,
+                                     float* dlogits, LossSums* sums, cudaStream_t stream);
+LossResult softmax_cross_entropy_cuda(const float* logits, const int32_t* labels,
+                                      const float* weights, int batch, int classes, float scale,
+                                      float* dlogits, cudaStream_t stream);
+void mse_sums_cuda(const float* pred, const float* target, const float* weights, int batch, int dim,
+                   float scale, float* dpred, LossSums* sums, cudaStream_t stream);
+LossResult mse_cuda(const float* pred, const float* target, const float* weights, int batch,
+                    int dim, float scale, float* dpred, cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda_stream.h"
+
 namespace lockstep::kernels {
 
 // SGD with optional momentum and (coupled, L2) weight decay:
@@ -39,5 +41,20 @@ void scale_cpu(float* x, size_t n, float s);
 // Both steps at once, for a gradient held whole on this rank (after the all-reduce): returns the
 // norm before clipping.
 double clip_by_global_norm_cpu(float* g, size_t n, double max_norm);
+
+// CUDA twins (optimizer.cu): device pointers, one fused elementwise pass each, enqueued on
+// `stream`. global_norm_cuda and clip_by_global_norm_cuda return a host value and so wait for the
+// stream; the *_device forms keep the norm in device memory (one double) and do not wait. Norms
+// are reduced in a fixed order: identical gradients give identical bits on every rank.
+void sgd_update_cuda(const SgdOptions& o, float* param, const float* grad, float* velocity,
+                     size_t n, cudaStream_t stream);
+void adam_update_cuda(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
+                      size_t n, cudaStream_t stream);
+double global_norm_cuda(const float* g, size_t n, cudaStream_t stream);
+void scale_cuda(float* x, size_t n, float s, cudaStream_t stream);
+double clip_by_global_norm_cuda(float* g, size_t n, double max_norm, cudaStream_t stream);
+void global_norm_device_cuda(const float* g, size_t n, double* norm, cudaStream_t stream);
+void clip_by_device_norm_cuda(float* g, size_t n, const double* norm, double max_norm,
+                              cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda_stream.h"
+
 namespace lockstep::kernels {
 
 struct PoolShape {
@@ -15,5 +17,11 @@ struct PoolShape {
 
 void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax);
 void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx);
+
+// CUDA twins (pool.cu): device pointers, enqueued on `stream`.
+void maxpool_forward_cuda(const PoolShape& s, const float* x, float* y, int32_t* argmax,
+                          cudaStream_t stream);
+void maxpool_backward_cuda(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx,
+                           cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -1,0 +1,37 @@
+#include "kernels/activation.h"
+
+#include "kernels/cuda_launch.cuh"
+
+namespace lockstep::kernels {
+
+namespace {
+
+// No __restrict__: the header allows y == x and dx == dy. Each element depends only on the same
+// index, so in-place use is safe.
+__global__ void relu_forward_kernel(const float* x, float* y, size_t n) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+    const float v = x[i];
+    y[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+
+__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, size_t n) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
+    dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+}  // namespace
+
+void relu_forward_cuda(const float* x, float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  relu_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(x, y, n);
+  LS_CHECK_LAUNCH("relu_forward_kernel");
+}
+
+void relu_backward_cuda(const float* y, const float* dy, float* dx, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  relu_backward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(y, dy, dx, n);
+  LS_CHECK_LAUNCH("relu_backward_kernel");
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,43 @@
+#include "kernels/cast.h"
+
+#include "kernels/cuda_launch.cuh"
+
+namespace lockstep::kernels {
+
+namespace {
+
+// The same bit arithmetic as cast.cpp (not __float2bfloat16_rn, whose NaN encoding differs), so
+// both twins give identical words for every input, NaN included.
+__device__ __forceinline__ uint16_t to_bf16(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ in, uint16_t* __restrict__ out,
+                                   size_t n) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
+    out[i] = to_bf16(in[i]);
+}
+
+__global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ in, float* __restrict__ out,
+                                   size_t n) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
+    out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+}
+
+}  // namespace
+
+void cast_f32_to_bf16_cuda(const float* in, uint16_t* out, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(in, out, n);
+  LS_CHECK_LAUNCH("f32_to_bf16_kernel");
+}
+
+void cast_bf16_to_f32_cuda(const uint16_t* in, float* out, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(in, out, n);
+  LS_CHECK_LAUNCH("bf16_to_f32_kernel");
+}
+
+}  // namespace lockstep::kernels

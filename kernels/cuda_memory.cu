@@ -1,0 +1,47 @@
+#include "kernels/cuda_memory.h"
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_check.h"
+
+namespace lockstep::kernels {
+
+void* cuda_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  LS_CHECK_CUDA(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void cuda_free(void* device) noexcept {
+  if (device != nullptr) (void)cudaFree(device);
+}
+
+void cuda_copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  LS_CHECK_CUDA(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
+}
+
+void cuda_copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return;
+  LS_CHECK_CUDA(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void cuda_zero(void* device, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  LS_CHECK_CUDA(cudaMemsetAsync(device, 0, bytes, stream));
+}
+
+cudaStream_t cuda_stream_create() {
+  cudaStream_t s = nullptr;
+  LS_CHECK_CUDA(cudaStreamCreate(&s));
+  return s;
+}
+
+void cuda_stream_destroy(cudaStream_t stream) noexcept {
+  if (stream != nullptr) (void)cudaStreamDestroy(stream);
+}
+
+void cuda_stream_synchronize(cudaStream_t stream) { LS_CHECK_CUDA(cudaStreamSynchronize(stream)); }
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,47 @@
+#include "kernels/dense.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/bias.cuh"
+#include "kernels/gemm.h"
+
+// The same three gemms as dense.cpp, on cuBLAS; the bias goes through the shared bias helpers.
+
+namespace lockstep::kernels {
+
+namespace {
+
+void check_shape(const DenseShape& s, const char* who) {
+  if (s.batch < 0 || s.in <= 0 || s.out <= 0)
+    throw std::invalid_argument(std::string(who) + ": batch must be >= 0 and in, out > 0");
+}
+
+}  // namespace
+
+void dense_forward_cuda(const DenseShape& s, const float* x, const float* w, const float* b,
+                        float* y, cudaStream_t stream) {
+  check_shape(s, "dense_forward_cuda");
+  if (s.batch == 0) return;
+  // Seed y with the bias rows; the gemm then adds x.w on top with beta = 1.
+  float beta = 0.0f;
+  if (b != nullptr) {
+    cuda::fill_rows(y, b, static_cast<size_t>(s.batch), s.out, stream);
+    beta = 1.0f;
+  }
+  gemm_cuda({.m = s.batch, .n = s.out, .k = s.in, .beta = beta}, x, w, y, stream);
+}
+
+void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, const float* dy,
+                         float* dx, float* dw, float* db, cudaStream_t stream) {
+  check_shape(s, "dense_backward_cuda");
+  if (s.batch == 0) return;
+  if (dx != nullptr)  // dx[batch, in] = dy[batch, out] . w[in, out]^T
+    gemm_cuda({.m = s.batch, .n = s.in, .k = s.out, .trans_b = true}, dy, w, dx, stream);
+  if (dw != nullptr)  // dw[in, out] += x[batch, in]^T . dy[batch, out]
+    gemm_cuda({.m = s.in, .n = s.out, .k = s.batch, .trans_a = true, .beta = 1.0f}, x, dy, dw,
+              stream);
+  if (db != nullptr) cuda::add_column_sums(dy, static_cast<size_t>(s.batch), s.out, db, stream);
+}
+
+}  // namespace lockstep::kernels

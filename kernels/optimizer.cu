@@ -1,0 +1,170 @@
+#include "kernels/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/cuda_launch.cuh"
+
+// Fused elementwise updates (one read and one write of each buffer per step) and a two-pass norm
+// whose partial sums depend only on n, never on scheduling: every rank computes the same norm bits
+// from the same all-reduced gradient, so clipping cannot make replicas drift. The coefficients are
+// computed on the host exactly as optimizer.cpp computes them.
+
+namespace lockstep::kernels {
+
+namespace {
+
+enum class SgdMode { plain, momentum, nesterov };
+
+__global__ void sgd_kernel(SgdMode mode, float lr, float mu, float wd, float* __restrict__ p,
+                           const float* __restrict__ g, float* __restrict__ v, size_t n) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+    const float gi = g[i] + wd * p[i];
+    if (mode == SgdMode::plain) {
+      p[i] -= lr * gi;
+      continue;
+    }
+    const float vi = mu * v[i] + gi;
+    v[i] = vi;
+    p[i] -= lr * (mode == SgdMode::nesterov ? gi + mu * vi : vi);
+  }
+}
+
+struct AdamCoefficients {
+  float b1, b2, eps, step_size, inv_sqrt_bc2, shrink, coupled_wd;
+};
+
+__global__ void adam_kernel(AdamCoefficients c, float* __restrict__ p, const float* __restrict__ g,
+                            float* __restrict__ m, float* __restrict__ v, size_t n) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+    const float pi = p[i];
+    const float gi = g[i] + c.coupled_wd * pi;
+    const float mi = c.b1 * m[i] + (1.0f - c.b1) * gi;
+    const float vi = c.b2 * v[i] + (1.0f - c.b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi * c.shrink - c.step_size * mi / (sqrtf(vi) * c.inv_sqrt_bc2 + c.eps);
+  }
+}
+
+constexpr size_t kMaxNormBlocks = 1024;
+
+unsigned norm_blocks(size_t n) {
+  // About 8 elements per thread, at most kMaxNormBlocks partials: a function of n alone.
+  const size_t per_block = size_t(cuda::kThreads) * 8;
+  return static_cast<unsigned>(std::clamp<size_t>((n + per_block - 1) / per_block, 1,
+                                                  kMaxNormBlocks));
+}
+
+__global__ void square_partials_kernel(const float* __restrict__ g, size_t n,
+                                       double* __restrict__ partial) {
+  double acc = 0.0;
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+    const double x = g[i];
+    acc += x * x;
+  }
+  acc = cuda::block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void norm_finish_kernel(const double* __restrict__ partial, int blocks, double* norm) {
+  double acc = 0.0;
+  for (int b = threadIdx.x; b < blocks; b += blockDim.x) acc += partial[b];
+  acc = cuda::block_sum(acc);
+  if (threadIdx.x == 0) *norm = sqrt(acc);
+}
+
+__global__ void scale_kernel(float* __restrict__ x, size_t n, float s) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) x[i] *= s;
+}
+
+// Reads the norm on the device: no host round trip between the norm and the clip.
+__global__ void clip_kernel(float* __restrict__ g, size_t n, const double* __restrict__ norm,
+                            double max_norm) {
+  const double current = *norm;
+  if (!(max_norm > 0 && current > max_norm)) return;
+  const float s = static_cast<float>(max_norm / current);
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) g[i] *= s;
+}
+
+double read_norm(const double* device, cudaStream_t stream) {
+  double host = 0;
+  LS_CHECK_CUDA(cudaMemcpyAsync(&host, device, sizeof host, cudaMemcpyDeviceToHost, stream));
+  LS_CHECK_CUDA(cudaStreamSynchronize(stream));
+  return host;
+}
+
+}  // namespace
+
+void sgd_update_cuda(const SgdOptions& o, float* param, const float* grad, float* velocity,
+                     size_t n, cudaStream_t stream) {
+  SgdMode mode = SgdMode::plain;
+  if (o.momentum != 0.0f) {
+    if (velocity == nullptr)
+      throw std::invalid_argument("sgd_update_cuda: momentum needs a velocity");
+    mode = o.nesterov ? SgdMode::nesterov : SgdMode::momentum;
+  }
+  if (n == 0) return;
+  sgd_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(mode, o.lr, o.momentum,
+                                                                o.weight_decay, param, grad,
+                                                                velocity, n);
+  LS_CHECK_LAUNCH("sgd_kernel");
+}
+
+void adam_update_cuda(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
+                      size_t n, cudaStream_t stream) {
+  if (o.step < 1) throw std::invalid_argument("adam_update_cuda: step is 1-based");
+  if (n == 0) return;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
+  AdamCoefficients c;
+  c.b1 = o.beta1;
+  c.b2 = o.beta2;
+  c.eps = o.eps;
+  c.step_size = static_cast<float>(o.lr / bc1);
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  // AdamW shrinks the parameter before the step; Adam adds the decay to the gradient.
+  c.shrink = o.decoupled ? 1.0f - o.lr * o.weight_decay : 1.0f;
+  c.coupled_wd = o.decoupled ? 0.0f : o.weight_decay;
+  adam_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, param, grad, m, v, n);
+  LS_CHECK_LAUNCH("adam_kernel");
+}
+
+void global_norm_device_cuda(const float* g, size_t n, double* norm, cudaStream_t stream) {
+  const unsigned blocks = norm_blocks(n);
+  cuda::StreamScratch partial(blocks * sizeof(double), stream);
+  square_partials_kernel<<<blocks, cuda::kThreads, 0, stream>>>(g, n, partial.as<double>());
+  LS_CHECK_LAUNCH("square_partials_kernel");
+  norm_finish_kernel<<<1, cuda::kThreads, 0, stream>>>(partial.as<double>(),
+                                                       static_cast<int>(blocks), norm);
+  LS_CHECK_LAUNCH("norm_finish_kernel");
+}
+
+double global_norm_cuda(const float* g, size_t n, cudaStream_t stream) {
+  cuda::StreamScratch norm(sizeof(double), stream);
+  global_norm_device_cuda(g, n, norm.as<double>(), stream);
+  return read_norm(norm.as<double>(), stream);
+}
+
+void scale_cuda(float* x, size_t n, float s, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(x, n, s);
+  LS_CHECK_LAUNCH("scale_kernel");
+}
+
+void clip_by_device_norm_cuda(float* g, size_t n, const double* norm, double max_norm,
+                              cudaStream_t stream) {
+  if (n == 0 || !(max_norm > 0)) return;
+  clip_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(g, n, norm, max_norm);
+  LS_CHECK_LAUNCH("clip_kernel");
+}
+
+double clip_by_global_norm_cuda(float* g, size_t n, double max_norm, cudaStream_t stream) {
+  cuda::StreamScratch norm(sizeof(double), stream);
+  global_norm_device_cuda(g, n, norm.as<double>(), stream);
+  clip_by_device_norm_cuda(g, n, norm.as<double>(), max_norm, stream);
+  return read_norm(norm.as<double>(), stream);
+}
+
+}  // namespace lockstep::kernels
