@@ -1,0 +1,543 @@
+// Parity of the CUDA twins with their CPU twins, which serve as the oracle: random inputs of
+// several shapes, forward and backward passes, optimizer updates, and one whole training step of a
+// small CNN assembled from the kernels. Tolerances follow the arithmetic: selects and copies must
+// match bit for bit; fp32 sums may differ in order (1e-4 of the result's scale for gemm-based ops,
+// tighter for elementwise ones); bf16 inputs lose 8 mantissa bits (1e-2). Every test skips, with
+// the reason, where no GPU answers or the build has no CUDA.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/activation.h"
+#include "kernels/cast.h"
+#include "kernels/conv2d.h"
+#include "kernels/cuda_info.h"
+#include "kernels/cuda_memory.h"
+#include "kernels/dense.h"
+#include "kernels/gemm.h"
+#include "kernels/loss.h"
+#include "kernels/optimizer.h"
+#include "kernels/pool.h"
+
+namespace lk = lockstep::kernels;
+
+namespace {
+
+using Floats = std::vector<float>;
+
+// A device copy of a host vector. The copies go through the legacy default stream, which waits for
+// the tests' (blocking) stream; the tests still sync their stream before reading, to say so.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& host)
+      : n_(host.size()), ptr_(static_cast<T*>(lk::cuda_alloc(n_ * sizeof(T)))) {
+    upload(host);
+  }
+  explicit DeviceArray(size_t n) : DeviceArray(std::vector<T>(n)) {}
+  ~DeviceArray() { lk::cuda_free(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() const { return ptr_; }
+  void upload(const std::vector<T>& host) {
+    lk::cuda_copy_to_device(ptr_, host.data(), n_ * sizeof(T));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    lk::cuda_copy_to_host(host.data(), ptr_, n_ * sizeof(T));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_;
+};
+
+Floats random_floats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Floats v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Each element within rtol * (|want| + max|want|): the second term judges elements that cancel to
+// near zero on the scale of the whole result, as a different summation order would move them.
+testing::AssertionResult close(const Floats& got, const Floats& want, double rtol) {
+  if (got.size() != want.size())
+    return testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
+  size_t bad = 0, first = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const bool ok = err <= rtol * (std::fabs(static_cast<double>(want[i])) + scale);
+    if (!ok && bad++ == 0) first = i;
+    worst = std::max(worst, err);
+  }
+  if (bad == 0) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << bad << " of " << got.size() << " elements differ; first at "
+                                     << first << ": " << got[first] << " vs " << want[first]
+                                     << "; worst abs error " << worst << ", scale " << scale;
+}
+
+class GpuParity : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    if (lk::cuda_device_count_or_reason(&reason) <= 0)
+      GTEST_SKIP() << "CUDA kernels cannot be tested here: " << reason;
+    stream_ = lk::cuda_stream_create();
+  }
+  void TearDown() override { lk::cuda_stream_destroy(stream_); }
+  void sync() { lk::cuda_stream_synchronize(stream_); }
+
+  cudaStream_t stream_ = nullptr;
+  std::mt19937 rng_{20240611};
+};
+
+TEST_F(GpuParity, GemmMatchesCpuForEveryTransposeAndScale) {
+  const lk::GemmShape shapes[] = {
+      {.m = 1, .n = 1, .k = 1},
+      {.m = 7, .n = 5, .k = 3},
+      {.m = 64, .n = 33, .k = 17, .trans_a = true},
+      {.m = 31, .n = 64, .k = 129, .trans_b = true, .alpha = 0.5f, .beta = 1.0f},
+      {.m = 128, .n = 96, .k = 200, .trans_a = true, .trans_b = true, .alpha = 1.5f, .beta = -0.5f},
+      {.m = 3, .n = 300, .k = 2, .beta = 2.0f},
+  };
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k << " ta="
+                                    << s.trans_a << " tb=" << s.trans_b);
+    const Floats a = random_floats(size_t(s.m) * s.k, rng_);
+    const Floats b = random_floats(size_t(s.k) * s.n, rng_);
+    Floats c = random_floats(size_t(s.m) * s.n, rng_);
+    DeviceArray<float> da(a), db(b), dc(c);
+    lk::gemm_cpu(s, a.data(), b.data(), c.data());
+    lk::gemm_cuda(s, da.get(), db.get(), dc.get(), stream_);
+    sync();
+    EXPECT_TRUE(close(dc.download(), c, 1e-4));
+  }
+}
+
+TEST_F(GpuParity, Bf16GemmAccumulatesInFp32) {
+  const lk::GemmShape shapes[] = {
+      {.m = 16, .n = 16, .k = 16},
+      {.m = 33, .n = 70, .k = 257, .trans_a = true},
+      {.m = 128, .n = 10, .k = 512, .trans_b = true, .beta = 1.0f},
+  };
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
+    const Floats a = random_floats(size_t(s.m) * s.k, rng_);
+    const Floats b = random_floats(size_t(s.k) * s.n, rng_);
+    const Floats c0 = random_floats(size_t(s.m) * s.n, rng_);
+    std::vector<uint16_t> a16(a.size()), b16(b.size());
+    lk::cast_f32_to_bf16_cpu(a.data(), a16.data(), a.size());
+    lk::cast_f32_to_bf16_cpu(b.data(), b16.data(), b.size());
+    // Oracle 1: fp32 gemm of the bf16-rounded inputs (products of bf16 are exact in fp32).
+    Floats ar(a.size()), br(b.size()), rounded = c0, exact = c0;
+    lk::cast_bf16_to_f32_cpu(a16.data(), ar.data(), a.size());
+    lk::cast_bf16_to_f32_cpu(b16.data(), br.data(), b.size());
+    lk::gemm_cpu(s, ar.data(), br.data(), rounded.data());
+    // Oracle 2: the fp32 gemm of the original inputs, which bf16 approximates.
+    lk::gemm_cpu(s, a.data(), b.data(), exact.data());
+    DeviceArray<uint16_t> da(a16), db(b16);
+    DeviceArray<float> dc(c0);
+    lk::gemm_bf16_cuda(s, da.get(), db.get(), dc.get(), stream_);
+    sync();
+    const Floats got = dc.download();
+    EXPECT_TRUE(close(got, rounded, 1e-4));
+    EXPECT_TRUE(close(got, exact, 1e-2));
+  }
+}
+
+TEST_F(GpuParity, CastsGiveTheCpuBitsIncludingSpecialValues) {
+  Floats x = random_floats(10000, rng_, -1e4f, 1e4f);
+  const uint32_t specials[] = {0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000,
+                               0xffc00001, 0x7f800001, 0x00000001, 0x807fffff, 0x7f7fffff,
+                               0x3f808000, 0x3f818000, 0x3f80ffff, 0x7f7f8000};
+  for (uint32_t bits : specials) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
+  std::vector<uint16_t> want(x.size());
+  lk::cast_f32_to_bf16_cpu(x.data(), want.data(), x.size());
+  DeviceArray<float> dx(x);
+  DeviceArray<uint16_t> dh(x.size());
+  lk::cast_f32_to_bf16_cuda(dx.get(), dh.get(), x.size(), stream_);
+  sync();
+  EXPECT_EQ(dh.download(), want);
+
+  std::vector<uint16_t> every(65536);
+  for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<uint16_t>(i);
+  Floats back(every.size());
+  lk::cast_bf16_to_f32_cpu(every.data(), back.data(), every.size());
+  DeviceArray<uint16_t> de(every);
+  DeviceArray<float> dback(every.size());
+  lk::cast_bf16_to_f32_cuda(de.get(), dback.get(), every.size(), stream_);
+  sync();
+  const Floats got = dback.download();
+  EXPECT_EQ(std::memcmp(got.data(), back.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST_F(GpuParity, DenseForwardAndBackward) {
+  const lk::DenseShape shapes[] = {{1, 1, 1}, {33, 17, 5}, {16, 784, 10}, {128, 64, 128}};
+  for (const auto& s : shapes) {
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "batch=" << s.batch << " in=" << s.in << " out=" << s.out
+                                      << " bias=" << bias);
+      const Floats x = random_floats(size_t(s.batch) * s.in, rng_);
+      const Floats w = random_floats(size_t(s.in) * s.out, rng_);
+      const Floats b = random_floats(s.out, rng_);
+      const Floats dy = random_floats(size_t(s.batch) * s.out, rng_);
+      // dw and db start non-zero: the backward pass accumulates into them.
+      Floats y(size_t(s.batch) * s.out), dx(x.size()), dw = random_floats(w.size(), rng_),
+          db = random_floats(b.size(), rng_);
+      DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y.size()), gdx(dx.size()), gdw(dw),
+          gdb(db);
+      lk::dense_forward_cpu(s, x.data(), w.data(), bias ? b.data() : nullptr, y.data());
+      lk::dense_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(),
+                             bias ? db.data() : nullptr);
+      lk::dense_forward_cuda(s, gx.get(), gw.get(), bias ? gb.get() : nullptr, gy.get(), stream_);
+      lk::dense_backward_cuda(s, gx.get(), gw.get(), gdy.get(), gdx.get(), gdw.get(),
+                              bias ? gdb.get() : nullptr, stream_);
+      sync();
+      EXPECT_TRUE(close(gy.download(), y, 1e-4)) << "y";
+      EXPECT_TRUE(close(gdx.download(), dx, 1e-4)) << "dx";
+      EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw";
+      EXPECT_TRUE(close(gdb.download(), db, 1e-5)) << "db";
+    }
+  }
+}
+
+TEST_F(GpuParity, Conv2dForwardAndBackwardForAnyGeometry) {
+  const lk::Conv2dShape shapes[] = {
+      {.n = 2, .h = 5, .w = 5, .c_in = 1, .c_out = 3},
+      {.n = 3, .h = 8, .w = 7, .c_in = 4, .c_out = 8, .stride = 2},
+      {.n = 2, .h = 9, .w = 6, .c_in = 3, .c_out = 5, .kh = 5, .kw = 2, .stride = 3, .pad_h = 2,
+       .pad_w = 0},
+      {.n = 8, .h = 28, .w = 28, .c_in = 1, .c_out = 32},
+      {.n = 4, .h = 14, .w = 14, .c_in = 32, .c_out = 64},
+  };
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "n=" << s.n << " " << s.h << "x" << s.w << "x" << s.c_in
+                                    << " -> " << s.c_out << " k=" << s.kh << "x" << s.kw
+                                    << " stride=" << s.stride);
+    const size_t ws = lk::conv2d_workspace_floats(s);
+    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
+    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
+    const Floats x = random_floats(x_n, rng_);
+    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
+    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
+    Floats y(y_n), dx(x_n), dw = random_floats(w.size(), rng_), db = random_floats(b.size(), rng_);
+    Floats work(ws);
+    lk::conv2d_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), work.data());
+    lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(),
+                            work.data());
+    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw), gdb(db), gwork(ws);
+    lk::conv2d_forward_cuda(s, gx.get(), gw.get(), gb.get(), gy.get(), gwork.get(), stream_);
+    lk::conv2d_backward_cuda(s, gx.get(), gw.get(), gdy.get(), gdx.get(), gdw.get(), gdb.get(),
+                             gwork.get(), stream_);
+    sync();
+    EXPECT_TRUE(close(gy.download(), y, 1e-4)) << "y";
+    EXPECT_TRUE(close(gdx.download(), dx, 1e-4)) << "dx";
+    EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw";
+    EXPECT_TRUE(close(gdb.download(), db, 1e-4)) << "db";
+  }
+}
+
+TEST_F(GpuParity, MaxPoolMatchesExactlyTiesIncluded) {
+  const lk::PoolShape shapes[] = {
+      {.n = 2, .h = 4, .w = 4, .c = 3}, {.n = 3, .h = 7, .w = 5, .c = 5},
+      {.n = 2, .h = 9, .w = 9, .c = 4, .k = 3}, {.n = 8, .h = 28, .w = 28, .c = 32}};
+  std::uniform_int_distribution<int> level(0, 3);  // few distinct values: many ties
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "n=" << s.n << " " << s.h << "x" << s.w << "x" << s.c
+                                    << " k=" << s.k);
+    const size_t in_n = size_t(s.n) * s.h * s.w * s.c;
+    const size_t out_n = size_t(s.n) * s.out_h() * s.out_w() * s.c;
+    Floats x(in_n);
+    for (float& v : x) v = static_cast<float>(level(rng_));
+    const Floats dy = random_floats(out_n, rng_);
+    Floats y(out_n), dx(in_n);
+    std::vector<int32_t> arg(out_n);
+    lk::maxpool_forward_cpu(s, x.data(), y.data(), arg.data());
+    lk::maxpool_backward_cpu(s, dy.data(), arg.data(), dx.data());
+    DeviceArray<float> gx(x), gy(out_n), gdy(dy), gdx(Floats(in_n, 7.0f));  // backward overwrites
+    DeviceArray<int32_t> garg(out_n);
+    lk::maxpool_forward_cuda(s, gx.get(), gy.get(), garg.get(), stream_);
+    lk::maxpool_backward_cuda(s, gdy.get(), garg.get(), gdx.get(), stream_);
+    sync();
+    EXPECT_EQ(gy.download(), y);
+    EXPECT_EQ(garg.download(), arg);
+    EXPECT_EQ(gdx.download(), dx);
+  }
+}
+
+TEST_F(GpuParity, ReluMatchesExactlyAlsoInPlace) {
+  for (size_t n : {size_t(1), size_t(1000), size_t(1) << 20}) {
+    const Floats x = random_floats(n, rng_), dy = random_floats(n, rng_);
+    Floats y(n), dx(n);
+    lk::relu_forward_cpu(x.data(), y.data(), n);
+    lk::relu_backward_cpu(y.data(), dy.data(), dx.data(), n);
+    DeviceArray<float> gx(x), gy(n), gdy(dy);
+    lk::relu_forward_cuda(gx.get(), gy.get(), n, stream_);
+    lk::relu_backward_cuda(gy.get(), gdy.get(), gdy.get(), n, stream_);  // dx aliases dy
+    lk::relu_forward_cuda(gx.get(), gx.get(), n, stream_);               // y aliases x
+    sync();
+    EXPECT_EQ(gy.download(), y);
+    EXPECT_EQ(gx.download(), y);
+    EXPECT_EQ(gdy.download(), dx);
+  }
+}
+
+TEST_F(GpuParity, SoftmaxCrossEntropyLossAccuracyAndGradient) {
+  struct Case {
+    int batch, classes;
+    bool weighted;
+  };
+  const Case cases[] = {{1, 1, false}, {7, 10, true}, {64, 10, false}, {33, 1000, true},
+                        {5, 3000, false}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message() << "batch=" << c.batch << " classes=" << c.classes);
+    Floats logits = random_floats(size_t(c.batch) * c.classes, rng_, -8.0f, 8.0f);
+    std::vector<int32_t> labels(c.batch);
+    std::uniform_int_distribution<int32_t> pick(0, c.classes - 1);
+    for (auto& l : labels) l = pick(rng_);
+    Floats weights(c.batch, 1.0f);
+    if (c.weighted) {
+      // The last row is padding: weight 0, and non-finite logits that must not leak into the sums.
+      weights.back() = 0.0f;
+      logits[logits.size() - 1] = std::numeric_limits<float>::infinity();
+      weights[0] = 0.5f;
+    }
+    const float scale = 1.0f / c.batch;
+    Floats dl(logits.size());
+    const lk::LossResult want = lk::softmax_cross_entropy_cpu(
+        logits.data(), labels.data(), c.weighted ? weights.data() : nullptr, c.batch, c.classes,
+        scale, dl.data());
+    DeviceArray<float> glog(logits), gw(weights), gdl(logits.size());
+    DeviceArray<int32_t> glab(labels);
+    const lk::LossResult got = lk::softmax_cross_entropy_cuda(
+        glog.get(), glab.get(), c.weighted ? gw.get() : nullptr, c.batch, c.classes, scale,
+        gdl.get(), stream_);
+    EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * (1 + std::fabs(want.loss_sum)));
+    EXPECT_EQ(got.correct, want.correct);
+    EXPECT_TRUE(close(gdl.download(), dl, 1e-5));
+  }
+}
+
+TEST_F(GpuParity, LossSumsAccumulateOnTheDeviceAndCountBadLabels) {
+  const int batch = 16, classes = 10;
+  const Floats logits = random_floats(batch * classes, rng_, -4.0f, 4.0f);
+  std::vector<int32_t> labels(batch, 3);
+  const lk::LossResult one = lk::softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr,
+                                                           batch, classes, 1.0f, nullptr);
+  DeviceArray<float> glog(logits), gdl(Floats(batch * classes, 5.0f));
+  DeviceArray<int32_t> glab(labels);
+  DeviceArray<lk::LossSums> sums(1);
+  lk::cuda_zero(sums.get(), sizeof(lk::LossSums), stream_);
+  for (int step = 0; step < 3; ++step)
+    lk::softmax_cross_entropy_sums_cuda(glog.get(), glab.get(), nullptr, batch, classes, 1.0f,
+                                        nullptr, sums.get(), stream_);
+  sync();
+  const lk::LossSums three = sums.download()[0];
+  EXPECT_NEAR(three.loss_sum, 3 * one.loss_sum, 1e-5 * (1 + 3 * one.loss_sum));
+  EXPECT_EQ(three.correct, 3 * one.correct);
+  EXPECT_EQ(three.invalid_labels, 0);
+
+  labels[4] = classes;  // out of range
+  labels[9] = -1;
+  DeviceArray<int32_t> gbad(labels);
+  EXPECT_THROW(lk::softmax_cross_entropy_cuda(glog.get(), gbad.get(), nullptr, batch, classes, 1.0f,
+                                              gdl.get(), stream_),
+               std::out_of_range);
+  const Floats d = gdl.download();
+  for (int j = 0; j < classes; ++j)
+    EXPECT_EQ(d[4 * classes + j], 0.0f) << "a row with a bad label gets no gradient";
+}
+
+TEST_F(GpuParity, MseLossAndGradient) {
+  const std::pair<int, int> shapes[] = {{8, 1}, {32, 10}, {5, 700}};
+  for (const auto& [batch, dim] : shapes) {
+    SCOPED_TRACE(testing::Message() << "batch=" << batch << " dim=" << dim);
+    const Floats pred = random_floats(size_t(batch) * dim, rng_);
+    const Floats target = random_floats(pred.size(), rng_);
+    Floats weights = random_floats(batch, rng_, 0.0f, 1.0f);
+    weights[0] = 0.0f;
+    Floats dp(pred.size());
+    const lk::LossResult want = lk::mse_cpu(pred.data(), target.data(), weights.data(), batch, dim,
+                                            0.25f, dp.data());
+    DeviceArray<float> gp(pred), gt(target), gw(weights), gdp(pred.size());
+    const lk::LossResult got =
+        lk::mse_cuda(gp.get(), gt.get(), gw.get(), batch, dim, 0.25f, gdp.get(), stream_);
+    EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-9 * (1 + want.loss_sum));
+    EXPECT_TRUE(close(gdp.download(), dp, 1e-6));
+  }
+}
+
+TEST_F(GpuParity, SgdAndAdamUpdatesOverSeveralSteps) {
+  const lk::SgdOptions sgds[] = {{.lr = 0.1f},
+                                 {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f},
+                                 {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f,
+                                  .nesterov = true}};
+  const size_t n = (size_t(1) << 20) + 3;
+  for (const auto& o : sgds) {
+    SCOPED_TRACE(testing::Message() << "sgd momentum=" << o.momentum << " nesterov=" << o.nesterov);
+    Floats p = random_floats(n, rng_), v(n, 0.0f);
+    DeviceArray<float> gp(p), gv(v);
+    for (int step = 0; step < 4; ++step) {
+      const Floats g = random_floats(n, rng_);
+      DeviceArray<float> gg(g);
+      lk::sgd_update_cpu(o, p.data(), g.data(), v.data(), n);
+      lk::sgd_update_cuda(o, gp.get(), gg.get(), gv.get(), n, stream_);
+    }
+    sync();
+    EXPECT_TRUE(close(gp.download(), p, 1e-5));
+    EXPECT_TRUE(close(gv.download(), v, 1e-5));
+  }
+  for (bool decoupled : {false, true}) {
+    for (int64_t first : {int64_t(1), int64_t(1000)}) {
+      SCOPED_TRACE(testing::Message() << "adam decoupled=" << decoupled << " step=" << first);
+      Floats p = random_floats(n, rng_), m(n, 0.0f), v(n, 0.0f);
+      DeviceArray<float> gp(p), gm(m), gv(v);
+      for (int64_t step = first; step < first + 4; ++step) {
+        const lk::AdamOptions o{.lr = 1e-2f, .weight_decay = 0.01f, .decoupled = decoupled,
+                                .step = step};
+        const Floats g = random_floats(n, rng_);
+        DeviceArray<float> gg(g);
+        lk::adam_update_cpu(o, p.data(), g.data(), m.data(), v.data(), n);
+        lk::adam_update_cuda(o, gp.get(), gg.get(), gm.get(), gv.get(), n, stream_);
+      }
+      sync();
+      EXPECT_TRUE(close(gp.download(), p, 1e-5));
+      EXPECT_TRUE(close(gm.download(), m, 1e-5));
+      EXPECT_TRUE(close(gv.download(), v, 1e-5));
+    }
+  }
+}
+
+TEST_F(GpuParity, GlobalNormIsDeterministicAndClipsLikeTheCpu) {
+  for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(3) << 20}) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    Floats g = random_floats(n, rng_);
+    DeviceArray<float> gg(g);
+    const double want = lk::global_norm_cpu(g.data(), n);
+    const double got = lk::global_norm_cuda(gg.get(), n, stream_);
+    EXPECT_NEAR(got, want, 1e-10 * want);
+    EXPECT_EQ(lk::global_norm_cuda(gg.get(), n, stream_), got) << "same bits on every call";
+    if (n == 0) continue;
+    // Clip to half the norm, once through the host value and once with the norm kept on the GPU.
+    const double max_norm = want / 2;
+    DeviceArray<float> gg2(g);
+    DeviceArray<double> norm(1);
+    const double before = lk::clip_by_global_norm_cuda(gg.get(), n, max_norm, stream_);
+    lk::global_norm_device_cuda(gg2.get(), n, norm.get(), stream_);
+    lk::clip_by_device_norm_cuda(gg2.get(), n, norm.get(), max_norm, stream_);
+    lk::clip_by_global_norm_cpu(g.data(), n, max_norm);
+    sync();
+    EXPECT_EQ(before, got);
+    EXPECT_TRUE(close(gg.download(), g, 1e-6));
+    EXPECT_EQ(gg2.download(), gg.download());
+    // Above the norm nothing changes; scale_cuda is one multiply, exact.
+    const Floats clipped = gg.download();
+    lk::clip_by_global_norm_cuda(gg.get(), n, 10 * want, stream_);
+    lk::scale_cuda(gg2.get(), n, 0.5f, stream_);
+    lk::scale_cpu(g.data(), n, 0.5f);
+    sync();
+    EXPECT_EQ(gg.download(), clipped);
+    EXPECT_TRUE(close(gg2.download(), g, 1e-6));
+  }
+}
+
+// One training step of conv3x3(6) -> relu -> maxpool2 -> dense(10) -> softmax xent -> Adam, with
+// all parameters and gradients in one flat buffer each (as the runtime lays them out). Each of
+// three steps starts both twins from the CPU's state, so the test checks one step's parity rather
+// than how rounding differences grow over many steps.
+struct TinyCnn {
+  static constexpr int kBatch = 4, kSide = 12, kChannels = 2, kFilters = 6, kClasses = 10;
+  lk::Conv2dShape conv{.n = kBatch, .h = kSide, .w = kSide, .c_in = kChannels, .c_out = kFilters};
+  lk::PoolShape pool{.n = kBatch, .h = kSide, .w = kSide, .c = kFilters, .k = 2};
+  lk::DenseShape dense{
+      .batch = kBatch, .in = (kSide / 2) * (kSide / 2) * kFilters, .out = kClasses};
+  size_t conv_w = 0, conv_b = size_t(9) * kChannels * kFilters, dense_w = conv_b + kFilters,
+         dense_b = dense_w + size_t(dense.in) * kClasses, params = dense_b + kClasses;
+  size_t act = size_t(kBatch) * kSide * kSide * kFilters, pooled = size_t(kBatch) * dense.in;
+};
+
+TEST_F(GpuParity, WholeTrainingStepOfASmallCnn) {
+  const TinyCnn net;
+  const Floats images =
+      random_floats(size_t(net.kBatch) * net.kSide * net.kSide * net.kChannels, rng_);
+  std::vector<int32_t> labels = {3, 1, 4, 1};
+  Floats params = random_floats(net.params, rng_, -0.3f, 0.3f);
+  Floats grads(net.params), m(net.params, 0.0f), v(net.params, 0.0f);
+  Floats work(lk::conv2d_workspace_floats(net.conv)), a1(net.act), a2(net.pooled), logits(40),
+      dlogits(40), d2(net.pooled), d1(net.act);
+  std::vector<int32_t> arg(net.pooled);
+  DeviceArray<float> g_images(images), g_params(params), g_grads(net.params), g_m(m), g_v(v),
+      g_work(work.size()), g_a1(net.act), g_a2(net.pooled), g_logits(40), g_dlogits(40),
+      g_d2(net.pooled), g_d1(net.act);
+  DeviceArray<int32_t> g_labels(labels), g_arg(net.pooled);
+  const float scale = 1.0f / net.kBatch;
+  for (int64_t step = 1; step <= 3; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    const lk::AdamOptions adam{.lr = 1e-2f, .weight_decay = 1e-4f, .decoupled = true, .step = step};
+    g_params.upload(params);
+    g_m.upload(m);
+    g_v.upload(v);
+    // CPU.
+    float* p = params.data();
+    float* g = grads.data();
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    lk::conv2d_forward_cpu(net.conv, images.data(), p + net.conv_w, p + net.conv_b, a1.data(),
+                           work.data());
+    lk::relu_forward_cpu(a1.data(), a1.data(), net.act);
+    lk::maxpool_forward_cpu(net.pool, a1.data(), a2.data(), arg.data());
+    lk::dense_forward_cpu(net.dense, a2.data(), p + net.dense_w, p + net.dense_b, logits.data());
+    const lk::LossResult want = lk::softmax_cross_entropy_cpu(
+        logits.data(), labels.data(), nullptr, net.kBatch, net.kClasses, scale, dlogits.data());
+    lk::dense_backward_cpu(net.dense, a2.data(), p + net.dense_w, dlogits.data(), d2.data(),
+                           g + net.dense_w, g + net.dense_b);
+    lk::maxpool_backward_cpu(net.pool, d2.data(), arg.data(), d1.data());
+    lk::relu_backward_cpu(a1.data(), d1.data(), d1.data(), net.act);
+    lk::conv2d_backward_cpu(net.conv, images.data(), p + net.conv_w, d1.data(), nullptr,
+                            g + net.conv_w, g + net.conv_b, work.data());
+    lk::adam_update_cpu(adam, p, g, m.data(), v.data(), net.params);
+    // GPU, the same sequence.
+    p = g_params.get();
+    g = g_grads.get();
+    lk::cuda_zero(g, net.params * sizeof(float), stream_);
+    lk::conv2d_forward_cuda(net.conv, g_images.get(), p + net.conv_w, p + net.conv_b, g_a1.get(),
+                            g_work.get(), stream_);
+    lk::relu_forward_cuda(g_a1.get(), g_a1.get(), net.act, stream_);
+    lk::maxpool_forward_cuda(net.pool, g_a1.get(), g_a2.get(), g_arg.get(), stream_);
+    lk::dense_forward_cuda(net.dense, g_a2.get(), p + net.dense_w, p + net.dense_b, g_logits.get(),
+                           stream_);
+    const lk::LossResult got = lk::softmax_cross_entropy_cuda(
+        g_logits.get(), g_labels.get(), nullptr, net.kBatch, net.kClasses, scale, g_dlogits.get(),
+        stream_);
+    lk::dense_backward_cuda(net.dense, g_a2.get(), p + net.dense_w, g_dlogits.get(), g_d2.get(),
+                            g + net.dense_w, g + net.dense_b, stream_);
+    lk::maxpool_backward_cuda(net.pool, g_d2.get(), g_arg.get(), g_d1.get(), stream_);
+    lk::relu_backward_cuda(g_a1.get(), g_d1.get(), g_d1.get(), net.act, stream_);
+    lk::conv2d_backward_cuda(net.conv, g_images.get(), p + net.conv_w, g_d1.get(), nullptr,
+                             g + net.conv_w, g + net.conv_b, g_work.get(), stream_);
+    lk::adam_update_cuda(adam, p, g, g_m.get(), g_v.get(), net.params, stream_);
+    sync();
+    EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-4 * (1 + want.loss_sum));
+    EXPECT_EQ(got.correct, want.correct);
+    EXPECT_TRUE(close(g_grads.download(), grads, 1e-4)) << "gradients";
+    EXPECT_TRUE(close(g_params.download(), params, 1e-4)) << "parameters";
+  }
+}
+
+}  // namespace
