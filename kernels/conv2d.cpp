@@ -42,9 +42,10 @@ Geometry check_shape(const Conv2dShape& s, const char* who) {
   return g;
 }
 
-// The taps kx in [lo, hi) of a window starting at input column ix0 fall inside the image.
+// The taps kx in [lo, hi) of a window starting at input column ix0 fall inside the image; with
+// padding wider than the kernel a window may lie wholly outside it (lo == hi).
 inline void valid_taps(int ix0, int kw, int w, int* lo, int* hi) {
-  *lo = std::max(0, -ix0);
+  *lo = std::min(kw, std::max(0, -ix0));
   *hi = std::max(*lo, std::min(kw, w - ix0));
 }
 
@@ -63,7 +64,7 @@ void im2col(const Conv2dShape& s, const Geometry& g, const float* x, float* col)
         const int head = lo * s.c_in, body = (hi - lo) * s.c_in;
         for (int ky = 0; ky < s.kh; ++ky, dst += run) {
           const int iy = iy0 + ky;
-          if (iy < 0 || iy >= s.h) {
+          if (iy < 0 || iy >= s.h || body == 0) {
             std::fill_n(dst, run, 0.0f);
             continue;
           }
@@ -94,7 +95,7 @@ void col2im(const Conv2dShape& s, const Geometry& g, const float* col, float* dx
         const int head = lo * s.c_in, body = (hi - lo) * s.c_in;
         for (int ky = 0; ky < s.kh; ++ky, src += run) {
           const int iy = iy0 + ky;
-          if (iy < 0 || iy >= s.h) continue;
+          if (iy < 0 || iy >= s.h || body == 0) continue;
           float* __restrict d = di + (static_cast<size_t>(iy) * s.w + ix0 + lo) * s.c_in;
           const float* __restrict c = src + head;
           for (int i = 0; i < body; ++i) d[i] += c[i];

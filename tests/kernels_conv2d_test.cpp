@@ -68,6 +68,7 @@ const Case kCases[] = {
     {"nonsquare_kernel_mixed_pad", {1, 8, 10, 2, 3, 2, 3, 1, 0, 2}},
     {"stride3_odd", {2, 10, 11, 1, 2, 3, 2, 3, 1, 0}},
     {"pointwise_pad2", {2, 3, 4, 3, 2, 1, 1, 1, 2, 2}},
+    {"pad_wider_than_kernel", {2, 4, 5, 2, 3, 1, 2, 2, 0, 3}},
     {"kernel_covers_input", {2, 3, 3, 2, 3, 3, 3, 1, 0, 0}},
 };
 
