@@ -6,8 +6,9 @@ namespace lockstep::kernels {
 // same index, so exact aliasing carries no dependence between iterations; ivdep tells the
 // vectoriser so instead of letting it fall back to its scalar path when the pointers are equal.
 void relu_forward_cpu(const float* x, float* y, size_t n) {
+  // Written as "negative -> 0" so a NaN passes through: a diverging run shows NaN, not zeros.
 #pragma GCC ivdep
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
 void relu_backward_cpu(const float* y, const float* dy, float* dx, size_t n) {

@@ -1,6 +1,7 @@
 // ReLU CPU kernels: forward, backward from the forward output, in place, and a gradient check.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "kernel_reference.h"
@@ -21,6 +22,15 @@ TEST(Relu, ForwardClampsNegativesOutOfPlaceAndInPlace) {
     relu_forward_cpu(z.data(), z.data(), n);
     EXPECT_EQ(z, y);
   }
+}
+
+TEST(Relu, ForwardPropagatesNaN) {
+  const std::vector<float> x = {std::nanf(""), -1.0f, 2.0f};
+  std::vector<float> y(3);
+  relu_forward_cpu(x.data(), y.data(), 3);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 2.0f);
 }
 
 TEST(Relu, BackwardPassesGradientWhereOutputIsPositive) {
