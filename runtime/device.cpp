@@ -8,11 +8,19 @@ namespace lockstep {
 const char* device_kind_name(DeviceKind k) { return k == DeviceKind::cpu ? "cpu" : "cuda"; }
 
 DeviceChoice choose_device(const std::string& want, const World& world, bool share_allowed) {
+  // --device cpu never wakes the CUDA runtime.
+  if (want != "cuda" && want != "auto")
+    return choose_device_given(want, world, share_allowed, 0, "");
+  std::string reason;
+  int count = cuda_device_count(&reason);
+  return choose_device_given(want, world, share_allowed, count, reason);
+}
+
+DeviceChoice choose_device_given(const std::string& want, const World& world, bool share_allowed,
+                                 int count, const std::string& reason) {
   if (want != "cpu" && want != "cuda" && want != "auto")
     throw UsageError("--device must be cpu, cuda or auto, not '" + want + "'");
   if (want == "cpu") return {};
-  std::string reason;
-  int count = cuda_device_count(&reason);
   if (count <= 0) {
     if (want == "auto") return {};
     throw UsageError("no CUDA device: " + reason);

@@ -23,6 +23,11 @@ struct DeviceChoice {
 // share a GPU (MPI communicator). Throws UsageError with an actionable message.
 DeviceChoice choose_device(const std::string& want, const World& world, bool share_allowed);
 
+// The rule choose_device applies once the CUDA runtime has answered (gpu_count, and its reason
+// when 0). Pure: tests give it any host, rank layout and GPU count.
+DeviceChoice choose_device_given(const std::string& want, const World& world, bool share_allowed,
+                                 int gpu_count, const std::string& reason);
+
 // Makes `choice` the current device of this process (cudaSetDevice); no-op on cpu.
 void activate_device(const DeviceChoice& choice);
 

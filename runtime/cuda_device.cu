@@ -1,0 +1,37 @@
+// CUDA twin of cuda_device_stub.cpp: how many GPUs this process sees, and making one current.
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+
+#include "kernels/cuda_info.h"
+#include "runtime/cuda_check.h"
+#include "runtime/device.h"
+
+namespace lockstep {
+
+namespace {
+// The ordinal activate_device() chose; -1 before. Read by helper threads (use_active_device).
+std::atomic<int> g_active_device{-1};
+}  // namespace
+
+// kernels/ asks the runtime (checking cudaGetDeviceCount's return code, not only the count it
+// leaves untouched on failure); one answer for tests, benchmarks and device choice.
+int cuda_device_count(std::string* reason) { return kernels::cuda_device_count_or_reason(reason); }
+
+void activate_device(const DeviceChoice& choice) {
+  if (choice.kind != DeviceKind::cuda) return;
+  LS_CHECK_CUDA(cudaSetDevice(choice.index));
+  g_active_device.store(choice.index);
+}
+
+namespace detail {
+void use_active_device() {
+  int want = g_active_device.load();
+  if (want < 0) return;
+  int current = -1;
+  LS_CHECK_CUDA(cudaGetDevice(&current));
+  if (current != want) LS_CHECK_CUDA(cudaSetDevice(want));
+}
+}  // namespace detail
+
+}  // namespace lockstep

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The GPU check, one command on a machine with an NVIDIA GPU: builds the CUDA build (or uses the
+# build folder given), runs the GPU tests (label gpu), the collectives on device buffers with 2 MPI
+# ranks sharing GPU 0, the NCCL collective benchmark and, where lockstep-bench has it, the training
+# benchmark on CUDA; then prints one table. Exits non-zero when a step fails (a skip is no failure).
+#   bash scripts/gpu-check.sh [BUILD_DIR]       default: $LOCKSTEP_BUILD_DIR, else build-gpu/
+#   LOCKSTEP_GPU_BENCH_ARGS='-b 8 -e 1G -f 4'   sizes for the collective benchmark
+# A build folder that already holds the test binaries (e.g. carried to the GPU machine) is used as
+# it is; otherwise it is configured with LOCKSTEP_CUDA=ON and built. Run-time libraries carried in
+# .device/ (MPI, HDF5, ...) are found by sourcing .device/env.sh first, when it exists.
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(realpath -m "${1:-${LOCKSTEP_BUILD_DIR:-$root/build-gpu}}")
+cd "$root" || exit 1
+# Sourced before `set -u`: such files often extend variables that may be unset (LD_LIBRARY_PATH).
+# shellcheck source=/dev/null
+[[ -f .device/env.sh ]] && . .device/env.sh
+set -uo pipefail
+bench_sizes=${LOCKSTEP_GPU_BENCH_ARGS:--b 8 -e 1G -f 4}
+mpiexec=${MPIEXEC:-mpiexec}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_hwloc_base_binding_policy=none
+logs=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-XXXXXX")
+
+rows=()
+failed=0
+# record STEP RESULT DETAIL: one row of the final table; RESULT "failed" makes the exit non-zero.
+record() {
+  rows+=("$1"$'\t'"$2"$'\t'"$3")
+  [[ "$2" == failed ]] && failed=1
+  printf '== %s: %s %s\n' "$1" "$2" "$3"
+}
+
+# run_gtest NAME LOG CMD...: runs a GoogleTest binary (directly or through mpiexec) and records
+# passed / skipped (exit 77, or every test skipped) / failed, with the first skip reason or failure.
+run_gtest() {
+  local name=$1 log=$2
+  shift 2
+  "$@" >"$log" 2>&1
+  local rc=$? detail
+  local passed skipped
+  passed=$(grep -aoE '\[  PASSED  \] [0-9]+' "$log" | head -1 | grep -oE '[0-9]+$')
+  skipped=$(grep -aoE '\[  SKIPPED \] [0-9]+ test' "$log" | head -1 | grep -oE '[0-9]+')
+  if [[ $rc -eq 77 ]] || [[ $rc -eq 0 && "${passed:-0}" == 0 && "${skipped:-0}" != 0 ]]; then
+    detail=$(grep -aA1 ': Skipped$' "$log" | grep -av ': Skipped$' | grep -av '^--$' | head -1)
+    record "$name" skipped "${detail:-see $log}"
+  elif [[ $rc -eq 0 ]]; then
+    record "$name" passed "${passed:-?} tests${skipped:+, $skipped skipped}"
+  else
+    detail=$(grep -aE 'Failure|error:|\[  FAILED  \]' "$log" | head -1)
+    record "$name" failed "exit $rc: ${detail:-see $log}"
+  fi
+}
+
+echo "== gpu-check: build $build, logs in $logs"
+if command -v nvidia-smi >/dev/null; then
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
+else
+  gpu="nvidia-smi not found"
+fi
+record "gpu" info "$gpu"
+
+# ---- build (or reuse) ----
+if [[ -x "$build/tests/collectives_gpu_test" ]]; then
+  record "build" reused "$build"
+else
+  if LOCKSTEP_CUDA=ON LOCKSTEP_BUILD_DIR="$build" bash "$root/scripts/build.sh" >"$logs/build.log" 2>&1
+  then
+    record "build" built "$build (LOCKSTEP_CUDA=ON)"
+  else
+    record "build" failed "see $logs/build.log: $(grep -m1 -aE 'error' "$logs/build.log")"
+  fi
+fi
+
+if [[ $failed -eq 0 ]]; then
+  # ---- GPU tests: the gtest binaries ctest labels gpu (*_gpu_test), run directly so that a
+  # build folder carried from another machine (whose ctest files name other paths) works too ----
+  shopt -s nullglob
+  gpu_tests=("$build"/tests/*_gpu_test)
+  [[ ${#gpu_tests[@]} -eq 0 ]] && record "gpu tests" failed "no *_gpu_test binary in $build/tests"
+  for t in "${gpu_tests[@]}"; do
+    name=$(basename "$t")
+    run_gtest "$name" "$logs/$name.log" "$t" --gtest_color=no
+  done
+
+  # ---- 2 ranks sharing GPU 0 through the MPI backend (NCCL refuses two ranks on one GPU) ----
+  shared="$build/tests/collectives_shared_gpu_mpi_test"
+  if [[ -x "$shared" ]]; then
+    run_gtest "collectives_shared_gpu_mpi_test -n 2" "$logs/shared_gpu_np2.log" \
+      "$mpiexec" -n 2 --oversubscribe "$shared" --gtest_color=no
+  else
+    record "collectives_shared_gpu_mpi_test -n 2" failed "missing $shared"
+  fi
+
+  # ---- benchmarks ----
+  bench="$build/apps/lockstep-bench"
+  if [[ -x "$bench" ]]; then
+    # shellcheck disable=SC2086  # the sizes are several words on purpose
+    if "$mpiexec" -n 1 "$bench" collectives --backend nccl $bench_sizes >"$logs/bench_nccl.log" 2>&1
+    then
+      summary=$(grep -aE 'average busbw' "$logs/bench_nccl.log" |
+                sed -E 's/^# *([a-z_]+): average busbw ([0-9.]+) GB\/s.*/\1 \2/' | paste -sd';' -)
+      record "bench collectives nccl (1 GPU)" ok "avg busbw GB/s: ${summary:-see log}"
+      cat "$logs/bench_nccl.log"
+    else
+      record "bench collectives nccl (1 GPU)" failed "$(tail -1 "$logs/bench_nccl.log")"
+    fi
+    if "$bench" train --help >/dev/null 2>&1; then
+      if "$mpiexec" -n 1 "$bench" train --device cuda >"$logs/bench_train.log" 2>&1; then
+        record "bench train (cuda)" ok "$(grep -aiE 'samples/s' "$logs/bench_train.log" | tail -1)"
+        cat "$logs/bench_train.log"
+      else
+        record "bench train (cuda)" failed "$(tail -1 "$logs/bench_train.log")"
+      fi
+    else
+      record "bench train (cuda)" absent "lockstep-bench has no train command in this build"
+    fi
+  else
+    record "benchmarks" failed "missing $bench"
+  fi
+fi
+
+echo
+echo "== gpu-check summary"
+printf '%-40s %-8s %s\n' "step" "result" "detail"
+for row in "${rows[@]}"; do
+  IFS=$'\t' read -r step result detail <<<"$row"
+  printf '%-40s %-8s %s\n' "$step" "$result" "${detail:0:160}"
+done
+exit $failed

@@ -1,0 +1,142 @@
+// The collective cases of collective_cases.h on the NCCL backend with device buffers (one rank on
+// one GPU), plus what only a GPU backend has: ordering after the compute stream without blocking
+// the host, and the watchdog that aborts a stalled collective. Skips, with the reason, where no
+// GPU answers or the build has no CUDA.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#if LOCKSTEP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "collective_cases.h"
+#include "gpu_test_util.h"
+#include "kernels/cuda_memory.h"
+#include "runtime/communicator.h"
+#include "runtime/context.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+
+using namespace lockstep;
+using namespace lockstep::testing_util;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+#if LOCKSTEP_HAVE_CUDA
+void CUDART_CB sleep_on_stream(void* millis) {
+  std::this_thread::sleep_for(milliseconds(reinterpret_cast<uintptr_t>(millis)));
+}
+#endif
+
+// Work queued on `stream` after this call starts `delay` later, as on a straggling rank; the host
+// does not wait.
+void stall(cudaStream_t stream, milliseconds delay) {
+#if LOCKSTEP_HAVE_CUDA
+  auto ms = static_cast<uintptr_t>(delay.count());
+  if (cudaLaunchHostFunc(stream, sleep_on_stream, reinterpret_cast<void*>(ms)) != cudaSuccess)
+    throw std::runtime_error("cudaLaunchHostFunc failed");
+#else
+  throw std::runtime_error("stall needs the CUDA build");  // unreachable: the fixture skipped
+#endif
+}
+
+// A device buffer of n bytes, freed at scope end.
+struct DeviceBytes {
+  explicit DeviceBytes(size_t n) : ptr(device_alloc(n)), size(n) {}
+  ~DeviceBytes() { device_free(ptr); }
+  std::vector<uint8_t> read() const {
+    std::vector<uint8_t> host(size);
+    copy_device_to_host(host.data(), ptr, size);
+    return host;
+  }
+  void* ptr;
+  size_t size;
+};
+
+class NcclCollectives : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason = gpu_skip_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    activate_device({DeviceKind::cuda, 0});
+  }
+};
+
+}  // namespace
+
+TEST_F(NcclCollectives, EveryOpTypeAndSizeOnDeviceBuffers) {
+  auto comm = make_nccl_communicator(0);
+  ASSERT_EQ(Backend::nccl, comm->backend());
+  comm->set_timeout(std::chrono::seconds(120));
+  run_all_collective_cases(*comm, device_buffer_ops(), /*include_large=*/true);
+}
+
+TEST_F(NcclCollectives, WaitsForComputeStreamWithoutBlockingHost) {
+  auto comm = make_nccl_communicator(0);
+  const size_t n = 4096;
+  DeviceBytes send(n), recv(n);
+  std::vector<uint8_t> sevens(n, 7);
+  copy_host_to_device(send.ptr, sevens.data(), n);
+  cudaStream_t compute = kernels::cuda_stream_create();
+  // The compute stream zeroes `send` only after a delay: a collective that did not wait for it
+  // would deliver the 7s.
+  stall(compute, milliseconds(500));
+  kernels::cuda_zero(send.ptr, n, compute);
+  comm->set_compute_stream(compute);
+  auto work = comm->all_reduce_async(send.ptr, recv.ptr, n, DType::u8, ReduceOp::sum);
+  EXPECT_FALSE(work->done()) << "the collective ran before the compute stream's work";
+  work->wait(std::chrono::seconds(30));
+  EXPECT_EQ(std::vector<uint8_t>(n, 0), recv.read());
+  kernels::cuda_stream_destroy(compute);
+}
+
+TEST_F(NcclCollectives, StalledCollectiveTimesOutNamingCollectiveAndRank) {
+  auto comm = make_nccl_communicator(0);
+  DeviceBytes buf(1024);
+  cudaStream_t compute = kernels::cuda_stream_create();
+  stall(compute, milliseconds(3000));
+  comm->set_compute_stream(compute);
+  const auto deadline = milliseconds(300);
+  auto start = Clock::now();
+  auto work = comm->all_reduce_async(buf.ptr, buf.ptr, 256, DType::f32, ReduceOp::sum);
+  try {
+    work->wait(deadline);
+    ADD_FAILURE() << "wait returned although the collective could not start";
+  } catch (const TimeoutError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("all_reduce"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[rank 0/1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("aborted"), std::string::npos) << msg;
+  }
+  EXPECT_GE(Clock::now() - start, deadline);
+  // The communicator is aborted: later collectives refuse at once instead of hanging.
+  EXPECT_THROW(comm->barrier(), Error);
+  comm.reset();
+  kernels::cuda_stream_synchronize(compute);
+  kernels::cuda_stream_destroy(compute);
+}
+
+TEST_F(NcclCollectives, BroadcastRejectsRootOutsideWorld) {
+  auto comm = make_nccl_communicator(0);
+  DeviceBytes buf(4);
+  EXPECT_THROW(comm->broadcast(buf.ptr, 1, DType::f32, comm->size()), Error);
+}
+
+TEST_F(NcclCollectives, CudaContextUsesNcclOnTheLocalRanksGpu) {
+  World world = discover_world();
+  ContextOptions options;
+  options.device = "cuda";
+  Context ctx = make_context(world, options);
+  EXPECT_EQ(DeviceKind::cuda, ctx.device);
+  EXPECT_EQ(0, ctx.device_index);
+  ASSERT_NE(nullptr, ctx.comm);
+  EXPECT_EQ(Backend::nccl, ctx.comm->backend());
+  ctx.comm->barrier();
+}

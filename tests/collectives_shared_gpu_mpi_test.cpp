@@ -1,0 +1,69 @@
+// The collective cases of collective_cases.h on the MPI backend with device buffers staged through
+// host memory, every rank on GPU 0: how several ranks share one GPU (NCCL refuses that), and how
+// multi-rank GPU code is tested on a machine with one GPU. ctest runs it at 1, 2 and 4 ranks.
+// Skips, with the reason, where no GPU answers or the build has no CUDA.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "collective_cases.h"
+#include "gpu_test_util.h"
+#include "runtime/communicator.h"
+#include "runtime/context.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+
+using namespace lockstep;
+using namespace lockstep::testing_util;
+
+namespace {
+
+class SharedGpuMpiCollectives : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Every rank sees the same answer, so all ranks skip together or none does.
+    std::string reason = gpu_skip_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    activate_device({DeviceKind::cuda, 0});
+  }
+};
+
+}  // namespace
+
+TEST_F(SharedGpuMpiCollectives, EveryOpTypeAndSizeOnDeviceBuffers) {
+  MpiCommOptions options;
+  options.device_buffers = true;
+  auto comm = make_mpi_communicator(options);
+  comm->set_timeout(std::chrono::seconds(300));
+  run_all_collective_cases(*comm, device_buffer_ops(), /*include_large=*/true);
+}
+
+TEST_F(SharedGpuMpiCollectives, ContextSharesGpusOnlyWithMpiCommunicator) {
+  World world = discover_world();
+  std::string reason;
+  const int gpus = cuda_device_count(&reason);
+  ContextOptions options;
+  options.device = "cuda";
+  options.comm = "mpi";
+  {
+    Context ctx = make_context(world, options);
+    EXPECT_EQ(DeviceKind::cuda, ctx.device);
+    EXPECT_GE(ctx.device_index, 0);
+    EXPECT_LT(ctx.device_index, gpus);
+    EXPECT_EQ(Backend::mpi, ctx.comm->backend());
+    EXPECT_EQ(world.size, ctx.comm->size());
+    ctx.comm->barrier();
+  }
+  if (world.local_size <= gpus) return;
+  // More ranks on this host than GPUs: without --comm mpi every rank refuses, naming the counts.
+  options.comm = "auto";
+  try {
+    make_context(world, options);
+    ADD_FAILURE() << world.local_size << " ranks got a context on " << gpus << " GPU(s)";
+  } catch (const UsageError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(world.host), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(world.local_size) + " ranks"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(gpus) + " GPU"), std::string::npos) << msg;
+  }
+}

@@ -1,0 +1,31 @@
+// Helpers for tests on CUDA device buffers, free of CUDA headers so that they compile in every
+// build: the reason to skip (empty when a GPU answers), and BufferOps over device memory for the
+// collective cases of collective_cases.h. Device memory lives on the GPU activate_device() chose.
+#pragma once
+
+#include <string>
+
+#include "collective_cases.h"
+#include "runtime/device.h"
+#include "runtime/device_copy.h"
+
+namespace lockstep::testing_util {
+
+// Empty when a CUDA device answers; otherwise why not, in the CUDA runtime's words (or "built
+// without CUDA"), for GTEST_SKIP().
+inline std::string gpu_skip_reason() {
+  std::string reason;
+  if (cuda_device_count(&reason) > 0) return "";
+  return "no usable CUDA device: " + reason;
+}
+
+inline BufferOps device_buffer_ops() {
+  BufferOps ops;
+  ops.alloc = [](size_t bytes) { return device_alloc(bytes); };
+  ops.release = [](void* p) { device_free(p); };
+  ops.upload = [](void* dst, const void* src, size_t n) { copy_host_to_device(dst, src, n); };
+  ops.download = [](void* dst, const void* src, size_t n) { copy_device_to_host(dst, src, n); };
+  return ops;
+}
+
+}  // namespace lockstep::testing_util
