@@ -153,7 +153,9 @@ TEST_F(GpuParity, Bf16GemmAccumulatesInFp32) {
     lk::gemm_bf16_cuda(s, da.get(), db.get(), dc.get(), stream_);
     sync();
     const Floats got = dc.download();
-    EXPECT_TRUE(close(got, rounded, 1e-4));
+    // Only the order of fp32 additions differs from oracle 1 (tensor-core accumulation is not
+    // quite IEEE, hence 1e-3); against oracle 2 the bf16 rounding of the inputs shows.
+    EXPECT_TRUE(close(got, rounded, 1e-3));
     EXPECT_TRUE(close(got, exact, 1e-2));
   }
 }
