@@ -30,6 +30,11 @@ record() {
   printf '== %s: %s %s\n' "$1" "$2" "$3"
 }
 
+# The first line of LOG that reports an error, else its last line.
+first_error() {
+  grep -m1 -aE 'error' "$1" || tail -1 "$1"
+}
+
 # run_gtest NAME LOG CMD...: runs a GoogleTest binary (directly or through mpiexec) and records
 # passed / skipped (exit 77, or every test skipped) / failed, with the first skip reason or failure.
 run_gtest() {
@@ -94,22 +99,33 @@ if [[ $failed -eq 0 ]]; then
   # ---- benchmarks ----
   bench="$build/apps/lockstep-bench"
   if [[ -x "$bench" ]]; then
+    # One rank on one GPU: bus bandwidth is 0 by definition (nccl-tests: factor (n-1)/n), so the
+    # table shows the smallest size's latency and the largest size's algorithm bandwidth.
     # shellcheck disable=SC2086  # the sizes are several words on purpose
-    if "$mpiexec" -n 1 "$bench" collectives --backend nccl $bench_sizes >"$logs/bench_nccl.log" 2>&1
-    then
-      summary=$(grep -aE 'average busbw' "$logs/bench_nccl.log" |
-                sed -E 's/^# *([a-z_]+): average busbw ([0-9.]+) GB\/s.*/\1 \2/' | paste -sd';' -)
-      record "bench collectives nccl (1 GPU)" ok "avg busbw GB/s: ${summary:-see log}"
+    if "$bench" collectives --backend nccl $bench_sizes >"$logs/bench_nccl.log" 2>&1; then
+      summary=$(awk '/^# [a-z_]+ +busbw =/ { c = $2 }
+                     /^ +[0-9]/ && c != "" {
+                       if (!(c in lat)) { lat[c] = $7; small[c] = $1; order[++n] = c }
+                       bw[c] = $9; large[c] = $1 }
+                     END { for (i = 1; i <= n; i++) { c = order[i]
+                             printf "%s%s %sus@%sB %sGB/s@%sB", (i > 1 ? "; " : ""), c, lat[c],
+                                    small[c], bw[c], large[c] } }' "$logs/bench_nccl.log")
+      wrong=$(grep -aoE '^# wrong values: [0-9]+' "$logs/bench_nccl.log" | grep -oE '[0-9]+$')
+      if [[ "${wrong:-1}" == 0 ]]; then
+        record "bench collectives nccl (1 GPU)" ok "${summary:-see $logs/bench_nccl.log}"
+      else
+        record "bench collectives nccl (1 GPU)" failed "wrong values: ${wrong:-?} (see log)"
+      fi
       cat "$logs/bench_nccl.log"
     else
-      record "bench collectives nccl (1 GPU)" failed "$(tail -1 "$logs/bench_nccl.log")"
+      record "bench collectives nccl (1 GPU)" failed "$(first_error "$logs/bench_nccl.log")"
     fi
     if "$bench" train --help >/dev/null 2>&1; then
-      if "$mpiexec" -n 1 "$bench" train --device cuda >"$logs/bench_train.log" 2>&1; then
+      if "$bench" train --device cuda >"$logs/bench_train.log" 2>&1; then
         record "bench train (cuda)" ok "$(grep -aiE 'samples/s' "$logs/bench_train.log" | tail -1)"
         cat "$logs/bench_train.log"
       else
-        record "bench train (cuda)" failed "$(tail -1 "$logs/bench_train.log")"
+        record "bench train (cuda)" failed "$(first_error "$logs/bench_train.log")"
       fi
     else
       record "bench train (cuda)" absent "lockstep-bench has no train command in this build"
@@ -124,6 +140,6 @@ echo "== gpu-check summary"
 printf '%-40s %-8s %s\n' "step" "result" "detail"
 for row in "${rows[@]}"; do
   IFS=$'\t' read -r step result detail <<<"$row"
-  printf '%-40s %-8s %s\n' "$step" "$result" "${detail:0:160}"
+  printf '%-40s %-8s %s\n' "$step" "$result" "${detail:0:300}"
 done
 exit $failed
