@@ -15,6 +15,7 @@
 #include "runtime/context.h"
 #include "runtime/error.h"
 #include "runtime/layers.h"
+#include "runtime/train_checkpoint.h"
 
 namespace lockstep {
 namespace {
@@ -52,8 +53,9 @@ int train(int argc, char** argv, const World& world) {
   if (world.rank == 0 && c.print)
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
                      backend_name(ctx.comm->backend()), threads);
+  if (!o.resume.empty()) resume_from_checkpoint(trainer, o.resume);
   TrainResult result = trainer.run();
-  if (world.rank == 0) print_final_report(trainer, result);
+  if (world.rank == 0 && !trainer.guard().stopped()) print_final_report(trainer, result);
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "apps/train_faults.h"
 #include "runtime/error.h"
 
 namespace lockstep {
@@ -25,6 +26,7 @@ struct Raw {
   int64_t warmup_steps = 0, base_batch = 0, global_batch = 0, epochs = 0, steps = 0;
   int64_t grad_accum = 0, seed = 0, log_every = 0, check_every = 0, threads = 0, prefetch = 0;
   bool nesterov = false;
+  FaultRaw fault;
 };
 
 po::options_description describe(Raw& r) {
@@ -101,6 +103,7 @@ po::options_description describe(Raw& r) {
        "BLAS threads per rank (0: cores / ranks on this host)");
   po::options_description all("lockstep-train options");
   all.add(general).add(data).add(model).add(opt).add(loop).add(out).add(run);
+  all.add(fault_options(r.fault));
   return all;
 }
 
@@ -197,6 +200,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
     throw UsageError("--threads must be between 0 (automatic) and 1024, not " +
                      std::to_string(r.threads));
   o.threads = static_cast<int>(r.threads);
+  apply_fault_options(r.fault, c.guard, o.resume);
   return o;
 }
 

@@ -17,6 +17,7 @@ struct TrainOptions {
   std::string device = "auto";  // cpu | cuda | auto
   std::string comm = "auto";    // auto | mpi | nccl
   double timeout_seconds = 60;
+  std::string resume;           // --resume: a checkpoint file or folder
   int threads = 0;              // BLAS threads per rank; 0: cores / ranks on the host
   std::string progress = "auto";  // auto | bar | lines | none
   bool help = false;

@@ -165,7 +165,8 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
       (fs::path(dir) / (std::string(".") + fs::path(final_path).filename().string() + ".tmp")).string();
   detail::write_checkpoint_h5(temp_path, state);
   sync_path(temp_path, false);
-  if (std::getenv(kCrashInSaveEnv) != nullptr) {
+  const char* crash_at = std::getenv(kCrashInSaveEnv);
+  if (crash_at != nullptr && std::to_string(state.global_step) == crash_at) {
     std::fprintf(stderr, "%s test hook %s: dying after writing %s\n", rank_prefix().c_str(),
                  kCrashInSaveEnv, temp_path.c_str());
     std::fflush(stderr);

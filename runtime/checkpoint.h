@@ -86,9 +86,9 @@ CheckpointState load_checkpoint(const std::string& path);
 void check_compatible(const CheckpointState& state, const CheckpointExpectation& expected,
                       const std::string& path);
 
-// Test hook: when the environment variable LOCKSTEP_TEST_CRASH_IN_SAVE is set, save_checkpoint
-// kills its own process (SIGKILL) right after writing the temporary file, before the rename, as a
-// power cut or a kill -9 at that moment would.
+// Test hook: when the environment variable LOCKSTEP_TEST_CRASH_IN_SAVE holds a global step,
+// save_checkpoint of that step kills its own process (SIGKILL) right after writing and syncing the
+// temporary file, before the rename, as a power cut or a kill -9 at that moment would.
 constexpr const char* kCrashInSaveEnv = "LOCKSTEP_TEST_CRASH_IN_SAVE";
 
 }  // namespace lockstep

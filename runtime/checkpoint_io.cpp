@@ -259,9 +259,9 @@ CheckpointState read_checkpoint_h5(const std::string& path) {
   Reader r(path);
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0) r.fail("not an HDF5 file (truncated, overwritten or not a checkpoint)");
-  H5Id fapl(r.check(H5Pcreate(H5P_FILE_ACCESS), "property list"));
-  r.check(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG), "property list");
-  H5Id file(r.check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()),
+  // Default access properties: the same file may already be open in this process (a dataset
+  // passed by mistake), and HDF5 refuses a second open with a different close degree.
+  H5Id file(r.check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
                     "the file is truncated or corrupt"));
   hid_t root = file.get();
   CheckpointState s;

@@ -101,6 +101,7 @@ void validate(const TrainConfig& c, int world_size) {
     throw UsageError("--clip-norm must be >= 0, not " + std::to_string(c.clip_norm));
   parse_model_spec(c.model);
   validate(c.optimizer);
+  validate(c.guard);
 }
 
 struct Trainer::Impl {
@@ -116,6 +117,7 @@ struct Trainer::Impl {
   Stopwatch clock;
   double last_eval_step = -1;  // global step of the last evaluation
   EvalResult last_eval;
+  std::unique_ptr<StepGuard> guard;
 };
 
 Trainer::Trainer(Communicator& comm, const TrainConfig& config)
@@ -177,15 +179,18 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
     m.schedule.min_lr = config_.min_lr;
     m.progress = std::make_unique<Progress>(config_.print && rank == 0, config_.progress_bar,
                                             m.classification, config_.metrics_path);
+    m.guard = std::make_unique<StepGuard>(comm_, config_.guard);
   } catch (const UsageError& e) {
     problem = e.what();
   }
   agree(comm_, problem.empty(), problem);
+  prepare_checkpoint_dir(config_.guard, comm_);
 }
 
 Trainer::~Trainer() = default;
 
 const DatasetInfo& Trainer::train_info() const { return impl_->info; }
+const StepGuard& Trainer::guard() const { return *impl_->guard; }
 int64_t Trainer::steps_per_epoch() const { return impl_->steps_per_epoch; }
 
 int64_t Trainer::total_steps() const {
@@ -263,13 +268,18 @@ void Trainer::train_step(double sums[3]) {
     throw Error("step " + std::to_string(state_.global_step) + " of epoch " +
                 std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
                 " samples from the loader, expected " + std::to_string(want_valid));
+  m.guard->before_reduce(sums[0]);
   comm_.all_reduce(model_->grads(), model_->grads(), model_->param_count(), DType::f32,
                    ReduceOp::sum);
   mark(Phase::comm, t);
-  if (config_.clip_norm > 0)
+  const bool apply =
+      m.guard->update_ok(model_->grads(), model_->param_count(), state_.global_step, state_.epoch);
+  if (!apply) sums[0] = sums[1] = sums[2] = 0;  // a skipped step stays out of the reported loss
+  if (apply && config_.clip_norm > 0)
     kernels::clip_by_global_norm_cpu(model_->grads(), model_->param_count(), config_.clip_norm);
-  optimizer_->step(model_->params(), model_->grads(),
-                   static_cast<float>(lr_at_step(state_.global_step)));
+  if (apply)
+    optimizer_->step(model_->params(), model_->grads(),
+                     static_cast<float>(lr_at_step(state_.global_step)));
   mark(Phase::optimizer, t);
   times_.total += t - t_start;
   times_.steps += 1;
@@ -371,7 +381,9 @@ TrainResult Trainer::run() {
         tick.eta_seconds = per_step * static_cast<double>(total - state_.global_step);
         m.progress->tick(tick);
       }
+      if (m.guard->after_step(*this)) break;
     }
+    if (m.guard->stopped()) break;
     comm_.all_reduce_inplace(epoch_sums, 3, ReduceOp::sum);
     StepTimes et = times_.minus(epoch_start);
     EpochSummary s;
@@ -391,7 +403,9 @@ TrainResult Trainer::run() {
   }
   m.progress->finish_line();
   verify_replicas("at the end of training");
-  result.test = m.last_eval_step == static_cast<double>(state_.global_step) ? m.last_eval
+  m.guard->at_end(*this);
+  if (!m.guard->stopped())
+    result.test = m.last_eval_step == static_cast<double>(state_.global_step) ? m.last_eval
                                                                              : evaluate();
   result.times = times_.minus(at_start);
   result.samples_per_second =

@@ -29,6 +29,7 @@
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
 #include "runtime/progress.h"
+#include "runtime/step_guard.h"
 #include "runtime/step_times.h"
 
 namespace lockstep {
@@ -64,6 +65,7 @@ struct TrainConfig {
   std::string metrics_path;    // JSON lines, written by rank 0; empty: none
   bool print = true;           // rank 0 prints progress and epoch lines
   bool progress_bar = false;   // a redrawn bar (a terminal) instead of plain lines
+  GuardOptions guard;          // checkpoints, stop signals, NaN policy (step_guard.h)
 };
 
 // Checks the values a user sets, each in words naming its option, for a world of `world_size`
@@ -119,6 +121,7 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   const DatasetInfo& train_info() const;
   const StepTimes& times() const { return times_; }
+  const StepGuard& guard() const;  // stop signal agreed, steps skipped, last checkpoint
   void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
 
  private:

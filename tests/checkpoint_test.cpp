@@ -132,7 +132,7 @@ TEST(Checkpoint, SaveKilledBeforeRenameLeavesPreviousCheckpoint) {
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    setenv(kCrashInSaveEnv, "1", 1);
+    setenv(kCrashInSaveEnv, "20", 1);
     save_checkpoint(dir, sample_state(20), 2);
     _exit(0);  // not reached: the hook kills the process
   }

@@ -1,0 +1,159 @@
+#include "runtime/step_guard.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/bootstrap.h"
+#include "runtime/checkpoint.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/signals.h"
+#include "runtime/train_checkpoint.h"
+#include "runtime/trainer.h"
+
+namespace lockstep {
+namespace {
+
+// A save may take long on a slow shared file system; peers wait for it at a barrier with at least
+// this deadline instead of the communicator's (a late save is not a dead rank).
+constexpr Millis kSaveDeadline{5 * 60 * 1000};
+
+// NaN and Inf are the floats whose exponent bits are all ones. An OR over integer tests
+// vectorises, unlike a float reduction.
+bool all_finite(const float* x, size_t n) {
+  constexpr uint32_t kExponent = 0x7f800000u;
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & kExponent) == kExponent);
+  }
+  return bad == 0;
+}
+
+}  // namespace
+
+NanPolicy parse_nan_policy(const std::string& text) {
+  if (text == "stop") return NanPolicy::stop;
+  if (text == "skip") return NanPolicy::skip;
+  throw UsageError("--on-nan must be stop or skip, not '" + text + "'");
+}
+
+const char* nan_policy_name(NanPolicy p) { return p == NanPolicy::stop ? "stop" : "skip"; }
+
+void validate(const GuardOptions& o) {
+  if (o.checkpoint_every < 0)
+    throw UsageError("--checkpoint-every must be >= 0, not " + std::to_string(o.checkpoint_every));
+  if (o.keep_checkpoints < 0)
+    throw UsageError("--keep-checkpoints must be >= 0 (0 keeps all), not " +
+                     std::to_string(o.keep_checkpoints));
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
+    throw UsageError("--checkpoint-every needs --checkpoint-dir (where to write them)");
+}
+
+void prepare_checkpoint_dir(const GuardOptions& o, Communicator& comm) {
+  std::string problem;
+  if (comm.rank() == 0 && !o.checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    if (ec)
+      problem = "--checkpoint-dir " + o.checkpoint_dir + " cannot be created: " + ec.message();
+    else if (::access(o.checkpoint_dir.c_str(), W_OK | X_OK) != 0)
+      problem = "--checkpoint-dir " + o.checkpoint_dir + " is not writable";
+  }
+  agree_or_throw(problem.empty(), problem);
+}
+
+StepGuard::StepGuard(Communicator& comm, const GuardOptions& options)
+    : comm_(comm), options_(options) {
+  install_stop_handlers();
+}
+
+void StepGuard::before_reduce(double local_loss_sum) {
+  flags_[0] = lockstep::stop_signal();
+  flags_[1] = std::isfinite(local_loss_sum) ? 0 : 1;
+  pending_ = comm_.all_reduce_async(flags_, flags_, 2, DType::i32, ReduceOp::max);
+}
+
+bool StepGuard::update_ok(const float* grads, size_t count, int64_t step, int epoch) {
+  if (pending_) {
+    pending_->wait(comm_.timeout());
+    pending_.reset();
+  }
+  if (flags_[0] != 0 && stop_signal_ == 0) {
+    stop_signal_ = flags_[0];
+    LS_LOG(warn) << signal_name(stop_signal_) << " received: finishing step " << step + 1
+                 << (options_.checkpoint_dir.empty() ? ", then stopping (no --checkpoint-dir: "
+                                                       "nothing will be saved)"
+                                                     : ", writing a checkpoint, then stopping");
+  }
+  const bool loss_bad = flags_[1] != 0;
+  if (!loss_bad && all_finite(grads, count)) return true;
+  const std::string what = std::string(loss_bad ? "the loss" : "the averaged gradient") +
+                           " is not finite (NaN or Inf) at step " + std::to_string(step + 1) +
+                           " (epoch " + std::to_string(epoch + 1) + ")";
+  if (options_.on_nan == NanPolicy::skip) {
+    ++skipped_;
+    LS_LOG(warn) << what << ": step skipped (--on-nan skip), " << skipped_ << " skipped so far";
+    return false;
+  }
+  std::string keep = last_checkpoint_;
+  if (keep.empty() && !options_.checkpoint_dir.empty()) {
+    std::vector<std::string> all = list_checkpoints(options_.checkpoint_dir);
+    if (!all.empty()) keep = all.back();
+  }
+  throw UsageError(what + ": training stopped, nothing was applied or saved from this step; " +
+                   (keep.empty() ? std::string("there is no checkpoint to go back to")
+                                 : "the last good checkpoint is " + keep) +
+                   " (lower --lr, clip with --clip-norm, or use --on-nan skip)");
+}
+
+std::string StepGuard::save(Trainer& trainer) {
+  const int64_t step = trainer.state().global_step;
+  trainer.verify_replicas("before the checkpoint at step " + std::to_string(step));
+  std::string path = checkpoint_file_name(options_.checkpoint_dir, step);
+  if (comm_.rank() == 0) {
+    path = save_checkpoint(options_.checkpoint_dir, capture_checkpoint(trainer, comm_.size()),
+                           options_.keep_checkpoints);
+    LS_LOG(info) << "checkpoint at step " << step << ": " << path;
+  }
+  try {
+    comm_.barrier_async()->wait(std::max(comm_.timeout(), kSaveDeadline));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(std::string(e.what()) + " (waiting for rank 0 to write " + path + ")");
+  }
+  last_saved_step_ = step;
+  last_checkpoint_ = path;
+  return path;
+}
+
+bool StepGuard::after_step(Trainer& trainer) {
+  const int64_t step = trainer.state().global_step;
+  const bool have_dir = !options_.checkpoint_dir.empty();
+  if (stopped()) {
+    if (have_dir) save(trainer);
+    LS_LOG(warn) << "stopped by " << signal_name(stop_signal_) << " after step " << step
+                 << (have_dir ? "; continue with --resume " + options_.checkpoint_dir
+                              : std::string("; no checkpoint was written"));
+    return true;
+  }
+  if (have_dir && options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0)
+    save(trainer);
+  return false;
+}
+
+void StepGuard::at_end(Trainer& trainer) {
+  if (skipped_ > 0) {
+    LS_LOG(warn) << skipped_ << " of " << trainer.state().global_step
+                 << " steps were skipped for a non-finite loss or gradient (--on-nan skip)";
+  }
+  if (options_.checkpoint_dir.empty() || stopped()) return;
+  if (last_saved_step_ == trainer.state().global_step) return;
+  save(trainer);
+}
+
+}  // namespace lockstep

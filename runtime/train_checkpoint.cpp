@@ -1,0 +1,164 @@
+#include "runtime/train_checkpoint.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "runtime/bootstrap.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/trainer.h"
+
+namespace lockstep {
+namespace {
+
+// Scalars that must match for the resumed run to see the same global batches.
+struct Pinned {
+  const char* scalar;
+  const char* option;
+  double value;
+  const char* words[2];  // how 0 and 1 read for a switch; null for a number
+};
+
+std::vector<Pinned> pinned_options(Trainer& t) {
+  const TrainConfig& c = t.config();
+  return {{"global_batch", "--global-batch", static_cast<double>(c.global_batch), {}},
+          {"shuffle", "shuffling", c.shuffle ? 1.0 : 0.0, {"off", "on"}},
+          {"drop_remainder", "--remainder", c.drop_remainder ? 1.0 : 0.0, {"mask", "drop"}},
+          {"train_rows", "training rows", static_cast<double>(t.train_info().rows), {}}};
+}
+
+std::string config_text(const TrainConfig& c) {
+  std::ostringstream os;
+  os << "data=" << c.train.path << "\ngroup=" << c.train.group << "\ntest_group=" << c.test_group
+     << "\nmodel=" << c.model << "\nloss=" << loss_name(c.loss)
+     << "\noptimizer=" << optimizer_name(c.optimizer.kind) << "\nmomentum=" << c.optimizer.momentum
+     << "\nnesterov=" << c.optimizer.nesterov << "\nbeta1=" << c.optimizer.beta1
+     << "\nbeta2=" << c.optimizer.beta2 << "\neps=" << c.optimizer.eps
+     << "\nweight_decay=" << c.optimizer.weight_decay << "\nlr=" << c.lr
+     << "\nlr_schedule=" << lr_schedule_name(c.lr_schedule) << "\nwarmup_steps=" << c.warmup_steps
+     << "\nmin_lr=" << c.min_lr << "\nlr_scaling="
+     << (c.lr_scaling == LrScaling::linear ? "linear" : "none") << "\nbase_batch=" << c.base_batch
+     << "\nglobal_batch=" << c.global_batch << "\nepochs=" << c.epochs << "\nsteps=" << c.steps
+     << "\ngrad_accum=" << c.grad_accum << "\nseed=" << c.seed << "\nshuffle=" << c.shuffle
+     << "\ndrop_remainder=" << c.drop_remainder << "\nclip_norm=" << c.clip_norm << "\n";
+  return os.str();
+}
+
+std::string canonical_spec(const TrainConfig& c) { return to_string(parse_model_spec(c.model)); }
+
+// Optimizer buffers are as long as the parameter buffer and share its layout: split them by the
+// same tensors, named "<buffer>/<tensor>".
+template <class F>
+void for_each_state_tensor(Trainer& t, F&& f) {
+  std::vector<ParamTensorInfo> tensors = t.model().param_tensors();
+  for (StateBuffer& buf : t.optimizer().state())
+    for (const ParamTensorInfo& p : tensors) f(buf, p);
+}
+
+std::string shown(const Pinned& p, double v) {
+  if (p.words[0] != nullptr) return p.words[v != 0 ? 1 : 0];
+  std::ostringstream os;
+  os << static_cast<int64_t>(v);
+  return os.str();
+}
+
+void check_resumable(Trainer& t, const CheckpointState& s, const std::string& path) {
+  check_compatible(s, expected_checkpoint(t), path);
+  if (s.seed != t.config().seed)
+    throw UsageError("checkpoint " + path + " was written with --seed " + std::to_string(s.seed) +
+                     ", this run has --seed " + std::to_string(t.config().seed) +
+                     ": the seed fixes every epoch's shuffle, so a resumed run must keep it");
+  for (const Pinned& p : pinned_options(t)) {
+    double saved = s.scalars.at(p.scalar);
+    if (saved != p.value)
+      throw UsageError("checkpoint " + path + " was written with " + p.option + " " +
+                       shown(p, saved) + ", this run has " + shown(p, p.value) +
+                       ": it decides which samples each step sees, so a resumed run must keep it");
+  }
+  if (s.step_in_epoch >= t.steps_per_epoch())
+    throw UsageError("checkpoint " + path + " is at step " + std::to_string(s.step_in_epoch) +
+                     " of an epoch that has only " + std::to_string(t.steps_per_epoch()) + " steps");
+}
+
+void restore_into(Trainer& t, const CheckpointState& s) {
+  float* params = t.model().params();
+  for (const ParamTensorInfo& p : t.model().param_tensors()) {
+    const NamedTensor* saved = find_tensor(s.params, p.name);
+    std::memcpy(params + p.offset, saved->data.data(), p.count * sizeof(float));
+  }
+  for_each_state_tensor(t, [&](StateBuffer& buf, const ParamTensorInfo& p) {
+    const NamedTensor* saved = find_tensor(s.optimizer, buf.name + "/" + p.name);
+    std::memcpy(buf.data->data() + p.offset, saved->data.data(), p.count * sizeof(float));
+  });
+  t.optimizer().set_steps(static_cast<int64_t>(s.scalars.at("optimizer_steps")));
+  TrainState state;
+  state.epoch = s.epoch;
+  state.step_in_epoch = s.step_in_epoch;
+  state.global_step = s.global_step;
+  state.samples_seen = static_cast<int64_t>(s.scalars.at("samples_seen"));
+  t.restore(state);
+}
+
+}  // namespace
+
+CheckpointState capture_checkpoint(Trainer& t, int world_size) {
+  CheckpointState s;
+  const TrainConfig& c = t.config();
+  s.model_spec = canonical_spec(c);
+  s.config = config_text(c);
+  s.world_size = world_size;
+  const TrainState& now = t.state();
+  s.epoch = now.epoch;
+  s.step_in_epoch = now.step_in_epoch;
+  if (s.step_in_epoch >= t.steps_per_epoch()) {
+    s.epoch += 1;
+    s.step_in_epoch = 0;
+  }
+  s.global_step = now.global_step;
+  s.seed = c.seed;
+  s.rng_state = {c.seed, static_cast<uint64_t>(s.epoch)};  // the next shuffle's inputs
+  const float* params = t.model().params();
+  for (const ParamTensorInfo& p : t.model().param_tensors())
+    s.params.push_back({p.name, p.shape,
+                        std::vector<float>(params + p.offset, params + p.offset + p.count)});
+  for_each_state_tensor(t, [&](StateBuffer& buf, const ParamTensorInfo& p) {
+    const float* d = buf.data->data() + p.offset;
+    s.optimizer.push_back({buf.name + "/" + p.name, p.shape, std::vector<float>(d, d + p.count)});
+  });
+  s.scalars["optimizer_steps"] = static_cast<double>(t.optimizer().steps());
+  s.scalars["samples_seen"] = static_cast<double>(now.samples_seen);
+  for (const Pinned& p : pinned_options(t)) s.scalars[p.scalar] = p.value;
+  return s;
+}
+
+CheckpointExpectation expected_checkpoint(Trainer& t) {
+  CheckpointExpectation e;
+  e.model_spec = canonical_spec(t.config());
+  for (const ParamTensorInfo& p : t.model().param_tensors()) e.params.push_back({p.name, p.shape, {}});
+  for_each_state_tensor(t, [&](StateBuffer& buf, const ParamTensorInfo& p) {
+    e.optimizer.push_back({buf.name + "/" + p.name, p.shape, {}});
+  });
+  e.scalars = {"optimizer_steps", "samples_seen"};
+  for (const Pinned& p : pinned_options(t)) e.scalars.push_back(p.scalar);
+  return e;
+}
+
+std::string resume_from_checkpoint(Trainer& t, const std::string& path) {
+  std::string problem, file;
+  CheckpointState s;
+  try {
+    file = resolve_checkpoint(path);
+    s = load_checkpoint(file);
+    check_resumable(t, s, file);
+  } catch (const UsageError& e) {
+    problem = e.what();
+  }
+  agree_or_throw(problem.empty(), problem);
+  restore_into(t, s);
+  LS_LOG(info) << "resuming from " << file << ": step " << s.global_step << " (epoch "
+               << s.epoch + 1 << ", step " << s.step_in_epoch << " of " << t.steps_per_epoch()
+               << "), written at " << s.world_size << " rank(s)";
+  return file;
+}
+
+}  // namespace lockstep

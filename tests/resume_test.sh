@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# Checkpoints and resume, end to end with lockstep-train on a tiny regression set:
+#  - a run whose rank 0 dies while saving (test hook: killed after writing the temporary file, before
+#    the rename) leaves the previous checkpoint intact; resuming from it at the same world size ends
+#    with parameters and optimizer state bitwise identical to an uninterrupted run;
+#  - resumed at another world size (4 -> 2, 2 -> 4) it matches within float tolerance;
+#  - SIGTERM to one rank: every rank stops after the same step, a checkpoint is written, exit 0;
+#    --resume continues to the same bits as an uninterrupted run; SIGUSR1 to mpiexec (which forwards
+#    it) does the same;
+#  - refusals through the CLI, once, exit 2: another model, another shape, another optimizer, a
+#    changed global batch or seed, truncated / corrupt / garbage / non-checkpoint files, an empty
+#    folder, a missing path.
+# ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC. Needs h5dump (hdf5-tools).
+set -u
+
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
+mpiexec="${MPIEXEC:-mpiexec}"
+for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
+  [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
+done
+for tool in h5dump od; do
+  command -v $tool >/dev/null || { echo "skipped: $tool (hdf5-tools) is not installed"; exit 77; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-resume-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+# run P [args...]: lockstep-train at P ranks, bounded; output in $out, exit status in $rc.
+run() {
+  local np=$1
+  shift
+  out=$(timeout 120 "$mpiexec" -n "$np" --oversubscribe "$@" 2>&1)
+  rc=$?
+}
+train() {
+  local np=$1
+  shift
+  if [[ $np -eq 1 ]]; then  # a world of one needs no mpiexec (and starts 4x faster)
+    out=$(timeout 120 "$bin/lockstep-train" "$@" 2>&1)
+    rc=$?
+  elif [[ -n ${LOCKSTEP_TEST_CRASH_IN_SAVE:-} ]]; then
+    run "$np" -x LOCKSTEP_TEST_CRASH_IN_SAVE "$bin/lockstep-train" "$@"
+  else
+    run "$np" "$bin/lockstep-train" "$@"
+  fi
+}
+# The ranks of a job started in the background as `timeout ... mpiexec ...` (pid $1).
+ranks_of() {
+  local p
+  for p in $(pgrep -P "$1"); do pgrep -P "$p"; done
+}
+# Parameters and optimizer state of a checkpoint, as raw little-endian bytes.
+state_bytes() {
+  h5dump -b LE -o "$2.params" -g /params "$1" >/dev/null &&
+    h5dump -b LE -o "$2.optimizer" -g /optimizer "$1" >/dev/null &&
+    cat "$2.params" "$2.optimizer" >"$2"
+}
+same_bits() {
+  state_bytes "$1" a.bin && state_bytes "$2" b.bin && cmp -s a.bin b.bin
+}
+# Largest absolute difference of any parameter or optimizer value is at most 1e-5 (the values are
+# of order 1; a resume that lost its place is off by far more).
+within_tolerance() {
+  state_bytes "$1" a.bin && state_bytes "$2" b.bin || return 1
+  paste <(od -An -v -f -w4 a.bin) <(od -An -v -f -w4 b.bin) |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
+         END { printf "max difference %g over %d values\n", m, NR; exit !(NR > 0 && m <= 1e-5) }'
+}
+
+"$bin/lockstep-data" regression --out reg.h5 --samples 460 --features 6 --seed 3 >/dev/null 2>&1 ||
+  { echo "FAIL: lockstep-data regression"; exit 1; }
+"$bin/lockstep-data" regression --out reg4.h5 --samples 460 --features 4 --seed 3 >/dev/null 2>&1
+
+# 460 rows / 32 = 15 steps per epoch, the last one masked; 3 epochs = 45 steps. Momentum has
+# optimizer state; cosine with warm-up makes the learning rate depend on the step.
+args=(--data reg.h5 --model mlp:16 --global-batch 32 --epochs 3 --optimizer momentum --lr 0.05
+      --lr-schedule cosine --warmup-steps 5 --progress none --checkpoint-every 10)
+final=ckpt-000000045.h5
+
+# --- the uninterrupted runs ---
+unset LOCKSTEP_TEST_CRASH_IN_SAVE
+train 2 "${args[@]}" --checkpoint-dir full2
+[[ $rc -eq 0 && -f full2/$final ]] || fail "uninterrupted run at 2 ranks: exit $rc"$'\n'"$out"
+train 4 "${args[@]}" --checkpoint-dir full4
+[[ $rc -eq 0 && -f full4/$final ]] || fail "uninterrupted run at 4 ranks: exit $rc"$'\n'"$out"
+ls full2 | grep -q ckpt-000000010.h5 && fail "--keep-checkpoints 3 kept ckpt-10 of 10,20,30,40,45"
+[[ $(ls full2 | wc -l) -eq 3 ]] || fail "expected the 3 newest checkpoints, found: $(ls full2)"
+
+# --- rank 0 dies while saving step 30: ckpt-20 survives and resumes bitwise at the same P ---
+export LOCKSTEP_TEST_CRASH_IN_SAVE=30
+train 2 "${args[@]}" --checkpoint-dir crash2
+[[ $rc -ne 0 ]] || fail "the run with the crash hook exited 0"
+[[ -f crash2/ckpt-000000020.h5 && ! -f crash2/ckpt-000000030.h5 ]] ||
+  fail "after a crash in the save of step 30, expected ckpt-20 and no ckpt-30: $(ls -a crash2)"
+[[ -f crash2/.ckpt-000000030.h5.tmp ]] || fail "the hook did not fire after the temporary file"
+cp -r crash2 crash2b
+unset LOCKSTEP_TEST_CRASH_IN_SAVE
+train 2 "${args[@]}" --checkpoint-dir crash2 --resume crash2
+[[ $rc -eq 0 ]] || fail "resume at 2 ranks exited $rc"$'\n'"$out"
+grep -q "resuming from crash2/ckpt-000000020.h5: step 20" <<<"$out" ||
+  fail "resume did not say it continues from step 20"$'\n'"$out"
+[[ ! -e crash2/.ckpt-000000030.h5.tmp ]] || fail "the orphaned temporary file was not cleaned up"
+if same_bits full2/$final crash2/$final; then
+  echo "ok: resumed at the same world size: bitwise identical to the uninterrupted run"
+else
+  fail "resumed run at 2 ranks differs from the uninterrupted run"
+fi
+
+# --- another world size: 2 -> 4 and 4 -> 2 ---
+train 4 "${args[@]}" --checkpoint-dir crash2b --resume crash2b/ckpt-000000020.h5
+[[ $rc -eq 0 ]] || fail "resume 2 -> 4 exited $rc"$'\n'"$out"
+grep -q "written at 2 rank(s)" <<<"$out" || fail "resume 2 -> 4 did not name the saved world size"
+before=$failures
+within_tolerance full4/$final crash2b/$final || fail "resume 2 -> 4 is not within 1e-5 of the run at 4"
+within_tolerance full2/$final crash2b/$final || fail "resume 2 -> 4 is not within 1e-5 of the run at 2"
+
+export LOCKSTEP_TEST_CRASH_IN_SAVE=30
+train 4 "${args[@]}" --checkpoint-dir crash4
+unset LOCKSTEP_TEST_CRASH_IN_SAVE
+[[ -f crash4/ckpt-000000020.h5 && ! -f crash4/ckpt-000000030.h5 ]] || fail "crash at 4 ranks: $(ls crash4)"
+train 2 "${args[@]}" --checkpoint-dir crash4 --resume crash4
+[[ $rc -eq 0 ]] || fail "resume 4 -> 2 exited $rc"$'\n'"$out"
+within_tolerance full2/$final crash4/$final || fail "resume 4 -> 2 is not within 1e-5 of the run at 2"
+within_tolerance full4/$final crash4/$final || fail "resume 4 -> 2 is not within 1e-5 of the run at 4"
+[[ $failures -eq $before ]] && echo "ok: resumed at another world size (2 -> 4, 4 -> 2): within 1e-5"
+
+# --- SIGTERM to one rank (as a scheduler delivers it): all stop at one step, save, exit 0 ---
+"$bin/lockstep-data" regression --out long.h5 --samples 2000 --features 6 --seed 4 >/dev/null 2>&1
+long=(--data long.h5 --model mlp:16 --global-batch 32 --steps 4000 --optimizer momentum --lr 0.02
+      --progress none --checkpoint-every 100)
+train 2 "${long[@]}" --checkpoint-dir long_full
+[[ $rc -eq 0 && -f long_full/ckpt-000004000.h5 ]] || fail "long uninterrupted run: exit $rc"$'\n'"$out"
+
+timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${long[@]}" \
+  --checkpoint-dir long_term >term.log 2>&1 &
+job=$!
+for _ in $(seq 600); do  # until the first checkpoint shows training is under way
+  compgen -G "long_term/ckpt-*.h5" >/dev/null && break
+  sleep 0.1
+done
+victim=""
+for p in $(ranks_of "$job"); do
+  grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$p/environ" 2>/dev/null && victim=$p
+done
+if [[ -z $victim ]]; then
+  fail "could not find rank 1 of the SIGTERM run"
+  kill "$job" 2>/dev/null
+fi
+kill -TERM "$victim" 2>/dev/null
+wait "$job"
+rc=$?
+out=$(cat term.log)
+step=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\).*/\1/p' <<<"$out")
+if [[ $rc -ne 0 || -z $step ]]; then
+  fail "SIGTERM to rank 1: exit $rc, no 'stopped by SIGTERM after step N'"$'\n'"$out"
+else
+  ckpt=$(printf 'long_term/ckpt-%09d.h5' "$step")
+  [[ -f $ckpt ]] || fail "stopped after step $step but $ckpt is missing: $(ls long_term)"
+  [[ $step -lt 4000 ]] || fail "SIGTERM arrived too late to test anything (step $step)"
+  grep -q 'test_loss=' <<<"$out" && fail "a stopped run still printed a final report"
+  train 2 "${long[@]}" --checkpoint-dir long_term --resume long_term
+  [[ $rc -eq 0 ]] || fail "resume after SIGTERM exited $rc"$'\n'"$out"
+  grep -q "resuming from $ckpt: step $step" <<<"$out" || fail "resume did not start at $step"$'\n'"$out"
+  same_bits long_full/ckpt-000004000.h5 long_term/ckpt-000004000.h5 ||
+    fail "the run stopped by SIGTERM at step $step and resumed differs from the uninterrupted one"
+  echo "ok: SIGTERM to rank 1 stopped both ranks after step $step; resumed run bitwise identical"
+fi
+
+# SIGUSR1 to mpiexec, which forwards it to every rank (it turns its own SIGTERM into a kill).
+timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${long[@]}" \
+  --checkpoint-dir long_usr1 >usr1.log 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  compgen -G "long_usr1/ckpt-*.h5" >/dev/null && break
+  sleep 0.1
+done
+kill -USR1 "$(pgrep -P "$job")"
+wait "$job"
+rc=$?
+step=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\).*/\1/p' usr1.log)
+[[ $rc -eq 0 && -n $step && -f $(printf 'long_usr1/ckpt-%09d.h5' "${step:-0}") ]] ||
+  fail "SIGUSR1 to mpiexec: exit $rc, step '$step'"$'\n'"$(cat usr1.log)"
+
+# --- refusals: exit 2, one message naming the file and the problem ---
+good=full2/$final
+# refused "what" "expected words" [--option value]...: the run of ${args[@]} (all option and
+# value pairs) at $np ranks with these options replaced or added must exit 2 with one message.
+np=2
+refused() {
+  local what=$1 words=$2
+  shift 2
+  local -A over=()
+  while (($#)); do
+    over[$1]=$2
+    shift 2
+  done
+  local a=() i k v
+  for ((i = 0; i < ${#args[@]}; i += 2)); do
+    k=${args[i]} v=${args[i + 1]}
+    if [[ -n ${over[$k]+set} ]]; then
+      v=${over[$k]}
+      unset "over[$k]"
+    fi
+    a+=("$k" "$v")
+  done
+  for k in "${!over[@]}"; do a+=("$k" "${over[$k]}"); done
+  train $np "${a[@]}" --checkpoint-dir refusals
+  local errors
+  errors=$(grep -c '^error:' <<<"$out")
+  if [[ $rc -ne 2 || $errors -ne 1 ]] || ! grep -q -- "$words" <<<"$out"; then
+    fail "$what: expected exit 2 and one error with '$words', got exit $rc"$'\n'"$out"
+  else
+    echo "ok: refused $what: $(grep '^error:' <<<"$out")"
+  fi
+}
+refused "another model" "was written for model 'dense:16,relu,dense', this run's model is" \
+  --resume "$good" --model mlp:8
+refused "another input shape" "dense0.weight has shape (6, 16) in the checkpoint, the model needs (4, 16)" \
+  --resume "$good" --data reg4.h5
+np=1  # the rest in a world of one: the same code, faster
+refused "another optimizer" "optimizer buffer adam_m/dense0.weight is missing from the checkpoint" \
+  --resume "$good" --optimizer adam
+refused "another global batch" "written with --global-batch 32, this run has 64" \
+  --resume "$good" --global-batch 64
+refused "another seed" "written with --seed 0, this run has --seed 7" --resume "$good" --seed 7
+head -c 3000 "$good" >truncated.h5
+refused "a truncated file" "checkpoint truncated.h5 cannot be used" --resume truncated.h5
+cp "$good" corrupt.h5
+offset=$(h5dump -p -H -d /params/dense0.weight corrupt.h5 | sed -n 's/ *OFFSET \([0-9]*\).*/\1/p')
+printf '\x7f\x7f\x7f\x7f' | dd of=corrupt.h5 bs=1 seek=$((offset + 40)) conv=notrunc status=none
+refused "a corrupt file" "dense0.weight is corrupt" --resume corrupt.h5
+head -c 4096 /dev/urandom >garbage.h5
+refused "a garbage file" "not an HDF5 file" --resume garbage.h5
+refused "a dataset file" "not a Lockstep checkpoint" --resume reg.h5
+mkdir empty
+refused "an empty folder" "no checkpoint in folder empty" --resume empty
+refused "a missing path" "checkpoint nowhere/ckpt.h5 does not exist" --resume nowhere/ckpt.h5
+refused "a bad --on-nan" "--on-nan must be stop or skip" --on-nan maybe
+train 2 --data reg.h5 --checkpoint-every 10
+grep -q -- "--checkpoint-every needs --checkpoint-dir" <<<"$out" && [[ $rc -eq 2 ]] ||
+  fail "--checkpoint-every without --checkpoint-dir: exit $rc"$'\n'"$out"
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all resume checks passed"
