@@ -7,7 +7,6 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/bootstrap.h"
 #include "runtime/checkpoint.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -65,7 +64,13 @@ void prepare_checkpoint_dir(const GuardOptions& o, Communicator& comm) {
     else if (::access(o.checkpoint_dir.c_str(), W_OK | X_OK) != 0)
       problem = "--checkpoint-dir " + o.checkpoint_dir + " is not writable";
   }
-  agree_or_throw(problem.empty(), problem);
+  // Rank 0's verdict, over the trainer's communicator (not necessarily MPI_COMM_WORLD).
+  int64_t len = static_cast<int64_t>(problem.size());
+  comm.broadcast(&len, 1, DType::i64, 0);
+  if (len == 0) return;
+  problem.resize(static_cast<size_t>(len));
+  comm.broadcast(problem.data(), problem.size(), DType::u8, 0);
+  throw UsageError(problem);
 }
 
 StepGuard::StepGuard(Communicator& comm, const GuardOptions& options)

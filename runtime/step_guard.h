@@ -44,8 +44,8 @@ struct GuardOptions {
 // Throws UsageError naming the option when a value is out of range.
 void validate(const GuardOptions& o);
 
-// Collective (agree_or_throw): creates the checkpoint folder on rank 0 and checks it is writable,
-// so a bad --checkpoint-dir fails before training rather than at the first save.
+// Collective: creates the checkpoint folder on rank 0 and checks it is writable, so a bad
+// --checkpoint-dir fails (UsageError on every rank) before training rather than at the first save.
 void prepare_checkpoint_dir(const GuardOptions& o, Communicator& comm);
 
 class StepGuard {

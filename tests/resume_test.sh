@@ -209,8 +209,9 @@ refused() {
     fi
     a+=("$k" "$v")
   done
+  [[ -n ${over[--checkpoint-dir]+set} ]] || a+=(--checkpoint-dir refusals)
   for k in "${!over[@]}"; do a+=("$k" "${over[$k]}"); done
-  train $np "${a[@]}" --checkpoint-dir refusals
+  train $np "${a[@]}"
   local errors
   errors=$(grep -c '^error:' <<<"$out")
   if [[ $rc -ne 2 || $errors -ne 1 ]] || ! grep -q -- "$words" <<<"$out"; then
@@ -242,6 +243,9 @@ mkdir empty
 refused "an empty folder" "no checkpoint in folder empty" --resume empty
 refused "a missing path" "checkpoint nowhere/ckpt.h5 does not exist" --resume nowhere/ckpt.h5
 refused "a bad --on-nan" "--on-nan must be stop or skip" --on-nan maybe
+touch plain_file
+refused "an unusable --checkpoint-dir" "--checkpoint-dir plain_file/ck cannot be created" \
+  --checkpoint-dir plain_file/ck
 train 2 --data reg.h5 --checkpoint-every 10
 grep -q -- "--checkpoint-every needs --checkpoint-dir" <<<"$out" && [[ $rc -eq 2 ]] ||
   fail "--checkpoint-every without --checkpoint-dir: exit $rc"$'\n'"$out"
