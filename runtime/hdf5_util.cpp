@@ -67,7 +67,7 @@ std::string hdf5_error_text() {
   return outer + " (" + inner + ")";
 }
 
-H5Id open_h5_readonly(const std::string& path) {
+H5Id open_h5_readonly(const std::string& path, hid_t fapl) {
   Hdf5Lock lock;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
@@ -84,7 +84,7 @@ H5Id open_h5_readonly(const std::string& path) {
     hdf5_error_text();
     throw UsageError(path + ": not an HDF5 file (no HDF5 signature found)");
   }
-  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
   if (id < 0)
     throw UsageError(path + ": HDF5 cannot open it, the file is damaged or truncated (" +
                      hdf5_error_text() + ")");

@@ -66,7 +66,8 @@ std::string hdf5_error_text();
 
 // Opens an existing file read-only (H5F_ACC_RDONLY). Throws UsageError naming the file when it is
 // missing, unreadable, not HDF5, or damaged (HDF5's reason is included).
-H5Id open_h5_readonly(const std::string& path);
+// `fapl` is a file-access property list (H5P_DEFAULT for the defaults).
+H5Id open_h5_readonly(const std::string& path, hid_t fapl = H5P_DEFAULT);
 
 // Whether `name` is a link directly inside `loc` (no path walking: "a/b" is not looked up).
 bool h5_has_child(hid_t loc, const std::string& name);

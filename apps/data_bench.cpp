@@ -1,0 +1,129 @@
+// lockstep-data bench FILE: how fast the sharded loader delivers batches. Every rank runs the
+// loader over --epochs epochs of the split (no model), optionally sleeping --compute-ms per step to
+// stand in for training so the prefetch thread can work ahead. Rank 0 prints, per epoch and per
+// rank, samples/s (real rows this rank consumed per second), the bytes this rank read and their
+// share of the split, and the time next() waited for data.
+//
+//   mpiexec -n 4 lockstep-data bench fmnist.h5 --global-batch 256 --epochs 3
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "apps/data_commands.h"
+#include "runtime/communicator.h"
+#include "runtime/error.h"
+#include "runtime/sharded_loader.h"
+
+namespace lockstep::data {
+namespace {
+
+namespace po = boost::program_options;
+
+// "uint8" -> 1, "float64" -> 8: bytes per element from the type names inspect_dataset reports.
+double type_bytes(const std::string& name) {
+  size_t digits = name.find_first_of("0123456789");
+  return digits == std::string::npos ? 0.0 : std::stod(name.substr(digits)) / 8.0;
+}
+
+struct EpochFigures {
+  double seconds = 0, samples = 0, wait = 0, bytes = 0;
+};
+
+}  // namespace
+
+int run_bench(int argc, char** argv, const World& world) {
+  DatasetSpec spec;
+  LoaderOptions lo;
+  int epochs = 0;
+  double compute_ms = 0, cache_mb = 0;
+  std::string remainder;
+  bool no_shuffle = false;
+  po::options_description opts("bench options");
+  opts.add_options()
+      ("file", po::value(&spec.path)->required(), "HDF5 dataset file")
+      ("group", po::value(&spec.group)->default_value("train"), "split to read")
+      ("x-name", po::value(&spec.x_name), "input dataset (default images, else x)")
+      ("y-name", po::value(&spec.y_name), "target dataset (default labels, else y)")
+      ("global-batch", po::value(&lo.global_batch)->required(), "global batch B (divisible by the ranks)")
+      ("epochs", po::value(&epochs)->default_value(2), "epochs to read")
+      ("prefetch", po::value(&lo.prefetch)->default_value(2), "batches read ahead (0: read in next())")
+      ("seed", po::value(&lo.seed)->default_value(0), "shuffle seed")
+      ("no-shuffle", po::bool_switch(&no_shuffle), "file order instead of a permutation per epoch")
+      ("remainder", po::value(&remainder)->default_value("mask"), "last partial batch: mask or drop")
+      ("compute-ms", po::value(&compute_ms)->default_value(0.0), "simulated compute per step (sleep)")
+      ("cache-mb", po::value(&cache_mb)->default_value(static_cast<double>(kDefaultChunkCacheBytes >> 20)),
+       "HDF5 chunk cache for the inputs, MiB");
+  Parsed p = parse_options("bench", argc, argv, opts, "file", world);
+  if (p.help_shown) return 0;
+  if (epochs < 1) throw UsageError("--epochs must be at least 1");
+  if (remainder != "mask" && remainder != "drop")
+    throw UsageError("--remainder must be mask or drop, not '" + remainder + "'");
+  if (!(compute_ms >= 0) || !(cache_mb >= 0)) throw UsageError("--compute-ms and --cache-mb must be >= 0");
+  lo.shuffle = !no_shuffle;
+  lo.drop_remainder = remainder == "drop";
+  lo.chunk_cache_bytes = static_cast<int64_t>(cache_mb * 1048576.0);
+
+  auto comm = make_mpi_communicator();
+  std::unique_ptr<ShardedLoader> loader = open_sharded_loader(spec, lo, world.rank, world.size);
+  const DatasetInfo& info = loader->info();
+  const double split_bytes =
+      static_cast<double>(info.rows) *
+      (static_cast<double>(info.sample_size) * type_bytes(info.x_type) +
+       (info.classification ? 1 : info.target_dim) * type_bytes(info.y_type));
+
+  std::vector<EpochFigures> mine;
+  Batch batch;
+  const auto compute = std::chrono::duration<double, std::milli>(compute_ms);
+  for (int e = 0; e < epochs; ++e) {
+    comm->barrier();
+    EpochFigures f;
+    const uint64_t bytes0 = loader->bytes_read();
+    const double wait0 = loader->wait_seconds_total();
+    const auto t0 = std::chrono::steady_clock::now();
+    loader->start_epoch(e);
+    while (loader->next(batch)) {
+      f.samples += static_cast<double>(batch.valid);
+      if (compute_ms > 0) std::this_thread::sleep_for(compute);
+    }
+    f.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    f.wait = loader->wait_seconds_total() - wait0;
+    f.bytes = static_cast<double>(loader->bytes_read() - bytes0);
+    mine.push_back(f);
+  }
+
+  // Every rank's figures to rank 0: 4 doubles per epoch.
+  const size_t per_rank = 4 * mine.size();
+  std::vector<double> flat, all(per_rank * static_cast<size_t>(world.size));
+  for (const auto& f : mine) flat.insert(flat.end(), {f.seconds, f.samples, f.wait, f.bytes});
+  comm->all_gather(flat.data(), all.data(), per_rank, DType::f64);
+  if (world.rank != 0) return 0;
+
+  std::printf("lockstep-data bench: %s %s, %lld rows of %s %s, %d rank(s), global batch %lld "
+              "(%lld per rank), %lld steps/epoch, prefetch %d, shuffle %s, compute %.1f ms/step, "
+              "cache %.0f MiB\n",
+              info.path.c_str(), info.group.c_str(), static_cast<long long>(info.rows),
+              info.x_type.c_str(), info.classification ? "images" : "inputs", world.size,
+              static_cast<long long>(lo.global_batch),
+              static_cast<long long>(lo.global_batch / world.size),
+              static_cast<long long>(loader->steps_per_epoch()), lo.prefetch,
+              lo.shuffle ? "on" : "off", compute_ms, cache_mb);
+  std::printf("%5s %5s %12s %10s %8s %10s\n", "epoch", "rank", "samples/s", "MB read", "share", "wait s");
+  for (int e = 0; e < epochs; ++e) {
+    double lo_rate = 1e300, hi_rate = 0, sum_rate = 0;
+    for (int r = 0; r < world.size; ++r) {
+      const double* f = &all[static_cast<size_t>(r) * per_rank + 4 * static_cast<size_t>(e)];
+      const double rate = f[0] > 0 ? f[1] / f[0] : 0;
+      lo_rate = std::min(lo_rate, rate);
+      hi_rate = std::max(hi_rate, rate);
+      sum_rate += rate;
+      std::printf("%5d %5d %12.0f %10.2f %7.1f%% %10.3f\n", e + 1, r, rate, f[3] / 1e6,
+                  split_bytes > 0 ? 100.0 * f[3] / split_bytes : 0.0, f[2]);
+    }
+    std::printf("epoch %d: samples/s per rank min %.0f avg %.0f max %.0f\n", e + 1, lo_rate,
+                sum_rate / world.size, hi_rate);
+  }
+  return 0;
+}
+
+}  // namespace lockstep::data

@@ -1,0 +1,126 @@
+// lockstep-data: datasets in Lockstep's HDF5 format (DESIGN.md, data format). The first word picks a
+// subcommand (kCommands); the rest are that subcommand's options.
+//
+//   lockstep-data fashion-mnist --out fmnist.h5
+//   lockstep-data regression --out reg.h5 --samples 10000 --features 8 --noise 0.1 --seed 1
+//   lockstep-data inspect fmnist.h5
+//   mpiexec -n 4 lockstep-data bench fmnist.h5 --global-batch 256 --epochs 2
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <system_error>
+
+#include "apps/data_commands.h"
+#include "runtime/bootstrap.h"
+#include "runtime/error.h"
+
+namespace lockstep::data {
+
+namespace po = boost::program_options;
+
+Parsed parse_options(const std::string& command, int argc, char** argv,
+                     const po::options_description& options, const std::string& positional,
+                     const World& world) {
+  po::options_description all = options;
+  all.add_options()("help,h", "show these options");
+  po::positional_options_description pos;
+  if (!positional.empty()) pos.add(positional.c_str(), 1);
+  Parsed p;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), p.vm);
+    if (p.vm.count("help")) {
+      if (world.rank == 0)
+        std::cout << "usage: lockstep-data " << command << " "
+                  << (positional.empty() ? "" : positional + " ") << "[options]\n"
+                  << all << std::flush;
+      p.help_shown = true;
+      return p;
+    }
+    po::notify(p.vm);
+  } catch (const po::error& e) {
+    throw UsageError("lockstep-data " + command + ": " + e.what() + " (see lockstep-data " +
+                     command + " --help)");
+  }
+  return p;
+}
+
+void require_one_process(const std::string& command, const World& world) {
+  if (world.size > 1)
+    throw UsageError("lockstep-data " + command + " runs as one process, not on " +
+                     std::to_string(world.size) + " ranks (start it without mpiexec)");
+}
+
+std::string temp_path_for(const std::string& out) {
+  std::filesystem::path parent = std::filesystem::path(out).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+    throw UsageError(out + ": folder " + parent.string() + " does not exist");
+  if (std::filesystem::is_directory(out, ec)) throw UsageError(out + ": is a folder, not a file name");
+  return out + ".tmp";
+}
+
+TempFile::~TempFile() {
+  std::error_code ec;
+  if (!done_) std::filesystem::remove(path_, ec);
+}
+
+void TempFile::commit(const std::string& out) {
+  std::error_code ec;
+  std::filesystem::rename(path_, out, ec);
+  if (ec) throw UsageError(out + ": cannot move the finished file into place (" + ec.message() + ")");
+  done_ = true;
+}
+
+}  // namespace lockstep::data
+
+namespace {
+
+using lockstep::World;
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv, const World& world);
+};
+
+// One row per subcommand (see data_commands.h).
+constexpr Command kCommands[] = {
+    {"fashion-mnist", "convert the Fashion-MNIST IDX files into train/ and test/ splits",
+     &lockstep::data::run_fashion_mnist},
+    {"regression", "generate y = Xw + b + noise (train/ and test/), true w and b as attributes",
+     &lockstep::data::run_regression},
+    {"inspect", "groups, datasets, shapes, types, chunking, attributes; what the loader sees",
+     &lockstep::data::run_inspect},
+    {"bench", "loader throughput per rank (samples/s), bytes read, data wait; runs under mpiexec",
+     &lockstep::data::run_bench},
+};
+
+std::string usage() {
+  std::string text = "usage: lockstep-data <command> [options]   (lockstep-data <command> --help)\n"
+                     "commands:\n";
+  for (const Command& c : kCommands) {
+    char line[200];
+    std::snprintf(line, sizeof line, "  %-14s %s\n", c.name, c.summary);
+    text += line;
+  }
+  return text;
+}
+
+int dispatch(int argc, char** argv, const World& world) {
+  if (argc < 2) throw lockstep::UsageError("lockstep-data needs a command\n" + usage());
+  const std::string word = argv[1];
+  if (word == "--help" || word == "-h" || word == "help") {
+    if (world.rank == 0) std::fputs(usage().c_str(), stdout);
+    return 0;
+  }
+  for (const Command& c : kCommands)
+    if (word == c.name) return c.run(argc - 1, argv + 1, world);
+  throw lockstep::UsageError("lockstep-data: unknown command '" + word + "'\n" + usage());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return lockstep::run_app(argc, argv, [&](const World& world) { return dispatch(argc, argv, world); });
+}
