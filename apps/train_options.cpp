@@ -33,17 +33,17 @@ po::options_description describe(Raw& r) {
   po::options_description general("General");
   general.add_options()
       ("help,h", "print this list of options and exit")
-      ("config", po::value(&r.config)->default_value(""),
+      ("config", po::value(&r.config)->default_value("", "\"\""),
        "INI file of option=value lines (long names, no dashes); command-line values win");
   po::options_description data("Data");
   data.add_options()
-      ("data", po::value(&r.data)->default_value(""),
-       "HDF5 dataset file, or a dataset name (fashion-mnist) looked up as "
+      ("data", po::value(&r.data),
+       "required: HDF5 dataset file, or a dataset name (fashion-mnist) looked up as "
        "$LOCKSTEP_DATA_DIR/<name>.h5, then data/<name>.h5")
       ("train-group", po::value(&r.train_group)->default_value("train"), "group of the training split")
       ("test-group", po::value(&r.test_group)->default_value("test"), "group of the evaluation split")
-      ("x-name", po::value(&r.x_name)->default_value(""), "input dataset (default: images, else x)")
-      ("y-name", po::value(&r.y_name)->default_value(""), "target dataset (default: labels, else y)")
+      ("x-name", po::value(&r.x_name)->default_value("", "\"\""), "input dataset (default: images, else x)")
+      ("y-name", po::value(&r.y_name)->default_value("", "\"\""), "target dataset (default: labels, else y)")
       ("remainder", po::value(&r.remainder)->default_value("mask"),
        "last partial global batch: mask (kept, padding weighted 0) or drop");
   po::options_description model("Model and loss");
@@ -88,7 +88,7 @@ po::options_description describe(Raw& r) {
   out.add_options()
       ("log-every", po::value(&r.log_every)->default_value(50),
        "steps between progress reports (loss and accuracy reduced over ranks)")
-      ("metrics", po::value(&r.metrics)->default_value(""), "write metrics as JSON lines to this file")
+      ("metrics", po::value(&r.metrics)->default_value("", "\"\""), "write metrics as JSON lines to this file")
       ("progress", po::value(&r.progress)->default_value("auto"),
        "auto (a bar on a terminal, else lines) | bar | lines | none");
   po::options_description run("Runtime");

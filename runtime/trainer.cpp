@@ -82,7 +82,7 @@ void validate(const TrainConfig& c, int world_size) {
     if (c.grad_accum == 1)
       throw UsageError("--global-batch " + std::to_string(c.global_batch) +
                        " is not divisible by the " + std::to_string(world_size) +
-                       " ranks: try " + suggest_batch_sizes(c.global_batch, world_size));
+                       " ranks: " + suggest_batch_sizes(c.global_batch, world_size));
     throw UsageError("--global-batch " + std::to_string(c.global_batch) + " with --grad-accum " +
                      std::to_string(c.grad_accum) + " gives micro-batches of " +
                      std::to_string(micro) + ", not divisible by the " +

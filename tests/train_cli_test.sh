@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# lockstep-train's command line, end to end:
+#  - --help lists every option with its default and exits 0;
+#  - each bad value is refused before training, at 2 ranks: one message (printed once, by rank 0)
+#    that names the option, and a non-zero exit status on every rank;
+#  - a tiny run prints test_loss= and test_accuracy= as its last lines, writes JSON-lines metrics,
+#    and takes its options from --config with the command line winning.
+# ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC. Needs the Fashion-MNIST IDX files
+# (Debian's dataset-fashion-mnist), converted by lockstep-data.
+set -u
+
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
+mpiexec="${MPIEXEC:-mpiexec}"
+for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
+  [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
+done
+idx=/usr/share/datasets/fashion-mnist
+[[ -e $idx/train-images-idx3-ubyte.gz || -e $idx/train-images-idx3-ubyte ]] ||
+  { echo "skipped: no Fashion-MNIST IDX files in $idx (dataset-fashion-mnist)"; exit 77; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-train-cli-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+"$bin/lockstep-data" fashion-mnist --out fmnist.h5 >/dev/null 2>&1 || { echo "FAIL: conversion"; exit 1; }
+"$bin/lockstep-data" regression --out reg.h5 --samples 200 --features 5 >/dev/null 2>&1 ||
+  { echo "FAIL: regression data"; exit 1; }
+
+# ---- --help: every option, with its default ----
+help=$("$bin/lockstep-train" --help 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "--help exits $rc"
+grep -q -- "--data arg" <<<"$help" || fail "--help does not list --data"
+for opt in config model loss optimizer lr momentum beta1 beta2 eps weight-decay lr-schedule \
+           warmup-steps min-lr lr-scaling base-batch global-batch epochs steps grad-accum seed \
+           remainder log-every metrics device comm timeout check-every threads; do
+  grep -qE -- "--$opt arg +\(=" <<<"$help" || fail "--help does not list --$opt with a default"
+done
+grep -q -- '--global-batch arg (=128)' <<<"$help" || fail "--help does not show --global-batch's default"
+
+# ---- bad values: refused once, naming the option, non-zero on every rank ----
+# refuse EXPECTED ARGS...: runs 2 ranks; each rank records its own exit status.
+refuse() {
+  local expected=$1
+  shift
+  rm -f rc.*
+  out=$(timeout 60 "$mpiexec" -n 2 --oversubscribe bash -c \
+        '"$@"; echo $? > rc.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}' _ \
+        "$bin/lockstep-train" --progress none "$@" 2>&1)
+  local errors
+  errors=$(grep -c '^error:' <<<"$out")
+  [[ $errors -eq 1 ]] || fail "'$*': $errors error lines, expected 1: $out"
+  grep -q -- "$expected" <<<"$out" || fail "'$*': message does not name '$expected': $out"
+  for r in 0 1; do
+    local code
+    code=$(cat "rc.$r" 2>/dev/null || echo missing)
+    [[ $code != 0 && $code != missing ]] || fail "'$*': rank $r exit status $code"
+  done
+  grep -q '^test_accuracy=' <<<"$out" && fail "'$*': trained anyway"
+}
+refuse --lr --data fmnist.h5 --lr -0.1
+refuse --lr --data fmnist.h5 --lr 0
+refuse --lr --data fmnist.h5 --lr abc
+refuse --global-batch --data fmnist.h5 --global-batch 0
+refuse "not divisible by the 2 ranks" --data fmnist.h5 --global-batch 7
+refuse --grad-accum --data fmnist.h5 --global-batch 128 --grad-accum 3
+refuse --model --data fmnist.h5 --model resnet
+refuse --model --data fmnist.h5 --model dense:12
+refuse "needs image samples" --data reg.h5 --model cnn
+refuse --optimizer --data fmnist.h5 --optimizer rmsprop
+refuse --loss --data fmnist.h5 --loss mse
+refuse --data --data nowhere.h5
+refuse --epochs --data fmnist.h5 --epochs -1
+refuse --lr-schedule --data fmnist.h5 --lr-schedule steps
+refuse --remainder --data fmnist.h5 --remainder keep
+refuse --device --data fmnist.h5 --device tpu
+refuse --threads --data fmnist.h5 --threads -1
+refuse --beta2 --data fmnist.h5 --beta2 1.5
+refuse frobnicate --data fmnist.h5 --frobnicate 1
+refuse --config --data fmnist.h5 --config missing.ini
+
+# ---- a tiny run: config file, command-line override, metrics, final lines ----
+printf 'model = mlp:16\nsteps = 8\nlr = 0.002\nglobal-batch = 64\nlog-every = 2\n' > run.ini
+out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+      --config run.ini --steps 6 --metrics metrics.jsonl --progress lines 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "tiny run exits $rc: $out"
+grep -q '6 steps in all' <<<"$out" || fail "--steps 6 on the command line did not win over the config"
+grep -q 'mlp:16' <<<"$out" || fail "the config's model was not used"
+stdout=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+         --config run.ini --steps 6 --progress none 2>/dev/null)
+last2=$(tail -2 <<<"$stdout")
+grep -qE '^test_loss=[0-9.]+$' <<<"$(head -1 <<<"$last2")" || fail "second-to-last line: $last2"
+grep -qE '^test_accuracy=0\.[0-9]+$' <<<"$(tail -1 <<<"$last2")" || fail "last line: $last2"
+train_lines=$(grep -c '"kind":"train"' metrics.jsonl 2>/dev/null || echo 0)
+[[ $train_lines -eq 3 ]] || fail "metrics: $train_lines train lines for 6 steps at --log-every 2"
+for key in step epoch loss accuracy lr samples_per_sec data_wait_share; do
+  grep '"kind":"train"' metrics.jsonl | head -1 | grep -q "\"$key\":" || fail "metrics lack \"$key\""
+done
+grep -q '"kind":"eval".*"test_accuracy":0\.' metrics.jsonl || fail "metrics lack the evaluation"
+
+[[ $failures -eq 0 ]] && echo "train_cli_test: all passed"
+exit $((failures > 0))
