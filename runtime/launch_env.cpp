@@ -154,6 +154,8 @@ LaunchEnv detect_launch_env(const EnvMap& env) {
     // A task of an srun step. The batch script itself (no step id, or "batch") is not: a program
     // started there without srun is a single process whatever the allocation holds.
     detect_slurm(env, &out);
+  } else if (const std::string* ess = find(env, "OMPI_MCA_ess"); ess && *ess == "singleton") {
+    // Open MPI started without a launcher; it sets PMIX_RANK for itself, which is no launcher's.
   } else if (find(env, "PMI_RANK") && find(env, "MPI_LOCALRANKID")) {
     out.launcher = Launcher::mpich;
     out.rank = read_int(env, {"PMI_RANK"}, &out);
@@ -212,6 +214,9 @@ std::vector<std::string> disagreements(const LaunchEnv& env, const World& world)
   if (env.launcher == Launcher::none) return out;
   check("rank", env.rank, world.rank, "MPI_Comm_rank");
   check("world size", env.size, world.size, "MPI_Comm_size");
+  if (env.size > 1 && world.size == 1)
+    out.push_back("every task started as an MPI job of its own: with srun, pass --mpi=pmix; with "
+                  "mpirun, use the mpirun of the MPI library Lockstep was built with");
   check("local rank", env.local_rank, world.local_rank, "MPI_Comm_split_type");
   check("ranks on this host", env.local_size, world.local_size, "MPI_Comm_split_type");
   return out;

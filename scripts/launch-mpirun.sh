@@ -10,11 +10,17 @@
 #   --hostfile FILE      Open MPI hostfile, one host per line ("node1 slots=4"); default: this host
 #   --hosts LIST         instead of a hostfile: comma-separated hosts ("node1,node2")
 #   --ranks-per-node N   ranks on each host; default: the GPUs nvidia-smi lists here, else 1
-#   --np N               total ranks; default: hosts x ranks-per-node
+#   --np N               total ranks; default: hosts x ranks-per-node. Alone (no
+#                        --ranks-per-node), ranks fill each host's slots in hostfile order
 #   --iface LIST         network interface(s) (names like ib0,eth0 or a CIDR like 10.0.0.0/24) for
 #                        MPI traffic (OMPI_MCA_btl_tcp_if_include), Open MPI's own control channel
 #                        (OMPI_MCA_oob_tcp_if_include) and NCCL (NCCL_SOCKET_IFNAME; names only)
 #   --tcp                MPI over TCP only (btl self,vader,tcp): for hosts without InfiniBand/UCX
+#   --host-timeout SEC   give up on a host that stops answering after about SEC seconds (TCP
+#                        keepalive on Open MPI's control channel; default 60). Without it, mpirun
+#                        can wait for minutes on a host whose network went away, long after the
+#                        ranks themselves stopped at the collective timeout (lockstep-train
+#                        --timeout)
 #   --bind-to WHAT       process binding (core, socket, none); default none, so BLAS threads and
 #                        the data loader are not squeezed onto one core
 #   --mpirun PATH        the mpirun to use (default: mpirun on PATH)
@@ -29,6 +35,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "launch-mpirun: $*" >&2; exit 2; }
 
 hostfile="" hosts="" per_node="" np="" iface="" tcp_only=0 bind="none" mpirun="mpirun" dry=0
+host_timeout=60
 mca=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --np) np=${2:?--np needs a number}; shift 2 ;;
     --iface) iface=${2:?--iface needs an interface}; shift 2 ;;
     --tcp) tcp_only=1; shift ;;
+    --host-timeout) host_timeout=${2:?--host-timeout needs seconds}; shift 2 ;;
     --bind-to) bind=${2:?--bind-to needs a value}; shift 2 ;;
     --mpirun) mpirun=${2:?--mpirun needs a path}; shift 2 ;;
     --mca) [[ $# -ge 3 ]] || die "--mca needs KEY VALUE"; mca+=(--mca "$2" "$3"); shift 3 ;;
@@ -63,6 +71,10 @@ else
   host_count=1
 fi
 
+# --np alone fills each host's slots in order (Open MPI's default); otherwise place per_node ranks
+# on every host.
+use_ppr=1
+[[ -n "$per_node" || -z "$np" ]] || use_ppr=0
 if [[ -z "$per_node" ]]; then
   per_node=1
   if command -v nvidia-smi >/dev/null 2>&1; then
@@ -74,7 +86,8 @@ is_count "$per_node" || die "--ranks-per-node must be a positive number, not '$p
 [[ -n "$np" ]] || np=$((host_count * per_node))
 is_count "$np" || die "--np must be a positive number, not '$np'"
 
-cmd=("$mpirun" -np "$np" --map-by "ppr:${per_node}:node" --bind-to "$bind")
+cmd=("$mpirun" -np "$np" --bind-to "$bind")
+[[ $use_ppr -eq 0 ]] || cmd+=(--map-by "ppr:${per_node}:node")
 if [[ -n "$hostfile" ]]; then
   cmd+=(--hostfile "$hostfile")
 elif [[ -n "$hosts" ]]; then
@@ -94,6 +107,12 @@ if [[ -n "$iface" ]]; then
   fi
 fi
 [[ $tcp_only -eq 0 ]] || cmd+=(--mca btl "self,vader,tcp" --mca pml ob1)
+if ! is_count "$host_timeout" || [[ $host_timeout -lt 6 ]]; then
+  die "--host-timeout must be a number of seconds, 6 or more, not '$host_timeout'"
+fi
+# Idle time, then 3 unanswered probes: about host_timeout seconds in all.
+cmd+=(--mca oob_tcp_keepalive_time $((host_timeout / 2))
+      --mca oob_tcp_keepalive_intvl $((host_timeout / 6)) --mca oob_tcp_keepalive_probes 3)
 cmd+=("${mca[@]}")
 for var in $(compgen -e); do
   case "$var" in

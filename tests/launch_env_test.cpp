@@ -151,6 +151,32 @@ TEST(LaunchEnv, BatchScriptWithoutSrunIsNotASlurmLaunch) {
   }
 }
 
+TEST(LaunchEnv, OpenMpiSingletonIsNoLauncher) {
+  // Open MPI started without mpirun sets PMIX_RANK for itself.
+  LaunchEnv e = detect_launch_env(
+      {{"OMPI_MCA_ess", "singleton"}, {"PMIX_RANK", "0"}, {"PMIX_NAMESPACE", "1097072641"}});
+  EXPECT_EQ(Launcher::none, e.launcher);
+  EXPECT_EQ(-1, e.rank);
+}
+
+TEST(LaunchEnv, SrunWithoutPmixIsCaught) {
+  // srun --mpi=none with Open MPI: each task initialises as a singleton, a world of one.
+  LaunchEnv e = detect_launch_env({{"SLURM_STEP_ID", "0"},
+                                   {"SLURM_PROCID", "1"},
+                                   {"SLURM_LOCALID", "1"},
+                                   {"SLURM_NODEID", "0"},
+                                   {"SLURM_STEP_NUM_TASKS", "2"},
+                                   {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                                   {"OMPI_MCA_ess", "singleton"},
+                                   {"PMIX_RANK", "0"}});
+  EXPECT_EQ(Launcher::slurm, e.launcher);
+  auto d = disagreements(e, world_of(0, 1, 0, 1));
+  ASSERT_FALSE(d.empty());
+  bool hint = false;
+  for (const auto& line : d) hint = hint || line.find("--mpi=pmix") != std::string::npos;
+  EXPECT_TRUE(hint) << "no hint about srun --mpi=pmix";
+}
+
 TEST(LaunchEnv, MpichHydra) {
   LaunchEnv e = detect_launch_env({{"PMI_RANK", "2"},
                                    {"PMI_SIZE", "4"},
@@ -292,7 +318,7 @@ TEST(CheckLaunchEnv, WarnsWhenTheLauncherDisagreesWithMpi) {
 TEST(CheckLaunchEnv, QuietWhenTheyAgree) {
   ScopedEnv env;
   for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_STEP_ID",
-                        "SLURM_STEPID", "PMI_RANK", "PMIX_RANK"})
+                        "SLURM_STEPID", "PMI_RANK"})
     env.set(k, nullptr);
   World w = discover_world();
   testing::internal::CaptureStderr();

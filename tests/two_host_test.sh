@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Two hosts, end to end: two network namespaces joined by a veth pair play two cluster nodes
+# (each with its own host name), and scripts/launch-mpirun.sh starts lockstep-train on them with
+# Open MPI over TCP (an rsh agent that enters the other namespace stands in for ssh), 2 ranks per
+# host. Checks that:
+#   - every rank knows its host and local rank (hosts A and B, local 0 and 1 on each), and the
+#     launcher and MPI agree;
+#   - training completes and its results (per-epoch losses, final metrics, parameter errors) equal
+#     those of the same 4 ranks on one host;
+#   - taking the link down mid-run makes every rank exit with the communicator's timeout error
+#     within a bound (--timeout 10).
+# Bounded by a watchdog; namespaces and their processes are removed on every exit. Exit 77
+# (skipped) only when network namespaces cannot be created here.
+set -euo pipefail
+
+bin=${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}
+src=${LOCKSTEP_SRC:?LOCKSTEP_SRC must name the source tree}
+mpiexec=${MPIEXEC:-mpiexec}
+limit_s=${TWO_HOST_TEST_LIMIT_S:-240}
+collective_timeout=10
+
+skip() { echo "SKIP: $*"; exit 77; }
+log() { echo "[two_host_test $(date +%T)] $*"; }
+
+[[ $(id -u) -eq 0 ]] || skip "creating network namespaces needs root; this test runs as $(id -un)"
+command -v ip >/dev/null || skip "ip (iproute2) is not installed"
+command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
+[[ -x $bin/lockstep-train && -x $bin/lockstep-data ]] || {
+  echo "FAIL: lockstep-train or lockstep-data missing in $bin"; exit 1; }
+
+tag=$$
+ns_a=lockstep-a-$tag ns_b=lockstep-b-$tag
+name_a=ls-a-$tag name_b=ls-b-$tag
+ip_a=10.77.0.1 ip_b=10.77.0.2
+iface=lsv0  # the same name inside both namespaces, so one --iface serves both hosts
+tmp=$(mktemp -d /tmp/lockstep-two-host.XXXXXX)
+chmod 755 "$tmp"
+created=()
+watchdog=""
+
+cleanup() {
+  local rc=$?
+  set +e
+  # shellcheck disable=SC2046
+  [[ -z $watchdog ]] || kill $(pgrep -P "$watchdog") "$watchdog" 2>/dev/null
+  for ns in "${created[@]}"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    # shellcheck disable=SC2086
+    [[ -z $pids ]] || kill -9 $pids 2>/dev/null
+  done
+  for ns in "${created[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  ip link del "lsA$tag" 2>/dev/null
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "FAIL: interrupted or over the ${limit_s} s bound"; exit 1' INT TERM
+(sleep "$limit_s" && kill -TERM $$) </dev/null >/dev/null 2>&1 &
+watchdog=$!
+
+# ---- two hosts ----
+if ! err=$(ip netns add "$ns_a" 2>&1); then skip "cannot create a network namespace here: $err"; fi
+created+=("$ns_a")
+ip netns add "$ns_b"
+created+=("$ns_b")
+ip link add "lsA$tag" type veth peer name "lsB$tag"
+ip link set "lsA$tag" netns "$ns_a"
+ip link set "lsB$tag" netns "$ns_b"
+ip -n "$ns_a" link set "lsA$tag" name $iface
+ip -n "$ns_b" link set "lsB$tag" name $iface
+ip -n "$ns_a" addr add $ip_a/24 dev $iface
+ip -n "$ns_b" addr add $ip_b/24 dev $iface
+for ns in "$ns_a" "$ns_b"; do
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set $iface up
+done
+
+# Runs a command on a host: inside its namespace, under its own host name.
+on_host() {
+  local ns=$1 name=$2
+  shift 2
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
+}
+
+# mpirun's rsh agent: "agent [options] HOST COMMAND..." runs COMMAND on HOST as ssh would.
+cat >"$tmp/agent.sh" <<EOF
+#!/bin/sh
+while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
+host=\$1
+shift
+case "\$host" in
+  $ip_a | $name_a) ns=$ns_a name=$name_a ;;
+  $ip_b | $name_b) ns=$ns_b name=$name_b ;;
+  *) echo "agent: unknown host \$host" >&2; exit 255 ;;
+esac
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name && \$*"
+EOF
+chmod +x "$tmp/agent.sh"
+printf '%s slots=2\n%s slots=2\n' $ip_a $ip_b >"$tmp/hosts"
+
+export OMPI_MCA_plm_rsh_agent=$tmp/agent.sh OMPI_MCA_btl=self,tcp
+# Both "hosts" share this machine's cores: without yielding, 4 busy-polling ranks starve TCP.
+export OMPI_MCA_mpi_yield_when_idle=1
+
+# launch SECONDS COMMAND...: starts COMMAND on both hosts from host A through the project's
+# launcher, for at most SECONDS.
+launch() {
+  local limit=$1
+  shift
+  on_host "$ns_a" "$name_a" timeout "$limit" "$src/scripts/launch-mpirun.sh" \
+    --hostfile "$tmp/hosts" --ranks-per-node 2 --iface $iface --host-timeout 30 "$@"
+}
+
+fails=0
+check() {
+  local what=$1
+  shift
+  if "$@"; then log "ok: $what"; else log "FAILED: $what"; fails=$((fails + 1)); fi
+}
+
+log "dataset"
+"$bin/lockstep-data" regression --out "$tmp/reg.h5" --samples 2048 --features 16 --noise 0.05 \
+  --seed 5 >/dev/null
+train=("$bin/lockstep-train" --data "$tmp/reg.h5" --model linear --device cpu --global-batch 32
+  --lr 0.05 --seed 11 --timeout "$collective_timeout" --progress lines --log-every 100000)
+
+# The results a user compares: epoch losses (without timings), final metrics.
+results() { sed -nE 's/^(epoch [0-9]+\/[0-9]+: train_loss=[^ ]* test_loss=[^ ]*).*/\1/p; /^(test_mse|test_loss|w_max_error|b_error)=/p' "$1"; }
+
+# ---- reference: the same 4 ranks on one host ----
+log "4 ranks on one host"
+timeout 120 "$mpiexec" -n 4 --oversubscribe "${train[@]}" --epochs 4 >"$tmp/one.out" 2>"$tmp/one.err" || {
+  cat "$tmp/one.err"; echo "FAIL: the one-host run failed"; exit 1; }
+
+# ---- the same on two hosts ----
+log "4 ranks on two hosts ($name_a=$ip_a, $name_b=$ip_b)"
+set +e
+LOCKSTEP_LOG_RANKS=all launch 120 "${train[@]}" --epochs 4 >"$tmp/two.out" 2>"$tmp/two.err"
+rc=$?
+set -e
+echo "---- two hosts: stderr"
+cat "$tmp/two.err"
+echo "---- two hosts: results"
+results "$tmp/two.out"
+echo "----"
+check "the two-host run exits 0" test $rc -eq 0
+for r in 0 1 2 3; do
+  host=$name_a
+  [[ $r -lt 2 ]] || host=$name_b
+  check "rank $r runs on $host as local rank $((r % 2)) of 2" grep -Eq \
+    "^\[rank $r/4 $host\] launcher: openmpi \(rank $r/4, local $((r % 2))/2\).*MPI: 4 rank\(s\), 2 on this host" \
+    "$tmp/two.err"
+done
+check "launcher and MPI agree" bash -c "! grep -q disagree '$tmp/two.err'"
+check "results are there" grep -q '^test_mse=' "$tmp/two.out"
+check "two hosts give the one-host results" diff <(results "$tmp/one.out") <(results "$tmp/two.out")
+
+# ---- the link goes down mid-run ----
+log "link down mid-run: every rank must stop within ${collective_timeout} s + slack"
+# Each rank keeps its own stderr in a file: host B's output cannot reach mpirun once the link is down.
+# shellcheck disable=SC2016  # expanded by each rank's shell
+launch 180 sh -c 'exec "$0" "$@" 2>"'"$tmp"'/down-rank-$OMPI_COMM_WORLD_RANK.err"' \
+  "${train[@]}" --epochs 100000 >"$tmp/down.out" 2>"$tmp/down.err" &
+mpirun_pid=$!
+deadline=$((SECONDS + 60))
+until grep -q '^epoch 2/' "$tmp/down.out" 2>/dev/null; do
+  if ((SECONDS > deadline)) || ! kill -0 $mpirun_pid 2>/dev/null; then
+    cat "$tmp/down.err" "$tmp"/down-rank-*.err
+    echo "FAIL: the run for the link test did not start training"
+    exit 1
+  fi
+  sleep 0.2
+done
+ip -n "$ns_b" link set $iface down
+down_at=$SECONDS
+log "link of $name_b down"
+ranks_left() {
+  { ip netns pids "$ns_a"; ip netns pids "$ns_b"; } | xargs -r ps -o comm= -p | grep -c '^lockstep-train' || true
+}
+bound=$((collective_timeout + 20))
+while (($(ranks_left) > 0 && SECONDS - down_at < bound)); do sleep 0.5; done
+took=$((SECONDS - down_at))
+left=$(ranks_left)
+for f in "$tmp"/down-rank-*.err; do echo "---- $(basename "$f")"; grep -v '^launcher:' "$f"; done
+echo "----"
+check "every rank exited within ${bound} s of the link going down (${took} s, ${left} left)" \
+  test "$left" -eq 0
+for r in 0 1 2 3; do
+  check "rank $r reports the collective timeout" grep -Eq \
+    "\[rank $r/4 [^]]*\] .* did not complete within ${collective_timeout} s" "$tmp/down-rank-$r.err"
+done
+# mpirun itself may wait much longer: its kill order to host B's daemon sits in a TCP send queue,
+# which keepalive does not probe, and Open MPI has no abort timeout. Give it a moment, then end it.
+for _ in $(seq 10); do kill -0 $mpirun_pid 2>/dev/null || break; sleep 1; done
+if kill -0 $mpirun_pid 2>/dev/null; then
+  log "mpirun still waits for the unreachable host's daemon after $((SECONDS - down_at)) s; ending it"
+  for ns in "$ns_a" "$ns_b"; do
+    pids=$(ip netns pids "$ns")
+    # shellcheck disable=SC2086
+    [[ -z $pids ]] || kill -9 $pids 2>/dev/null || true
+  done
+else
+  set +e; wait $mpirun_pid; rc=$?; set -e
+  check "mpirun reports the failure (exit $rc)" test $rc -ne 0
+fi
+
+if [[ $fails -ne 0 ]]; then
+  echo "FAIL: $fails check(s) failed"
+  exit 1
+fi
+echo "PASS"
