@@ -100,12 +100,14 @@ void Progress::draw_bar(const ProgressReport& r) {
   char bar[kWidth + 1];
   for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
   bar[kWidth] = '\0';
-  std::fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %lld/%lld loss %.4f", r.epoch, r.epochs, bar,
-               static_cast<long long>(r.step_in_epoch), static_cast<long long>(r.steps_per_epoch),
-               r.loss);
-  if (classification_) std::fprintf(stderr, " acc %.3f", r.accuracy);
-  std::fprintf(stderr, " %.0f samples/s eta %s", r.samples_per_second,
-               format_duration(r.eta_seconds).c_str());
+  std::fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %lld/%lld", r.epoch, r.epochs, bar,
+               static_cast<long long>(r.step_in_epoch), static_cast<long long>(r.steps_per_epoch));
+  if (last_.global_step > 0) {  // figures exist once the first report has been reduced
+    std::fprintf(stderr, " loss %.4f", r.loss);
+    if (classification_) std::fprintf(stderr, " acc %.3f", r.accuracy);
+    std::fprintf(stderr, " %.0f samples/s", r.samples_per_second);
+  }
+  std::fprintf(stderr, " eta %s", format_duration(r.eta_seconds).c_str());
   std::fflush(stderr);
   bar_open_ = true;
   last_draw_ = now_seconds();
