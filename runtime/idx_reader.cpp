@@ -70,8 +70,8 @@ IdxArray read_idx(const std::string& path, int expected_ndims) {
     if (read_some(f.get(), path, b, 4) != 4) bad(path, "the header ends inside the dimensions");
     const int64_t d = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | b[3];
     if (d == 0) bad(path, "dimension " + std::to_string(i) + " is zero");
+    if (d > kMaxIdxBytes / total) bad(path, "the header announces more than 16 GiB of data");
     total *= d;
-    if (total > kMaxIdxBytes) bad(path, "the header announces more than 16 GiB of data");
     out.dims.push_back(d);
   }
 

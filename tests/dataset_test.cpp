@@ -1,0 +1,296 @@
+// inspect_dataset and DatasetReader: what a file describes (rows, shapes, classes, normalisation),
+// the rows read back converted and normalised, files written the way h5py writes them, and one
+// clear UsageError for each way a file can be unusable.
+#include "runtime/dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data_fixtures.h"
+#include "runtime/error.h"
+#include "runtime/h5_writer.h"
+#include "test_util.h"
+
+using namespace lockstep;
+using namespace lockstep::testing_util;
+
+namespace {
+
+class Dataset : public ::testing::Test {
+ protected:
+  std::string dir_ = local_temp_dir("dataset");
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  // inspect_dataset refuses `spec` with a UsageError containing every one of `words`.
+  void expect_refused(const DatasetSpec& spec, const std::vector<std::string>& words) {
+    try {
+      inspect_dataset(spec);
+      ADD_FAILURE() << spec.path << " was accepted";
+    } catch (const UsageError& e) {
+      for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+    }
+  }
+  DatasetSpec spec_of(const std::string& file, const std::string& group = "train") const {
+    DatasetSpec s;
+    s.path = file;
+    s.group = group;
+    return s;
+  }
+};
+
+TEST_F(Dataset, DescribesAClassificationSplit) {
+  ClassificationFixture f;
+  f.rows = 12;
+  f.sample_shape = {4, 3, 2};
+  f.classes = 7;
+  DatasetInfo info = inspect_dataset(spec_of(write_classification(path("c.h5"), f)));
+  EXPECT_EQ(info.x_name, "images");
+  EXPECT_EQ(info.y_name, "labels");
+  EXPECT_EQ(info.rows, 12);
+  EXPECT_EQ(info.sample_shape, (std::vector<int64_t>{4, 3, 2}));
+  EXPECT_EQ(info.sample_size, 24);
+  EXPECT_TRUE(info.classification);
+  EXPECT_EQ(info.num_classes, 7);  // from the attribute, although the labels only reach 6
+  EXPECT_FLOAT_EQ(info.norm_mean, kFixtureMean);
+  EXPECT_FLOAT_EQ(info.norm_std, kFixtureStd);
+  EXPECT_FLOAT_EQ(info.norm_scale, 1.0f / 255);
+  EXPECT_EQ(info.x_type, "uint8");
+  EXPECT_EQ(info.y_type, "uint8");
+}
+
+TEST_F(Dataset, WithoutAttributesClassesComeFromTheLabelsAndNoNormalisation) {
+  ClassificationFixture f;
+  f.rows = 4;  // labels 0..3 of 5 classes: the largest label decides
+  f.attributes = false;
+  DatasetInfo info = inspect_dataset(spec_of(write_classification(path("bare.h5"), f)));
+  EXPECT_EQ(info.num_classes, 4);
+  EXPECT_FLOAT_EQ(info.norm_mean, 0);
+  EXPECT_FLOAT_EQ(info.norm_std, 1);
+  EXPECT_FLOAT_EQ(info.norm_scale, 1.0f / 255);  // uint8 images still come out in [0, 1]
+}
+
+TEST_F(Dataset, DescribesRegressionSplitsAndCustomNames) {
+  DatasetInfo one = inspect_dataset(spec_of(write_regression(path("r1.h5"), 9, 3, 1)));
+  EXPECT_FALSE(one.classification);
+  EXPECT_EQ(one.x_name, "x");
+  EXPECT_EQ(one.y_name, "y");
+  EXPECT_EQ(one.sample_shape, std::vector<int64_t>{3});
+  EXPECT_EQ(one.target_dim, 1);
+  EXPECT_FLOAT_EQ(one.norm_scale, 1.0f);
+  DatasetInfo two = inspect_dataset(spec_of(write_regression(path("r2.h5"), 9, 3, 2)));
+  EXPECT_EQ(two.target_dim, 2);
+
+  // Top-level datasets with other names, as a user's own file might have them.
+  {
+    H5Id file = create_h5_file(path("names.h5"));
+    write_h5_dataset(file.get(), "features", {5, 2}, std::vector<double>(10, 1.0));
+    write_h5_dataset(file.get(), "price", {5}, std::vector<double>(5, 2.0));
+  }
+  DatasetSpec s = spec_of(path("names.h5"), "/");
+  s.x_name = "features";
+  s.y_name = "price";
+  DatasetInfo named = inspect_dataset(s);
+  EXPECT_EQ(named.rows, 5);
+  EXPECT_EQ(named.x_type, "float64");
+}
+
+TEST_F(Dataset, ReaderConvertsRowsInAnyOrderWithRepeats) {
+  ClassificationFixture f;
+  f.rows = 50;
+  f.options.chunk = {8, 3, 2, 1};
+  f.options.gzip_level = 3;
+  DatasetReader reader(spec_of(write_classification(path("rows.h5"), f)));
+  const std::vector<int64_t> ids = {41, 3, 4, 5, 49, 3, 0};
+  const size_t sample = 6;
+  std::vector<float> x(ids.size() * sample);
+  std::vector<int32_t> labels(ids.size());
+  reader.read_rows(ids.data(), ids.size(), x.data(), labels.data(), nullptr);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(labels[i], ids[i] % f.classes) << "row " << ids[i];
+    for (size_t k = 0; k < sample; ++k)
+      EXPECT_NEAR(x[i * sample + k], normalised_pixel(ids[i], static_cast<int64_t>(k)), 1e-6) << ids[i];
+  }
+  // Six distinct rows of 6 image bytes and 1 label byte each.
+  EXPECT_EQ(reader.bytes_read(), 6u * 7u);
+}
+
+TEST_F(Dataset, ReaderReadsRegressionTargets) {
+  DatasetReader reader(spec_of(write_regression(path("r.h5"), 20, 4, 3)));
+  const std::vector<int64_t> ids = {19, 0, 7};
+  std::vector<float> x(ids.size() * 4), t(ids.size() * 3);
+  reader.read_rows(ids.data(), ids.size(), x.data(), nullptr, t.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(x[i * 4 + j], static_cast<float>(ids[i] * 4 + j));
+    for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(t[i * 3 + j], target_value(ids[i], j));
+  }
+}
+
+// A file as h5py writes it from numpy arrays: float64 images in [0, 1] (chunked, gzip), int64
+// labels, attributes on the dataset itself. Written here with the raw HDF5 C API.
+TEST_F(Dataset, ReadsAnH5pyStyleFile) {
+  const hsize_t rows = 30;
+  std::vector<double> images(rows * 2 * 2);
+  std::vector<int64_t> labels(rows);
+  for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<double>(i) / images.size();
+  for (size_t r = 0; r < rows; ++r) labels[r] = static_cast<int64_t>((r * 3) % 4);
+  {
+    hid_t file = H5Fcreate(path("h5py.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t group = H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[3] = {rows, 2, 2}, chunk[3] = {7, 2, 2};
+    hid_t space = H5Screate_simple(3, dims, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 3, chunk);
+    H5Pset_deflate(dcpl, 4);
+    hid_t x = H5Dcreate2(group, "images", H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(x, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, images.data()), 0);
+    const double mean = 0.5, stddev = 0.25;
+    hid_t scalar = H5Screate(H5S_SCALAR);
+    hid_t a1 = H5Acreate2(x, "norm_mean", H5T_IEEE_F32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a1, H5T_NATIVE_DOUBLE, &mean);
+    hid_t a2 = H5Acreate2(x, "norm_std", H5T_IEEE_F32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a2, H5T_NATIVE_DOUBLE, &stddev);
+    hid_t lspace = H5Screate_simple(1, &rows, nullptr);
+    hid_t y = H5Dcreate2(group, "labels", H5T_STD_I64LE, lspace, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(y, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()), 0);
+    for (hid_t id : {a1, a2}) H5Aclose(id);
+    for (hid_t id : {x, y}) H5Dclose(id);
+    for (hid_t id : {space, lspace, scalar}) H5Sclose(id);
+    H5Pclose(dcpl);
+    H5Gclose(group);
+    H5Fclose(file);
+  }
+  DatasetReader reader(spec_of(path("h5py.h5")));
+  const DatasetInfo& info = reader.info();
+  EXPECT_EQ(info.x_type, "float64");
+  EXPECT_EQ(info.y_type, "int64");
+  EXPECT_EQ(info.num_classes, 4);
+  EXPECT_EQ(info.sample_shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_FLOAT_EQ(info.norm_scale, 1.0f);  // float images are taken as they are
+  const std::vector<int64_t> ids = {29, 0, 14, 15, 16};
+  std::vector<float> x(ids.size() * 4);
+  std::vector<int32_t> got(ids.size());
+  reader.read_rows(ids.data(), ids.size(), x.data(), got.data(), nullptr);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(got[i], labels[static_cast<size_t>(ids[i])]);
+    for (size_t k = 0; k < 4; ++k)
+      EXPECT_NEAR(x[i * 4 + k], (images[static_cast<size_t>(ids[i]) * 4 + k] - 0.5) / 0.25, 1e-5);
+  }
+}
+
+TEST_F(Dataset, OtherIntegerWidthsAreLabelsAndImages) {
+  {
+    H5Id file = create_h5_file(path("widths.h5"));
+    H5Id group = ensure_h5_group(file.get(), "train");
+    const int16_t img[6] = {-3, 0, 5, 300, 7, 9};
+    const int8_t lab[3] = {2, 0, 1};
+    hsize_t idims[2] = {3, 2}, ldims = 3;
+    H5Id is(H5Screate_simple(2, idims, nullptr)), ls(H5Screate_simple(1, &ldims, nullptr));
+    H5Id x(H5Dcreate2(group.get(), "images", H5T_STD_I16BE, is.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Id y(H5Dcreate2(group.get(), "labels", H5T_STD_I8LE, ls.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    ASSERT_GE(H5Dwrite(x.get(), H5T_NATIVE_INT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, img), 0);
+    ASSERT_GE(H5Dwrite(y.get(), H5T_NATIVE_INT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab), 0);
+  }
+  DatasetReader reader(spec_of(path("widths.h5")));
+  const int64_t ids[3] = {2, 1, 0};
+  float x[6];
+  int32_t y[3];
+  reader.read_rows(ids, 3, x, y, nullptr);
+  EXPECT_EQ((std::vector<float>(x, x + 6)), (std::vector<float>{7, 9, 5, 300, -3, 0}));
+  EXPECT_EQ((std::vector<int32_t>(y, y + 3)), (std::vector<int32_t>{1, 0, 2}));
+}
+
+TEST_F(Dataset, MissingUnreadableAndTruncatedFilesAreRefused) {
+  expect_refused(spec_of(path("absent.h5")), {"absent.h5", "no such file"});
+  std::ofstream(path("text.h5")) << "x,y\n1,2\n";
+  expect_refused(spec_of(path("text.h5")), {"text.h5", "not an HDF5 file"});
+  ClassificationFixture f;
+  f.rows = 2000;
+  write_classification(path("whole.h5"), f);
+  std::filesystem::copy_file(path("whole.h5"), path("cut.h5"));
+  std::filesystem::resize_file(path("cut.h5"), std::filesystem::file_size(path("whole.h5")) * 2 / 3);
+  expect_refused(spec_of(path("cut.h5")), {"cut.h5", "truncated"});
+}
+
+TEST_F(Dataset, MissingGroupsAndDatasetsAreNamed) {
+  ClassificationFixture f;
+  const std::string file = write_classification(path("c.h5"), f);
+  expect_refused(spec_of(file, "validation"), {"c.h5", "no group 'validation'", "train"});
+  DatasetSpec s = spec_of(file);
+  s.x_name = "pixels";
+  expect_refused(s, {"train/pixels", "no such dataset", "images, labels"});
+  s = spec_of(file);
+  s.y_name = "classes";
+  expect_refused(s, {"train/classes", "no such dataset"});
+  {
+    H5Id other = create_h5_file(path("none.h5"));
+    write_h5_dataset(other.get(), "train/data", {3}, std::vector<float>(3));
+  }
+  expect_refused(spec_of(path("none.h5")), {"no dataset 'images' or 'x'", "data"});
+}
+
+TEST_F(Dataset, InconsistentShapesAndEmptySplitsAreRefused) {
+  {
+    H5Id file = create_h5_file(path("shapes.h5"));
+    write_h5_dataset(file.get(), "count/images", {5, 2}, std::vector<uint8_t>(10));
+    write_h5_dataset(file.get(), "count/labels", {4}, std::vector<uint8_t>(4));
+    write_h5_dataset(file.get(), "empty/images", DType::u8, {0, 2}, nullptr);
+    write_h5_dataset(file.get(), "empty/labels", DType::u8, {0}, nullptr);
+    write_h5_dataset(file.get(), "wide/images", {3, 2}, std::vector<uint8_t>(6));
+    write_h5_dataset(file.get(), "wide/labels", {3, 2}, std::vector<int32_t>(6));
+    write_h5_dataset(file.get(), "scalar/x", DType::f32, {}, std::vector<float>{1}.data());
+    write_h5_dataset(file.get(), "scalar/y", {1}, std::vector<float>{1});
+  }
+  const std::string file = path("shapes.h5");
+  expect_refused(spec_of(file, "count"), {"count/images has 5 rows but labels has 4"});
+  expect_refused(spec_of(file, "empty"), {"empty/images", "is empty"});
+  expect_refused(spec_of(file, "wide"), {"wide/labels", "(3, 2)", "(N,) labels"});
+  expect_refused(spec_of(file, "scalar"), {"scalar/x", "scalar"});
+}
+
+TEST_F(Dataset, BadLabelsAndAttributesAreRefusedBeforeTraining) {
+  {
+    H5Id file = create_h5_file(path("labels.h5"));
+    write_h5_dataset(file.get(), "neg/images", {3, 1}, std::vector<uint8_t>(3));
+    write_h5_dataset(file.get(), "neg/labels", {3}, std::vector<int32_t>{0, -1, 2});
+    write_h5_dataset(file.get(), "high/images", {3, 1}, std::vector<uint8_t>(3));
+    write_h5_dataset(file.get(), "high/labels", {3}, std::vector<int32_t>{0, 10, 2});
+    write_h5_attr_int(file.get(), "num_classes", 10);
+    write_h5_dataset(file.get(), "strings/images", {3, 1}, std::vector<uint8_t>(3));
+    write_h5_dataset(file.get(), "strings/labels", {3}, std::vector<uint8_t>(3));
+    H5Id strings = ensure_h5_group(file.get(), "strings");
+    write_h5_attr_string(strings.get(), "norm_std", "one");
+    write_h5_dataset(file.get(), "zero/images", {3, 1}, std::vector<uint8_t>(3));
+    write_h5_dataset(file.get(), "zero/labels", {3}, std::vector<uint8_t>(3));
+    H5Id zero = ensure_h5_group(file.get(), "zero");
+    write_h5_attr_double(zero.get(), "norm_std", 0.0);
+  }
+  const std::string file = path("labels.h5");
+  expect_refused(spec_of(file, "neg"), {"neg/labels", "negative label (-1)"});
+  expect_refused(spec_of(file, "high"), {"high/labels", "label 10", "num_classes is 10"});
+  expect_refused(spec_of(file, "strings"), {"attribute norm_std", "not a number"});
+  expect_refused(spec_of(file, "zero"), {"norm_std > 0"});
+}
+
+TEST_F(Dataset, SampleShapeMustFitTheModel) {
+  DatasetInfo info;
+  info.path = "f.h5";
+  info.group = "train";
+  info.x_name = "images";
+  info.sample_shape = {28, 28, 1};
+  EXPECT_NO_THROW(check_sample_shape(info, {28, 28, 1}));
+  EXPECT_NO_THROW(check_sample_shape(info, {28, 28}));
+  try {
+    check_sample_shape(info, {32, 32, 3});
+    ADD_FAILURE() << "accepted";
+  } catch (const UsageError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("f.h5: train/images"), std::string::npos) << text;
+    EXPECT_NE(text.find("(28, 28, 1)"), std::string::npos) << text;
+    EXPECT_NE(text.find("(32, 32, 3)"), std::string::npos) << text;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,158 @@
+// The sharded loader across real ranks (ctest runs this at 1, 2 and 4): over one epoch the ranks
+// together use every row exactly once (the partial last batch included), the global batches are
+// the slices of ShardedLoader::permutation whatever the world size, each rank reads about 1/P of
+// the bytes, and a bad input on one rank makes every rank leave with the same message.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <filesystem>
+
+#include "data_fixtures.h"
+#include "runtime/error.h"
+#include "runtime/sharded_loader.h"
+#include "test_util.h"
+
+using namespace lockstep;
+using namespace lockstep::testing_util;
+
+namespace {
+
+constexpr int64_t kRows = 103;  // 103 = 8 * 12 + 7: a partial last batch at B = 12
+constexpr int64_t kBatch = 12;  // divides by 1, 2 and 4
+constexpr int kSample = 6;      // (3, 2, 1) images
+
+struct World2 {
+  int rank = 0, size = 1;
+};
+
+World2 world() {
+  World2 w;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  return w;
+}
+
+class LoaderMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = shared_temp_dir("loader-mpi");
+    spec_.path = dir_ + "/data.h5";
+    if (world().rank == 0) {
+      ClassificationFixture f;
+      f.rows = kRows;
+      f.options.chunk = {10, 3, 2, 1};
+      f.options.gzip_level = 4;
+      write_classification(spec_.path, f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  void TearDown() override {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world().rank == 0) std::filesystem::remove_all(dir_);
+  }
+  std::string dir_;
+  DatasetSpec spec_;
+};
+
+// Every rank's index slice of each step, gathered in rank order: the global batches as the ranks
+// together saw them.
+std::vector<std::vector<int64_t>> gather_global_batches(ShardedLoader& loader, int epoch,
+                                                        uint64_t* bytes) {
+  std::vector<std::vector<int64_t>> global;
+  const uint64_t before = loader.bytes_read();
+  loader.start_epoch(epoch);
+  Batch b;
+  while (loader.next(b)) {
+    std::vector<int64_t> all(static_cast<size_t>(kBatch));
+    MPI_Allgather(b.index.data(), static_cast<int>(b.rows), MPI_INT64_T, all.data(),
+                  static_cast<int>(b.rows), MPI_INT64_T, MPI_COMM_WORLD);
+    global.push_back(all);
+    for (int64_t i = 0; i < b.valid; ++i) {
+      const int64_t row = b.index[static_cast<size_t>(i)];
+      EXPECT_EQ(b.labels[static_cast<size_t>(i)], row % 5);
+      for (int q = 0; q < kSample; ++q)
+        EXPECT_NEAR(b.x[static_cast<size_t>(i * kSample + q)], normalised_pixel(row, q), 1e-6);
+    }
+  }
+  *bytes = loader.bytes_read() - before;
+  return global;
+}
+
+TEST_F(LoaderMpi, EveryRowOnceAndTheSameGlobalBatchesAtAnyWorldSize) {
+  const World2 w = world();
+  LoaderOptions o;
+  o.global_batch = kBatch;
+  o.seed = 2024;
+  auto loader = open_sharded_loader(spec_, o, w.rank, w.size);
+  ASSERT_EQ(loader->steps_per_epoch(), 9);
+  for (int epoch : {0, 1}) {
+    uint64_t bytes = 0;
+    const auto global = gather_global_batches(*loader, epoch, &bytes);
+    const auto perm = ShardedLoader::permutation(kRows, 2024, epoch, true);
+    ASSERT_EQ(global.size(), 9u);
+    std::vector<int> uses(kRows, 0);
+    for (size_t k = 0; k < global.size(); ++k)
+      for (int64_t pos = 0; pos < kBatch; ++pos) {
+        const int64_t p = static_cast<int64_t>(k) * kBatch + pos;
+        const int64_t row = global[k][static_cast<size_t>(pos)];
+        EXPECT_EQ(row, p < kRows ? perm[static_cast<size_t>(p)] : -1)
+            << "P=" << w.size << " epoch " << epoch << " step " << k << " position " << pos;
+        if (row >= 0) uses[static_cast<size_t>(row)]++;
+      }
+    EXPECT_EQ(uses, std::vector<int>(kRows, 1)) << "P=" << w.size << " epoch " << epoch;
+
+    // This rank's bytes: its real rows times 7 bytes (6 pixels, 1 label), about 1/P of the split
+    // (the partial batch is not split evenly, so within one rank's slice of it).
+    const double share = static_cast<double>(kRows * 7) / w.size;
+    EXPECT_NEAR(static_cast<double>(bytes), share, kBatch / w.size * 7.0) << "rank " << w.rank;
+    uint64_t total = 0;
+    MPI_Allreduce(&bytes, &total, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(total, static_cast<uint64_t>(kRows * 7)) << "the ranks together read the split once";
+  }
+}
+
+TEST_F(LoaderMpi, DropRemainderRunsTheSameStepsOnEveryRank) {
+  const World2 w = world();
+  LoaderOptions o;
+  o.global_batch = kBatch;
+  o.drop_remainder = true;
+  auto loader = open_sharded_loader(spec_, o, w.rank, w.size);
+  uint64_t bytes = 0;
+  const auto global = gather_global_batches(*loader, 0, &bytes);
+  ASSERT_EQ(global.size(), 8u);
+  const auto perm = ShardedLoader::permutation(kRows, 0, 0, true);
+  for (size_t k = 0; k < global.size(); ++k)
+    for (int64_t pos = 0; pos < kBatch; ++pos)
+      EXPECT_EQ(global[k][static_cast<size_t>(pos)], perm[k * kBatch + static_cast<size_t>(pos)]);
+}
+
+TEST_F(LoaderMpi, ABadInputOnOneRankStopsEveryRankWithItsMessage) {
+  const World2 w = world();
+  LoaderOptions o;
+  o.global_batch = kBatch;
+  DatasetSpec spec = spec_;
+  if (w.rank == w.size - 1) spec.path = dir_ + "/only-the-last-rank-looks-here.h5";
+  try {
+    open_sharded_loader(spec, o, w.rank, w.size);
+    ADD_FAILURE() << "rank " << w.rank << " went on";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("only-the-last-rank-looks-here.h5: no such file"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(LoaderMpi, ABatchThatDoesNotDivideIsRefusedEverywhere) {
+  const World2 w = world();
+  if (w.size == 1) GTEST_SKIP() << "every batch divides by one rank";
+  LoaderOptions o;
+  o.global_batch = w.size * 3 + 1;
+  try {
+    open_sharded_loader(spec_, o, w.rank, w.size);
+    ADD_FAILURE() << "accepted";
+  } catch (const UsageError& e) {
+    const std::string want = "try " + std::to_string(w.size * 3) + " or " + std::to_string(w.size * 4);
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
