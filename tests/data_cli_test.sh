@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# lockstep-data end to end: regression generation and inspect; the bench at 2 ranks (each reads
+# half); a small Fashion-MNIST-shaped IDX set made here converts, and damaged ones are refused
+# with a message naming the file; bad inputs give a non-zero exit and one clear message; then the
+# real Fashion-MNIST conversion when Debian's dataset-fashion-mnist is installed (else exit 77,
+# after the other checks have passed).
+# ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
+set -u
+
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}/lockstep-data"
+mpiexec="${MPIEXEC:-mpiexec}"
+if [[ ! -x $bin ]]; then
+  echo "skipped: $bin is not built"
+  exit 77
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-data-cli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+run() { timeout 300 "$bin" "$@"; }
+
+# expect_error WORDS ARGS...: non-zero exit, WORDS in the message, no HDF5 error-stack dump.
+expect_error() {
+  local words=$1
+  shift
+  local out rc
+  out=$(run "$@" 2>&1)
+  rc=$?
+  [[ $rc -ne 0 ]] || fail "lockstep-data $* succeeded"$'\n'"$out"
+  grep -qF -- "$words" <<<"$out" || fail "lockstep-data $*: message lacks '$words'"$'\n'"$out"
+  if grep -q 'HDF5-DIAG' <<<"$out"; then fail "lockstep-data $*: HDF5 printed its error stack"; fi
+}
+
+# --- regression: the file, its attributes, inspect ---
+out=$(run regression --out "$work/reg.h5" --samples 1000 --features 4 --noise 0.05 --seed 7 2>&1)
+[[ $? -eq 0 ]] || fail "regression exited non-zero"$'\n'"$out"
+out=$(run inspect "$work/reg.h5" 2>&1)
+[[ $? -eq 0 ]] || fail "inspect reg.h5 exited non-zero"$'\n'"$out"
+for want in '/train/x  float32 (1000, 4)' '/train/y  float32 (1000,)' '/test/x  float32 (200, 4)' \
+            '@true_w = [' '@true_b = ' '@seed = 7' 'train: 1000 rows of float32 (4,)' \
+            'float32 regression targets'; do
+  grep -qF -- "$want" <<<"$out" || fail "inspect reg.h5 lacks '$want'"$'\n'"$out"
+done
+# Same seed, same file contents; another seed, other weights.
+run regression --out "$work/reg2.h5" --samples 1000 --features 4 --noise 0.05 --seed 7 >/dev/null 2>&1
+run regression --out "$work/reg3.h5" --samples 1000 --features 4 --noise 0.05 --seed 8 >/dev/null 2>&1
+w() { run inspect "$1" 2>/dev/null | grep '@true_w'; }
+[[ "$(w "$work/reg.h5")" == "$(w "$work/reg2.h5")" ]] || fail "--seed 7 twice gave different weights"
+[[ "$(w "$work/reg.h5")" != "$(w "$work/reg3.h5")" ]] || fail "--seed 7 and 8 gave the same weights"
+cmp -s <(h5dump -d /train/y "$work/reg.h5" | tail -n +3) <(h5dump -d /train/y "$work/reg2.h5" | tail -n +3) ||
+  fail "--seed 7 twice gave different targets"
+
+# --- bench at 2 ranks: each rank reads half of the split ---
+out=$(timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" bench "$work/reg.h5" --global-batch 64 --epochs 2 2>&1)
+[[ $? -eq 0 ]] || fail "bench at 2 ranks exited non-zero"$'\n'"$out"
+shares=$(awk '$1 ~ /^[0-9]+$/ && NF == 6 { print $5 }' <<<"$out")
+[[ $(wc -l <<<"$shares") -eq 4 ]] || fail "bench: expected 4 rows (2 epochs x 2 ranks)"$'\n'"$out"
+while read -r s; do
+  awk -v s="${s%\%}" 'BEGIN { exit !(s > 45 && s < 55) }' || fail "bench: a rank read $s of the split, not about 50%"
+done <<<"$shares"
+grep -q 'samples/s per rank min' <<<"$out" || fail "bench prints no samples/s summary"$'\n'"$out"
+
+# --- a tiny Fashion-MNIST-shaped IDX set converts; damaged ones are refused ---
+# idx MAGIC3 DIMS... : the 4-byte magic {0,0,8,n} and big-endian dimensions.
+idx_header() {
+  local n=$#
+  printf '\x00\x00\x08'"\\x$(printf %02x "$n")"
+  for d in "$@"; do printf "\\x$(printf %02x $((d >> 24 & 255)))\\x$(printf %02x $((d >> 16 & 255)))\\x$(printf %02x $((d >> 8 & 255)))\\x$(printf %02x $((d & 255)))"; done
+}
+make_set() {  # make_set DIR N
+  mkdir -p "$1"
+  for prefix in train t10k; do
+    { idx_header "$2" 28 28; head -c $(($2 * 784)) /dev/urandom; } | gzip >"$1/$prefix-images-idx3-ubyte.gz"
+    { idx_header "$2"; for ((i = 0; i < $2; i++)); do printf "\\x$(printf %02x $((i % 10)))"; done; } |
+      gzip >"$1/$prefix-labels-idx1-ubyte.gz"
+  done
+}
+make_set "$work/idx" 12
+out=$(run fashion-mnist --source "$work/idx" --out "$work/small.h5" 2>&1)
+[[ $? -eq 0 ]] || fail "fashion-mnist on a valid small set exited non-zero"$'\n'"$out"
+out=$(run inspect "$work/small.h5" 2>&1)
+for want in '/train/images  uint8 (12, 28, 28, 1)' '/test/labels  uint8 (12,)' 'gzip 4' \
+            '@num_classes = 10' '@class_names = ["T-shirt/top"' '@norm_mean = ' \
+            'train: 12 rows of uint8 (28, 28, 1)' 'uint8 labels, 10 classes'; do
+  grep -qF -- "$want" <<<"$out" || fail "inspect small.h5 lacks '$want'"$'\n'"$out"
+done
+
+cp -r "$work/idx" "$work/cut"
+gzip -dc "$work/idx/train-images-idx3-ubyte.gz" | head -c 5000 | gzip >"$work/cut/train-images-idx3-ubyte.gz"
+expect_error "train-images-idx3-ubyte.gz: not a valid IDX file: truncated" \
+  fashion-mnist --source "$work/cut" --out "$work/x.h5"
+[[ ! -e $work/x.h5 && ! -e $work/x.h5.tmp ]] || fail "a failed conversion left a file behind"
+cp -r "$work/idx" "$work/magic"
+{ printf '\x00\x00\x08\x01'; gzip -dc "$work/idx/t10k-labels-idx1-ubyte.gz" | tail -c +5; } | gzip >"$work/magic/t10k-images-idx3-ubyte.gz"
+expect_error "t10k-images-idx3-ubyte.gz: not a valid IDX file: 1 dimensions where 3" \
+  fashion-mnist --source "$work/magic" --out "$work/x.h5"
+cp -r "$work/idx" "$work/label"
+{ idx_header 12; printf '\x00\x01\x02\x0c\x00\x00\x00\x00\x00\x00\x00\x00'; } | gzip >"$work/label/train-labels-idx1-ubyte.gz"
+expect_error "label 12 at row 3 is not a Fashion-MNIST class" fashion-mnist --source "$work/label" --out "$work/x.h5"
+mkdir -p "$work/empty"
+expect_error "no train-images-idx3-ubyte.gz" fashion-mnist --source "$work/empty" --out "$work/x.h5"
+
+# --- bad inputs: one clear message and a non-zero exit ---
+expect_error "no such file" inspect "$work/missing.h5"
+echo "a,b" >"$work/text.h5"
+expect_error "not an HDF5 file" inspect "$work/text.h5"
+head -c 20000 "$work/reg.h5" >"$work/cut.h5"
+expect_error "truncated" inspect "$work/cut.h5"
+expect_error "--samples must be at least 1" regression --out "$work/x.h5" --samples 0
+expect_error "--noise must be a finite value >= 0" regression --out "$work/x.h5" --noise -1
+expect_error "folder $work/nowhere does not exist" regression --out "$work/nowhere/x.h5"
+expect_error "unrecognised option '--sampels'" regression --out "$work/x.h5" --sampels 3
+expect_error "unknown command 'convert'" convert
+expect_error "the option '--out' is required" regression
+expect_error "no group 'validation'" bench "$work/reg.h5" --group validation --global-batch 8
+out=$(timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" bench "$work/reg.h5" --global-batch 9 2>&1)
+rc=$?
+[[ $rc -ne 0 ]] || fail "bench --global-batch 9 at 2 ranks succeeded"
+[[ $(grep -c 'does not divide by the 2 ranks; try 8 or 10' <<<"$out") -eq 1 ]] ||
+  fail "bench --global-batch 9 at 2 ranks: not exactly one message naming 8 or 10"$'\n'"$out"
+out=$(timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" inspect "$work/reg.h5" 2>&1)
+[[ $? -ne 0 ]] && grep -q 'runs as one process' <<<"$out" || fail "inspect at 2 ranks was not refused"$'\n'"$out"
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+
+# --- the real Fashion-MNIST, when installed ---
+src=/usr/share/datasets/fashion-mnist
+if [[ ! -e $src/train-images-idx3-ubyte.gz ]]; then
+  echo "other checks passed; skipped the Fashion-MNIST conversion: $src is not installed (Debian package dataset-fashion-mnist)"
+  exit 77
+fi
+out=$(run fashion-mnist --out "$work/fmnist.h5" 2>&1)
+[[ $? -eq 0 ]] || fail "fashion-mnist exited non-zero"$'\n'"$out"
+grep -qF 'train 60000, test 10000 images 28x28x1 uint8, 10 classes, norm mean 0.2860 std 0.3530' <<<"$out" ||
+  fail "fashion-mnist summary unexpected"$'\n'"$out"
+out=$(run inspect "$work/fmnist.h5" 2>&1)
+for want in '/train/images  uint8 (60000, 28, 28, 1)  chunked' '/test/images  uint8 (10000, 28, 28, 1)' \
+            'gzip 4' '@class_names = ["T-shirt/top", "Trouser"' 'Ankle boot"]' \
+            'train: 60000 rows of uint8 (28, 28, 1)' 'test: 10000 rows'; do
+  grep -qF -- "$want" <<<"$out" || fail "inspect fmnist.h5 lacks '$want'"$'\n'"$out"
+done
+if [[ $failures -gt 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all lockstep-data checks passed"
