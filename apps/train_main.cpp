@@ -15,6 +15,7 @@
 #include "runtime/context.h"
 #include "runtime/error.h"
 #include "runtime/layers.h"
+#include "runtime/trace.h"
 #include "runtime/train_checkpoint.h"
 
 namespace lockstep {
@@ -54,7 +55,13 @@ int train(int argc, char** argv, const World& world) {
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
                      backend_name(ctx.comm->backend()), threads);
   if (!o.resume.empty()) resume_from_checkpoint(trainer, o.resume);
+  if (!o.trace.empty()) {
+    start_tracing(*ctx.comm);
+    trainer.set_phase_hook(trace_phase_hook(
+        static_cast<int64_t>(trainer.model().param_count() * sizeof(float))));
+  }
   TrainResult result = trainer.run();
+  if (!o.trace.empty()) write_trace(*ctx.comm, o.trace);
   if (world.rank == 0 && !trainer.guard().stopped()) print_final_report(trainer, result);
   return 0;
 }

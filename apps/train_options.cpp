@@ -21,6 +21,8 @@ namespace {
 struct Raw {
   std::string config, data, train_group, test_group, x_name, y_name, model, loss, optimizer;
   std::string lr_schedule, lr_scaling, remainder, metrics, device, comm, progress;
+  std::string trace;
+  int64_t straggler_every = 0;
   double lr = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, clip_norm = 0;
   double min_lr = 0, timeout = 0;
   int64_t warmup_steps = 0, base_batch = 0, global_batch = 0, epochs = 0, steps = 0;
@@ -89,6 +91,10 @@ po::options_description describe(Raw& r) {
       ("log-every", po::value(&r.log_every)->default_value(50),
        "steps between progress reports (loss and accuracy reduced over ranks)")
       ("metrics", po::value(&r.metrics)->default_value("", "\"\""), "write metrics as JSON lines to this file")
+      ("trace", po::value(&r.trace)->default_value("", "\"\""),
+       "write a Chrome trace-event JSON (chrome://tracing, Perfetto) of every rank to this file")
+      ("straggler-every", po::value(&r.straggler_every)->default_value(100),
+       "steps between straggler reports: per-rank step times, the slowest rank (0: none)")
       ("progress", po::value(&r.progress)->default_value("auto"),
        "auto (a bar on a terminal, else lines) | bar | lines | none");
   po::options_description run("Runtime");
@@ -183,6 +189,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
   c.log_every = r.log_every;
   c.check_every = r.check_every;
   c.metrics_path = r.metrics;
+  c.straggler_every = r.straggler_every;
+  o.trace = r.trace;
   if (r.progress != "auto" && r.progress != "bar" && r.progress != "lines" && r.progress != "none")
     throw UsageError("--progress must be auto, bar, lines or none, not '" + r.progress + "'");
   o.progress = r.progress;

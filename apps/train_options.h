@@ -20,6 +20,7 @@ struct TrainOptions {
   std::string resume;           // --resume: a checkpoint file or folder
   int threads = 0;              // BLAS threads per rank; 0: cores / ranks on the host
   std::string progress = "auto";  // auto | bar | lines | none
+  std::string trace;            // --trace: Chrome trace-event JSON of every rank (trace.h)
   bool help = false;
   std::string help_text;  // every option with its default
 };

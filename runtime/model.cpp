@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 namespace lockstep {
 
@@ -65,6 +66,7 @@ const float* Model::forward(const float* x, int batch) {
       continue;
     }
     float* y = activations_[i].data();
+    TraceSpan span(layer_kind_name(plan_[i].spec.kind), "forward", static_cast<int>(i));
     layers_[i]->forward(batch, act_[i], y, workspace_.data());
     act_[i + 1] = y;
   }
@@ -82,6 +84,7 @@ void Model::backward(int batch) {
       dx = dbuf_[next].data();
       next ^= 1;
     }
+    TraceSpan span(layer_kind_name(plan_[i].spec.kind), "backward", static_cast<int>(i));
     l.backward(batch, act_[i], act_[i + 1], dy, dx, workspace_.data());
     dy = dx;
   }

@@ -118,6 +118,16 @@ void Progress::finish_line() {
   bar_open_ = false;
 }
 
+void Progress::note(const std::string& text, const std::string& json) {
+  if (!enabled_) return;
+  finish_line();
+  std::fprintf(stderr, "%s\n", text.c_str());
+  if (metrics_) {
+    std::fputs((json + "\n").c_str(), metrics_);
+    std::fflush(metrics_);
+  }
+}
+
 void Progress::epoch_end(const EpochSummary& s, int epochs) {
   if (!enabled_) return;
   finish_line();

@@ -54,6 +54,9 @@ class Progress {
   void epoch_end(const EpochSummary& s, int epochs);
   // Ends a bar line so what follows starts on a fresh line.
   void finish_line();
+  // Any other report (the straggler report): `text` as one stderr line, `json` (one object,
+  // no newline) as one metrics line.
+  void note(const std::string& text, const std::string& json);
 
  private:
   void draw_bar(const ProgressReport& r);

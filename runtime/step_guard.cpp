@@ -11,6 +11,7 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/signals.h"
+#include "runtime/trace.h"
 #include "runtime/train_checkpoint.h"
 #include "runtime/trainer.h"
 
@@ -118,6 +119,7 @@ bool StepGuard::update_ok(const float* grads, size_t count, int64_t step, int ep
 }
 
 std::string StepGuard::save(Trainer& trainer) {
+  TraceSpan span("checkpoint", "checkpoint");
   const int64_t step = trainer.state().global_step;
   trainer.verify_replicas("before the checkpoint at step " + std::to_string(step));
   std::string path = checkpoint_file_name(options_.checkpoint_dir, step);

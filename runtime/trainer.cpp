@@ -9,6 +9,8 @@
 #include "kernels/optimizer.h"
 #include "runtime/error.h"
 #include "runtime/sharded_loader.h"
+#include "runtime/straggler.h"
+#include "runtime/trace.h"
 
 namespace lockstep {
 
@@ -94,6 +96,8 @@ void validate(const TrainConfig& c, int world_size) {
     throw UsageError("--epochs must be >= 1 (or set --steps), not " + std::to_string(c.epochs));
   if (c.log_every < 1)
     throw UsageError("--log-every must be >= 1, not " + std::to_string(c.log_every));
+  if (c.straggler_every < 0)
+    throw UsageError("--straggler-every must be >= 0, not " + std::to_string(c.straggler_every));
   if (c.check_every < 0)
     throw UsageError("--check-every must be >= 0, not " + std::to_string(c.check_every));
   if (c.prefetch < 1) throw UsageError("--prefetch must be >= 1, not " + std::to_string(c.prefetch));
@@ -118,6 +122,7 @@ struct Trainer::Impl {
   double last_eval_step = -1;  // global step of the last evaluation
   EvalResult last_eval;
   std::unique_ptr<StepGuard> guard;
+  StragglerWatch straggler;
 };
 
 Trainer::Trainer(Communicator& comm, const TrainConfig& config)
@@ -290,6 +295,7 @@ void Trainer::train_step(double sums[3]) {
 }
 
 EvalResult Trainer::evaluate() {
+  TraceSpan span("evaluate", "evaluation");
   Impl& m = *impl_;
   double sums[3] = {0, 0, 0};
   m.test->start_epoch(0);
@@ -380,6 +386,10 @@ TrainResult Trainer::run() {
         double per_step = times_.total / static_cast<double>(times_.steps);
         tick.eta_seconds = per_step * static_cast<double>(total - state_.global_step);
         m.progress->tick(tick);
+      }
+      if (config_.straggler_every > 0 && state_.global_step % config_.straggler_every == 0) {
+        StragglerReport s = m.straggler.measure(comm_, times_, state_.global_step);
+        m.progress->note(s.text(), s.json());
       }
       if (m.guard->after_step(*this)) break;
     }

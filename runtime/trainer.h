@@ -60,6 +60,7 @@ struct TrainConfig {
   double clip_norm = 0.0;      // > 0: clip the averaged gradient to this global L2 norm
   int64_t log_every = 50;      // steps between reduced loss/accuracy reports
   int64_t check_every = 100;   // steps between replica checks (0: only at start and end)
+  int64_t straggler_every = 100;  // steps between straggler reports (straggler.h; 0: none)
   bool eval_every_epoch = true;
   int prefetch = 2;
   std::string metrics_path;    // JSON lines, written by rank 0; empty: none

@@ -1,0 +1,189 @@
+#include "runtime/trace.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "runtime/error.h"
+
+namespace lockstep {
+
+namespace {
+
+struct Event {
+  std::string name;
+  const char* category;
+  double begin, end;  // seconds since start
+  int tid;
+  std::string args;
+};
+
+struct Recorder {
+  std::atomic<bool> on{false};
+  std::chrono::steady_clock::time_point start;
+  int rank = 0;
+  std::mutex mutex;
+  std::vector<Event> events;
+  std::atomic<int> next_tid{0};
+};
+
+Recorder& recorder() {
+  static Recorder r;
+  return r;
+}
+
+// Small per-thread track numbers in order of first use: the training thread records first.
+int thread_track() {
+  thread_local int tid = recorder().next_tid.fetch_add(1);
+  return tid;
+}
+
+// JSON string contents: names are ours, but a model string may carry anything.
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void start_tracing(Communicator& comm) {
+  Recorder& r = recorder();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.events.clear();
+    r.rank = comm.rank();
+  }
+  comm.barrier();
+  r.start = std::chrono::steady_clock::now();
+  r.on.store(true, std::memory_order_release);
+}
+
+bool tracing() { return recorder().on.load(std::memory_order_relaxed); }
+
+double trace_now_seconds() {
+  Recorder& r = recorder();
+  if (!r.on.load(std::memory_order_acquire)) return 0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
+}
+
+void trace_span(const std::string& name, const char* category, double begin, double end,
+                const std::string& args) {
+  Recorder& r = recorder();
+  if (!r.on.load(std::memory_order_acquire)) return;
+  const int tid = thread_track();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.events.push_back(Event{name, category, begin, end, tid, args});
+}
+
+TraceSpan::TraceSpan(const char* name, const char* category, int index, int64_t bytes)
+    : name_(name), category_(category), index_(index), bytes_(bytes) {
+  if (tracing()) begin_ = trace_now_seconds();
+}
+
+TraceSpan::~TraceSpan() {
+  if (begin_ < 0 || !tracing()) return;
+  const double end = trace_now_seconds();
+  std::string name = name_;
+  if (index_ >= 0) name += std::to_string(index_);
+  trace_span(name, category_, begin_, end,
+             bytes_ >= 0 ? "\"bytes\": " + std::to_string(bytes_) : std::string());
+}
+
+PhaseHook trace_phase_hook(int64_t grad_bytes) {
+  return [grad_bytes](Phase phase, double begin, double end) {
+    if (!tracing()) return;
+    const double now = trace_now_seconds();
+    switch (phase) {
+      case Phase::data: trace_span("data wait", "data", now - (end - begin), now); break;
+      case Phase::comm:
+        trace_span("all_reduce", "collective", now - (end - begin), now,
+                   "\"bytes\": " + std::to_string(grad_bytes) + ", \"op\": \"sum\"");
+        break;
+      default: trace_span(phase_name(phase), phase_name(phase), now - (end - begin), now); break;
+    }
+  };
+}
+
+std::string trace_events_json() {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::ostringstream os;
+  char num[64];
+  bool first = true;
+  auto sep = [&] {
+    if (!first) os << ",\n";
+    first = false;
+  };
+  // Track names, so Perfetto shows "rank 1" rather than "Process 1".
+  sep();
+  os << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << r.rank
+     << ", \"tid\": 0, \"args\": {\"name\": \"rank " << r.rank << "\"}}";
+  sep();
+  os << "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " << r.rank
+     << ", \"tid\": 0, \"args\": {\"sort_index\": " << r.rank << "}}";
+  for (const Event& e : r.events) {
+    sep();
+    os << "{\"ph\": \"X\", \"name\": \"" << escape(e.name) << "\", \"cat\": \"" << e.category
+       << "\", \"pid\": " << r.rank << ", \"tid\": " << e.tid;
+    std::snprintf(num, sizeof num, ", \"ts\": %.3f, \"dur\": %.3f", e.begin * 1e6,
+                  (e.end - e.begin) * 1e6);
+    os << num << ", \"args\": {" << e.args << "}}";
+  }
+  return os.str();
+}
+
+void write_trace(Communicator& comm, const std::string& path) {
+  recorder().on.store(false, std::memory_order_release);
+  const std::string part = path + ".rank" + std::to_string(comm.rank());
+  int32_t ok = 1;
+  {
+    std::ofstream out(part, std::ios::binary | std::ios::trunc);
+    out << trace_events_json();
+    ok = out.good() ? 1 : 0;
+  }
+  comm.all_reduce_inplace(&ok, 1, ReduceOp::min);
+  if (!ok) throw UsageError("--trace " + path + ": cannot write the per-rank part files next to it");
+  std::string problem;
+  if (comm.rank() == 0) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+    for (int r = 0; r < comm.size() && problem.empty(); ++r) {
+      const std::string name = path + ".rank" + std::to_string(r);
+      std::ifstream in(name, std::ios::binary);
+      if (!in) {
+        problem = "--trace " + path + ": rank " + std::to_string(r) + "'s part " + name +
+                  " is not visible to rank 0 (the ranks need a shared folder)";
+        break;
+      }
+      if (r > 0) out << ",\n";
+      out << in.rdbuf();
+      in.close();
+      std::remove(name.c_str());
+    }
+    out << "\n]}\n";
+    if (problem.empty() && !out.good()) problem = "--trace " + path + ": cannot write the merged trace";
+  }
+  // Rank 0's verdict reaches every rank, so all leave together.
+  int32_t merged = problem.empty() ? 1 : 0;
+  comm.broadcast(&merged, 1, DType::i32, 0);
+  if (!merged) throw UsageError(comm.rank() == 0 ? problem : "--trace " + path + ": rank 0 could not merge the trace");
+}
+
+}  // namespace lockstep
