@@ -4,6 +4,7 @@
 //
 //   mpiexec -n 2 lockstep-bench collectives -b 8 -e 64M -f 4
 //   mpiexec -n 2 lockstep-bench overhead
+//   mpiexec -n 2 lockstep-bench train --model cnn --global-batch 128
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -28,6 +29,8 @@ constexpr Command kCommands[] = {
      &lockstep::bench::run_collectives_bench},
     {"overhead", "Lockstep all_reduce against a plain MPI_Allreduce of the same buffer",
      &lockstep::bench::run_overhead_bench},
+    {"train", "training steps/s, step-time spread, phase shares, FLOP/s against a measured sgemm peak",
+     &lockstep::bench::run_train_bench},
 };
 
 std::string usage() {

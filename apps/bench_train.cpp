@@ -1,0 +1,254 @@
+// lockstep-bench train: where a training step's time goes, and how close it runs to the machine.
+//
+// Runs the real Trainer for --warmup + --steps updates on synthetic Fashion-MNIST-shaped data
+// (28x28x1 uint8 images, 10 classes, written by every rank to its own temporary HDF5 file, so no
+// shared folder is needed) or on --data FILE. The phase hook gives each rank's step times and
+// phases; a step's time is the slowest rank's (the all-reduce makes every rank wait for it).
+// Prints, from rank 0, key=value lines: steady-state samples/s, step time median/min/max, the
+// share of each phase, the model's FLOPs per sample (counted from the layer shapes: conv
+// 2*out_h*out_w*c_out*k*k*c_in, dense 2*in*out, x3 for a training step), the achieved FLOP/s and
+// its share of the peak. The peak is measured in the same run: a 2048^3 sgemm (--peak-size) on
+// every rank at once, with the rank's BLAS threads, summed over the ranks.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "apps/bench_args.h"
+#include "apps/bench_commands.h"
+#include "kernels/gemm.h"
+#include "runtime/blas_threads.h"
+#include "runtime/context.h"
+#include "runtime/error.h"
+#include "runtime/h5_writer.h"
+#include "runtime/layers.h"
+#include "runtime/trainer.h"
+
+namespace lockstep::bench {
+
+namespace {
+
+namespace po = boost::program_options;
+
+struct Options {
+  std::string model = "cnn", device = "auto", data;
+  int64_t global_batch = 128, steps = 30, warmup = 5;
+  int threads = 0, peak_size = 2048;
+};
+
+bool parse(int argc, char** argv, const World& world, Options* o) {
+  po::options_description desc("lockstep-bench train [options]");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("model", po::value(&o->model)->default_value("cnn"), "model spec, as lockstep-train --model")
+      ("global-batch", po::value(&o->global_batch)->default_value(128), "samples per update over all ranks")
+      ("steps", po::value(&o->steps)->default_value(30), "timed steps")
+      ("warmup", po::value(&o->warmup)->default_value(5), "untimed steps first")
+      ("device", po::value(&o->device)->default_value("auto"), "cpu | cuda | auto")
+      ("data", po::value(&o->data)->default_value("", "\"\""),
+       "HDF5 dataset file (lockstep-data); default: synthetic 28x28x1 images, 10 classes")
+      ("threads", po::value(&o->threads)->default_value(0), "BLAS threads per rank (0: cores / ranks)")
+      ("peak-size", po::value(&o->peak_size)->default_value(2048), "n of the n^3 sgemm that measures the peak");
+  po::variables_map vm = parse_options("train", argc, argv, desc);
+  if (vm.count("help")) {
+    if (world.rank == 0) {
+      std::ostringstream os;
+      os << desc;
+      std::fputs(os.str().c_str(), stdout);
+    }
+    return false;
+  }
+  if (o->steps < 1) throw UsageError("--steps must be 1 or more");
+  if (o->warmup < 0) throw UsageError("--warmup must be 0 or more");
+  if (o->threads < 0) throw UsageError("--threads must be 0 (automatic) or more");
+  if (o->peak_size < 64 || o->peak_size > 16384) throw UsageError("--peak-size must be in [64, 16384]");
+  if (o->device != "cpu" && o->device != "cuda" && o->device != "auto")
+    throw UsageError("--device must be cpu, cuda or auto, not '" + o->device + "'");
+  return true;
+}
+
+// Deterministic noise images; labels depend on the image so the loss can fall, which keeps the
+// run honest (the same kernels, no NaNs) though speed does not depend on it.
+void write_synthetic(const std::string& path, int64_t train_rows, int64_t test_rows) {
+  H5Id file = create_h5_file(path);
+  std::mt19937 gen(7);
+  for (auto [group, n] : {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
+    std::vector<uint8_t> images(static_cast<size_t>(n) * 28 * 28), labels(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<uint8_t>(gen() % 10);
+      for (int p = 0; p < 28 * 28; ++p)
+        images[i * 784 + p] = static_cast<uint8_t>((gen() % 128) + (p % 10 == labels[i] ? 127 : 0));
+    }
+    write_h5_dataset(file.get(), group + "/images", {n, 28, 28, 1}, images);
+    write_h5_dataset(file.get(), group + "/labels", {n}, labels);
+  }
+  write_h5_attr_int(file.get(), "num_classes", 10);
+  write_h5_attr_double(file.get(), "norm_mean", 0.5);
+  write_h5_attr_double(file.get(), "norm_std", 0.25);
+}
+
+// Forward FLOPs per sample of the matrix work (conv, dense); relu and pooling are left out.
+double forward_flops_per_sample(const Model& model) {
+  double flops = 0;
+  for (const LayerPlan& p : model.plan()) {
+    if (p.spec.kind == LayerKind::conv2d) {
+      const double k = p.spec.kernel;
+      flops += 2.0 * p.out[0] * p.out[1] * p.out[2] * k * k * p.in.back();
+    } else if (p.spec.kind == LayerKind::dense) {
+      flops += 2.0 * static_cast<double>(shape_size(p.in)) * static_cast<double>(shape_size(p.out));
+    }
+  }
+  return flops;
+}
+
+// This rank's sgemm rate (FLOP/s): the best of a few n^3 products, all ranks starting together.
+double sgemm_rate(Communicator& comm, int n) {
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+  kernels::GemmShape s;
+  s.m = s.n = s.k = n;
+  kernels::gemm_cpu(s, a.data(), b.data(), c.data());  // warm-up: threads started, pages touched
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    comm.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    kernels::gemm_cpu(s, a.data(), b.data(), c.data());
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * static_cast<double>(n) * n / best;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Per step of this rank: its wall time and the time of each phase.
+struct StepLog {
+  std::vector<double> total;
+  std::vector<double> phase[5];
+  double step_begin = -1;
+  double current[5] = {0, 0, 0, 0, 0};
+
+  void on_phase(Phase p, double begin, double end) {
+    if (step_begin < 0) step_begin = begin;
+    current[static_cast<int>(p)] += end - begin;
+    if (p != Phase::optimizer) return;
+    total.push_back(end - step_begin);
+    for (int i = 0; i < 5; ++i) {
+      phase[i].push_back(current[i]);
+      current[i] = 0;
+    }
+    step_begin = -1;
+  }
+};
+
+}  // namespace
+
+int run_train_bench(int argc, char** argv, const World& world) {
+  Options o;
+  if (!parse(argc, argv, world, &o)) return 0;
+  if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
+    throw UsageError("--device cuda: this build trains on the CPU only so far; use --device cpu");
+  ContextOptions co;
+  co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
+  Context ctx = make_context(world, co);
+  Communicator& comm = *ctx.comm;
+  const int threads = o.threads > 0 ? o.threads : default_blas_threads(world);
+  set_blas_threads(threads);
+
+  const int64_t total_steps = o.warmup + o.steps;
+  std::string path = o.data;
+  std::string temp;
+  if (path.empty()) {
+    // Each rank its own file: ranks on other hosts need no shared folder.
+    temp = (std::filesystem::temp_directory_path() /
+            ("lockstep-bench-train-" + std::to_string(getpid()) + "-" + std::to_string(world.rank) + ".h5"))
+               .string();
+    const int64_t rows = std::max<int64_t>(o.global_batch, 1) * std::min<int64_t>(total_steps, 8);
+    write_synthetic(temp, rows, std::max<int64_t>(o.global_batch, 1));
+    path = temp;
+  }
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() {
+      if (!path.empty()) std::filesystem::remove(path);
+    }
+  } cleanup{temp};
+
+  TrainConfig c;
+  c.train.path = path;
+  c.model = o.model;
+  c.global_batch = o.global_batch;
+  c.steps = total_steps;
+  c.eval_every_epoch = false;
+  c.log_every = total_steps + 1;
+  c.check_every = 0;
+  c.straggler_every = 0;
+  c.print = false;
+  Trainer trainer(comm, c);
+  StepLog log;
+  trainer.set_phase_hook([&log](Phase p, double b, double e) { log.on_phase(p, b, e); });
+  trainer.run();
+
+  // Timed steps only; a step's time is the slowest rank's.
+  const size_t first = static_cast<size_t>(o.warmup);
+  if (log.total.size() != static_cast<size_t>(total_steps))
+    throw Error("lockstep-bench train: saw " + std::to_string(log.total.size()) + " steps, expected " +
+                std::to_string(total_steps));
+  std::vector<double> step(log.total.begin() + first, log.total.end());
+  comm.all_reduce(step.data(), step.data(), step.size(), DType::f64, ReduceOp::max);
+  // Phase shares: each rank's phase sums over its own step time, averaged over the ranks.
+  double sums[6] = {0, 0, 0, 0, 0, 0};
+  for (size_t s = first; s < log.total.size(); ++s) {
+    for (int i = 0; i < 5; ++i) sums[i] += log.phase[i][s];
+    sums[5] += log.total[s];
+  }
+  comm.all_reduce(sums, sums, 6, DType::f64, ReduceOp::mean);
+
+  const double fwd = forward_flops_per_sample(trainer.model());
+  const double rank_peak = sgemm_rate(comm, o.peak_size);
+  double peak = rank_peak;
+  comm.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::sum);
+
+  if (world.rank == 0) {
+    double mean = 0;
+    for (double s : step) mean += s;
+    mean /= static_cast<double>(step.size());
+    const double sps = static_cast<double>(o.global_batch) / mean;
+    const double achieved = sps * 3 * fwd;
+    std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), %d BLAS thread(s) "
+                "per rank, device %s, %s\n",
+                o.model.c_str(), static_cast<long long>(o.global_batch), world.size, threads,
+                device_kind_name(ctx.device), o.data.empty() ? "synthetic data (28x28x1, 10 classes)"
+                                                              : ("data " + o.data).c_str());
+    std::printf("# %lld timed steps after %lld warm-up steps; a step's time is the slowest rank's\n",
+                static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
+    std::printf("samples_per_second=%.1f\n", sps);
+    std::printf("step_ms_median=%.3f step_ms_min=%.3f step_ms_max=%.3f step_ms_mean=%.3f\n",
+                median(step) * 1e3, *std::min_element(step.begin(), step.end()) * 1e3,
+                *std::max_element(step.begin(), step.end()) * 1e3, mean * 1e3);
+    const double t = sums[5] > 0 ? sums[5] : 1;
+    const double other = std::max(0.0, t - sums[0] - sums[1] - sums[2] - sums[3] - sums[4]);
+    std::printf("breakdown: data=%.1f%% forward=%.1f%% backward=%.1f%% comm=%.1f%% optimizer=%.1f%% "
+                "other=%.1f%%\n",
+                100 * sums[0] / t, 100 * sums[1] / t, 100 * sums[2] / t, 100 * sums[3] / t,
+                100 * sums[4] / t, 100 * other / t);
+    std::printf("flops_per_sample_forward=%.4g flops_per_sample_train=%.4g\n", fwd, 3 * fwd);
+    std::printf("achieved_gflops=%.3f\n", achieved / 1e9);
+    std::printf("peak_gflops=%.3f (sgemm %d^3, %d thread(s) per rank, %.3f GFLOP/s per rank x %d "
+                "rank(s) at once)\n",
+                peak / 1e9, o.peak_size, threads, rank_peak / 1e9, world.size);
+    std::printf("peak_share=%.1f%%\n", 100 * achieved / peak);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace lockstep::bench

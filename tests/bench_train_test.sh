@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# lockstep-bench train, end to end at 1 and 2 ranks on synthetic data: prints samples/s, the step
+# time median/min/max (min <= median <= max), a breakdown whose shares add up to 100%, the FLOPs
+# per sample counted from the layer shapes (checked against the formula for a one-layer model and
+# for the CNN), the achieved GFLOP/s and the measured sgemm peak; bad options are refused.
+# ctest sets LOCKSTEP_BIN and MPIEXEC.
+set -u
+
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
+mpiexec="${MPIEXEC:-mpiexec}"
+[[ -x $bin/lockstep-bench ]] || { echo "skipped: lockstep-bench is not built"; exit 77; }
+command -v python3 >/dev/null || { echo "skipped: python3 is missing"; exit 77; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-bench-train-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+export TMPDIR="$work"  # the synthetic data files land here and must be gone afterwards
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# check FILE RANKS EXPECTED_FORWARD_FLOPS
+check() {
+  python3 - "$@" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+ranks, want_fwd = int(sys.argv[2]), float(sys.argv[3])
+kv = dict(re.findall(r"(\w+)=([-\d.e+]+)", text))
+problems = []
+def num(k):
+    if k not in kv:
+        problems.append(f"no {k}=")
+        return float("nan")
+    return float(kv[k])
+sps, med, lo, hi = num("samples_per_second"), num("step_ms_median"), num("step_ms_min"), num("step_ms_max")
+if not sps > 0: problems.append(f"samples_per_second {sps}")
+if not (0 < lo <= med <= hi): problems.append(f"step times min {lo} median {med} max {hi}")
+shares = [num(k) for k in ("data", "forward", "backward", "comm", "optimizer", "other")]
+if abs(sum(shares) - 100) > 0.5: problems.append(f"breakdown adds up to {sum(shares)}%")
+if not shares[1] > 0 or not shares[2] > 0: problems.append("forward or backward share is 0")
+fwd, train = num("flops_per_sample_forward"), num("flops_per_sample_train")
+if abs(fwd - want_fwd) > 1e-3 * want_fwd: problems.append(f"forward FLOPs {fwd}, expected {want_fwd}")
+if abs(train - 3 * fwd) > 1e-3 * train: problems.append(f"train FLOPs {train} != 3 x {fwd}")
+if not num("achieved_gflops") > 0 or not num("peak_gflops") > 0: problems.append("GFLOP/s not positive")
+if f"{ranks} rank(s)" not in text: problems.append(f"header does not say {ranks} rank(s)")
+for p in problems:
+    print(f"FAIL ({sys.argv[1]}):", p)
+sys.exit(1 if problems else 0)
+PY
+}
+
+# CNN forward FLOPs on 28x28x1 -> 10, from the formula: conv 2*H*W*Cout*k*k*Cin, dense 2*in*out.
+cnn=$((2 * 28 * 28 * 32 * 9 * 1 + 2 * 14 * 14 * 64 * 9 * 32 + 2 * 7 * 7 * 64 * 10))
+"$bin/lockstep-bench" train --model cnn --global-batch 16 --steps 4 --warmup 1 --peak-size 256 \
+  >one.txt 2>&1 || fail "1 rank exits $?: $(cat one.txt)"
+check one.txt 1 "$cnn" || failures=$((failures + 1))
+
+$mpiexec -n 2 "$bin/lockstep-bench" train --model linear --global-batch 32 --steps 6 --warmup 1 \
+  --peak-size 256 >two.txt 2>&1 || fail "2 ranks exit $?: $(cat two.txt)"
+check two.txt 2 $((2 * 784 * 10)) || failures=$((failures + 1))
+[[ $(grep -c '^samples_per_second=' two.txt) -eq 1 ]] || fail "2 ranks: figures not printed once (rank 0)"
+
+ls "$work"/lockstep-bench-train-* >/dev/null 2>&1 && fail "synthetic data files left behind"
+
+"$bin/lockstep-bench" train --steps 0 >bad.txt 2>&1 && fail "--steps 0 exits 0"
+grep -q -- "--steps" bad.txt || fail "--steps 0 message does not name --steps: $(cat bad.txt)"
+$mpiexec -n 2 "$bin/lockstep-bench" train --global-batch 3 --steps 1 >bad.txt 2>&1 &&
+  fail "--global-batch 3 at 2 ranks exits 0"
+grep -q -- "--global-batch" bad.txt || fail "indivisible batch message does not name --global-batch"
+
+[[ $failures -eq 0 ]] && echo "bench_train_test: all checks passed"
+exit $((failures > 0))
