@@ -51,8 +51,9 @@ int run_bench(int argc, char** argv, const World& world) {
       ("seed", po::value(&lo.seed)->default_value(0), "shuffle seed")
       ("no-shuffle", po::bool_switch(&no_shuffle), "file order instead of a permutation per epoch")
       ("remainder", po::value(&remainder)->default_value("mask"), "last partial batch: mask or drop")
-      ("compute-ms", po::value(&compute_ms)->default_value(0.0), "simulated compute per step (sleep)")
-      ("cache-mb", po::value(&cache_mb)->default_value(static_cast<double>(kDefaultChunkCacheBytes >> 20)),
+      ("compute-ms", po::value(&compute_ms)->default_value(0.0, "0"), "simulated compute per step (sleep)")
+      ("cache-mb", po::value(&cache_mb)->default_value(static_cast<double>(kDefaultChunkCacheBytes >> 20),
+                                            std::to_string(kDefaultChunkCacheBytes >> 20)),
        "HDF5 chunk cache for the inputs, MiB");
   Parsed p = parse_options("bench", argc, argv, opts, "file", world);
   if (p.help_shown) return 0;

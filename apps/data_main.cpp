@@ -5,6 +5,7 @@
 //   lockstep-data regression --out reg.h5 --samples 10000 --features 8 --noise 0.1 --seed 1
 //   lockstep-data inspect fmnist.h5
 //   mpiexec -n 4 lockstep-data bench fmnist.h5 --global-batch 256 --epochs 2
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -30,9 +31,11 @@ Parsed parse_options(const std::string& command, int argc, char** argv,
   try {
     po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), p.vm);
     if (p.vm.count("help")) {
+      std::string word = positional;
+      for (char& c : word) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       if (world.rank == 0)
-        std::cout << "usage: lockstep-data " << command << " "
-                  << (positional.empty() ? "" : positional + " ") << "[options]\n"
+        std::cout << "usage: lockstep-data " << command << " " << (word.empty() ? "" : word + " ")
+                  << "[options]\n"
                   << all << std::flush;
       p.help_shown = true;
       return p;

@@ -78,7 +78,7 @@ int run_regression(int argc, char** argv, const World& world) {
       ("out,o", po::value(&out)->required(), "HDF5 file to write (replaced if it exists)")
       ("samples", po::value(&samples)->default_value(10000), "training rows N")
       ("features", po::value(&features)->default_value(8), "input dimension D")
-      ("noise", po::value(&noise)->default_value(0.1), "standard deviation S of the added noise")
+      ("noise", po::value(&noise)->default_value(0.1, "0.1"), "standard deviation S of the added noise")
       ("seed", po::value(&seed)->default_value(0), "seed K of w, b, x and the noise")
       ("test-samples", po::value(&test_samples)->default_value(-1),
        "rows of the test split (default: N/5, at least 1)")
