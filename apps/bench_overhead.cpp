@@ -118,7 +118,8 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
     std::printf("# %d rounds of %d calls each, alternating, after %d warm-up calls each; a sample is "
                 "the slowest rank's time\n",
                 o.rounds, o.iters, o.warmup);
-    std::printf("# %5s %20s %20s %8s\n", "round", "lockstep median(ms)", "mpi median(ms)", "ratio");
+    std::printf("# %5s %20s %20s %14s %8s\n", "round", "lockstep median(us)", "mpi median(us)",
+                "extra(us)", "ratio");
     std::fflush(stdout);
   }
   for (int k = 0; k < o.warmup; ++k) {
@@ -144,7 +145,8 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
     all_plain.insert(all_plain.end(), plain_s.begin(), plain_s.end());
     if (world.rank == 0) {
       double ml = median(lockstep), mp = median(plain_s);
-      std::printf("  %5d %20.3f %20.3f %8.3f\n", round, ml * 1e3, mp * 1e3, ml / mp);
+      std::printf("  %5d %20.1f %20.1f %14.1f %8.3f\n", round, ml * 1e6, mp * 1e6, (ml - mp) * 1e6,
+                  ml / mp);
       std::fflush(stdout);
     }
   }
@@ -158,10 +160,11 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
     double ml = median(all_lockstep), mp = median(all_plain);
     double bus = ranks > 1 ? 2.0 * (ranks - 1) / ranks : 0.0;
     double gb = static_cast<double>(count * sizeof(float)) / 1e9;
-    std::printf("# all %zu samples: lockstep median %.3f ms (min %.3f), mpi median %.3f ms (min %.3f)\n",
-                all_lockstep.size(), ml * 1e3,
-                *std::min_element(all_lockstep.begin(), all_lockstep.end()) * 1e3, mp * 1e3,
-                *std::min_element(all_plain.begin(), all_plain.end()) * 1e3);
+    std::printf("# all %zu samples: lockstep median %.1f us (min %.1f), mpi median %.1f us (min %.1f), "
+                "extra %.1f us per call\n",
+                all_lockstep.size(), ml * 1e6,
+                *std::min_element(all_lockstep.begin(), all_lockstep.end()) * 1e6, mp * 1e6,
+                *std::min_element(all_plain.begin(), all_plain.end()) * 1e6, (ml - mp) * 1e6);
     std::printf("# busbw at the median: lockstep %.3f GB/s, mpi %.3f GB/s\n", gb / ml * bus, gb / mp * bus);
     std::printf("# overhead ratio (lockstep / mpi medians): %.3f\n", ml / mp);
     std::printf("# wrong values: lockstep %.0f, mpi %.0f\n", wrong[0], wrong[1]);
