@@ -28,28 +28,17 @@ command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
 [[ -x $bin/lockstep-train && -x $bin/lockstep-data ]] || {
   echo "FAIL: lockstep-train or lockstep-data missing in $bin"; exit 1; }
 
-tag=$$
-ns_a=lockstep-a-$tag ns_b=lockstep-b-$tag
-name_a=ls-a-$tag name_b=ls-b-$tag
-ip_a=10.77.0.1 ip_b=10.77.0.2
-iface=lsv0  # the same name inside both namespaces, so one --iface serves both hosts
 tmp=$(mktemp -d /tmp/lockstep-two-host.XXXXXX)
 chmod 755 "$tmp"
-created=()
+# shellcheck source=tests/helpers/netns_hosts.sh
+source "$src/tests/helpers/netns_hosts.sh"
 watchdog=""
-
 cleanup() {
   local rc=$?
   set +e
   # shellcheck disable=SC2046
   [[ -z $watchdog ]] || kill $(pgrep -P "$watchdog") "$watchdog" 2>/dev/null
-  for ns in "${created[@]}"; do
-    pids=$(ip netns pids "$ns" 2>/dev/null)
-    # shellcheck disable=SC2086
-    [[ -z $pids ]] || kill -9 $pids 2>/dev/null
-  done
-  for ns in "${created[@]}"; do ip netns del "$ns" 2>/dev/null; done
-  ip link del "lsA$tag" 2>/dev/null
+  netns_hosts_destroy
   rm -rf "$tmp"
   exit "$rc"
 }
@@ -59,29 +48,9 @@ trap 'echo "FAIL: interrupted or over the ${limit_s} s bound"; exit 1' INT TERM
 watchdog=$!
 
 # ---- two hosts ----
-if ! err=$(ip netns add "$ns_a" 2>&1); then skip "cannot create a network namespace here: $err"; fi
-created+=("$ns_a")
-ip netns add "$ns_b"
-created+=("$ns_b")
-ip link add "lsA$tag" type veth peer name "lsB$tag"
-ip link set "lsA$tag" netns "$ns_a"
-ip link set "lsB$tag" netns "$ns_b"
-ip -n "$ns_a" link set "lsA$tag" name $iface
-ip -n "$ns_b" link set "lsB$tag" name $iface
-ip -n "$ns_a" addr add $ip_a/24 dev $iface
-ip -n "$ns_b" addr add $ip_b/24 dev $iface
-for ns in "$ns_a" "$ns_b"; do
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set $iface up
-done
-
-# Runs a command on a host: inside its namespace, under its own host name.
-on_host() {
-  local ns=$1 name=$2
-  shift 2
-  # shellcheck disable=SC2016  # expanded by the inner shell
-  ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
-}
+netns_hosts_create $$ || skip "cannot create network namespaces here: $NETNS_ERROR"
+ns_a=${HOST_NS[0]} ns_b=${HOST_NS[1]} name_a=${HOST_NAME[0]} name_b=${HOST_NAME[1]}
+ip_a=${HOST_IP[0]} ip_b=${HOST_IP[1]} iface=$HOST_IFACE
 
 # mpirun's rsh agent: "agent [options] HOST COMMAND..." runs COMMAND on HOST as ssh would.
 cat >"$tmp/agent.sh" <<EOF
@@ -94,10 +63,10 @@ case "\$host" in
   $ip_b | $name_b) ns=$ns_b name=$name_b ;;
   *) echo "agent: unknown host \$host" >&2; exit 255 ;;
 esac
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name && \$*"
+exec nsenter --net="/var/run/netns/\$ns" unshare --uts sh -c "hostname \$name && \$*"
 EOF
 chmod +x "$tmp/agent.sh"
-printf '%s slots=2\n%s slots=2\n' $ip_a $ip_b >"$tmp/hosts"
+printf '%s slots=2\n%s slots=2\n' "$ip_a" "$ip_b" >"$tmp/hosts"
 
 export OMPI_MCA_plm_rsh_agent=$tmp/agent.sh OMPI_MCA_btl=self,tcp
 # Both "hosts" share this machine's cores: without yielding, 4 busy-polling ranks starve TCP.
@@ -108,7 +77,7 @@ export OMPI_MCA_mpi_yield_when_idle=1
 launch() {
   local limit=$1
   shift
-  on_host "$ns_a" "$name_a" timeout "$limit" "$src/scripts/launch-mpirun.sh" \
+  on_host 0 timeout "$limit" "$src/scripts/launch-mpirun.sh" \
     --hostfile "$tmp/hosts" --ranks-per-node 2 --iface $iface --host-timeout 30 "$@"
 }
 
