@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/device.h"
+#include "runtime/error.h"
+
 using namespace lockstep;
 
 namespace {
@@ -289,6 +292,26 @@ TEST(GpuSlot, WorldWithoutASlotUsesLocalRank) {
   w.gpu_peers = 1;
   EXPECT_EQ(0, gpu_slot(w).index);
   EXPECT_EQ(1, gpu_slot(w).peers);
+}
+
+TEST(GpuSlot, DeviceChoiceTakesIndexZeroOfAPerTaskGpu) {
+  // Slurm --gpus-per-task=1 with 4 tasks on a node: every rank sees one GPU, its own.
+  World w = world_of(3, 8, 3, 4);
+  w.gpu_index = 0;
+  w.gpu_peers = 1;
+  DeviceChoice c = choose_device_given("cuda", w, false, 1, "");
+  EXPECT_EQ(DeviceKind::cuda, c.kind);
+  EXPECT_EQ(0, c.index);
+  // The same single GPU exported to all 4 ranks is one GPU for 4 ranks: refused, with counts.
+  w.gpu_index = 3;
+  w.gpu_peers = 4;
+  try {
+    choose_device_given("cuda", w, false, 1, "");
+    ADD_FAILURE() << "4 ranks on one shared GPU were accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string::npos, std::string(e.what()).find("runs 4 ranks that see the same 1 GPU"))
+        << e.what();
+  }
 }
 
 TEST(CheckLaunchEnv, WarnsWhenTheLauncherDisagreesWithMpi) {
