@@ -53,9 +53,9 @@ for arg in "$@"; do
   [[ -s $tmp/train.$n ]] || { echo "$0: $file has no training reports (\"kind\":\"train\" lines)" >&2; exit 2; }
   awk '$3 != "NaN" { found = 1 } END { exit !found }' "$tmp/train.$n" "$tmp/eval.$n" && have_acc=1
   label=${label//\"/}
-  plots_loss+="${plots_loss:+, }'$tmp/train.$n' using 1:2 with lines lw 2 lc $n title \"$label train\""
+  plots_loss+="${plots_loss:+, }'$tmp/train.$n' using 1:2 with lines lw 2 lc $n dt $n title \"$label train\""
   plots_loss+=", '$tmp/eval.$n' using 1:2 with points pt 7 ps 1.2 lc $n title \"$label test\""
-  plots_acc+="${plots_acc:+, }'$tmp/train.$n' using 1:3 with lines lw 2 lc $n title \"$label train\""
+  plots_acc+="${plots_acc:+, }'$tmp/train.$n' using 1:3 with lines lw 2 lc $n dt $n title \"$label train\""
   plots_acc+=", '$tmp/eval.$n' using 1:3 with points pt 7 ps 1.2 lc $n title \"$label test\""
 done
 
