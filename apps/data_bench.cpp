@@ -36,34 +36,43 @@ int run_bench(int argc, char** argv, const World& world) {
   DatasetSpec spec;
   LoaderOptions lo;
   int epochs = 0;
-  double compute_ms = 0, cache_mb = 0;
+  double compute_ms = 0;
+  int64_t cache_mb = 0;
   std::string remainder;
   bool no_shuffle = false;
+  const int64_t cache_default = kDefaultChunkCacheBytes >> 20;
   po::options_description opts("bench options");
   opts.add_options()
       ("file", po::value(&spec.path)->required(), "HDF5 dataset file")
       ("group", po::value(&spec.group)->default_value("train"), "split to read")
       ("x-name", po::value(&spec.x_name), "input dataset (default images, else x)")
       ("y-name", po::value(&spec.y_name), "target dataset (default labels, else y)")
-      ("global-batch", po::value(&lo.global_batch)->required(), "global batch B (divisible by the ranks)")
+      ("global-batch", po::value(&lo.global_batch)->required(),
+       "global batch B (divisible by the ranks)")
       ("epochs", po::value(&epochs)->default_value(2), "epochs to read")
-      ("prefetch", po::value(&lo.prefetch)->default_value(2), "batches read ahead (0: read in next())")
+      ("prefetch", po::value(&lo.prefetch)->default_value(2),
+       "batches read ahead (0: read in next())")
       ("seed", po::value(&lo.seed)->default_value(0), "shuffle seed")
       ("no-shuffle", po::bool_switch(&no_shuffle), "file order instead of a permutation per epoch")
-      ("remainder", po::value(&remainder)->default_value("mask"), "last partial batch: mask or drop")
-      ("compute-ms", po::value(&compute_ms)->default_value(0.0, "0"), "simulated compute per step (sleep)")
-      ("cache-mb", po::value(&cache_mb)->default_value(static_cast<double>(kDefaultChunkCacheBytes >> 20),
-                                            std::to_string(kDefaultChunkCacheBytes >> 20)),
-       "HDF5 chunk cache for the inputs, MiB");
+      ("remainder", po::value(&remainder)->default_value("mask"),
+       "last partial batch: mask or drop")
+      ("compute-ms", po::value(&compute_ms)->default_value(0.0, "0"),
+       "simulated compute per step (sleep)")
+      ("cache-mb",
+       po::value(&cache_mb)->default_value(cache_default, std::to_string(cache_default)),
+       "HDF5 chunk cache for the inputs, MiB (0: HDF5's default, 1 MiB)");
   Parsed p = parse_options("bench", argc, argv, opts, "file", world);
   if (p.help_shown) return 0;
   if (epochs < 1) throw UsageError("--epochs must be at least 1");
   if (remainder != "mask" && remainder != "drop")
     throw UsageError("--remainder must be mask or drop, not '" + remainder + "'");
-  if (!(compute_ms >= 0) || !(cache_mb >= 0)) throw UsageError("--compute-ms and --cache-mb must be >= 0");
+  if (cache_mb < 0 || cache_mb > (int64_t{1} << 20))
+    throw UsageError("--cache-mb must be 0 to 1048576 MiB, not " + std::to_string(cache_mb));
+  if (!(compute_ms >= 0))
+    throw UsageError("--compute-ms must be >= 0, not " + std::to_string(compute_ms));
   lo.shuffle = !no_shuffle;
   lo.drop_remainder = remainder == "drop";
-  lo.chunk_cache_bytes = static_cast<int64_t>(cache_mb * 1048576.0);
+  lo.chunk_cache_bytes = cache_mb << 20;
 
   auto comm = make_mpi_communicator();
   std::unique_ptr<ShardedLoader> loader = open_sharded_loader(spec, lo, world.rank, world.size);
@@ -102,14 +111,15 @@ int run_bench(int argc, char** argv, const World& world) {
 
   std::printf("lockstep-data bench: %s %s, %lld rows of %s %s, %d rank(s), global batch %lld "
               "(%lld per rank), %lld steps/epoch, prefetch %d, shuffle %s, compute %.1f ms/step, "
-              "cache %.0f MiB\n",
+              "cache %lld MiB\n",
               info.path.c_str(), info.group.c_str(), static_cast<long long>(info.rows),
               info.x_type.c_str(), info.classification ? "images" : "inputs", world.size,
               static_cast<long long>(lo.global_batch),
               static_cast<long long>(lo.global_batch / world.size),
               static_cast<long long>(loader->steps_per_epoch()), lo.prefetch,
-              lo.shuffle ? "on" : "off", compute_ms, cache_mb);
-  std::printf("%5s %5s %12s %10s %8s %10s\n", "epoch", "rank", "samples/s", "MB read", "share", "wait s");
+              lo.shuffle ? "on" : "off", compute_ms, static_cast<long long>(cache_mb));
+  std::printf("%5s %5s %12s %10s %8s %10s\n", "epoch", "rank", "samples/s", "MB read", "share",
+              "wait s");
   for (int e = 0; e < epochs; ++e) {
     double lo_rate = 1e300, hi_rate = 0, sum_rate = 0;
     for (int r = 0; r < world.size; ++r) {

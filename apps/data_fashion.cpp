@@ -18,8 +18,9 @@ namespace po = boost::program_options;
 
 constexpr const char* kDefaultSource = "/usr/share/datasets/fashion-mnist";
 constexpr int kClasses = 10;
-const char* const kClassNames[kClasses] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                           "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+const char* const kClassNames[kClasses] = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                           "Coat",        "Sandal",    "Shirt",    "Sneaker",
+                                           "Bag",         "Ankle boot"};
 
 // The package ships *.gz; an unpacked copy (no .gz) is read too.
 std::string find_idx(const std::string& dir, const std::string& stem) {
@@ -67,7 +68,8 @@ void write_split(hid_t file, const std::string& group, const Split& s, const H5W
     image_opt.chunk = row_chunk(image_shape, 1);
     label_opt.chunk = {image_opt.chunk[0]};
   }
-  write_h5_dataset(file, group + "/images", DType::u8, image_shape, s.images.data.data(), image_opt);
+  write_h5_dataset(file, group + "/images", DType::u8, image_shape, s.images.data.data(),
+                   image_opt);
   write_h5_dataset(file, group + "/labels", DType::u8, {n}, s.labels.data.data(), label_opt);
 }
 
@@ -120,7 +122,8 @@ int run_fashion_mnist(int argc, char** argv, const World& world) {
     write_h5_attr_double(file.get(), "norm_scale", 1.0 / 255.0);
     write_h5_attr_double(file.get(), "norm_mean", mean);
     write_h5_attr_double(file.get(), "norm_std", stddev);
-    write_h5_attr_string(file.get(), "source", "Fashion-MNIST (Zalando Research), IDX files from " + source);
+    write_h5_attr_string(file.get(), "source",
+                         "Fashion-MNIST (Zalando Research), IDX files from " + source);
     write_h5_attr_int(file.get(), "lockstep_format", 1);
   }
   guard.commit(out);

@@ -30,7 +30,8 @@ std::string type_text(hid_t type) {
     case H5T_INTEGER:
       return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bytes * 8);
     case H5T_FLOAT: return "float" + std::to_string(bytes * 8);
-    case H5T_STRING: return H5Tis_variable_str(type) > 0 ? "string" : "string[" + std::to_string(bytes) + "]";
+    case H5T_STRING:
+      return H5Tis_variable_str(type) > 0 ? "string" : "string[" + std::to_string(bytes) + "]";
     case H5T_COMPOUND: return "compound";
     case H5T_ENUM: return "enum";
     case H5T_ARRAY: return "array";
@@ -53,7 +54,8 @@ std::string attr_value(hid_t obj, const std::string& name) {
   } else if (cls == H5T_STRING) {
     std::vector<std::string> v = *read_h5_attr_strings(obj, name);
     if (v.size() != 1) os << "[";
-    for (size_t i = 0; i < v.size() && i < kShownValues; ++i) os << (i ? ", " : "") << '"' << v[i] << '"';
+    for (size_t i = 0; i < v.size() && i < kShownValues; ++i)
+      os << (i ? ", " : "") << '"' << v[i] << '"';
     if (v.size() > kShownValues) os << ", ... " << v.size() << " strings";
     if (v.size() != 1) os << "]";
   } else {
@@ -71,7 +73,8 @@ void print_attrs(hid_t obj, const std::string& indent) {
   std::vector<std::string> names;
   hsize_t idx = 0;
   LS_CHECK_HDF5(H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr, &names));
-  for (const auto& n : names) std::printf("%s@%s = %s\n", indent.c_str(), n.c_str(), attr_value(obj, n).c_str());
+  for (const auto& n : names)
+    std::printf("%s@%s = %s\n", indent.c_str(), n.c_str(), attr_value(obj, n).c_str());
 }
 
 std::string layout_text(hid_t dset) {
@@ -93,7 +96,8 @@ std::string layout_text(hid_t dset) {
     unsigned flags = 0, config = 0, cd[8] = {};
     size_t ncd = 8;
     char name[64] = {};
-    H5Z_filter_t f = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, sizeof name, name, &config);
+    H5Z_filter_t f = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd,
+                                    sizeof name, name, &config);
     if (f == H5Z_FILTER_DEFLATE) s += ", gzip " + std::to_string(ncd > 0 ? cd[0] : 0);
     else if (f == H5Z_FILTER_SHUFFLE) s += ", shuffle";
     else s += std::string(", ") + (name[0] ? name : "filter " + std::to_string(f));
@@ -111,8 +115,10 @@ void print_dataset(hid_t dset, const std::string& path) {
   for (hsize_t d : dims) logical *= static_cast<double>(d);
   const double stored = static_cast<double>(H5Dget_storage_size(dset));
   std::printf("%s  %s %s  %s  %.2f MB stored", path.c_str(), type_text(type.get()).c_str(),
-              rank == 0 ? "scalar" : dims_text(dims).c_str(), layout_text(dset).c_str(), stored / 1e6);
-  if (stored > 0 && logical > 0) std::printf(" (%.0f%% of %.2f MB)", 100.0 * stored / logical, logical / 1e6);
+              rank == 0 ? "scalar" : dims_text(dims).c_str(), layout_text(dset).c_str(),
+              stored / 1e6);
+  if (stored > 0 && logical > 0)
+    std::printf(" (%.0f%% of %.2f MB)", 100.0 * stored / logical, logical / 1e6);
   std::printf("\n");
   print_attrs(dset, "    ");
 }
@@ -127,14 +133,17 @@ void walk(hid_t group, const std::string& path, std::vector<std::string>& splits
   H5G_info_t info{};
   LS_CHECK_HDF5(H5Gget_info(group, &info));
   for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t len = LS_CHECK_HDF5(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
+    const ssize_t len = LS_CHECK_HDF5(
+        H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
     std::string name(static_cast<size_t>(len) + 1, '\0');
-    LS_CHECK_HDF5(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT));
+    LS_CHECK_HDF5(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
+                                     name.size(), H5P_DEFAULT));
     name.resize(static_cast<size_t>(len));
     const std::string child = (path == "/" ? "/" : path + "/") + name;
     const hid_t id = H5Oopen(group, name.c_str(), H5P_DEFAULT);
     if (id < 0) {
-      std::printf("%s  (link that does not resolve: %s)\n", child.c_str(), hdf5_error_text().c_str());
+      std::printf("%s  (link that does not resolve: %s)\n", child.c_str(),
+                  hdf5_error_text().c_str());
       continue;
     }
     H5Id obj(id);
@@ -158,8 +167,8 @@ void print_loader_view(const std::string& file, const std::string& split) {
   try {
     DatasetInfo i = inspect_dataset(spec);
     std::printf("%s: %lld rows of %s %s -> float32 (x * %g - %g) / %g; ", split.c_str(),
-                static_cast<long long>(i.rows), i.x_type.c_str(), shape_text(i.sample_shape).c_str(),
-                i.norm_scale, i.norm_mean, i.norm_std);
+                static_cast<long long>(i.rows), i.x_type.c_str(),
+                shape_text(i.sample_shape).c_str(), i.norm_scale, i.norm_mean, i.norm_std);
     if (i.classification)
       std::printf("%s labels, %d classes\n", i.y_type.c_str(), i.num_classes);
     else

@@ -1,5 +1,5 @@
-// lockstep-data: datasets in Lockstep's HDF5 format (DESIGN.md, data format). The first word picks a
-// subcommand (kCommands); the rest are that subcommand's options.
+// lockstep-data: datasets in Lockstep's HDF5 format (DESIGN.md, data format). The first word
+// picks a subcommand (kCommands); the rest are that subcommand's options.
 //
 //   lockstep-data fashion-mnist --out fmnist.h5
 //   lockstep-data regression --out reg.h5 --samples 10000 --features 8 --noise 0.1 --seed 1
@@ -59,7 +59,8 @@ std::string temp_path_for(const std::string& out) {
   std::error_code ec;
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
     throw UsageError(out + ": folder " + parent.string() + " does not exist");
-  if (std::filesystem::is_directory(out, ec)) throw UsageError(out + ": is a folder, not a file name");
+  if (std::filesystem::is_directory(out, ec))
+    throw UsageError(out + ": is a folder, not a file name");
   return out + ".tmp";
 }
 
@@ -71,7 +72,8 @@ TempFile::~TempFile() {
 void TempFile::commit(const std::string& out) {
   std::error_code ec;
   std::filesystem::rename(path_, out, ec);
-  if (ec) throw UsageError(out + ": cannot move the finished file into place (" + ec.message() + ")");
+  if (ec)
+    throw UsageError(out + ": cannot move the finished file into place (" + ec.message() + ")");
   done_ = true;
 }
 
@@ -125,5 +127,6 @@ int dispatch(int argc, char** argv, const World& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv, [&](const World& world) { return dispatch(argc, argv, world); });
+  return lockstep::run_app(argc, argv,
+                           [&](const World& world) { return dispatch(argc, argv, world); });
 }

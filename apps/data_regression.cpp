@@ -44,8 +44,9 @@ class Normal {
   bool has_spare_ = false;
 };
 
-void write_split(hid_t file, const std::string& group, int64_t n, int64_t d, const std::vector<double>& w,
-                 double b, double noise, Normal& normal, const H5WriteOptions& opt) {
+void write_split(hid_t file, const std::string& group, int64_t n, int64_t d,
+                 const std::vector<double>& w, double b, double noise, Normal& normal,
+                 const H5WriteOptions& opt) {
   std::vector<float> x(static_cast<size_t>(n * d)), y(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     double dot = b;
@@ -78,7 +79,8 @@ int run_regression(int argc, char** argv, const World& world) {
       ("out,o", po::value(&out)->required(), "HDF5 file to write (replaced if it exists)")
       ("samples", po::value(&samples)->default_value(10000), "training rows N")
       ("features", po::value(&features)->default_value(8), "input dimension D")
-      ("noise", po::value(&noise)->default_value(0.1, "0.1"), "standard deviation S of the added noise")
+      ("noise", po::value(&noise)->default_value(0.1, "0.1"),
+       "standard deviation S of the added noise")
       ("seed", po::value(&seed)->default_value(0), "seed K of w, b, x and the noise")
       ("test-samples", po::value(&test_samples)->default_value(-1),
        "rows of the test split (default: N/5, at least 1)")
@@ -90,7 +92,8 @@ int run_regression(int argc, char** argv, const World& world) {
   require_one_process("regression", world);
   if (test_samples < 0) test_samples = std::max<int64_t>(1, samples / 5);
   if (samples < 1) throw UsageError("--samples must be at least 1, not " + std::to_string(samples));
-  if (features < 1) throw UsageError("--features must be at least 1, not " + std::to_string(features));
+  if (features < 1)
+    throw UsageError("--features must be at least 1, not " + std::to_string(features));
   if (test_samples < 1) throw UsageError("--test-samples must be at least 1");
   if (!(noise >= 0) || !std::isfinite(noise))
     throw UsageError("--noise must be a finite value >= 0, not " + std::to_string(noise));
@@ -118,7 +121,8 @@ int run_regression(int argc, char** argv, const World& world) {
     write_h5_attr_double(file.get(), "true_b", b);
     write_h5_attr_double(file.get(), "noise", noise);
     write_h5_attr_int(file.get(), "seed", static_cast<int64_t>(seed));
-    write_h5_attr_string(file.get(), "source", "lockstep-data regression: y = x.w + b + noise*N(0,1)");
+    write_h5_attr_string(file.get(), "source",
+                         "lockstep-data regression: y = x.w + b + noise*N(0,1)");
     write_h5_attr_int(file.get(), "lockstep_format", 1);
   }
   guard.commit(out);

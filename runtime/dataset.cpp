@@ -39,7 +39,8 @@ std::vector<std::string> child_names(hid_t group) {
   if (H5Gget_info(group, &gi) < 0) return names;
   for (hsize_t i = 0; i < gi.nlinks && i < 20; ++i) {
     char buf[256] = {};
-    if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, buf, sizeof(buf), H5P_DEFAULT) >= 0)
+    if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, buf, sizeof(buf),
+                           H5P_DEFAULT) >= 0)
       names.emplace_back(buf);
   }
   return names;
@@ -155,7 +156,8 @@ H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name,
 
 // Shuffled rows land in every chunk: a cache that keeps decompressed chunks stops a chunk being
 // inflated again for each of its rows. HDF5 advises a prime number of hash slots, about 100 times
-// the chunks that fit.
+// the chunks that fit. The preemption weight stays below 1: at 1.0, HDF5 1.10 never evicts a
+// partly read chunk and the cache grows past its size to the whole decompressed dataset.
 H5Id chunk_cache_access(hid_t dset, int64_t cache_bytes) {
   H5Id dcpl(LS_CHECK_HDF5(H5Dget_create_plist(dset)));
   int64_t chunk_bytes = 0;
@@ -166,7 +168,8 @@ H5Id chunk_cache_access(hid_t dset, int64_t cache_bytes) {
     chunk_bytes = static_cast<int64_t>(H5Tget_size(type.get()));
     for (int i = 0; i < rank; ++i) chunk_bytes *= static_cast<int64_t>(dims[i]);
   }
-  int64_t slots = chunk_bytes > 0 ? std::clamp<int64_t>(100 * (cache_bytes / chunk_bytes), 521, 1 << 18) : 521;
+  int64_t slots =
+      chunk_bytes > 0 ? std::clamp<int64_t>(100 * (cache_bytes / chunk_bytes), 521, 1 << 18) : 521;
   auto is_prime = [](int64_t v) {
     for (int64_t d = 2; d * d <= v; ++d)
       if (v % d == 0) return false;
@@ -188,13 +191,14 @@ std::optional<double> find_attr(const Split& s, const char* name) {
 // Reads rows `sorted` (ascending, distinct) of `dset` (shape `dims`) into `buf`, packed in that
 // order. One H5Dread per run of consecutive rows, each a single regular hyperslab whose memory
 // selection has the same shape: HDF5 1.10 then maps the selection onto chunks directly. One
-// OR-combined selection in a single call is much slower on chunked data, because HDF5 then walks
-// the selection element by element to split it into chunks (measured: lockstep-data bench).
+// OR-combined selection in a single call was about 5x slower on chunked Fashion-MNIST, because
+// HDF5 then walks the selection element by element to split it into chunks (lockstep-data bench).
 void read_runs(hid_t dset, hid_t file_space, const std::vector<int64_t>& dims,
                const std::vector<int64_t>& sorted, hid_t mem_type, void* buf) {
   std::vector<hsize_t> mem_dims(dims.begin(), dims.end());
   mem_dims[0] = sorted.size();
-  H5Id mem(LS_CHECK_HDF5(H5Screate_simple(static_cast<int>(mem_dims.size()), mem_dims.data(), nullptr)));
+  H5Id mem(
+      LS_CHECK_HDF5(H5Screate_simple(static_cast<int>(mem_dims.size()), mem_dims.data(), nullptr)));
   std::vector<hsize_t> start(dims.size(), 0), mem_start(dims.size(), 0), count = mem_dims;
   for (size_t i = 0; i < sorted.size();) {
     size_t j = i + 1;
@@ -202,8 +206,10 @@ void read_runs(hid_t dset, hid_t file_space, const std::vector<int64_t>& dims,
     start[0] = static_cast<hsize_t>(sorted[i]);
     mem_start[0] = static_cast<hsize_t>(i);
     count[0] = static_cast<hsize_t>(j - i);
-    LS_CHECK_HDF5(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
-    LS_CHECK_HDF5(H5Sselect_hyperslab(mem.get(), H5S_SELECT_SET, mem_start.data(), nullptr, count.data(), nullptr));
+    LS_CHECK_HDF5(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr,
+                                      count.data(), nullptr));
+    LS_CHECK_HDF5(H5Sselect_hyperslab(mem.get(), H5S_SELECT_SET, mem_start.data(), nullptr,
+                                      count.data(), nullptr));
     LS_CHECK_HDF5(H5Dread(dset, mem_type, mem.get(), file_space, H5P_DEFAULT, buf));
     i = j;
   }
@@ -227,7 +233,8 @@ void scan_labels(Split& s, std::optional<double> declared) {
     buf.resize(static_cast<size_t>(n * cols));
     hsize_t mem_n = buf.size();
     H5Id mem(LS_CHECK_HDF5(H5Screate_simple(1, &mem_n, nullptr)));
-    LS_CHECK_HDF5(H5Dread(s.y.get(), H5T_NATIVE_INT64, mem.get(), space.get(), H5P_DEFAULT, buf.data()));
+    LS_CHECK_HDF5(
+        H5Dread(s.y.get(), H5T_NATIVE_INT64, mem.get(), space.get(), H5P_DEFAULT, buf.data()));
     auto [mn, mx] = std::minmax_element(buf.begin(), buf.end());
     lo = std::min(lo, *mn);
     hi = std::max(hi, *mx);
@@ -244,7 +251,8 @@ void scan_labels(Split& s, std::optional<double> declared) {
                        std::to_string(info.num_classes) + " (labels must be 0 to num_classes-1)");
   } else {
     if (hi >= 1'000'000'000)
-      throw UsageError(labels + ": holds label " + std::to_string(hi) + ", too large for a class id");
+      throw UsageError(labels + ": holds label " + std::to_string(hi) +
+                       ", too large for a class id");
     info.num_classes = static_cast<int>(hi + 1);
   }
 }
@@ -273,8 +281,8 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   for (const std::string candidate : {"images", "x"})
     if (info.x_name.empty() && h5_has_child(s.group.get(), candidate)) info.x_name = candidate;
   if (info.x_name.empty())
-    throw UsageError(where(info, "") + ": no dataset 'images' or 'x' (" + holds_text(s.group.get()) +
-                     "; --x-name picks another)");
+    throw UsageError(where(info, "") + ": no dataset 'images' or 'x' (" +
+                     holds_text(s.group.get()) + "; --x-name picks another)");
   info.y_name = spec.y_name;
   if (info.y_name.empty()) info.y_name = std::string(info.x_name == "images" ? "labels" : "y");
 
@@ -284,7 +292,7 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   // size: reopen x with a cache sized for its chunks.
   if (chunk_cache_bytes > 0) {
     H5Id dapl = chunk_cache_access(s.x.get(), chunk_cache_bytes);
-    s.x = H5Id();
+    s.x.reset();
     s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get());
   }
 
@@ -295,7 +303,8 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   const std::optional<Elem> xe = elem_of(xt.get()), ye = elem_of(yt.get());
   if (!xe) throw UsageError(xw + ": has type " + info.x_type + ", expected integers or floats");
   if (!ye)
-    throw UsageError(yw + ": has type " + info.y_type + ", expected integer labels or float targets");
+    throw UsageError(yw + ": has type " + info.y_type +
+                     ", expected integer labels or float targets");
   s.x_elem = *xe;
   s.y_elem = *ye;
   s.x_size = H5Tget_size(xt.get());
@@ -316,19 +325,22 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   if (info.sample_shape.empty()) info.sample_shape = {1};
   info.sample_size = 1;
   for (int64_t d : info.sample_shape) info.sample_size *= d;
-  if (info.sample_size == 0) throw UsageError(xw + ": has empty samples, shape " + shape_text(s.x_dims));
+  if (info.sample_size == 0)
+    throw UsageError(xw + ": has empty samples, shape " + shape_text(s.x_dims));
   if (s.y_dims.size() == 2 && (s.y_dims[1] == 0 || (info.classification && s.y_dims[1] != 1)))
     throw UsageError(yw + ": has shape " + shape_text(s.y_dims) + ", expected " +
                      (info.classification ? "(N,) labels" : "(N,) or (N, K) targets with K > 0"));
   info.target_dim = s.y_dims.size() == 2 ? static_cast<int>(s.y_dims[1]) : 1;
 
-  info.norm_scale = static_cast<float>(find_attr(s, "norm_scale").value_or(s.x_elem == Elem::u8 ? 1.0 / 255.0 : 1.0));
+  info.norm_scale = static_cast<float>(
+      find_attr(s, "norm_scale").value_or(s.x_elem == Elem::u8 ? 1.0 / 255.0 : 1.0));
   info.norm_mean = static_cast<float>(find_attr(s, "norm_mean").value_or(0.0));
   info.norm_std = static_cast<float>(find_attr(s, "norm_std").value_or(1.0));
   if (!(info.norm_std > 0) || !std::isfinite(info.norm_std) || !std::isfinite(info.norm_mean) ||
       !std::isfinite(info.norm_scale))
-    throw UsageError(info.path + ": normalisation attributes must be finite with norm_std > 0 (norm_mean " +
-                     std::to_string(info.norm_mean) + ", norm_std " + std::to_string(info.norm_std) + ")");
+    throw UsageError(
+        info.path + ": normalisation attributes must be finite with norm_std > 0 (norm_mean " +
+        std::to_string(info.norm_mean) + ", norm_std " + std::to_string(info.norm_std) + ")");
   if (info.classification) scan_labels(s, find_attr(s, "num_classes"));
   return s;
 }
@@ -399,8 +411,10 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
     Hdf5Lock lock;
     m.x_raw.resize(rows * sample * m.s.x_size);
     m.y_raw.resize(rows * ycols * m.s.y_size);
-    read_runs(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.sorted, native_type(m.s.x_elem), m.x_raw.data());
-    read_runs(m.s.y.get(), m.y_space.get(), m.s.y_dims, m.sorted, native_type(m.s.y_elem), m.y_raw.data());
+    read_runs(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.sorted, native_type(m.s.x_elem),
+              m.x_raw.data());
+    read_runs(m.s.y.get(), m.y_space.get(), m.s.y_dims, m.sorted, native_type(m.s.y_elem),
+              m.y_raw.data());
   }
   m.bytes += rows * (sample * m.s.x_size + ycols * m.s.y_size);
 
@@ -422,7 +436,8 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
       // The labels were checked at open; a file changed underneath is caught here.
       if (label < 0 || label >= info.num_classes)
         throw Error(where(info, info.y_name) + ": label " + std::to_string(label) + " at row " +
-                    std::to_string(ids[i]) + " is outside [0, " + std::to_string(info.num_classes) + ")");
+                    std::to_string(ids[i]) + " is outside [0, " + std::to_string(info.num_classes) +
+                    ")");
       labels[i] = static_cast<int32_t>(label);
     } else if (!info.classification && targets != nullptr) {
       convert(m.s.y_elem, y_in, ycols, targets + i * ycols);

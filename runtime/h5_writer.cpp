@@ -133,9 +133,10 @@ H5Id ensure_h5_group(hid_t loc, const std::string& path) {
     std::string part = path.substr(pos, end - pos);
     pos = end + 1;
     if (part.empty()) continue;
-    hid_t next = h5_has_child(current.get(), part)
-                     ? H5Gopen2(current.get(), part.c_str(), H5P_DEFAULT)
-                     : H5Gcreate2(current.get(), part.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t next =
+        h5_has_child(current.get(), part)
+            ? H5Gopen2(current.get(), part.c_str(), H5P_DEFAULT)
+            : H5Gcreate2(current.get(), part.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (next < 0)
       throw UsageError(h5_object_name(current.get()) + ": cannot open or create group " + part +
                        " (" + hdf5_error_text() + ")");
@@ -195,7 +196,8 @@ void write_h5_dataset(hid_t loc, const std::string& name, DType type,
     LS_CHECK_HDF5(H5Pset_chunk(dcpl.get(), static_cast<int>(cdims.size()), cdims.data()));
     if (options.shuffle) LS_CHECK_HDF5(H5Pset_shuffle(dcpl.get()));
     if (options.gzip_level > 0)
-      LS_CHECK_HDF5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(std::min(options.gzip_level, 9))));
+      LS_CHECK_HDF5(
+          H5Pset_deflate(dcpl.get(), static_cast<unsigned>(std::min(options.gzip_level, 9))));
   }
   H5Id lcpl(LS_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE)));
   LS_CHECK_HDF5(H5Pset_create_intermediate_group(lcpl.get(), 1));

@@ -1,7 +1,7 @@
 // Small helpers over the HDF5 C API, shared by the data loader, lockstep-data and checkpoints.
 //
-//  - H5Id owns one hid_t (file, group, dataset, dataspace, datatype, attribute or property list) and
-//    closes it with the matching H5?close when it goes out of scope.
+//  - H5Id owns one hid_t (file, group, dataset, dataspace, datatype, attribute or property
+//    list) and closes it with the matching H5?close when it goes out of scope.
 //  - LS_CHECK_HDF5(call) checks a call's herr_t/hid_t/htri_t result (negative = failure) and throws
 //    Error "[rank r/P host] <call> failed: <HDF5's own reason> at file:line (hint: ...)". It
 //    evaluates to the call's result, so it wraps both statements and initialisers.

@@ -56,7 +56,8 @@ IdxArray read_idx(const std::string& path, int expected_ndims) {
   if (magic[0] != 0 || magic[1] != 0)
     bad(path, "the magic number does not start with two zero bytes");
   if (magic[2] != kUnsignedByte)
-    bad(path, "element type code " + std::to_string(magic[2]) + " (only unsigned bytes, 8, are supported)");
+    bad(path, "element type code " + std::to_string(magic[2]) +
+                  " (only unsigned bytes, 8, are supported)");
   const int ndims = magic[3];
   if (ndims < 1 || ndims > 4) bad(path, std::to_string(ndims) + " dimensions (1 to 4 expected)");
   if (expected_ndims > 0 && ndims != expected_ndims)
@@ -85,8 +86,8 @@ IdxArray read_idx(const std::string& path, int expected_ndims) {
     out.data.resize(std::min(want, out.data.size() * 2));
   }
   if (have < want)
-    bad(path, "truncated: the header announces " + std::to_string(want) + " data bytes, the file holds " +
-                  std::to_string(have));
+    bad(path, "truncated: the header announces " + std::to_string(want) +
+                  " data bytes, the file holds " + std::to_string(have));
   uint8_t extra = 0;
   if (read_some(f.get(), path, &extra, 1) != 0)
     bad(path, "longer than its header announces (" + std::to_string(want) + " data bytes)");

@@ -163,12 +163,14 @@ ShardedLoader::ShardedLoader(const DatasetSpec& spec, const LoaderOptions& optio
   if (B <= 0)
     throw UsageError("global batch (--global-batch) must be positive, got " + std::to_string(B));
   if (B < size)
-    throw UsageError("global batch (--global-batch) " + std::to_string(B) + " is smaller than the " +
-                     std::to_string(size) + " ranks: every rank needs at least one row per step; " +
+    throw UsageError("global batch (--global-batch) " + std::to_string(B) +
+                     " is smaller than the " + std::to_string(size) +
+                     " ranks: every rank needs at least one row per step; " +
                      suggest_batch_sizes(B, size));
   if (B % size != 0)
-    throw UsageError("global batch (--global-batch) " + std::to_string(B) + " does not divide by the " +
-                     std::to_string(size) + " ranks; " + suggest_batch_sizes(B, size));
+    throw UsageError("global batch (--global-batch) " + std::to_string(B) +
+                     " does not divide by the " + std::to_string(size) + " ranks; " +
+                     suggest_batch_sizes(B, size));
   if (options.prefetch < 0)
     throw UsageError("prefetch depth must be 0 or more, got " + std::to_string(options.prefetch));
   impl_ = std::make_unique<Impl>(spec, options, rank, size);

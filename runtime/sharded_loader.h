@@ -26,7 +26,7 @@ struct LoaderOptions {
   bool shuffle = true;
   bool drop_remainder = false;
   int prefetch = 2;  // batches read ahead
-  int64_t chunk_cache_bytes = kDefaultChunkCacheBytes;  // HDF5 chunk cache (dataset.h)
+  int64_t chunk_cache_bytes = kDefaultChunkCacheBytes;  // see dataset.h; 0: HDF5's 1 MiB
 };
 
 struct Batch {

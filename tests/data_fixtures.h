@@ -36,7 +36,8 @@ inline void write_classification(hid_t file, const ClassificationFixture& f) {
   std::vector<uint8_t> images(static_cast<size_t>(f.rows * sample));
   std::vector<uint8_t> labels(static_cast<size_t>(f.rows));
   for (int64_t r = 0; r < f.rows; ++r) {
-    for (int64_t k = 0; k < sample; ++k) images[static_cast<size_t>(r * sample + k)] = pixel_value(r, k);
+    for (int64_t k = 0; k < sample; ++k)
+      images[static_cast<size_t>(r * sample + k)] = pixel_value(r, k);
     labels[static_cast<size_t>(r)] = static_cast<uint8_t>(r % f.classes);
   }
   std::vector<int64_t> shape = {f.rows};
@@ -62,10 +63,13 @@ inline std::string write_classification(const std::string& path, const Classific
 // (rows, targets) float32 from target_value.
 inline std::string write_regression(const std::string& path, int64_t rows, int64_t features,
                                     int64_t targets, const std::string& group = "train") {
-  std::vector<float> x(static_cast<size_t>(rows * features)), y(static_cast<size_t>(rows * targets));
+  std::vector<float> x(static_cast<size_t>(rows * features)),
+      y(static_cast<size_t>(rows * targets));
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < features; ++j) x[static_cast<size_t>(r * features + j)] = static_cast<float>(r * features + j);
-    for (int64_t j = 0; j < targets; ++j) y[static_cast<size_t>(r * targets + j)] = target_value(r, j);
+    for (int64_t j = 0; j < features; ++j)
+      x[static_cast<size_t>(r * features + j)] = static_cast<float>(r * features + j);
+    for (int64_t j = 0; j < targets; ++j)
+      y[static_cast<size_t>(r * targets + j)] = target_value(r, j);
   }
   H5Id file = create_h5_file(path);
   write_h5_dataset(file.get(), group + "/x", {rows, features}, x);

@@ -30,7 +30,8 @@ class Dataset : public ::testing::Test {
       inspect_dataset(spec);
       ADD_FAILURE() << spec.path << " was accepted";
     } catch (const UsageError& e) {
-      for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+      for (const auto& w : words)
+        EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
     }
   }
   DatasetSpec spec_of(const std::string& file, const std::string& group = "train") const {
@@ -111,7 +112,8 @@ TEST_F(Dataset, ReaderConvertsRowsInAnyOrderWithRepeats) {
   for (size_t i = 0; i < ids.size(); ++i) {
     EXPECT_EQ(labels[i], ids[i] % f.classes) << "row " << ids[i];
     for (size_t k = 0; k < sample; ++k)
-      EXPECT_NEAR(x[i * sample + k], normalised_pixel(ids[i], static_cast<int64_t>(k)), 1e-6) << ids[i];
+      EXPECT_NEAR(x[i * sample + k], normalised_pixel(ids[i], static_cast<int64_t>(k)), 1e-6)
+          << ids[i];
   }
   // Six distinct rows of 6 image bytes and 1 label byte each.
   EXPECT_EQ(reader.bytes_read(), 6u * 7u);
@@ -153,7 +155,8 @@ TEST_F(Dataset, ReadsAnH5pyStyleFile) {
     hid_t a2 = H5Acreate2(x, "norm_std", H5T_IEEE_F32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
     H5Awrite(a2, H5T_NATIVE_DOUBLE, &stddev);
     hid_t lspace = H5Screate_simple(1, &rows, nullptr);
-    hid_t y = H5Dcreate2(group, "labels", H5T_STD_I64LE, lspace, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t y =
+        H5Dcreate2(group, "labels", H5T_STD_I64LE, lspace, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     ASSERT_GE(H5Dwrite(y, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()), 0);
     for (hid_t id : {a1, a2}) H5Aclose(id);
     for (hid_t id : {x, y}) H5Dclose(id);
@@ -188,8 +191,10 @@ TEST_F(Dataset, OtherIntegerWidthsAreLabelsAndImages) {
     const int8_t lab[3] = {2, 0, 1};
     hsize_t idims[2] = {3, 2}, ldims = 3;
     H5Id is(H5Screate_simple(2, idims, nullptr)), ls(H5Screate_simple(1, &ldims, nullptr));
-    H5Id x(H5Dcreate2(group.get(), "images", H5T_STD_I16BE, is.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    H5Id y(H5Dcreate2(group.get(), "labels", H5T_STD_I8LE, ls.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Id x(H5Dcreate2(group.get(), "images", H5T_STD_I16BE, is.get(), H5P_DEFAULT, H5P_DEFAULT,
+                      H5P_DEFAULT));
+    H5Id y(H5Dcreate2(group.get(), "labels", H5T_STD_I8LE, ls.get(), H5P_DEFAULT, H5P_DEFAULT,
+                      H5P_DEFAULT));
     ASSERT_GE(H5Dwrite(x.get(), H5T_NATIVE_INT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, img), 0);
     ASSERT_GE(H5Dwrite(y.get(), H5T_NATIVE_INT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab), 0);
   }
@@ -210,7 +215,8 @@ TEST_F(Dataset, MissingUnreadableAndTruncatedFilesAreRefused) {
   f.rows = 2000;
   write_classification(path("whole.h5"), f);
   std::filesystem::copy_file(path("whole.h5"), path("cut.h5"));
-  std::filesystem::resize_file(path("cut.h5"), std::filesystem::file_size(path("whole.h5")) * 2 / 3);
+  std::filesystem::resize_file(path("cut.h5"),
+                               std::filesystem::file_size(path("whole.h5")) * 2 / 3);
   expect_refused(spec_of(path("cut.h5")), {"cut.h5", "truncated"});
 }
 

@@ -1,6 +1,6 @@
-// h5_writer and hdf5_util: datasets of every supported type round-trip with and without chunking and
-// gzip, attributes of every kind round-trip and can be replaced, and failures are messages that name
-// the file (never an HDF5 error-stack dump).
+// h5_writer and hdf5_util: datasets of every supported type round-trip with and without chunking
+// and gzip, attributes of every kind round-trip and can be replaced, and failures are messages that
+// name the file (never an HDF5 error-stack dump).
 #include "runtime/h5_writer.h"
 
 #include <gtest/gtest.h>
@@ -59,7 +59,8 @@ TEST_F(H5Writer, EveryTypeRoundTripsContiguousChunkedAndCompressed) {
     round_trip<int64_t>(file.get(), g + "i64", opt);
   }
   // The compressed copy really is smaller on disk (the data repeats).
-  H5Id plain(H5Dopen2(file.get(), "g0/i64", H5P_DEFAULT)), packed(H5Dopen2(file.get(), "g2/i64", H5P_DEFAULT));
+  H5Id plain(H5Dopen2(file.get(), "g0/i64", H5P_DEFAULT)),
+      packed(H5Dopen2(file.get(), "g2/i64", H5P_DEFAULT));
   EXPECT_LT(H5Dget_storage_size(packed.get()), H5Dget_storage_size(plain.get()) / 2);
 }
 
@@ -98,7 +99,8 @@ TEST_F(H5Writer, AttributesRoundTripAndReplace) {
   EXPECT_EQ(read_h5_attr_double(group.get(), "rate"), 0.125);
   EXPECT_EQ(read_h5_attr_doubles(group.get(), "w"), (std::vector<double>{1.5, -2, 3}));
   EXPECT_EQ(read_h5_attr_string(group.get(), "name"), "Ankle boot");
-  EXPECT_EQ(read_h5_attr_strings(group.get(), "names"), (std::vector<std::string>{"T-shirt/top", "", "Bag"}));
+  EXPECT_EQ(read_h5_attr_strings(group.get(), "names"),
+            (std::vector<std::string>{"T-shirt/top", "", "Bag"}));
   EXPECT_FALSE(read_h5_attr_double(group.get(), "absent").has_value());
   EXPECT_FALSE(has_h5_attr(group.get(), "absent"));
 
@@ -139,7 +141,8 @@ TEST_F(H5Writer, FixedLengthStringsFromOtherToolsAreRead) {
   H5Id attr(H5Acreate2(file.get(), "labels", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
   const char text[16] = {'c', 'a', 't', 0, 0, 0, 0, 0, 'e', 'i', 'g', 'h', 't', 'c', 'h', 'r'};
   ASSERT_GE(H5Awrite(attr.get(), type.get(), text), 0);
-  EXPECT_EQ(read_h5_attr_strings(file.get(), "labels"), (std::vector<std::string>{"cat", "eightchr"}));
+  EXPECT_EQ(read_h5_attr_strings(file.get(), "labels"),
+            (std::vector<std::string>{"cat", "eightchr"}));
 }
 
 TEST_F(H5Writer, UnusableFilesAreNamedNotDumped) {

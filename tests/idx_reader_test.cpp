@@ -104,7 +104,8 @@ TEST_F(IdxReader, RefusesBadDimensions) {
 TEST_F(IdxReader, RefusesTruncatedFiles) {
   const Bytes full = idx_bytes({10, 4}, counting(40));
   expect_refused(write_gz("empty.gz", {}), "shorter than the 4-byte magic");
-  expect_refused(write_gz("header.gz", Bytes(full.begin(), full.begin() + 6)), "inside the dimensions");
+  expect_refused(write_gz("header.gz", Bytes(full.begin(), full.begin() + 6)),
+                 "inside the dimensions");
   expect_refused(write_gz("data.gz", Bytes(full.begin(), full.end() - 5)),
                  "truncated: the header announces 40 data bytes, the file holds 35");
   // A header claiming far more than the file holds: refused after reading what is there.
@@ -133,7 +134,8 @@ TEST_F(IdxReader, MissingFileIsNamed) {
 
 TEST(IdxReaderFashionMnist, ReadsTheInstalledTestLabels) {
   const std::string path = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not installed (dataset-fashion-mnist)";
+  if (!std::filesystem::exists(path))
+    GTEST_SKIP() << path << " not installed (dataset-fashion-mnist)";
   IdxArray a = read_idx(path, 1);
   ASSERT_EQ(a.dims, std::vector<int64_t>{10000});
   std::vector<int> per_class(256, 0);

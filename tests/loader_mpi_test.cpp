@@ -136,7 +136,8 @@ TEST_F(LoaderMpi, ABadInputOnOneRankStopsEveryRankWithItsMessage) {
     open_sharded_loader(spec, o, w.rank, w.size);
     ADD_FAILURE() << "rank " << w.rank << " went on";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("only-the-last-rank-looks-here.h5: no such file"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("only-the-last-rank-looks-here.h5: no such file"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -150,7 +151,8 @@ TEST_F(LoaderMpi, ABatchThatDoesNotDivideIsRefusedEverywhere) {
     open_sharded_loader(spec_, o, w.rank, w.size);
     ADD_FAILURE() << "accepted";
   } catch (const UsageError& e) {
-    const std::string want = "try " + std::to_string(w.size * 3) + " or " + std::to_string(w.size * 4);
+    const std::string want =
+        "try " + std::to_string(w.size * 3) + " or " + std::to_string(w.size * 4);
     EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
   }
 }

@@ -1,5 +1,5 @@
-// ShardedLoader in one process: the permutation contract, option validation, and P ranks simulated by
-// P loaders (the loader takes rank and size as arguments), so the sharding rules are checked at
+// ShardedLoader in one process: the permutation contract, option validation, and P ranks simulated
+// by P loaders (the loader takes rank and size as arguments), so the sharding rules are checked at
 // world sizes mpiexec does not give here; loader_mpi_test.cpp checks the same across real ranks.
 #include "runtime/sharded_loader.h"
 
@@ -33,7 +33,8 @@ TEST(Permutation, IsAPermutationFixedBySeedAndEpoch) {
   EXPECT_EQ(p, ShardedLoader::permutation(1000, 42, 0, true)) << "same seed and epoch, same order";
   EXPECT_NE(p, ShardedLoader::permutation(1000, 42, 1, true)) << "the next epoch reshuffles";
   EXPECT_NE(p, ShardedLoader::permutation(1000, 43, 0, true)) << "another seed, another order";
-  EXPECT_EQ(ShardedLoader::permutation(1000, 42, 3, false), iota_rows(1000)) << "shuffle off: file order";
+  EXPECT_EQ(ShardedLoader::permutation(1000, 42, 3, false), iota_rows(1000))
+      << "shuffle off: file order";
   EXPECT_TRUE(ShardedLoader::permutation(0, 1, 0, true).empty());
   EXPECT_EQ(ShardedLoader::permutation(1, 1, 0, true), iota_rows(1));
 }
@@ -51,7 +52,8 @@ TEST(Permutation, IsTheSameOnEveryPlatform) {
 TEST(Permutation, EveryRowIsEquallyLikelyFirst) {
   // 4000 epochs of 5 rows: each row should lead about 800 times (a biased draw shows here).
   std::vector<int> first(5, 0);
-  for (int e = 0; e < 4000; ++e) first[static_cast<size_t>(ShardedLoader::permutation(5, 9, e, true)[0])]++;
+  for (int e = 0; e < 4000; ++e)
+    first[static_cast<size_t>(ShardedLoader::permutation(5, 9, e, true)[0])]++;
   for (int c : first) EXPECT_NEAR(c, 800, 120);
 }
 
@@ -74,7 +76,8 @@ class Loader : public ::testing::Test {
       f.options.gzip_level = 4;
     }
     DatasetSpec s;
-    s.path = write_classification(dir_ + "/d" + std::to_string(rows) + (chunked ? "c" : "") + ".h5", f);
+    s.path =
+        write_classification(dir_ + "/d" + std::to_string(rows) + (chunked ? "c" : "") + ".h5", f);
     return s;
   }
 
@@ -93,7 +96,8 @@ class Loader : public ::testing::Test {
       ShardedLoader loader(spec, options, 0, size);
       ADD_FAILURE() << "accepted";
     } catch (const UsageError& e) {
-      for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+      for (const auto& w : words)
+        EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
     }
   }
 };
@@ -163,7 +167,8 @@ TEST_F(Loader, EverySampleOnceAndTheSameGlobalBatchesAtEveryWorldSize) {
       }
       for (int64_t pos = 0; pos < B; ++pos) {
         const int64_t want = k * B + pos < rows ? perm[static_cast<size_t>(k * B + pos)] : -1;
-        EXPECT_EQ(global[static_cast<size_t>(pos)], want) << "P=" << P << " step " << k << " position " << pos;
+        EXPECT_EQ(global[static_cast<size_t>(pos)], want)
+            << "P=" << P << " step " << k << " position " << pos;
       }
     }
     EXPECT_EQ(uses, std::vector<int>(rows, 1)) << "P=" << P;
@@ -287,7 +292,8 @@ TEST_F(Loader, RegressionBatchesCarryTargets) {
     for (int64_t i = 0; i < b.rows; ++i) {
       const int64_t row = b.index[static_cast<size_t>(i)];
       for (int64_t j = 0; j < 3; ++j)
-        EXPECT_EQ(b.targets[static_cast<size_t>(i * 3 + j)], row >= 0 ? target_value(row, j) : 0.0f);
+        EXPECT_EQ(b.targets[static_cast<size_t>(i * 3 + j)],
+                  row >= 0 ? target_value(row, j) : 0.0f);
     }
   }
 }
@@ -311,7 +317,8 @@ TEST_F(Loader, MainThreadCanUseHdf5WhileThePrefetchThreadReads) {
     }
     EXPECT_EQ(inspect_dataset(spec).rows, 20000);  // the loader's own file, opened again
     for (int64_t i = 0; i < b.valid; ++i)
-      ASSERT_NEAR(b.x[static_cast<size_t>(i * 6 + 5)], normalised_pixel(b.index[static_cast<size_t>(i)], 5), 1e-6);
+      ASSERT_NEAR(b.x[static_cast<size_t>(i * 6 + 5)],
+                  normalised_pixel(b.index[static_cast<size_t>(i)], 5), 1e-6);
     ++step;
   }
   EXPECT_EQ(step, 79);
