@@ -22,6 +22,7 @@
 #include "runtime/communicator.h"
 #include "runtime/device_copy.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 namespace lockstep {
 
@@ -275,6 +276,7 @@ class MpiCommunicator : public Communicator {
 
   void all_reduce_now(const void* send_dev, void* recv_dev, size_t count, DType type, ReduceOp op) {
     const size_t bytes = count * dtype_size(type);
+    TraceSpan span("mpi all_reduce", "collective", -1, static_cast<int64_t>(bytes));
     const bool dev = options_.device_buffers;
     Staged recv(dev, recv_dev, bytes, /*copy_in=*/send_dev == recv_dev);
     const void* send = send_dev;
@@ -315,6 +317,7 @@ class MpiCommunicator : public Communicator {
 
   void broadcast_now(void* buf_dev, size_t count, DType type, int root) {
     const size_t bytes = count * dtype_size(type);
+    TraceSpan span("mpi broadcast", "collective", -1, static_cast<int64_t>(bytes));
     Staged buf(options_.device_buffers, buf_dev, bytes, /*copy_in=*/rank_ == root);
     MPI_Datatype t = mpi_type(type);
     int es = static_cast<int>(dtype_size(type));
@@ -335,6 +338,7 @@ class MpiCommunicator : public Communicator {
   void all_gather_now(const void* send_dev, void* recv_dev, size_t count, DType type) {
     check_block(count);
     const size_t block = count * dtype_size(type);
+    TraceSpan span("mpi all_gather", "collective", -1, static_cast<int64_t>(block * size_));
     const bool dev = options_.device_buffers;
     Staged send(dev, send_dev, block, true);
     Staged recv(dev, recv_dev, block * size_, false);
@@ -350,6 +354,7 @@ class MpiCommunicator : public Communicator {
     check_block(count);
     const size_t es = dtype_size(type);
     const size_t total = count * size_;
+    TraceSpan span("mpi reduce_scatter", "collective", -1, static_cast<int64_t>(total * es));
     Staged send(options_.device_buffers, send_dev, total * es, true);
     std::vector<unsigned char> out(count * es);
     if (type == DType::bf16 || type == DType::f16) {

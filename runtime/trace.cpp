@@ -37,7 +37,8 @@ Recorder& recorder() {
   return r;
 }
 
-// Small per-thread track numbers in order of first use: the training thread records first.
+// Small per-thread track numbers in order of first use; start_tracing takes 0 for its caller (the
+// training thread), so helper threads (collectives, prefetch) come after it.
 int thread_track() {
   thread_local int tid = recorder().next_tid.fetch_add(1);
   return tid;
@@ -70,6 +71,7 @@ void start_tracing(Communicator& comm) {
     r.events.clear();
     r.rank = comm.rank();
   }
+  thread_track();
   comm.barrier();
   r.start = std::chrono::steady_clock::now();
   r.on.store(true, std::memory_order_release);
@@ -138,6 +140,13 @@ std::string trace_events_json() {
   sep();
   os << "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " << r.rank
      << ", \"tid\": 0, \"args\": {\"sort_index\": " << r.rank << "}}";
+  const int tracks = r.next_tid.load();
+  for (int t = 0; t < tracks; ++t) {
+    sep();
+    os << "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << r.rank << ", \"tid\": " << t
+       << ", \"args\": {\"name\": \"" << (t == 0 ? "training" : "helper " + std::to_string(t))
+       << "\"}}";
+  }
   for (const Event& e : r.events) {
     sep();
     os << "{\"ph\": \"X\", \"name\": \"" << escape(e.name) << "\", \"cat\": \"" << e.category

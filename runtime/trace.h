@@ -3,7 +3,9 @@
 // Tracing is off until start_tracing(); then any thread (the training thread, the communicator's
 // progress thread, the loader's prefetch thread) may record spans, each appended under a mutex.
 // When off, TraceSpan and trace_span cost one relaxed atomic load. Every rank records its own
-// events with pid = its rank and tid = a small per-thread number; write_trace() merges all ranks
+// events with pid = its rank and tid = a small per-thread number (0: the thread that called
+// start_tracing; the MPI backend's progress thread records each collective it runs, with its
+// bytes, on its own track); write_trace() merges all ranks
 // into one file. Times are microseconds since start_tracing(), which begins after a barrier, so the
 // ranks' tracks line up to within that barrier's skew.
 //

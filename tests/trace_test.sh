@@ -2,7 +2,8 @@
 # lockstep-train --trace and the straggler report, end to end at 2 ranks:
 #  - the trace is one valid JSON file (Chrome trace-event format) with a track per rank (pid 0 and
 #    1), holding data wait, forward, backward (per layer too), all_reduce with its bytes, optimizer
-#    and evaluate spans, and no per-rank part files are left behind;
+#    and evaluate spans, the MPI progress thread's collectives with their bytes on a second track,
+#    and no per-rank part files are left behind;
 #  - --straggler-every N puts one straggler line per N steps on stderr and in the metrics file,
 #    with one step time per rank.
 # ctest sets LOCKSTEP_BIN and MPIEXEC. Needs python3 for the JSON checks.
@@ -50,6 +51,10 @@ for pid in (0, 1):
     layers = {e["name"] for e in spans if e["pid"] == pid and e["cat"] == "backward" and e["name"] != "backward"}
     if "dense0" not in layers:
         problems.append(f"rank {pid} has no per-layer backward span (got {sorted(layers)})")
+    # The MPI backend's progress thread records each collective it runs, on its own track.
+    if not any(e["pid"] == pid and e["name"] == "mpi all_reduce" and e["tid"] != 0
+               and e["args"].get("bytes", 0) > 0 for e in spans):
+        problems.append(f"rank {pid} has no 'mpi all_reduce' span with bytes on a helper track")
     steps = [e for e in spans if e["pid"] == pid and e["name"] == "optimizer"]
     if len(steps) != 12:
         problems.append(f"rank {pid} has {len(steps)} optimizer spans for 12 steps")
