@@ -36,7 +36,7 @@ int train(int argc, char** argv, const World& world) {
   }
   // GPU layers come with their own issue: until then "auto" trains on the CPU.
   if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
-    agree_or_throw(false, "--device cuda: this build trains on the CPU only so far; use --device cpu");
+    agree_or_throw(false, "--device cuda: " + gpu_training_missing() + "; use --device cpu");
   ContextOptions co;
   co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
   co.comm = o.comm;
@@ -47,6 +47,7 @@ int train(int argc, char** argv, const World& world) {
   set_blas_threads(threads);
 
   TrainConfig& c = o.config;
+  c.device = ctx.device;
   const bool terminal = isatty(STDERR_FILENO) != 0;
   c.print = o.progress != "none";
   c.progress_bar = o.progress == "bar" || (o.progress == "auto" && terminal);

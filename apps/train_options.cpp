@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "apps/train_faults.h"
+#include "runtime/buckets.h"
 #include "runtime/error.h"
 
 namespace lockstep {
@@ -21,6 +22,8 @@ namespace {
 struct Raw {
   std::string config, data, train_group, test_group, x_name, y_name, model, loss, optimizer;
   std::string lr_schedule, lr_scaling, remainder, metrics, device, comm, progress;
+  std::string precision, grad_reduce_dtype;
+  double bucket_mb = 0;
   std::string trace;
   int64_t straggler_every = 0;
   double lr = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, clip_norm = 0;
@@ -101,6 +104,13 @@ po::options_description describe(Raw& r) {
   run.add_options()
       ("device", po::value(&r.device)->default_value("auto"), "cpu | cuda | auto")
       ("comm", po::value(&r.comm)->default_value("auto"), "auto (nccl on cuda, mpi on cpu) | mpi | nccl")
+      ("precision", po::value(&r.precision)->default_value("fp32"),
+       "fp32 | bf16 (bf16 GEMMs with fp32 master weights; needs --device cuda)")
+      ("grad-reduce-dtype", po::value(&r.grad_reduce_dtype)->default_value("fp32"),
+       "fp32 | bf16: dtype of the gradient all-reduce (bf16 halves the bytes, rounds the sums)")
+      ("bucket-mb", po::value(&r.bucket_mb)->default_value(25.0, "25"),
+       "gradient all-reduce bucket size in MiB, reduced in reverse layer order during backward "
+       "(0: one all-reduce after backward)")
       ("timeout", po::value(&r.timeout)->default_value(60.0, "60"),
        "seconds a collective may take before the job fails")
       ("check-every", po::value(&r.check_every)->default_value(100),
@@ -200,6 +210,10 @@ TrainOptions parse_train_options(int argc, char** argv) {
   if (r.comm != "auto" && r.comm != "mpi" && r.comm != "nccl")
     throw UsageError("--comm must be auto, mpi or nccl, not '" + r.comm + "'");
   o.comm = r.comm;
+  c.precision = parse_precision(r.precision, "--precision");
+  c.grad_reduce_dtype = parse_precision(r.grad_reduce_dtype, "--grad-reduce-dtype");
+  c.bucket_mb = r.bucket_mb;
+  bucket_bytes_from_mb(r.bucket_mb);
   if (!(r.timeout > 0 && r.timeout <= 86400))
     throw UsageError("--timeout must be a number of seconds in (0, 86400], not " +
                      std::to_string(r.timeout));

@@ -73,7 +73,7 @@ const float* Model::forward(const float* x, int batch) {
   return act_.back();
 }
 
-void Model::backward(int batch) {
+void Model::backward(int batch, const std::function<void(int layer)>& layer_done) {
   const float* dy = output_grad_.data();
   int next = 0;
   for (size_t i = layers_.size(); i-- > 0;) {
@@ -87,6 +87,7 @@ void Model::backward(int batch) {
     TraceSpan span(layer_kind_name(plan_[i].spec.kind), "backward", static_cast<int>(i));
     l.backward(batch, act_[i], act_[i + 1], dy, dx, workspace_.data());
     dy = dx;
+    if (layer_done) layer_done(static_cast<int>(i));
   }
 }
 

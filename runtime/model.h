@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,7 +69,9 @@ class Model {
   float* output_grad() { return output_grad_.data(); }
   // Back-propagates output_grad() through the activations of the last forward (same batch),
   // accumulating into grads().
-  void backward(int batch);
+  // layer_done(i), when set, is called once layer i's gradients are final (views are skipped), in
+  // decreasing i: the trainer starts bucket reductions from it.
+  void backward(int batch, const std::function<void(int layer)>& layer_done = nullptr);
 
   // "conv3x3:32 (28, 28, 1) -> (28, 28, 32), 320 params" per layer, and the total.
   std::string summary() const;

@@ -7,6 +7,7 @@
 
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
+#include "runtime/buckets.h"
 #include "runtime/error.h"
 #include "runtime/sharded_loader.h"
 #include "runtime/straggler.h"
@@ -103,6 +104,9 @@ void validate(const TrainConfig& c, int world_size) {
   if (c.prefetch < 1) throw UsageError("--prefetch must be >= 1, not " + std::to_string(c.prefetch));
   if (!(std::isfinite(c.clip_norm) && c.clip_norm >= 0))
     throw UsageError("--clip-norm must be >= 0, not " + std::to_string(c.clip_norm));
+  bucket_bytes_from_mb(c.bucket_mb);
+  if (c.precision == Precision::bf16 && c.device != DeviceKind::cuda)
+    throw UsageError("--precision bf16 needs --device cuda (the CPU layers compute in fp32)");
   parse_model_spec(c.model);
   validate(c.optimizer);
   validate(c.guard);
@@ -122,6 +126,7 @@ struct Trainer::Impl {
   double last_eval_step = -1;  // global step of the last evaluation
   EvalResult last_eval;
   std::unique_ptr<StepGuard> guard;
+  std::unique_ptr<BucketReducer> reducer;
   StragglerWatch straggler;
 };
 
@@ -132,6 +137,7 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
   std::string problem;
   try {
     validate(config_, P);
+    if (config_.device == DeviceKind::cuda) throw UsageError(gpu_training_missing());
     ModelSpec spec = parse_model_spec(config_.model);
     m.info = inspect_dataset(config_.train);
     DatasetSpec test_spec = config_.train;
@@ -163,6 +169,11 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
     for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
     model_ = std::make_unique<Model>(spec, input, m.outputs, static_cast<int>(m.micro_rows));
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count());
+    std::vector<size_t> layer_sizes;
+    for (const LayerPlan& p : model_->plan()) layer_sizes.push_back(p.params);
+    m.reducer = std::make_unique<BucketReducer>(
+        comm_, assign_buckets(layer_sizes, bucket_bytes_from_mb(config_.bucket_mb)),
+        config_.grad_reduce_dtype);
 
     LoaderOptions lo;
     lo.global_batch = B / K;
@@ -249,6 +260,7 @@ void Trainer::train_step(double sums[3]) {
   const float scale = 1.0f / static_cast<float>(want_valid);
   int64_t got_valid = 0;
   model_->zero_grads();
+  m.reducer->start_step(model_->grads());
   double t = t_start;
   for (int j = 0; j < config_.grad_accum; ++j) {
     if (!m.train->next(m.batch)) break;
@@ -262,7 +274,11 @@ void Trainer::train_step(double sums[3]) {
             : kernels::mse_cpu(out, m.batch.targets.data(), m.batch.mask.data(), rows, m.outputs,
                                scale, model_->output_grad());
     mark(Phase::forward, t);
-    model_->backward(rows);
+    // Only the last micro-batch's backward finishes the gradients, so only it starts reductions.
+    if (j + 1 == config_.grad_accum)
+      model_->backward(rows, [&](int layer) { m.reducer->layer_done(layer); });
+    else
+      model_->backward(rows);
     mark(Phase::backward, t);
     sums[0] += r.loss_sum;
     sums[1] += r.correct;
@@ -274,8 +290,7 @@ void Trainer::train_step(double sums[3]) {
                 std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
                 " samples from the loader, expected " + std::to_string(want_valid));
   m.guard->before_reduce(sums[0]);
-  comm_.all_reduce(model_->grads(), model_->grads(), model_->param_count(), DType::f32,
-                   ReduceOp::sum);
+  m.reducer->wait_all();
   mark(Phase::comm, t);
   const bool apply =
       m.guard->update_ok(model_->grads(), model_->param_count(), state_.global_step, state_.epoch);

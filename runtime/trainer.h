@@ -3,7 +3,8 @@
 // Every rank builds the same Trainer over the same TrainConfig and calls the same methods in the
 // same order; each method that says "collective" must be called on every rank. A step: up to
 // grad_accum micro-batches of B/(P*K) rows each on this rank (forward, loss, backward, gradients
-// accumulated), one all-reduce SUM of the flat gradient buffer, one optimizer update. The loss
+// accumulated), all-reduce SUM of the flat gradient buffer in buckets (buckets.h) started while the
+// last micro-batch's backward pass runs, one optimizer update. The loss
 // gradient is scaled by 1/(valid samples in the whole global batch), so the applied gradient is
 // the gradient of the mean loss over the global batch at any P and K, a masked last batch included.
 //
@@ -24,10 +25,12 @@
 #include <vector>
 
 #include "runtime/communicator.h"
+#include "runtime/context.h"
 #include "runtime/dataset.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
+#include "runtime/precision.h"
 #include "runtime/progress.h"
 #include "runtime/step_guard.h"
 #include "runtime/step_times.h"
@@ -54,6 +57,10 @@ struct TrainConfig {
   int epochs = 5;
   int64_t steps = 0;           // > 0: stop after this many updates (overrides epochs)
   int grad_accum = 1;          // K micro-batches of B/K per update
+  double bucket_mb = 25;       // gradient bucket size in MiB (0: one all-reduce after backward)
+  DeviceKind device = DeviceKind::cpu;            // where the layers compute
+  Precision precision = Precision::fp32;          // compute dtype; bf16 needs device cuda
+  Precision grad_reduce_dtype = Precision::fp32;  // dtype of the gradient all-reduce on the wire
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = false;

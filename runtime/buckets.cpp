@@ -1,0 +1,97 @@
+#include "runtime/buckets.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cast.h"
+#include "runtime/error.h"
+
+namespace lockstep {
+
+std::vector<Bucket> assign_buckets(const std::vector<size_t>& layer_sizes, size_t bucket_bytes) {
+  std::vector<size_t> offsets(layer_sizes.size());
+  size_t total = 0;
+  for (size_t i = 0; i < layer_sizes.size(); ++i) {
+    offsets[i] = total;
+    total += layer_sizes[i];
+  }
+  std::vector<Bucket> out;
+  if (total == 0) return out;
+  // Elements per bucket; 0: no limit. A positive size under one element still means one layer each.
+  const size_t limit = bucket_bytes == 0 ? 0 : std::max<size_t>(1, bucket_bytes / sizeof(float));
+  Bucket open;
+  bool has_open = false;
+  for (size_t k = layer_sizes.size(); k-- > 0;) {
+    const int layer = static_cast<int>(k);
+    const size_t n = layer_sizes[k];
+    // A layer joins the open bucket unless that would take the bucket past the limit; zero-size
+    // layers always join, so they never make a bucket of their own.
+    if (has_open && (limit == 0 || n == 0 || open.count == 0 || open.count + n <= limit)) {
+      open.offset = offsets[k];
+      open.count += n;
+      open.first_layer = layer;
+      continue;
+    }
+    if (has_open) out.push_back(open);
+    open = Bucket{offsets[k], n, layer, layer};
+    has_open = true;
+  }
+  // An open bucket with no elements takes the next layer whatever its size, so with total > 0 no
+  // bucket ends up empty.
+  out.push_back(open);
+  // Zero-size layers at the low end of a bucket move to the next one, so a bucket starts as soon
+  // as its lowest layer with gradients is done rather than after the parameterless layers below.
+  for (size_t b = 0; b + 1 < out.size(); ++b)
+    while (out[b].first_layer < out[b].last_layer && layer_sizes[out[b].first_layer] == 0) {
+      out[b].first_layer += 1;
+      out[b + 1].last_layer += 1;
+    }
+  return out;
+}
+
+size_t bucket_bytes_from_mb(double mb) {
+  if (!std::isfinite(mb) || mb < 0 || mb > 1024.0 * 1024.0)
+    throw UsageError("--bucket-mb must be between 0 (one all-reduce) and 1048576, not " +
+                     std::to_string(mb));
+  return static_cast<size_t>(std::llround(mb * 1024.0 * 1024.0));
+}
+
+BucketReducer::BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire)
+    : comm_(comm), buckets_(std::move(buckets)), wire_(wire) {
+  if (wire_ == Precision::bf16 && !buckets_.empty())
+    wire_copy_.resize(buckets_.front().offset + buckets_.front().count);
+}
+
+void BucketReducer::start_step(float* grads) {
+  grads_ = grads;
+  next_ = 0;
+  pending_.clear();
+}
+
+void BucketReducer::launch(size_t b) {
+  const Bucket& k = buckets_[b];
+  if (wire_ == Precision::bf16) {
+    uint16_t* w = wire_copy_.data() + k.offset;
+    kernels::cast_f32_to_bf16_cpu(grads_ + k.offset, w, k.count);
+    pending_.push_back(comm_.all_reduce_async(w, w, k.count, DType::bf16, ReduceOp::sum));
+    return;
+  }
+  pending_.push_back(
+      comm_.all_reduce_async(grads_ + k.offset, grads_ + k.offset, k.count, DType::f32, ReduceOp::sum));
+}
+
+void BucketReducer::layer_done(int layer) {
+  while (next_ < buckets_.size() && layer <= buckets_[next_].first_layer) launch(next_++);
+}
+
+void BucketReducer::wait_all() {
+  while (next_ < buckets_.size()) launch(next_++);
+  for (WorkHandle& w : pending_) w->wait(comm_.timeout());
+  pending_.clear();
+  if (wire_ == Precision::bf16)
+    for (const Bucket& k : buckets_)
+      kernels::cast_bf16_to_f32_cpu(wire_copy_.data() + k.offset, grads_ + k.offset, k.count);
+}
+
+}  // namespace lockstep

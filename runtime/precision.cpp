@@ -1,0 +1,22 @@
+#include "runtime/precision.h"
+
+#include "runtime/error.h"
+
+namespace lockstep {
+
+Precision parse_precision(const std::string& text, const char* option) {
+  if (text == "fp32") return Precision::fp32;
+  if (text == "bf16") return Precision::bf16;
+  throw UsageError(std::string(option) + " must be fp32 or bf16, not '" + text + "'");
+}
+
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+
+std::string gpu_training_missing() {
+  return "GPU training is not finished in this build: the layers have no CUDA path yet "
+         "(parameters, gradients, optimizer state and activations on the device, batches copied "
+         "from pinned memory on a copy stream, device-side loss sums, bf16 GEMMs with fp32 master "
+         "weights)";
+}
+
+}  // namespace lockstep

@@ -1,0 +1,177 @@
+// Gradient buckets: reverse layer order, every gradient element in exactly one bucket, layers
+// never split, a layer larger than the bucket size alone, zero-size layers absorbed, bucket size 0
+// as a single bucket; and the reducer starts each bucket once its first layer is done.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "runtime/buckets.h"
+#include "runtime/error.h"
+
+using namespace lockstep;
+
+namespace {
+
+constexpr size_t kF = sizeof(float);
+
+// Checks what must hold for any input: buckets in reverse layer order, contiguous and adjacent,
+// every element covered once, no empty bucket, layer ranges consistent with the offsets.
+void expect_tiling(const std::vector<size_t>& sizes, const std::vector<Bucket>& buckets) {
+  size_t total = std::accumulate(sizes.begin(), sizes.end(), size_t{0});
+  std::vector<int> hits(total, 0);
+  size_t end = total;
+  int next_last = static_cast<int>(sizes.size()) - 1;
+  for (const Bucket& b : buckets) {
+    EXPECT_GT(b.count, 0u);
+    EXPECT_EQ(b.offset + b.count, end) << "buckets are not adjacent in reverse order";
+    EXPECT_EQ(b.last_layer, next_last);
+    EXPECT_LE(b.first_layer, b.last_layer);
+    size_t first_offset = std::accumulate(sizes.begin(), sizes.begin() + b.first_layer, size_t{0});
+    size_t layer_elems =
+        std::accumulate(sizes.begin() + b.first_layer, sizes.begin() + b.last_layer + 1, size_t{0});
+    EXPECT_EQ(b.offset, first_offset);
+    EXPECT_EQ(b.count, layer_elems) << "a bucket must hold whole layers";
+    for (size_t i = b.offset; i < b.offset + b.count && i < total; ++i) hits[i] += 1;
+    end = b.offset;
+    next_last = b.first_layer - 1;
+  }
+  if (total > 0) {
+    EXPECT_EQ(end, 0u);
+    EXPECT_EQ(next_last, -1) << "every layer belongs to a bucket";
+  }
+  for (size_t i = 0; i < total; ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+}
+
+TEST(Buckets, ReverseOrderGroupsWholeLayersUpToTheSize) {
+  // Layers of 100, 50, 50, 30 floats; buckets of 100 floats.
+  std::vector<size_t> sizes = {100, 50, 50, 30};
+  auto b = assign_buckets(sizes, 100 * kF);
+  expect_tiling(sizes, b);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].first_layer, 2);  // 30 + 50 fit; another 50 would not
+  EXPECT_EQ(b[0].count, 80u);
+  EXPECT_EQ(b[1].first_layer, 1);  // 50, and 50 + 100 would not fit
+  EXPECT_EQ(b[1].count, 50u);
+  EXPECT_EQ(b[2].first_layer, 0);
+  EXPECT_EQ(b[2].count, 100u);
+  EXPECT_EQ(b[2].offset, 0u);
+  for (const Bucket& k : b) EXPECT_LE(k.count * kF, 100 * kF);
+}
+
+TEST(Buckets, HugeLayerGetsItsOwnBucket) {
+  std::vector<size_t> sizes = {10, 5000, 10, 10};
+  auto b = assign_buckets(sizes, 64 * kF);
+  expect_tiling(sizes, b);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].count, 20u);
+  EXPECT_EQ(b[1].first_layer, 1);
+  EXPECT_EQ(b[1].last_layer, 1);
+  EXPECT_EQ(b[1].count, 5000u);
+  EXPECT_EQ(b[2].count, 10u);
+}
+
+TEST(Buckets, ZeroSizeLayersNeverMakeABucket) {
+  // A CNN's shape: conv, relu, pool, conv, relu, flatten, dense, relu (no params in 1, 2, 4, 5, 7).
+  std::vector<size_t> sizes = {0, 320, 0, 0, 9248, 0, 0, 15690, 0};
+  for (size_t bytes : {size_t{0}, size_t{1}, 100 * kF, 10000 * kF, 100000 * kF}) {
+    auto b = assign_buckets(sizes, bytes);
+    expect_tiling(sizes, b);
+  }
+  EXPECT_EQ(assign_buckets(sizes, 1).size(), 3u);  // one bucket per layer with parameters
+  EXPECT_EQ(assign_buckets(sizes, 10000 * kF).size(), 2u);
+  EXPECT_TRUE(assign_buckets({0, 0, 0}, 4 * kF).empty());
+  EXPECT_TRUE(assign_buckets({}, 4 * kF).empty());
+}
+
+TEST(Buckets, SizeZeroIsOneBucket) {
+  std::vector<size_t> sizes = {7, 70000, 0, 3};
+  auto b = assign_buckets(sizes, 0);
+  expect_tiling(sizes, b);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].offset, 0u);
+  EXPECT_EQ(b[0].count, 70010u);
+}
+
+TEST(Buckets, SameAnswerForTheSameInput) {
+  std::vector<size_t> sizes = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5};
+  auto a = assign_buckets(sizes, 8 * kF);
+  auto b = assign_buckets(sizes, 8 * kF);
+  expect_tiling(sizes, a);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].offset, b[i].offset);
+    EXPECT_EQ(a[i].count, b[i].count);
+  }
+}
+
+TEST(Buckets, MegabytesToBytes) {
+  EXPECT_EQ(bucket_bytes_from_mb(0), 0u);
+  EXPECT_EQ(bucket_bytes_from_mb(25), 25u * 1024 * 1024);
+  EXPECT_EQ(bucket_bytes_from_mb(0.01), 10486u);
+  EXPECT_THROW(bucket_bytes_from_mb(-1), UsageError);
+  EXPECT_THROW(bucket_bytes_from_mb(std::nan("")), UsageError);
+}
+
+// Records the ranges reduced, in the order they started; a reduction doubles its range.
+class RecordingComm : public Communicator {
+ public:
+  std::vector<std::pair<size_t, size_t>> started;  // (first element, count)
+  const float* base = nullptr;
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Backend backend() const override { return Backend::mpi; }
+  WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType,
+                              ReduceOp) override {
+    started.push_back({static_cast<size_t>(static_cast<const float*>(send) - base), count});
+    auto* out = static_cast<float*>(recv);
+    for (size_t i = 0; i < count; ++i) out[i] *= 2;
+    return done();
+  }
+  WorkHandle broadcast_async(void*, size_t, DType, int) override { return done(); }
+  WorkHandle all_gather_async(const void*, void*, size_t, DType) override { return done(); }
+  WorkHandle reduce_scatter_async(const void*, void*, size_t, DType, ReduceOp) override {
+    return done();
+  }
+  WorkHandle barrier_async() override { return done(); }
+
+ private:
+  struct Done : Work {
+    void wait(Millis) override {}
+    bool done() override { return true; }
+  };
+  static WorkHandle done() { return std::make_unique<Done>(); }
+};
+
+TEST(BucketReducer, StartsEachBucketWhenItsLayersAreDone) {
+  std::vector<size_t> sizes = {4, 0, 4, 4};
+  RecordingComm comm;
+  BucketReducer r(comm, assign_buckets(sizes, 4 * kF));
+  ASSERT_EQ(r.buckets().size(), 3u);
+  std::vector<float> g(12, 1.0f);
+  comm.base = g.data();
+  r.start_step(g.data());
+  r.layer_done(3);
+  ASSERT_EQ(comm.started.size(), 1u);
+  EXPECT_EQ(comm.started[0], (std::pair<size_t, size_t>{8, 4}));
+  r.layer_done(2);
+  ASSERT_EQ(comm.started.size(), 2u);
+  EXPECT_EQ(comm.started[1], (std::pair<size_t, size_t>{4, 4}));
+  r.layer_done(1);  // no parameters: layer 0's bucket must wait for layer 0
+  EXPECT_EQ(comm.started.size(), 2u);
+  r.layer_done(0);
+  r.wait_all();
+  ASSERT_EQ(comm.started.size(), 3u);
+  for (float v : g) EXPECT_EQ(v, 2.0f) << "every element reduced exactly once";
+
+  // A step whose backward reported nothing (accumulating micro-batches) reduces everything at
+  // wait_all, once.
+  comm.started.clear();
+  r.start_step(g.data());
+  r.wait_all();
+  EXPECT_EQ(comm.started.size(), 3u);
+  for (float v : g) EXPECT_EQ(v, 4.0f);
+}
+
+}  // namespace

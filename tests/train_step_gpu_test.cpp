@@ -1,0 +1,97 @@
+// One training step on the GPU against the same step on the CPU (the oracle): the same data,
+// seed and configuration must give the same parameters after one update, within the fp32
+// summation-order tolerance of the kernels' parity test (1e-4 relative), and within bf16 rounding
+// (1e-2) with --precision bf16. Skips, with the reason, where no GPU answers, and where this
+// build's trainer refuses --device cuda (its message says what is missing).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "gpu_test_util.h"
+#include "runtime/communicator.h"
+#include "runtime/error.h"
+#include "runtime/h5_writer.h"
+#include "runtime/hdf5_util.h"
+#include "runtime/trainer.h"
+#include "test_util.h"
+
+using namespace lockstep;
+
+namespace {
+
+// 64 training images (10, 10, 1) in 4 classes; 16 test images.
+std::string write_images() {
+  const std::string path = testing_util::local_temp_dir("train_step_gpu") + "/images.h5";
+  std::mt19937_64 gen(9);
+  H5Id file = create_h5_file(path);
+  for (auto [group, n] : {std::pair<std::string, int64_t>{"train", 64}, {"test", 16}}) {
+    std::vector<uint8_t> x(static_cast<size_t>(n) * 100);
+    std::vector<int32_t> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      y[i] = static_cast<int32_t>(gen() % 4);
+      for (int q = 0; q < 100; ++q)
+        x[i * 100 + q] = static_cast<uint8_t>((gen() % 100) + 30 * y[i] * ((q / 10) % 2));
+    }
+    write_h5_dataset(file.get(), group + "/images", {n, 10, 10, 1}, x);
+    write_h5_dataset(file.get(), group + "/labels", {n}, y);
+  }
+  write_h5_attr_int(file.get(), "num_classes", 4);
+  return path;
+}
+
+TrainConfig one_step(const std::string& data, DeviceKind device, Precision precision) {
+  TrainConfig c;
+  c.train.path = data;
+  c.model = "conv3x3:8,relu,maxpool2,flatten,dense:16,relu,dense";
+  c.optimizer.kind = OptimizerKind::adam;
+  c.lr = 1e-3;
+  c.global_batch = 32;
+  c.steps = 1;
+  c.seed = 4;
+  c.eval_every_epoch = false;
+  c.print = false;
+  c.device = device;
+  c.precision = precision;
+  return c;
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+void expect_gpu_step_matches_cpu(Precision precision, double tolerance) {
+  if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto comm = make_mpi_communicator();
+  const std::string data = write_images();
+  Trainer cpu(*comm, one_step(data, DeviceKind::cpu, Precision::fp32));
+  cpu.run();
+  std::vector<float> want(cpu.model().params(), cpu.model().params() + cpu.model().param_count());
+  std::unique_ptr<Trainer> gpu;
+  try {
+    gpu = std::make_unique<Trainer>(*comm, one_step(data, DeviceKind::cuda, precision));
+  } catch (const UsageError& e) {
+    if (std::string(e.what()).find("GPU training is not finished") != std::string::npos)
+      GTEST_SKIP() << e.what();
+    throw;
+  }
+  gpu->run();
+  // Trainer::model().params() is the host view of the parameters after run().
+  std::vector<float> got(gpu->model().params(), gpu->model().params() + gpu->model().param_count());
+  ASSERT_EQ(got.size(), want.size());
+  double rel = relative_difference(got, want);
+  std::printf("one step, %s on the GPU vs fp32 on the CPU: relative L2 difference %.3g\n",
+              precision_name(precision), rel);
+  EXPECT_LT(rel, tolerance);
+}
+
+}  // namespace
+
+TEST(TrainStepGpu, Fp32StepMatchesCpu) { expect_gpu_step_matches_cpu(Precision::fp32, 1e-4); }
+
+TEST(TrainStepGpu, Bf16StepIsCloseToCpu) { expect_gpu_step_matches_cpu(Precision::bf16, 1e-2); }
