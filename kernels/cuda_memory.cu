@@ -44,4 +44,47 @@ void cuda_stream_destroy(cudaStream_t stream) noexcept {
 
 void cuda_stream_synchronize(cudaStream_t stream) { LS_CHECK_CUDA(cudaStreamSynchronize(stream)); }
 
+void* cuda_host_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  LS_CHECK_CUDA(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+void cuda_host_free(void* host) noexcept {
+  if (host != nullptr) (void)cudaFreeHost(host);
+}
+
+void cuda_copy_to_device_async(void* device_dst, const void* host_src, size_t bytes,
+                               cudaStream_t stream) {
+  if (bytes == 0) return;
+  LS_CHECK_CUDA(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+void cuda_copy_to_host_async(void* host_dst, const void* device_src, size_t bytes,
+                             cudaStream_t stream) {
+  if (bytes == 0) return;
+  LS_CHECK_CUDA(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream));
+}
+
+cudaEvent_t cuda_event_create() {
+  cudaEvent_t e = nullptr;
+  LS_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void cuda_event_destroy(cudaEvent_t event) noexcept {
+  if (event != nullptr) (void)cudaEventDestroy(event);
+}
+
+void cuda_event_record(cudaEvent_t event, cudaStream_t stream) {
+  LS_CHECK_CUDA(cudaEventRecord(event, stream));
+}
+
+void cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event) {
+  LS_CHECK_CUDA(cudaStreamWaitEvent(stream, event, 0));
+}
+
+void cuda_event_synchronize(cudaEvent_t event) { LS_CHECK_CUDA(cudaEventSynchronize(event)); }
+
 }  // namespace lockstep::kernels

@@ -8,6 +8,9 @@
 
 #include "kernels/cuda_stream.h"
 
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+
 namespace lockstep::kernels {
 
 void* cuda_alloc(size_t bytes);         // cudaMalloc; 0 bytes gives null
@@ -22,5 +25,23 @@ void cuda_zero(void* device, size_t bytes, cudaStream_t stream);  // enqueued on
 cudaStream_t cuda_stream_create();  // a blocking stream on the current device
 void cuda_stream_destroy(cudaStream_t stream) noexcept;
 void cuda_stream_synchronize(cudaStream_t stream);
+
+// Page-locked host memory (cudaMallocHost): copies from it run asynchronously on a stream, so a
+// copy stream can bring the next batch while the compute stream works. 0 bytes gives null.
+void* cuda_host_alloc(size_t bytes);
+void cuda_host_free(void* host) noexcept;
+// Enqueued on `stream`; the host side must be page-locked for the copy to overlap other work.
+void cuda_copy_to_device_async(void* device_dst, const void* host_src, size_t bytes,
+                               cudaStream_t stream);
+void cuda_copy_to_host_async(void* host_dst, const void* device_src, size_t bytes,
+                             cudaStream_t stream);
+
+// Events order one stream after work queued on another without blocking the host (a batch copied
+// on the copy stream before the compute stream reads it). Created without timing.
+cudaEvent_t cuda_event_create();
+void cuda_event_destroy(cudaEvent_t event) noexcept;
+void cuda_event_record(cudaEvent_t event, cudaStream_t stream);
+void cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event);
+void cuda_event_synchronize(cudaEvent_t event);
 
 }  // namespace lockstep::kernels

@@ -38,6 +38,19 @@ void cuda_zero(void*, size_t, cudaStream_t) { not_built("cuda_zero"); }
 cudaStream_t cuda_stream_create() { not_built("cuda_stream_create"); }
 void cuda_stream_destroy(cudaStream_t) noexcept {}
 void cuda_stream_synchronize(cudaStream_t) { not_built("cuda_stream_synchronize"); }
+void* cuda_host_alloc(size_t) { not_built("cuda_host_alloc"); }
+void cuda_host_free(void*) noexcept {}
+void cuda_copy_to_device_async(void*, const void*, size_t, cudaStream_t) {
+  not_built("cuda_copy_to_device_async");
+}
+void cuda_copy_to_host_async(void*, const void*, size_t, cudaStream_t) {
+  not_built("cuda_copy_to_host_async");
+}
+cudaEvent_t cuda_event_create() { not_built("cuda_event_create"); }
+void cuda_event_destroy(cudaEvent_t) noexcept {}
+void cuda_event_record(cudaEvent_t, cudaStream_t) { not_built("cuda_event_record"); }
+void cuda_stream_wait_event(cudaStream_t, cudaEvent_t) { not_built("cuda_stream_wait_event"); }
+void cuda_event_synchronize(cudaEvent_t) { not_built("cuda_event_synchronize"); }
 
 void gemm_cuda(const GemmShape&, const float*, const float*, float*, cudaStream_t) {
   not_built("gemm_cuda");

@@ -2,13 +2,16 @@
 // seed and configuration must give the same parameters after one update, within the fp32
 // summation-order tolerance of the kernels' parity test (1e-4 relative), and within bf16 rounding
 // (1e-2) with --precision bf16. Skips, with the reason, where no GPU answers, and where this
-// build's trainer refuses --device cuda (its message says what is missing).
+// build's trainer refuses --device cuda (its message says what is missing). Also the pieces the
+// device step feeds batches with: pinned host memory, copies on a copy stream, and an event that
+// makes the compute stream wait for them.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "gpu_test_util.h"
+#include "kernels/cuda_memory.h"
 #include "runtime/communicator.h"
 #include "runtime/error.h"
 #include "runtime/h5_writer.h"
@@ -95,3 +98,29 @@ void expect_gpu_step_matches_cpu(Precision precision, double tolerance) {
 TEST(TrainStepGpu, Fp32StepMatchesCpu) { expect_gpu_step_matches_cpu(Precision::fp32, 1e-4); }
 
 TEST(TrainStepGpu, Bf16StepIsCloseToCpu) { expect_gpu_step_matches_cpu(Precision::bf16, 1e-2); }
+
+TEST(TrainStepGpu, PinnedBatchReachesComputeStreamThroughAnEvent) {
+  namespace lk = lockstep::kernels;
+  if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const size_t n = 1 << 20;
+  auto* host = static_cast<float*>(lk::cuda_host_alloc(n * sizeof(float)));
+  auto* back = static_cast<float*>(lk::cuda_host_alloc(n * sizeof(float)));
+  void* device = lk::cuda_alloc(n * sizeof(float));
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000) * 0.5f;
+  cudaStream_t copy = lk::cuda_stream_create(), compute = lk::cuda_stream_create();
+  cudaEvent_t ready = lk::cuda_event_create();
+  lk::cuda_copy_to_device_async(device, host, n * sizeof(float), copy);
+  lk::cuda_event_record(ready, copy);
+  lk::cuda_stream_wait_event(compute, ready);
+  lk::cuda_copy_to_host_async(back, device, n * sizeof(float), compute);
+  lk::cuda_stream_synchronize(compute);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += back[i] != host[i];
+  EXPECT_EQ(wrong, 0u) << "the compute stream read the batch before its copy finished";
+  lk::cuda_event_destroy(ready);
+  lk::cuda_stream_destroy(copy);
+  lk::cuda_stream_destroy(compute);
+  lk::cuda_free(device);
+  lk::cuda_host_free(host);
+  lk::cuda_host_free(back);
+}
