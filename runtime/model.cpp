@@ -9,8 +9,30 @@
 
 namespace lockstep {
 
+namespace {
+
+// relu then maxpool equals maxpool then relu (max and relu commute), and so do their gradients:
+// the window's maximum is where the gradient goes either way, and it is blocked when that maximum
+// is not positive. Pooling first runs the ReLU over a quarter of the values (maxpool2) and saves
+// a full-size pass forward and backward.
+std::vector<LayerPlan> pool_before_relu(std::vector<LayerPlan> plan) {
+  for (size_t i = 0; i + 1 < plan.size(); ++i) {
+    if (plan[i].spec.kind != LayerKind::relu || plan[i + 1].spec.kind != LayerKind::maxpool)
+      continue;
+    LayerPlan pool = plan[i + 1], relu = plan[i];
+    pool.in = relu.in;
+    relu.in = relu.out = pool.out;
+    plan[i] = pool;
+    plan[i + 1] = relu;
+    ++i;
+  }
+  return plan;
+}
+
+}  // namespace
+
 Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch)
-    : plan_(plan_model(spec, input, outputs)),
+    : plan_(pool_before_relu(plan_model(spec, input, outputs))),
       max_batch_(max_batch),
       outputs_(outputs),
       input_size_(shape_size(input)) {

@@ -5,7 +5,9 @@
 //
 // The model owns every buffer a step touches (activations, activation gradients, scratch, the
 // output gradient), sized once for batches up to max_batch, so steps do not allocate. forward()
-// keeps its activations for the next backward(). Used by one thread.
+// keeps its activations for the next backward(). A relu directly followed by a maxpool runs as
+// maxpool then relu (the same function and gradient, less work), so plan() lists them in the
+// order they run; layer indices and parameter names are those of the spec. Used by one thread.
 #pragma once
 
 #include <cstddef>

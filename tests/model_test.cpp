@@ -8,7 +8,11 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/activation.h"
+#include "kernels/conv2d.h"
+#include "kernels/dense.h"
 #include "kernels/loss.h"
+#include "kernels/pool.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
 
@@ -65,6 +69,32 @@ TEST(Model, BackwardMatchesFiniteDifferences) {
   ASSERT_GT(norm, 0.0);
   std::printf("relative L2 error of the analytic gradient: %.2g\n", std::sqrt(diff / norm));
   EXPECT_LT(std::sqrt(diff / norm), 1e-2) << "over " << m.param_count() << " parameters";
+}
+
+TEST(Model, ReluThenPoolGivesWhatTheSpecSays) {
+  // The model runs maxpool before relu; the outputs must be those of relu then maxpool, computed
+  // here with the kernels in the spec's order.
+  Model m(parse_model_spec("conv3x3:3,relu,maxpool2,dense"), kInput, kOutputs, kBatch);
+  ASSERT_EQ(LayerKind::maxpool, m.plan()[1].spec.kind);
+  ASSERT_EQ(LayerKind::relu, m.plan()[2].spec.kind);
+  m.init_params(3);
+  auto x = random_vector(kBatch * m.input_size(), 6);
+  const float* y = m.forward(x.data(), kBatch);
+  std::vector<float> out(y, y + kBatch * kOutputs);
+
+  kernels::Conv2dShape cs;
+  cs.n = kBatch, cs.h = 6, cs.w = 6, cs.c_in = 2, cs.c_out = 3;
+  const float* w = m.params();
+  std::vector<float> conv(kBatch * 6 * 6 * 3), ws(kernels::conv2d_workspace_floats(cs));
+  kernels::conv2d_forward_cpu(cs, x.data(), w, w + 54, conv.data(), ws.data());
+  kernels::relu_forward_cpu(conv.data(), conv.data(), conv.size());
+  std::vector<float> pooled(kBatch * 3 * 3 * 3);
+  std::vector<int32_t> argmax(pooled.size());
+  kernels::maxpool_forward_cpu({kBatch, 6, 6, 3, 2}, conv.data(), pooled.data(), argmax.data());
+  std::vector<float> ref(kBatch * kOutputs);
+  kernels::dense_forward_cpu({kBatch, 27, kOutputs}, pooled.data(), w + 57, w + 57 + 27 * 3,
+                             ref.data());
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(ref[i], out[i]) << i;
 }
 
 TEST(Model, GradientsOfMicroBatchesAddUpToTheWholeBatch) {
