@@ -4,8 +4,10 @@
 // with a deadline) against MPI_Allreduce on the same float32 buffers, called from this thread on
 // a duplicate of MPI_COMM_WORLD. Calls alternate (L M, M L, L M, ...) so that both see the same
 // machine state, and each call starts after a barrier; a sample is the slowest rank's time. Each
-// round reports both medians and their ratio; the last line pools every round. This file calls MPI
-// directly on purpose: the plain call is the baseline that the rest of apps/ never makes.
+// round reports both medians, their ratio, and the median of the per-pair ratios (a pair is the two
+// calls of one step, taken moments apart: on a shared, busy machine load that comes and goes over
+// seconds cancels out of it); the last lines pool every round. This file calls MPI directly on
+// purpose: the plain call is the baseline that the rest of apps/ never makes.
 #include <mpi.h>
 
 #include <algorithm>
@@ -118,8 +120,8 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
     std::printf("# %d rounds of %d calls each, alternating, after %d warm-up calls each; a sample is "
                 "the slowest rank's time\n",
                 o.rounds, o.iters, o.warmup);
-    std::printf("# %5s %20s %20s %14s %8s\n", "round", "lockstep median(us)", "mpi median(us)",
-                "extra(us)", "ratio");
+    std::printf("# %5s %20s %20s %14s %8s %13s\n", "round", "lockstep median(us)", "mpi median(us)",
+                "extra(us)", "ratio", "paired ratio");
     std::fflush(stdout);
   }
   for (int k = 0; k < o.warmup; ++k) {
@@ -127,7 +129,7 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
     time_plain();
   }
 
-  std::vector<double> all_lockstep, all_plain;
+  std::vector<double> all_lockstep, all_plain, all_pairs;
   for (int round = 1; round <= o.rounds; ++round) {
     std::vector<double> lockstep(o.iters), plain_s(o.iters);
     for (int k = 0; k < o.iters; ++k) {
@@ -143,10 +145,13 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
     comm->all_reduce(plain_s.data(), plain_s.data(), plain_s.size(), DType::f64, ReduceOp::max);
     all_lockstep.insert(all_lockstep.end(), lockstep.begin(), lockstep.end());
     all_plain.insert(all_plain.end(), plain_s.begin(), plain_s.end());
+    std::vector<double> pairs(o.iters);
+    for (int k = 0; k < o.iters; ++k) pairs[k] = lockstep[k] / plain_s[k];
+    all_pairs.insert(all_pairs.end(), pairs.begin(), pairs.end());
     if (world.rank == 0) {
       double ml = median(lockstep), mp = median(plain_s);
-      std::printf("  %5d %20.1f %20.1f %14.1f %8.3f\n", round, ml * 1e6, mp * 1e6, (ml - mp) * 1e6,
-                  ml / mp);
+      std::printf("  %5d %20.1f %20.1f %14.1f %8.3f %13.3f\n", round, ml * 1e6, mp * 1e6,
+                  (ml - mp) * 1e6, ml / mp, median(pairs));
       std::fflush(stdout);
     }
   }
@@ -167,6 +172,7 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
                 *std::min_element(all_plain.begin(), all_plain.end()) * 1e6, (ml - mp) * 1e6);
     std::printf("# busbw at the median: lockstep %.3f GB/s, mpi %.3f GB/s\n", gb / ml * bus, gb / mp * bus);
     std::printf("# overhead ratio (lockstep / mpi medians): %.3f\n", ml / mp);
+    std::printf("# paired overhead ratio (median of lockstep / mpi per step): %.3f\n", median(all_pairs));
     std::printf("# wrong values: lockstep %.0f, mpi %.0f\n", wrong[0], wrong[1]);
     std::fflush(stdout);
   }
