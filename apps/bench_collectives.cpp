@@ -104,7 +104,10 @@ const CollectiveEntry kCollectives[] = {
 
 std::string collective_names() {
   std::string names;
-  for (const CollectiveEntry& e : kCollectives) names += (names.empty() ? "" : ", ") + std::string(e.name);
+  for (const CollectiveEntry& e : kCollectives) {
+    if (!names.empty()) names += ", ";
+    names += e.name;
+  }
   return names;
 }
 
@@ -176,7 +179,8 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
     return false;
   }
   int factor = vm["stepfactor"].as<int>();
-  if (factor < 2) throw UsageError("-f/--stepfactor must be 2 or more, not " + std::to_string(factor));
+  if (factor < 2)
+    throw UsageError("-f/--stepfactor must be 2 or more, not " + std::to_string(factor));
   o->sizes = size_series(parse_bytes(vm["minbytes"].as<std::string>(), "-b/--minbytes"),
                          parse_bytes(vm["maxbytes"].as<std::string>(), "-e/--maxbytes"),
                          static_cast<size_t>(factor));
@@ -270,13 +274,17 @@ Row measure(const CollectiveEntry& entry, Communicator& comm, Communicator& host
   const int rank = comm.rank();
   const int ranks = comm.size();
   const size_t es = dtype_size(o.type);
-  Call call{buf.send(), buf.recv(), entry.layout(size / es, ranks), o.type, o.op, o.root, rank, ranks};
-  const Layout& l = call.layout;
+  const Layout l = entry.layout(size / es, ranks);
+  Call call{buf.send(), buf.recv(), l, o.type, o.op, o.root, rank, ranks};
+  auto stage_inputs = [&](size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      store_value(o.type, buf.staging(), i, input_value(rank, i, ranks));
+  };
 
-  for (size_t i = 0; i < l.send_elems; ++i) store_value(o.type, buf.staging(), i, input_value(rank, i, ranks));
+  stage_inputs(l.send_elems);
   buf.upload(buf.send(), l.send_elems * es);
   if (entry.recv_is_input) {
-    for (size_t i = 0; i < l.recv_elems; ++i) store_value(o.type, buf.staging(), i, input_value(rank, i, ranks));
+    stage_inputs(l.recv_elems);
   } else {
     std::memset(buf.staging(), 0, l.recv_elems * es);  // no expected value is 0
   }
@@ -293,13 +301,15 @@ Row measure(const CollectiveEntry& entry, Communicator& comm, Communicator& host
     for (int k = 0; k < o.iters; ++k) pending.push_back(entry.start(comm, call));
     for (WorkHandle& w : pending) w->wait(o.timeout);
   }
-  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-              o.iters;
+  std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - t0;
+  double us = elapsed.count() / o.iters;
 
   buf.download(buf.recv(), l.recv_elems * es);
   long long wrong = 0;
-  for (size_t i = 0; i < l.recv_elems; ++i)
-    if (!values_match(o.type, load_value(o.type, buf.staging(), i), entry.expected(call, i))) ++wrong;
+  for (size_t i = 0; i < l.recv_elems; ++i) {
+    double got = load_value(o.type, buf.staging(), i);
+    if (!values_match(o.type, got, entry.expected(call, i))) ++wrong;
+  }
 
   double hi[2] = {us, -us};
   host.all_reduce(hi, hi, 2, DType::f64, ReduceOp::max);
@@ -317,8 +327,9 @@ Row measure(const CollectiveEntry& entry, Communicator& comm, Communicator& host
 
 void print_heading(const CollectiveEntry& entry, int ranks) {
   std::printf("#\n# %s   busbw = %s (n = %d)\n", entry.name, entry.bus_rule, ranks);
-  std::printf("# %12s %12s %9s %6s %5s %11s %11s %11s %12s %12s %7s\n", "size(B)", "count", "type",
-              "redop", "root", "min(us)", "avg(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  std::printf("# %12s %12s %9s %6s %5s %11s %11s %11s %12s %12s %7s\n", "size(B)", "count",
+              "type", "redop", "root", "min(us)", "avg(us)", "max(us)", "algbw(GB/s)",
+              "busbw(GB/s)", "#wrong");
 }
 
 // Runs every selected collective over every size on `comm`; returns the wrong values it saw.
@@ -415,7 +426,8 @@ int run_collectives_bench(int argc, char** argv, const World& world) {
     wrong += run_backend("nccl (device buffers)", *comm, *host, true, o);
   }
   if (world.rank == 0) {
-    std::printf("#\n# wrong values: %lld%s\n", wrong, wrong == 0 ? " (every result checked)" : "  FAILED");
+    std::printf("#\n# wrong values: %lld%s\n", wrong,
+                wrong == 0 ? " (every result checked)" : "  FAILED");
     std::fflush(stdout);
   }
   return wrong == 0 ? 0 : 1;

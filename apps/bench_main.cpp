@@ -25,7 +25,7 @@ struct Command {
 
 // One row per subcommand (see bench_commands.h).
 constexpr Command kCommands[] = {
-    {"collectives", "time, algorithm and bus bandwidth of every collective per size (nccl-tests style)",
+    {"collectives", "time, algorithm and bus bandwidth per collective and size (nccl-tests style)",
      &lockstep::bench::run_collectives_bench},
     {"overhead", "Lockstep all_reduce against a plain MPI_Allreduce of the same buffer",
      &lockstep::bench::run_overhead_bench},
@@ -34,8 +34,9 @@ constexpr Command kCommands[] = {
 };
 
 std::string usage() {
-  std::string text = "usage: lockstep-bench <command> [options]   (lockstep-bench <command> --help)\n"
-                     "commands:\n";
+  std::string text =
+      "usage: lockstep-bench <command> [options]   (lockstep-bench <command> --help)\n"
+      "commands:\n";
   for (const Command& c : kCommands) {
     char line[200];
     std::snprintf(line, sizeof line, "  %-12s %s\n", c.name, c.summary);
@@ -59,5 +60,6 @@ int dispatch(int argc, char** argv, const World& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv, [&](const World& world) { return dispatch(argc, argv, world); });
+  return lockstep::run_app(argc, argv,
+                           [&](const World& world) { return dispatch(argc, argv, world); });
 }

@@ -58,7 +58,8 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
   o->warmup = vm["warmup"].as<int>();
   o->iters = vm["iters"].as<int>();
   o->rounds = vm["rounds"].as<int>();
-  if (o->bytes < sizeof(float)) throw UsageError("-b/--bytes must hold at least one float32 (4 bytes)");
+  if (o->bytes < sizeof(float))
+    throw UsageError("-b/--bytes must hold at least one float32 (4 bytes)");
   if (o->warmup < 0) throw UsageError("-w/--warmup must be 0 or more");
   if (o->iters < 1) throw UsageError("-n/--iters must be 1 or more");
   if (o->rounds < 1) throw UsageError("-r/--rounds must be 1 or more");
@@ -74,8 +75,10 @@ double median(std::vector<double> v) {
 // Elements of `recv` that are not the sum over ranks of input_value.
 long long count_wrong(const std::vector<float>& recv, int ranks) {
   long long wrong = 0;
-  for (size_t i = 0; i < recv.size(); ++i)
-    if (!values_match(DType::f32, recv[i], reduced_value(ReduceOp::sum, DType::f32, i, ranks))) ++wrong;
+  for (size_t i = 0; i < recv.size(); ++i) {
+    double want = reduced_value(ReduceOp::sum, DType::f32, i, ranks);
+    if (!values_match(DType::f32, recv[i], want)) ++wrong;
+  }
   return wrong;
 }
 
@@ -95,7 +98,8 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
   MPI_Comm_set_errhandler(plain, MPI_ERRORS_RETURN);
 
   std::vector<float> send(count), recv_lockstep(count), recv_plain(count);
-  for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(input_value(world.rank, i, ranks));
+  for (size_t i = 0; i < count; ++i)
+    send[i] = static_cast<float>(input_value(world.rank, i, ranks));
 
   // Each returns this rank's seconds for one call that starts after a barrier.
   auto time_lockstep = [&] {
@@ -113,12 +117,13 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
   };
 
   if (world.rank == 0) {
-    std::printf("# lockstep-bench overhead: all_reduce of %s float32 (sum, out of place), %d rank(s)\n",
+    std::printf("# lockstep-bench overhead: all_reduce of %s float32 (sum, out of place), "
+                "%d rank(s)\n",
                 format_bytes(count * sizeof(float)).c_str(), ranks);
     std::printf("# lockstep = Communicator::all_reduce (mpi backend), mpi = MPI_Allreduce from the "
                 "calling thread\n");
-    std::printf("# %d rounds of %d calls each, alternating, after %d warm-up calls each; a sample is "
-                "the slowest rank's time\n",
+    std::printf("# %d rounds of %d calls each, alternating, after %d warm-up calls each; "
+                "a sample is the slowest rank's time\n",
                 o.rounds, o.iters, o.warmup);
     std::printf("# %5s %20s %20s %14s %8s %13s\n", "round", "lockstep median(us)", "mpi median(us)",
                 "extra(us)", "ratio", "paired ratio");
@@ -165,14 +170,16 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
     double ml = median(all_lockstep), mp = median(all_plain);
     double bus = ranks > 1 ? 2.0 * (ranks - 1) / ranks : 0.0;
     double gb = static_cast<double>(count * sizeof(float)) / 1e9;
-    std::printf("# all %zu samples: lockstep median %.1f us (min %.1f), mpi median %.1f us (min %.1f), "
-                "extra %.1f us per call\n",
+    std::printf("# all %zu samples: lockstep median %.1f us (min %.1f), "
+                "mpi median %.1f us (min %.1f), extra %.1f us per call\n",
                 all_lockstep.size(), ml * 1e6,
                 *std::min_element(all_lockstep.begin(), all_lockstep.end()) * 1e6, mp * 1e6,
                 *std::min_element(all_plain.begin(), all_plain.end()) * 1e6, (ml - mp) * 1e6);
-    std::printf("# busbw at the median: lockstep %.3f GB/s, mpi %.3f GB/s\n", gb / ml * bus, gb / mp * bus);
+    std::printf("# busbw at the median: lockstep %.3f GB/s, mpi %.3f GB/s\n", gb / ml * bus,
+                gb / mp * bus);
     std::printf("# overhead ratio (lockstep / mpi medians): %.3f\n", ml / mp);
-    std::printf("# paired overhead ratio (median of lockstep / mpi per step): %.3f\n", median(all_pairs));
+    std::printf("# paired overhead ratio (median of lockstep / mpi per step): %.3f\n",
+                median(all_pairs));
     std::printf("# wrong values: lockstep %.0f, mpi %.0f\n", wrong[0], wrong[1]);
     std::fflush(stdout);
   }

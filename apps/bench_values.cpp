@@ -10,7 +10,9 @@ namespace lockstep::bench {
 namespace {
 
 // Values run 1..modulus; modulus * ranks <= 255 keeps every sum exact in uint8 and bfloat16.
-size_t modulus(int ranks) { return static_cast<size_t>(std::clamp(255 / std::max(ranks, 1), 1, 13)); }
+size_t modulus(int ranks) {
+  return static_cast<size_t>(std::clamp(255 / std::max(ranks, 1), 1, 13));
+}
 
 template <class T>
 void store_as(void* buf, size_t i, T v) {
