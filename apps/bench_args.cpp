@@ -1,6 +1,8 @@
 #include "apps/bench_args.h"
 
 #include <cctype>
+#include <cstdio>
+#include <sstream>
 #include <limits>
 
 #include "runtime/error.h"
@@ -103,6 +105,17 @@ po::variables_map parse_options(const std::string& command, int argc, char** arg
                      command + " --help)");
   }
   return vm;
+}
+
+bool print_help_if_asked(const po::variables_map& vm, const po::options_description& options,
+                         int rank) {
+  if (vm.count("help") == 0) return false;
+  if (rank == 0) {
+    std::ostringstream os;
+    os << options;
+    std::fputs(os.str().c_str(), stdout);
+  }
+  return true;
 }
 
 }  // namespace lockstep::bench

@@ -38,4 +38,8 @@ boost::program_options::variables_map parse_options(
     const std::string& command, int argc, char** argv,
     const boost::program_options::options_description& options);
 
+// When --help was given, rank 0 prints `options` and this returns true (the caller then stops).
+bool print_help_if_asked(const boost::program_options::variables_map& vm,
+                         const boost::program_options::options_description& options, int rank);
+
 }  // namespace lockstep::bench

@@ -170,14 +170,7 @@ std::vector<const CollectiveEntry*> parse_collectives(const std::string& text) {
 bool parse(int argc, char** argv, const World& world, Options* o) {
   po::options_description desc = describe_options();
   po::variables_map vm = parse_options("collectives", argc, argv, desc);
-  if (vm.count("help")) {
-    if (world.rank == 0) {
-      std::ostringstream os;
-      os << desc;
-      std::fputs(os.str().c_str(), stdout);
-    }
-    return false;
-  }
+  if (print_help_if_asked(vm, desc, world.rank)) return false;
   int factor = vm["stepfactor"].as<int>();
   if (factor < 2)
     throw UsageError("-f/--stepfactor must be 2 or more, not " + std::to_string(factor));

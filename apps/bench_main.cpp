@@ -10,6 +10,7 @@
 #include <string>
 
 #include "apps/bench_commands.h"
+#include "apps/subcommands.h"
 #include "runtime/bootstrap.h"
 #include "runtime/error.h"
 
@@ -17,14 +18,8 @@ namespace {
 
 using lockstep::World;
 
-struct Command {
-  const char* name;
-  const char* summary;
-  int (*run)(int argc, char** argv, const World& world);
-};
-
 // One row per subcommand (see bench_commands.h).
-constexpr Command kCommands[] = {
+constexpr lockstep::apps::Subcommand kCommands[] = {
     {"collectives", "time, algorithm and bus bandwidth per collective and size (nccl-tests style)",
      &lockstep::bench::run_collectives_bench},
     {"overhead", "Lockstep all_reduce against a plain MPI_Allreduce of the same buffer",
@@ -33,33 +28,10 @@ constexpr Command kCommands[] = {
      &lockstep::bench::run_train_bench},
 };
 
-std::string usage() {
-  std::string text =
-      "usage: lockstep-bench <command> [options]   (lockstep-bench <command> --help)\n"
-      "commands:\n";
-  for (const Command& c : kCommands) {
-    char line[200];
-    std::snprintf(line, sizeof line, "  %-12s %s\n", c.name, c.summary);
-    text += line;
-  }
-  return text;
-}
-
-int dispatch(int argc, char** argv, const World& world) {
-  if (argc < 2) throw lockstep::UsageError("lockstep-bench needs a command\n" + usage());
-  const std::string word = argv[1];
-  if (word == "--help" || word == "-h" || word == "help") {
-    if (world.rank == 0) std::fputs(usage().c_str(), stdout);
-    return 0;
-  }
-  for (const Command& c : kCommands)
-    if (word == c.name) return c.run(argc - 1, argv + 1, world);
-  throw lockstep::UsageError("lockstep-bench: unknown command '" + word + "'\n" + usage());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv,
-                           [&](const World& world) { return dispatch(argc, argv, world); });
+  return lockstep::run_app(argc, argv, [&](const World& world) {
+    return lockstep::apps::dispatch_subcommand("lockstep-bench", kCommands, argc, argv, world);
+  });
 }

@@ -46,14 +46,7 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("iters,n", po::value<int>()->default_value(20), "timed calls of each kind per round")
       ("rounds,r", po::value<int>()->default_value(5), "rounds, each reported on its own line");
   po::variables_map vm = parse_options("overhead", argc, argv, desc);
-  if (vm.count("help")) {
-    if (world.rank == 0) {
-      std::ostringstream os;
-      os << desc;
-      std::fputs(os.str().c_str(), stdout);
-    }
-    return false;
-  }
+  if (print_help_if_asked(vm, desc, world.rank)) return false;
   o->bytes = parse_bytes(vm["bytes"].as<std::string>(), "-b/--bytes");
   o->warmup = vm["warmup"].as<int>();
   o->iters = vm["iters"].as<int>();

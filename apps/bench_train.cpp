@@ -57,14 +57,7 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("threads", po::value(&o->threads)->default_value(0), "BLAS threads per rank (0: cores / ranks)")
       ("peak-size", po::value(&o->peak_size)->default_value(2048), "n of the n^3 sgemm that measures the peak");
   po::variables_map vm = parse_options("train", argc, argv, desc);
-  if (vm.count("help")) {
-    if (world.rank == 0) {
-      std::ostringstream os;
-      os << desc;
-      std::fputs(os.str().c_str(), stdout);
-    }
-    return false;
-  }
+  if (print_help_if_asked(vm, desc, world.rank)) return false;
   if (o->steps < 1) throw UsageError("--steps must be 1 or more");
   if (o->warmup < 0) throw UsageError("--warmup must be 0 or more");
   if (o->threads < 0) throw UsageError("--threads must be 0 (automatic) or more");

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "apps/data_commands.h"
+#include "apps/subcommands.h"
 #include "runtime/bootstrap.h"
 #include "runtime/error.h"
 
@@ -83,14 +84,8 @@ namespace {
 
 using lockstep::World;
 
-struct Command {
-  const char* name;
-  const char* summary;
-  int (*run)(int argc, char** argv, const World& world);
-};
-
 // One row per subcommand (see data_commands.h).
-constexpr Command kCommands[] = {
+constexpr lockstep::apps::Subcommand kCommands[] = {
     {"fashion-mnist", "convert the Fashion-MNIST IDX files into train/ and test/ splits",
      &lockstep::data::run_fashion_mnist},
     {"regression", "generate y = Xw + b + noise (train/ and test/), true w and b as attributes",
@@ -101,32 +96,10 @@ constexpr Command kCommands[] = {
      &lockstep::data::run_bench},
 };
 
-std::string usage() {
-  std::string text = "usage: lockstep-data <command> [options]   (lockstep-data <command> --help)\n"
-                     "commands:\n";
-  for (const Command& c : kCommands) {
-    char line[200];
-    std::snprintf(line, sizeof line, "  %-14s %s\n", c.name, c.summary);
-    text += line;
-  }
-  return text;
-}
-
-int dispatch(int argc, char** argv, const World& world) {
-  if (argc < 2) throw lockstep::UsageError("lockstep-data needs a command\n" + usage());
-  const std::string word = argv[1];
-  if (word == "--help" || word == "-h" || word == "help") {
-    if (world.rank == 0) std::fputs(usage().c_str(), stdout);
-    return 0;
-  }
-  for (const Command& c : kCommands)
-    if (word == c.name) return c.run(argc - 1, argv + 1, world);
-  throw lockstep::UsageError("lockstep-data: unknown command '" + word + "'\n" + usage());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv,
-                           [&](const World& world) { return dispatch(argc, argv, world); });
+  return lockstep::run_app(argc, argv, [&](const World& world) {
+    return lockstep::apps::dispatch_subcommand("lockstep-data", kCommands, argc, argv, world);
+  });
 }

@@ -13,11 +13,7 @@ if [[ ! -x $bin ]]; then
   exit 77
 fi
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+. "$(dirname "$0")/helpers/e2e.sh"
 run2() { timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" "$@"; }
 
 # Data rows are the lines that do not start with '#'.

@@ -11,16 +11,11 @@ mpiexec="${MPIEXEC:-mpiexec}"
 [[ -x $bin/lockstep-bench ]] || { echo "skipped: lockstep-bench is not built"; exit 77; }
 command -v python3 >/dev/null || { echo "skipped: python3 is missing"; exit 77; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-bench-train-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir bench-train
 cd "$work" || exit 1
 export TMPDIR="$work"  # the synthetic data files land here and must be gone afterwards
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 
 # check FILE RANKS EXPECTED_FORWARD_FLOPS
 check() {

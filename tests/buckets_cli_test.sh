@@ -12,13 +12,8 @@ for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
   [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-buckets-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir buckets
 
 help=$("$bin/lockstep-train" --help 2>&1)
 for want in "--bucket-mb arg (=25)" "--precision arg (=fp32)" "--grad-reduce-dtype arg (=fp32)"; do

@@ -13,14 +13,9 @@ if [[ ! -x $bin ]]; then
   echo "skipped: $bin is not built"
   exit 77
 fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-data-cli.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir data-cli
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 run() { timeout 300 "$bin" "$@"; }
 
 # expect_error WORDS ARGS...: non-zero exit, WORDS in the message, no HDF5 error-stack dump.

@@ -21,15 +21,10 @@ for tool in h5dump h5import; do
   command -v $tool >/dev/null || { echo "skipped: $tool (hdf5-tools) is not installed"; exit 77; }
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-fault-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir fault
 cd "$work" || exit 1
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 train() {  # train P args...: output in $out, exit status in $rc
   local np=$1
   shift

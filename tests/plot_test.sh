@@ -8,15 +8,10 @@ set -u
 src="${LOCKSTEP_SRC:-$(cd "$(dirname "$0")/.." && pwd)}"
 command -v gnuplot >/dev/null || { echo "skipped: gnuplot is not installed (gnuplot-nox)"; exit 77; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-plot-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir plot
 cd "$work" || exit 1
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 is_png() { [[ -s $1 ]] && [[ $(head -c 8 "$1" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; }
 
 # Two runs the way lockstep-train --metrics writes them (1 and 2 ranks), straggler lines included.

@@ -22,15 +22,10 @@ for tool in h5dump od; do
   command -v $tool >/dev/null || { echo "skipped: $tool (hdf5-tools) is not installed"; exit 77; }
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-resume-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir resume
 cd "$work" || exit 1
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 # run P [args...]: lockstep-train at P ranks, bounded; output in $out, exit status in $rc.
 run() {
   local np=$1

@@ -16,8 +16,8 @@ for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
 done
 command -v python3 >/dev/null || { echo "skipped: python3 is missing"; exit 77; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-trace-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir trace
 cd "$work" || exit 1
 
 "$bin/lockstep-data" regression --out reg.h5 --samples 256 --features 8 >/dev/null 2>&1 ||
@@ -29,11 +29,6 @@ $mpiexec -n 2 "$bin/lockstep-train" --data reg.h5 --model mlp:16 --global-batch 
 rc=$?
 [[ $rc -eq 0 ]] || { echo "FAIL: training with --trace exits $rc"; cat out.txt err.txt; exit 1; }
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 
 ls trace.json.rank* >/dev/null 2>&1 && fail "per-rank part files left behind: $(ls trace.json.rank*)"
 

@@ -18,15 +18,10 @@ idx=/usr/share/datasets/fashion-mnist
 [[ -e $idx/train-images-idx3-ubyte.gz || -e $idx/train-images-idx3-ubyte ]] ||
   { echo "skipped: no Fashion-MNIST IDX files in $idx (dataset-fashion-mnist)"; exit 77; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-train-cli-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir train-cli
 cd "$work" || exit 1
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 
 "$bin/lockstep-data" fashion-mnist --out fmnist.h5 >/dev/null 2>&1 || { echo "FAIL: conversion"; exit 1; }
 "$bin/lockstep-data" regression --out reg.h5 --samples 200 --features 5 >/dev/null 2>&1 ||

@@ -12,14 +12,9 @@ for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
   [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-regression-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_workdir regression
 
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 # value KEY: the number after "KEY=" in $out.
 value() { sed -n "s/^$1=//p" <<<"$out" | tail -1; }
 within() { awk -v v="$1" -v lim="$2" 'BEGIN { exit !(v != "" && v + 0 <= lim + 0) }'; }
