@@ -20,27 +20,6 @@ namespace lockstep::kernels {
 
 namespace {
 
-struct Geometry {
-  int out_h, out_w;
-  size_t rows, cols;  // M and K of the im2col matrix
-};
-
-Geometry check_shape(const Conv2dShape& s, const char* who) {
-  auto fail = [who](const char* what) {
-    throw std::invalid_argument(std::string(who) + ": " + what);
-  };
-  if (s.n < 0 || s.h <= 0 || s.w <= 0 || s.c_in <= 0 || s.c_out <= 0)
-    fail("n must be >= 0 and h, w, c_in, c_out > 0");
-  if (s.kh <= 0 || s.kw <= 0 || s.stride <= 0 || s.pad_h < 0 || s.pad_w < 0)
-    fail("kernel size and stride must be > 0, padding >= 0");
-  if (s.h + 2 * s.pad_h < s.kh || s.w + 2 * s.pad_w < s.kw)
-    fail("the kernel is larger than the padded input");
-  Geometry g{s.out_h(), s.out_w(), 0, 0};
-  g.rows = static_cast<size_t>(s.n) * g.out_h * g.out_w;
-  g.cols = static_cast<size_t>(s.kh) * s.kw * s.c_in;
-  if (g.rows > INT_MAX || g.cols > INT_MAX) fail("batch too large for one gemm (M or K > INT_MAX)");
-  return g;
-}
 
 // The taps kx in [lo, hi) of a window starting at input column ix0 fall inside the image; with
 // padding wider than the kernel a window may lie wholly outside it (lo == hi).
@@ -49,7 +28,7 @@ inline void valid_taps(int ix0, int kw, int w, int* lo, int* hi) {
   *hi = std::max(*lo, std::min(kw, w - ix0));
 }
 
-void im2col(const Conv2dShape& s, const Geometry& g, const float* x, float* col) {
+void im2col(const Conv2dShape& s, const Conv2dGeometry& g, const float* x, float* col) {
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c_in;
   const int run = s.kw * s.c_in;
   float* dst = col;
@@ -79,7 +58,7 @@ void im2col(const Conv2dShape& s, const Geometry& g, const float* x, float* col)
 }
 
 // The adjoint of im2col: every entry of col is added to the input pixel it was copied from.
-void col2im(const Conv2dShape& s, const Geometry& g, const float* col, float* dx) {
+void col2im(const Conv2dShape& s, const Conv2dGeometry& g, const float* col, float* dx) {
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c_in;
   std::fill_n(dx, s.n * image, 0.0f);
   const int run = s.kw * s.c_in;
@@ -107,14 +86,31 @@ void col2im(const Conv2dShape& s, const Geometry& g, const float* col, float* dx
 
 }  // namespace
 
+Conv2dGeometry conv2d_geometry(const Conv2dShape& s, const char* who) {
+  auto fail = [who](const char* what) {
+    throw std::invalid_argument(std::string(who) + ": " + what);
+  };
+  if (s.n < 0 || s.h <= 0 || s.w <= 0 || s.c_in <= 0 || s.c_out <= 0)
+    fail("n must be >= 0 and h, w, c_in, c_out > 0");
+  if (s.kh <= 0 || s.kw <= 0 || s.stride <= 0 || s.pad_h < 0 || s.pad_w < 0)
+    fail("kernel size and stride must be > 0, padding >= 0");
+  if (s.h + 2 * s.pad_h < s.kh || s.w + 2 * s.pad_w < s.kw)
+    fail("the kernel is larger than the padded input");
+  Conv2dGeometry g{s.out_h(), s.out_w(), 0, 0};
+  g.rows = static_cast<size_t>(s.n) * g.out_h * g.out_w;
+  g.cols = static_cast<size_t>(s.kh) * s.kw * s.c_in;
+  if (g.rows > INT_MAX || g.cols > INT_MAX) fail("batch too large for one gemm (M or K > INT_MAX)");
+  return g;
+}
+
 size_t conv2d_workspace_floats(const Conv2dShape& s) {
-  const Geometry g = check_shape(s, "conv2d_workspace_floats");
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_workspace_floats");
   return g.rows * g.cols;
 }
 
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
                         float* y, float* workspace) {
-  const Geometry g = check_shape(s, "conv2d_forward_cpu");
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_forward_cpu");
   if (g.rows == 0) return;
   im2col(s, g, x, workspace);
   // Seed y with the bias rows so that the gemm (beta = 1) adds the convolution on top.
@@ -129,7 +125,7 @@ void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, co
 
 void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                          float* dx, float* dw, float* db, float* workspace) {
-  const Geometry g = check_shape(s, "conv2d_backward_cpu");
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_backward_cpu");
   if (g.rows == 0) return;
   const int rows = static_cast<int>(g.rows), cols = static_cast<int>(g.cols);
   if (dw != nullptr) {

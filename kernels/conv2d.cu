@@ -18,34 +18,13 @@ namespace lockstep::kernels {
 
 namespace {
 
-struct Geometry {
-  int out_h, out_w;
-  size_t rows, cols;  // M and K of the im2col matrix
-};
-
-Geometry check_shape(const Conv2dShape& s, const char* who) {
-  auto fail = [who](const char* what) {
-    throw std::invalid_argument(std::string(who) + ": " + what);
-  };
-  if (s.n < 0 || s.h <= 0 || s.w <= 0 || s.c_in <= 0 || s.c_out <= 0)
-    fail("n must be >= 0 and h, w, c_in, c_out > 0");
-  if (s.kh <= 0 || s.kw <= 0 || s.stride <= 0 || s.pad_h < 0 || s.pad_w < 0)
-    fail("kernel size and stride must be > 0, padding >= 0");
-  if (s.h + 2 * s.pad_h < s.kh || s.w + 2 * s.pad_w < s.kw)
-    fail("the kernel is larger than the padded input");
-  Geometry g{s.out_h(), s.out_w(), 0, 0};
-  g.rows = static_cast<size_t>(s.n) * g.out_h * g.out_w;
-  g.cols = static_cast<size_t>(s.kh) * s.kw * s.c_in;
-  if (g.rows > INT_MAX || g.cols > INT_MAX) fail("batch too large for one gemm (M or K > INT_MAX)");
-  return g;
-}
 
 // The shape as plain ints, passed by value to the kernels.
 struct ConvDims {
   int n, h, w, c_in, kh, kw, stride, pad_h, pad_w, out_h, out_w;
 };
 
-ConvDims dims_of(const Conv2dShape& s, const Geometry& g) {
+ConvDims dims_of(const Conv2dShape& s, const Conv2dGeometry& g) {
   return {s.n, s.h, s.w, s.c_in, s.kh, s.kw, s.stride, s.pad_h, s.pad_w, g.out_h, g.out_w};
 }
 
@@ -104,7 +83,8 @@ __global__ void col2im_kernel(ConvDims d, const float* __restrict__ col, float* 
   }
 }
 
-void im2col(const ConvDims& d, const Geometry& g, const float* x, float* col, cudaStream_t stream) {
+void im2col(const ConvDims& d, const Conv2dGeometry& g, const float* x, float* col,
+            cudaStream_t stream) {
   const size_t total = g.rows * g.cols;
   im2col_kernel<<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(d, x, col, total);
   LS_CHECK_LAUNCH("im2col_kernel");
@@ -114,7 +94,7 @@ void im2col(const ConvDims& d, const Geometry& g, const float* x, float* col, cu
 
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b,
                          float* y, float* workspace, cudaStream_t stream) {
-  const Geometry g = check_shape(s, "conv2d_forward_cuda");
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_forward_cuda");
   if (g.rows == 0) return;
   im2col(dims_of(s, g), g, x, workspace, stream);
   // Seed y with the bias rows so that the gemm (beta = 1) adds the convolution on top.
@@ -129,7 +109,7 @@ void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, c
 
 void conv2d_backward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                           float* dx, float* dw, float* db, float* workspace, cudaStream_t stream) {
-  const Geometry g = check_shape(s, "conv2d_backward_cuda");
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_backward_cuda");
   if (g.rows == 0) return;
   const ConvDims d = dims_of(s, g);
   const int rows = static_cast<int>(g.rows), cols = static_cast<int>(g.cols);

@@ -17,6 +17,14 @@ struct Conv2dShape {
   int out_w() const { return (w + 2 * pad_w - kw) / stride + 1; }
 };
 
+// The im2col matrix of a shape: M = n * out_h * out_w rows, K = kh * kw * c_in columns. Checks the
+// shape first (both twins call it): throws std::invalid_argument naming `who` and the problem.
+struct Conv2dGeometry {
+  int out_h = 0, out_w = 0;
+  size_t rows = 0, cols = 0;
+};
+Conv2dGeometry conv2d_geometry(const Conv2dShape& s, const char* who);
+
 size_t conv2d_workspace_floats(const Conv2dShape& s);
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
                         float* y, float* workspace);

@@ -8,9 +8,7 @@
 
 namespace lockstep::kernels {
 
-namespace {
-
-size_t check_shape(const PoolShape& s, const char* who) {
+size_t maxpool_input_elements(const PoolShape& s, const char* who) {
   if (s.n < 0 || s.h <= 0 || s.w <= 0 || s.c <= 0 || s.k <= 0 || s.k > s.h || s.k > s.w)
     throw std::invalid_argument(std::string(who) +
                                 ": n must be >= 0, h, w, c > 0 and 0 < k <= min(h, w)");
@@ -21,10 +19,8 @@ size_t check_shape(const PoolShape& s, const char* who) {
   return elems;
 }
 
-}  // namespace
-
 void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
-  check_shape(s, "maxpool_forward_cpu");
+  maxpool_input_elements(s, "maxpool_forward_cpu");
   const int oh = s.out_h(), ow = s.out_w(), c = s.c;
   float* __restrict yo = y;
   int32_t* __restrict ao = argmax;
@@ -61,7 +57,7 @@ void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* 
 }
 
 void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx) {
-  const size_t elems = check_shape(s, "maxpool_backward_cpu");
+  const size_t elems = maxpool_input_elements(s, "maxpool_backward_cpu");
   std::fill_n(dx, elems, 0.0f);
   const size_t outputs = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c;
   // Windows do not overlap (stride k), yet += keeps this correct for any argmax a caller passes.

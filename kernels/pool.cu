@@ -11,17 +11,6 @@ namespace lockstep::kernels {
 
 namespace {
 
-size_t check_shape(const PoolShape& s, const char* who) {
-  if (s.n < 0 || s.h <= 0 || s.w <= 0 || s.c <= 0 || s.k <= 0 || s.k > s.h || s.k > s.w)
-    throw std::invalid_argument(std::string(who) +
-                                ": n must be >= 0, h, w, c > 0 and 0 < k <= min(h, w)");
-  const size_t elems = static_cast<size_t>(s.n) * s.h * s.w * s.c;
-  // argmax holds flat input indices as int32.
-  if (elems > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
-    throw std::invalid_argument(std::string(who) + ": input larger than 2^31 elements");
-  return elems;
-}
-
 // One thread per output element (img, oy, ox, ch). Taps are visited in the CPU twin's order
 // (ky, then kx) with a strict comparison, so the first maximum of a window wins a tie there too.
 __global__ void maxpool_forward_kernel(PoolShape s, const float* __restrict__ x,
@@ -68,7 +57,7 @@ __global__ void maxpool_backward_kernel(const float* __restrict__ dy,
 
 void maxpool_forward_cuda(const PoolShape& s, const float* x, float* y, int32_t* argmax,
                           cudaStream_t stream) {
-  check_shape(s, "maxpool_forward_cuda");
+  maxpool_input_elements(s, "maxpool_forward_cuda");
   const size_t outputs = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c;
   if (outputs == 0) return;
   maxpool_forward_kernel<<<cuda::grid_for(outputs), cuda::kThreads, 0, stream>>>(s, x, y, argmax,
@@ -78,7 +67,7 @@ void maxpool_forward_cuda(const PoolShape& s, const float* x, float* y, int32_t*
 
 void maxpool_backward_cuda(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx,
                            cudaStream_t stream) {
-  const size_t inputs = check_shape(s, "maxpool_backward_cuda");
+  const size_t inputs = maxpool_input_elements(s, "maxpool_backward_cuda");
   if (inputs == 0) return;
   LS_CHECK_CUDA(cudaMemsetAsync(dx, 0, inputs * sizeof(float), stream));
   const size_t outputs = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c;

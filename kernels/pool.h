@@ -3,6 +3,7 @@
 // index of the maximum, for the backward pass. Backward overwrites dx (zeros, then scatters dy).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda_stream.h"
@@ -14,6 +15,9 @@ struct PoolShape {
   int out_h() const { return h / k; }
   int out_w() const { return w / k; }
 };
+
+// Checks a shape for both twins (std::invalid_argument naming `who`); returns the input's element count.
+size_t maxpool_input_elements(const PoolShape& s, const char* who);
 
 void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax);
 void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx);

@@ -15,8 +15,10 @@
 #include "runtime/hdf5_util.h"
 #include "runtime/trainer.h"
 #include "test_util.h"
+#include "train_fixtures.h"
 
 using namespace lockstep;
+using lockstep::testing_util::relative_difference;
 
 namespace {
 
@@ -28,20 +30,9 @@ const std::string& data_file() {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) {
-      std::mt19937_64 gen(3);
-      H5Id file = create_h5_file(p);
-      for (auto [group, n] : {std::pair<std::string, int64_t>{"train", 96}, {"test", 16}}) {
-        std::vector<uint8_t> x(static_cast<size_t>(n) * 144);
-        std::vector<int32_t> y(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
-          y[i] = static_cast<int32_t>(gen() % 4);
-          for (int q = 0; q < 144; ++q)
-            x[i * 144 + q] = static_cast<uint8_t>((gen() % 100) + 30 * y[i] * ((q / 12) % 2));
-        }
-        write_h5_dataset(file.get(), group + "/images", {n, 12, 12, 1}, x);
-        write_h5_dataset(file.get(), group + "/labels", {n}, y);
-      }
-      write_h5_attr_int(file.get(), "num_classes", 4);
+      testing_util::StripedImages s;
+      s.side = 12, s.train_rows = 96, s.test_rows = 16, s.seed = 3;
+      testing_util::write_striped_images(p, s);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     return p;
@@ -69,15 +60,6 @@ std::vector<float> train(Communicator& comm, const TrainConfig& c) {
   Trainer t(comm, c);
   t.run();
   return {t.model().params(), t.model().params() + t.model().param_count()};
-}
-
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 // Collective (builds a Trainer).

@@ -18,29 +18,17 @@
 #include "runtime/hdf5_util.h"
 #include "runtime/trainer.h"
 #include "test_util.h"
+#include "train_fixtures.h"
 
 using namespace lockstep;
+using lockstep::testing_util::relative_difference;
 
 namespace {
 
 // 64 training images (10, 10, 1) in 4 classes; 16 test images.
 std::string write_images() {
-  const std::string path = testing_util::local_temp_dir("train_step_gpu") + "/images.h5";
-  std::mt19937_64 gen(9);
-  H5Id file = create_h5_file(path);
-  for (auto [group, n] : {std::pair<std::string, int64_t>{"train", 64}, {"test", 16}}) {
-    std::vector<uint8_t> x(static_cast<size_t>(n) * 100);
-    std::vector<int32_t> y(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      y[i] = static_cast<int32_t>(gen() % 4);
-      for (int q = 0; q < 100; ++q)
-        x[i * 100 + q] = static_cast<uint8_t>((gen() % 100) + 30 * y[i] * ((q / 10) % 2));
-    }
-    write_h5_dataset(file.get(), group + "/images", {n, 10, 10, 1}, x);
-    write_h5_dataset(file.get(), group + "/labels", {n}, y);
-  }
-  write_h5_attr_int(file.get(), "num_classes", 4);
-  return path;
+  return testing_util::write_striped_images(
+      testing_util::local_temp_dir("train_step_gpu") + "/images.h5", testing_util::StripedImages{});
 }
 
 TrainConfig one_step(const std::string& data, DeviceKind device, Precision precision) {
@@ -57,15 +45,6 @@ TrainConfig one_step(const std::string& data, DeviceKind device, Precision preci
   c.device = device;
   c.precision = precision;
   return c;
-}
-
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 void expect_gpu_step_matches_cpu(Precision precision, double tolerance) {

@@ -16,8 +16,10 @@
 #include "runtime/hdf5_util.h"
 #include "runtime/trainer.h"
 #include "test_util.h"
+#include "train_fixtures.h"
 
 using namespace lockstep;
+using lockstep::testing_util::relative_difference;
 
 namespace {
 
@@ -56,34 +58,20 @@ class SoloCommunicator : public Communicator {
 // 150 training images (28, 28, 1) uint8 in 10 classes whose mean brightness differs by class, so
 // training moves the parameters somewhere definite; 40 test images. 150 is not a multiple of the
 // batch sizes used below, so every epoch ends with a masked partial batch.
-std::string write_images(const std::string& dir) {
-  const std::string path = dir + "/images.h5";
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) {
-    std::mt19937_64 gen(7);
-    H5Id file = create_h5_file(path);
-    for (auto [group, n] : {std::pair<std::string, int64_t>{"train", 150}, {"test", 40}}) {
-      std::vector<uint8_t> x(static_cast<size_t>(n) * 28 * 28);
-      std::vector<int32_t> y(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        y[i] = static_cast<int32_t>(gen() % 10);
-        for (int p = 0; p < 28 * 28; ++p)
-          x[i * 784 + p] = static_cast<uint8_t>((gen() % 128) + 12 * y[i] * ((p / 28) % 2));
-      }
-      write_h5_dataset(file.get(), group + "/images", {n, 28, 28, 1}, x);
-      write_h5_dataset(file.get(), group + "/labels", {n}, y);
-    }
-    write_h5_attr_int(file.get(), "num_classes", 10);
-    write_h5_attr_double(file.get(), "norm_mean", 0.3);
-    write_h5_attr_double(file.get(), "norm_std", 0.3);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
-}
-
 const std::string& data_file() {
-  static const std::string path = write_images(testing_util::shared_temp_dir("trainer"));
+  static const std::string path = [] {
+    const std::string path = testing_util::shared_temp_dir("trainer") + "/images.h5";
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+      testing_util::StripedImages s;
+      s.side = 28, s.classes = 10, s.train_rows = 150, s.test_rows = 40, s.seed = 7;
+      s.noise = 128, s.stripe = 12, s.norm_attributes = true;
+      testing_util::write_striped_images(path, s);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return path;
+  }();
   return path;
 }
 
@@ -112,15 +100,6 @@ std::vector<float> train(Communicator& comm, const TrainConfig& c, TrainResult* 
   TrainResult r = t.run();
   if (result) *result = r;
   return {t.model().params(), t.model().params() + t.model().param_count()};
-}
-
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 // Trains at the world's size and alone (every rank trains the one-rank reference on its own, so

@@ -1,0 +1,61 @@
+// Fixtures shared by the trainer tests: a small learnable image dataset (label-dependent stripes
+// on noise) and the relative difference of two parameter vectors. Header-only.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/h5_writer.h"
+#include "runtime/hdf5_util.h"
+
+namespace lockstep::testing_util {
+
+// train/ and test/ splits of (rows, side, side, 1) uint8 images: pixel p of a row with label y is
+// gen() % noise + stripe * y on every other image row. Same seed, same file.
+struct StripedImages {
+  int side = 10;
+  int classes = 4;
+  int64_t train_rows = 64, test_rows = 16;
+  uint64_t seed = 9;
+  int noise = 100, stripe = 30;
+  bool norm_attributes = false;  // norm_mean = norm_std = 0.3
+};
+
+inline std::string write_striped_images(const std::string& path, const StripedImages& s) {
+  std::mt19937_64 gen(s.seed);
+  const int64_t pixels = static_cast<int64_t>(s.side) * s.side;
+  H5Id file = create_h5_file(path);
+  for (auto [group, n] : {std::pair<std::string, int64_t>{"train", s.train_rows}, {"test", s.test_rows}}) {
+    std::vector<uint8_t> x(static_cast<size_t>(n * pixels));
+    std::vector<int32_t> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      y[i] = static_cast<int32_t>(gen() % s.classes);
+      for (int64_t q = 0; q < pixels; ++q)
+        x[i * pixels + q] = static_cast<uint8_t>((gen() % s.noise) + s.stripe * y[i] * ((q / s.side) % 2));
+    }
+    write_h5_dataset(file.get(), group + "/images", {n, s.side, s.side, 1}, x);
+    write_h5_dataset(file.get(), group + "/labels", {n}, y);
+  }
+  write_h5_attr_int(file.get(), "num_classes", s.classes);
+  if (s.norm_attributes) {
+    write_h5_attr_double(file.get(), "norm_mean", 0.3);
+    write_h5_attr_double(file.get(), "norm_std", 0.3);
+  }
+  return path;
+}
+
+// ||a - b|| / ||b|| in double.
+inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace lockstep::testing_util
