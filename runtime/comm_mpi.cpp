@@ -22,6 +22,7 @@
 #include "runtime/communicator.h"
 #include "runtime/device_copy.h"
 #include "runtime/error.h"
+#include "runtime/nvtx.h"
 #include "runtime/trace.h"
 
 namespace lockstep {
@@ -236,6 +237,7 @@ class MpiCommunicator : public Communicator {
   }
 
   void run_worker() {
+    nvtx_name_thread("mpi progress");
     for (;;) {
       Task task;
       {

@@ -12,6 +12,7 @@
 
 #include "runtime/bootstrap.h"
 #include "runtime/error.h"
+#include "runtime/nvtx.h"
 
 namespace lockstep {
 namespace {
@@ -105,6 +106,7 @@ void ShardedLoader::Impl::fill(Batch& b, int64_t step) {
 }
 
 void ShardedLoader::Impl::run() {
+  nvtx_name_thread("prefetch");
   try {
     for (;;) {
       Batch b;

@@ -10,6 +10,7 @@
 
 #include "runtime/communicator.h"
 #include "runtime/error.h"
+#include "runtime/nvtx.h"
 
 namespace lockstep {
 
@@ -96,10 +97,18 @@ void trace_span(const std::string& name, const char* category, double begin, dou
 
 TraceSpan::TraceSpan(const char* name, const char* category, int index, int64_t bytes)
     : name_(name), category_(category), index_(index), bytes_(bytes) {
+  if (nvtx_enabled()) {
+    nvtx_ = true;
+    if (index_ >= 0)
+      nvtx_push((name_ + std::to_string(index_)).c_str(), category_);
+    else
+      nvtx_push(name_, category_);
+  }
   if (tracing()) begin_ = trace_now_seconds();
 }
 
 TraceSpan::~TraceSpan() {
+  if (nvtx_) nvtx_pop();
   if (begin_ < 0 || !tracing()) return;
   const double end = trace_now_seconds();
   std::string name = name_;

@@ -34,8 +34,9 @@ double trace_now_seconds();   // seconds since start_tracing (0 when off)
 void trace_span(const std::string& name, const char* category, double begin, double end,
                 const std::string& args = {});
 
-// A scope recorded as one span. The name is built only when tracing is on: pass a literal, or
-// a literal and an index ("dense" and 6 -> "dense6").
+// A scope recorded as one span, and an NVTX range for Nsight while a profiler is attached
+// (nvtx.h). The name is built only when one of them is on: pass a literal, or a literal and an
+// index ("dense" and 6 -> "dense6").
 class TraceSpan {
  public:
   TraceSpan(const char* name, const char* category, int index = -1, int64_t bytes = -1);
@@ -49,6 +50,7 @@ class TraceSpan {
   int index_;
   int64_t bytes_;
   double begin_ = -1;  // < 0: tracing was off at construction
+  bool nvtx_ = false;  // an NVTX range is open (nvtx.h)
 };
 
 // A trainer phase hook (Trainer::set_phase_hook) that records each phase as a span: "data wait",

@@ -9,6 +9,7 @@
 #include "kernels/optimizer.h"
 #include "runtime/buckets.h"
 #include "runtime/error.h"
+#include "runtime/nvtx.h"
 #include "runtime/sharded_loader.h"
 #include "runtime/straggler.h"
 #include "runtime/trace.h"
@@ -259,12 +260,17 @@ void Trainer::train_step(double sums[3]) {
   const int64_t want_valid = config_.drop_remainder ? B : std::min(B, m.info.rows - first_row);
   const float scale = 1.0f / static_cast<float>(want_valid);
   int64_t got_valid = 0;
+  // Nsight sees the same phases as the trace and the step-time breakdown (nvtx.h).
+  NvtxRange step_range("step", "step");
+  NvtxPhases phases;
   model_->zero_grads();
   m.reducer->start_step(model_->grads());
   double t = t_start;
   for (int j = 0; j < config_.grad_accum; ++j) {
+    phases.next("data wait", "data");
     if (!m.train->next(m.batch)) break;
     mark(Phase::data, t);
+    phases.next("forward", "forward");
     const int rows = static_cast<int>(m.batch.rows);
     const float* out = model_->forward(m.batch.x.data(), rows);
     kernels::LossResult r =
@@ -274,6 +280,7 @@ void Trainer::train_step(double sums[3]) {
             : kernels::mse_cpu(out, m.batch.targets.data(), m.batch.mask.data(), rows, m.outputs,
                                scale, model_->output_grad());
     mark(Phase::forward, t);
+    phases.next("backward", "backward");
     // Only the last micro-batch's backward finishes the gradients, so only it starts reductions.
     if (j + 1 == config_.grad_accum)
       model_->backward(rows, [&](int layer) { m.reducer->layer_done(layer); });
@@ -289,9 +296,11 @@ void Trainer::train_step(double sums[3]) {
     throw Error("step " + std::to_string(state_.global_step) + " of epoch " +
                 std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
                 " samples from the loader, expected " + std::to_string(want_valid));
+  phases.next("all_reduce", "collective");
   m.guard->before_reduce(sums[0]);
   m.reducer->wait_all();
   mark(Phase::comm, t);
+  phases.next("optimizer", "optimizer");
   const bool apply =
       m.guard->update_ok(model_->grads(), model_->param_count(), state_.global_step, state_.epoch);
   if (!apply) sums[0] = sums[1] = sums[2] = 0;  // a skipped step stays out of the reported loss
@@ -301,6 +310,7 @@ void Trainer::train_step(double sums[3]) {
     optimizer_->step(model_->params(), model_->grads(),
                      static_cast<float>(lr_at_step(state_.global_step)));
   mark(Phase::optimizer, t);
+  phases.done();
   times_.total += t - t_start;
   times_.steps += 1;
   times_.samples += want_valid;
