@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/communicator.h"
+#include "runtime/device_copy.h"
 #include "runtime/error.h"
 #include "runtime/nvtx.h"
 
@@ -31,7 +32,17 @@ struct Recorder {
   std::mutex mutex;
   std::vector<Event> events;
   std::atomic<int> next_tid{0};
+  std::vector<std::string> named_tracks;  // track kFirstNamedTrack + i is named_tracks[i]
+  std::atomic<uint64_t> session{0};
+  // Flush hooks, under their own mutex: a hook records spans, which takes `mutex`.
+  std::mutex hook_mutex;
+  std::vector<std::pair<int, std::function<void()>>> hooks;
+  int next_hook = 0;
 };
+
+// Named tracks sit far above the threads' numbers, so a track taken before start_tracing (a
+// communicator's GPU stream) does not take track 0 from the training thread.
+constexpr int kFirstNamedTrack = 1000;
 
 Recorder& recorder() {
   static Recorder r;
@@ -63,6 +74,26 @@ std::string escape(const std::string& s) {
   return out;
 }
 
+// Runs `collective` on one host word. A communicator that takes device buffers only (NCCL) gets a
+// device copy of it, so write_trace works on the communicator the training ran on.
+template <class Collective>
+void on_word(Communicator& comm, int32_t* word, Collective&& collective) {
+  if (comm.backend() != Backend::nccl) {
+    collective(word);
+    return;
+  }
+  void* device = device_alloc(sizeof *word);
+  try {
+    copy_host_to_device(device, word, sizeof *word);
+    collective(static_cast<int32_t*>(device));
+    copy_device_to_host(word, device, sizeof *word);
+  } catch (...) {
+    device_free(device);
+    throw;
+  }
+  device_free(device);
+}
+
 }  // namespace
 
 void start_tracing(Communicator& comm) {
@@ -72,6 +103,7 @@ void start_tracing(Communicator& comm) {
     r.events.clear();
     r.rank = comm.rank();
   }
+  r.session.fetch_add(1);
   thread_track();
   comm.barrier();
   r.start = std::chrono::steady_clock::now();
@@ -93,6 +125,44 @@ void trace_span(const std::string& name, const char* category, double begin, dou
   const int tid = thread_track();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.events.push_back(Event{name, category, begin, end, tid, args});
+}
+
+void trace_span_on(int track, const std::string& name, const char* category, double begin,
+                   double end, const std::string& args) {
+  Recorder& r = recorder();
+  if (!r.on.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.events.push_back(Event{name, category, begin, end, track, args});
+}
+
+int trace_track(const std::string& name) {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (size_t i = 0; i < r.named_tracks.size(); ++i)
+    if (r.named_tracks[i] == name) return kFirstNamedTrack + static_cast<int>(i);
+  r.named_tracks.push_back(name);
+  return kFirstNamedTrack + static_cast<int>(r.named_tracks.size() - 1);
+}
+
+uint64_t trace_session() { return recorder().session.load(); }
+
+int add_trace_flush_hook(std::function<void()> hook) {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.hook_mutex);
+  r.hooks.emplace_back(r.next_hook, std::move(hook));
+  return r.next_hook++;
+}
+
+void remove_trace_flush_hook(int id) {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.hook_mutex);
+  std::erase_if(r.hooks, [id](const auto& h) { return h.first == id; });
+}
+
+void flush_trace() {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.hook_mutex);
+  for (auto& h : r.hooks) h.second();
 }
 
 TraceSpan::TraceSpan(const char* name, const char* category, int index, int64_t bytes)
@@ -156,6 +226,12 @@ std::string trace_events_json() {
        << ", \"args\": {\"name\": \"" << (t == 0 ? "training" : "helper " + std::to_string(t))
        << "\"}}";
   }
+  for (size_t i = 0; i < r.named_tracks.size(); ++i) {
+    sep();
+    os << "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << r.rank
+       << ", \"tid\": " << kFirstNamedTrack + static_cast<int>(i) << ", \"args\": {\"name\": \""
+       << escape(r.named_tracks[i]) << "\"}}";
+  }
   for (const Event& e : r.events) {
     sep();
     os << "{\"ph\": \"X\", \"name\": \"" << escape(e.name) << "\", \"cat\": \"" << e.category
@@ -168,6 +244,7 @@ std::string trace_events_json() {
 }
 
 void write_trace(Communicator& comm, const std::string& path) {
+  flush_trace();
   recorder().on.store(false, std::memory_order_release);
   const std::string part = path + ".rank" + std::to_string(comm.rank());
   int32_t ok = 1;
@@ -176,7 +253,7 @@ void write_trace(Communicator& comm, const std::string& path) {
     out << trace_events_json();
     ok = out.good() ? 1 : 0;
   }
-  comm.all_reduce_inplace(&ok, 1, ReduceOp::min);
+  on_word(comm, &ok, [&](int32_t* w) { comm.all_reduce_inplace(w, 1, ReduceOp::min); });
   if (!ok) throw UsageError("--trace " + path + ": cannot write the per-rank part files next to it");
   std::string problem;
   if (comm.rank() == 0) {
@@ -200,7 +277,7 @@ void write_trace(Communicator& comm, const std::string& path) {
   }
   // Rank 0's verdict reaches every rank, so all leave together.
   int32_t merged = problem.empty() ? 1 : 0;
-  comm.broadcast(&merged, 1, DType::i32, 0);
+  on_word(comm, &merged, [&](int32_t* w) { comm.broadcast(w, 1, DType::i32, 0); });
   if (!merged) throw UsageError(comm.rank() == 0 ? problem : "--trace " + path + ": rank 0 could not merge the trace");
 }
 

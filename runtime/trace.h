@@ -9,12 +9,15 @@
 // into one file. Times are microseconds since start_tracing(), which begins after a barrier, so the
 // ranks' tracks line up to within that barrier's skew.
 //
-// GPU hook: a CUDA build records device spans from CUDA events (cudaEventElapsedTime from a
-// stream's start event) through trace_span(), and may open NVTX ranges where TraceSpan opens; the
+// Named tracks carry spans that no host thread records as they happen: a CUDA build's GpuTrace
+// (gpu_trace.h) times work on a stream with CUDA events and, once the events have completed,
+// records each span with trace_span_on() on a track such as "GPU stream: nccl". Such recorders
+// register a flush hook that write_trace() runs first, to resolve what is still pending. The
 // recorder itself needs no device code.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "runtime/step_times.h"
@@ -33,6 +36,26 @@ double trace_now_seconds();   // seconds since start_tracing (0 when off)
 // track. `args` is a JSON object's members without braces ("\"bytes\": 4096") or empty.
 void trace_span(const std::string& name, const char* category, double begin, double end,
                 const std::string& args = {});
+
+// A track of its own whose name in the trace is `name` (e.g. "GPU stream: nccl"), numbered after
+// the threads' tracks; asking again for a name gives the same track. Tracks outlive
+// start_tracing(), so a recorder may take one before tracing starts. Any thread, any time.
+int trace_track(const std::string& name);
+
+// As trace_span, on `track` (from trace_track) instead of the calling thread's.
+void trace_span_on(int track, const std::string& name, const char* category, double begin,
+                   double end, const std::string& args = {});
+
+// Counts start_tracing() calls (0 before the first). A recorder holding state across spans (a
+// device clock reference, spans not yet resolved) drops that state when the session changes.
+uint64_t trace_session();
+
+// Flush hooks: run by flush_trace(), which write_trace() calls first (tracing still on), so that a
+// recorder can add the spans it still holds. Hooks run one at a time on the flushing thread;
+// removing a hook waits for a flush in progress, so a hook must not remove itself.
+int add_trace_flush_hook(std::function<void()> hook);  // returns the id for remove
+void remove_trace_flush_hook(int id);
+void flush_trace();
 
 // A scope recorded as one span, and an NVTX range for Nsight while a profiler is attached
 // (nvtx.h). The name is built only when one of them is on: pass a literal, or a literal and an
@@ -58,10 +81,12 @@ class TraceSpan {
 // "optimizer". The hook runs as a phase ends, so the span ends now and lasts end - begin.
 PhaseHook trace_phase_hook(int64_t grad_bytes);
 
-// Collective: stops recording and writes every rank's events to `path` as one JSON object
-// ({"traceEvents": [...]}). Each rank writes <path>.rank<r>; after a barrier rank 0 concatenates
-// them into `path` and removes the parts. Throws UsageError naming --trace when a file cannot be
-// written (on the rank that failed; the caller's agree step makes the others follow).
+// Collective: runs the flush hooks, stops recording and writes every rank's events to `path` as
+// one JSON object ({"traceEvents": [...]}). Each rank writes <path>.rank<r>; after a barrier rank
+// 0 concatenates them into `path` and removes the parts. Throws UsageError naming --trace when a
+// file cannot be written (on the rank that failed; the caller's agree step makes the others
+// follow). Works over any communicator: with one that takes device buffers only (NCCL) its two
+// agreement words travel through device memory.
 void write_trace(Communicator& comm, const std::string& path);
 
 // The recorded events as JSON array members (no brackets), for tests and write_trace.
