@@ -4,6 +4,8 @@
 //
 // Options come from the command line and an optional INI file (train_options.h). Anything a user
 // can get wrong is reported once, by rank 0, before training, and every rank exits 2 (run_app).
+// Every rank exits 0 when training completed, and 75 (kExitStoppedEarly) when a stop signal ended
+// it early: a scheduler requeues on 75 and the next run resumes from the checkpoint.
 #include <unistd.h>
 
 #include <cstdio>
@@ -63,8 +65,11 @@ int train(int argc, char** argv, const World& world) {
   }
   TrainResult result = trainer.run();
   if (!o.trace.empty()) write_trace(*ctx.comm, o.trace);
-  if (world.rank == 0 && !trainer.guard().stopped()) print_final_report(trainer, result);
-  return 0;
+  // The guard's verdict was agreed by all ranks, and a stopped run has written its checkpoint
+  // (with a barrier behind it) before run() returned: every rank returns the same code.
+  if (trainer.guard().stopped_early()) return kExitStoppedEarly;
+  if (world.rank == 0) print_final_report(trainer, result);
+  return kExitDone;
 }
 
 }  // namespace

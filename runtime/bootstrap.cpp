@@ -79,9 +79,9 @@ namespace {
   std::fprintf(stderr, "error: %s\n", text.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
-  if (world.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (world.size > 1) MPI_Abort(MPI_COMM_WORLD, kExitError);
   // A world of one can leave on its own; skip MPI_Finalize, a collective may still be pending.
-  _exit(1);
+  _exit(kExitError);
 }
 }  // namespace
 
@@ -97,7 +97,7 @@ int run_app(int argc, char** argv, const std::function<int(const World&)>& body)
   } catch (const UsageError& e) {
     if (world.rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
     std::fflush(stderr);
-    return 2;
+    return kExitUsage;
   } catch (const std::exception& e) {
     abort_job(world, e.what());
   } catch (...) {

@@ -45,9 +45,18 @@ World discover_world();
 // report it once. A collective: every rank must call it at the same point.
 void agree_or_throw(bool ok, const std::string& message);
 
+// Exit codes of the apps, the same on every rank (schedulers and scripts act on them):
+constexpr int kExitDone = 0;          // finished (training completed; --help)
+constexpr int kExitError = 1;         // a runtime error; the job was aborted (MPI_Abort)
+constexpr int kExitUsage = 2;         // a bad input or configuration, reported once by rank 0
+// EX_TEMPFAIL (sysexits.h): a stop signal (SIGTERM, SIGINT, SIGUSR1) ended lockstep-train before
+// its configured epochs or steps, after the checkpoint was written: run again with --resume.
+constexpr int kExitStoppedEarly = 75;
+
 // Runs an app's body with the top-level error handling every app shares: a UsageError is printed
-// once (by rank 0) and every rank exits 2; any other exception is printed by the rank that saw it,
-// with its rank prefix, and the job is aborted (MPI_Abort, exit 1) so no peer waits forever.
+// once (by rank 0) and every rank exits kExitUsage; any other exception is printed by the rank
+// that saw it, with its rank prefix, and the job is aborted (MPI_Abort, kExitError) so no peer
+// waits forever. Otherwise returns what the body returned.
 int run_app(int argc, char** argv, const std::function<int(const World&)>& body);
 
 }  // namespace lockstep

@@ -158,6 +158,7 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Backend backend() const override { return Backend::mpi; }
+  bool device_buffers() const override { return options_.device_buffers; }
 
   WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType type,
                               ReduceOp op) override {

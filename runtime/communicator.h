@@ -7,11 +7,18 @@
 //
 // Buffers: `send` may equal `recv` (in place). Counts are elements. For all_gather and
 // reduce_scatter, `count` is the per-rank block; the full buffer holds size() blocks in rank order.
-// bf16/f16 are reduced in float32. Mean of integers is the sum divided by size(), rounded toward 0.
+// Mean of integers is the sum divided by size(), rounded toward 0.
 //
 // Backends: "mpi" (host buffers, or device buffers staged through host memory when created with
-// device_buffers) and "nccl" (device buffers, own CUDA stream). A backend that is not built is a
-// stub whose factory throws a message saying so. Not thread-safe: one thread issues collectives.
+// device_buffers) and "nccl" (device buffers only, own CUDA stream; a host pointer is an error).
+// A backend that is not built is a stub whose factory throws a message saying so. Not
+// thread-safe: one thread issues collectives.
+//
+// bf16/f16 reductions differ by backend. mpi: each rank's values are widened to float32, reduced
+// in float32 and rounded to 16 bits once at the end. nccl: reduced natively in bf16/f16, so every
+// partial sum is rounded to 16 bits (with many ranks or large magnitudes the result can differ
+// from the mpi backend's by more than one 16-bit ulp); a caller that needs float32 accumulation
+// over NCCL reduces a float32 buffer.
 #pragma once
 
 #include <chrono>
@@ -50,6 +57,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual Backend backend() const = 0;
+  // Whether buffers passed in must be CUDA device memory (nccl; mpi created with device_buffers).
+  // Code that reduces host values checks this (agree.h: require_host_buffers).
+  virtual bool device_buffers() const { return backend() == Backend::nccl; }
 
   virtual WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType type,
                                       ReduceOp op) = 0;

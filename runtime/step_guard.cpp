@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/agree.h"
 #include "runtime/checkpoint.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -66,16 +67,12 @@ void prepare_checkpoint_dir(const GuardOptions& o, Communicator& comm) {
       problem = "--checkpoint-dir " + o.checkpoint_dir + " is not writable";
   }
   // Rank 0's verdict, over the trainer's communicator (not necessarily MPI_COMM_WORLD).
-  int64_t len = static_cast<int64_t>(problem.size());
-  comm.broadcast(&len, 1, DType::i64, 0);
-  if (len == 0) return;
-  problem.resize(static_cast<size_t>(len));
-  comm.broadcast(problem.data(), problem.size(), DType::u8, 0);
-  throw UsageError(problem);
+  agree_or_throw(comm, problem.empty(), problem);
 }
 
 StepGuard::StepGuard(Communicator& comm, const GuardOptions& options)
     : comm_(comm), options_(options) {
+  require_host_buffers(comm_, "the step guard");
   install_stop_handlers();
 }
 
@@ -143,9 +140,14 @@ bool StepGuard::after_step(Trainer& trainer) {
   const bool have_dir = !options_.checkpoint_dir.empty();
   if (stopped()) {
     if (have_dir) save(trainer);
-    LS_LOG(warn) << "stopped by " << signal_name(stop_signal_) << " after step " << step
-                 << (have_dir ? "; continue with --resume " + options_.checkpoint_dir
-                              : std::string("; no checkpoint was written"));
+    stopped_early_ = step < trainer.total_steps();
+    if (stopped_early_)
+      LS_LOG(warn) << "stopped by " << signal_name(stop_signal_) << " after step " << step
+                   << (have_dir ? "; continue with --resume " + options_.checkpoint_dir
+                                : std::string("; no checkpoint was written"));
+    else
+      LS_LOG(warn) << signal_name(stop_signal_) << " arrived during the last step (" << step
+                   << "): training is complete";
     return true;
   }
   if (have_dir && options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0)
@@ -158,7 +160,7 @@ void StepGuard::at_end(Trainer& trainer) {
     LS_LOG(warn) << skipped_ << " of " << trainer.state().global_step
                  << " steps were skipped for a non-finite loss or gradient (--on-nan skip)";
   }
-  if (options_.checkpoint_dir.empty() || stopped()) return;
+  if (options_.checkpoint_dir.empty() || stopped_early_) return;
   if (last_saved_step_ == trainer.state().global_step) return;
   save(trainer);
 }

@@ -13,6 +13,8 @@
 //                              so every rank reaches the same verdict without talking.
 //   after_step(trainer)        writes a checkpoint every `checkpoint_every` steps, and on an agreed
 //                              stop writes one and returns true: the loop ends after this step.
+//                              A stop agreed on the run's last step is no early stop: training is
+//                              complete, and stopped_early() stays false.
 //   at_end(trainer)            the final checkpoint.
 // Checkpoints are written by rank 0 after a replica check (never from diverged or non-finite
 // parameters); every rank then waits at a barrier with a deadline of max(--timeout, 5 min), so a
@@ -59,6 +61,9 @@ class StepGuard {
   void at_end(Trainer& trainer);
 
   bool stopped() const { return stop_signal_ != 0; }
+  // A stop signal ended training before its configured steps: the run is not finished, and a
+  // checkpoint (when there is a --checkpoint-dir) holds where it stopped. Same on every rank.
+  bool stopped_early() const { return stopped_early_; }
   int stop_signal() const { return stop_signal_; }  // the agreed signal number, 0 when none
   int64_t skipped_steps() const { return skipped_; }
   const std::string& last_checkpoint() const { return last_checkpoint_; }
@@ -74,6 +79,7 @@ class StepGuard {
   int32_t flags_[2] = {0, 0};
   WorkHandle pending_;
   int stop_signal_ = 0;
+  bool stopped_early_ = false;
   int64_t skipped_ = 0;
   int64_t last_saved_step_ = -1;
   std::string last_checkpoint_;

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "runtime/bootstrap.h"
+#include "runtime/agree.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/trainer.h"
@@ -153,7 +153,8 @@ std::string resume_from_checkpoint(Trainer& t, const std::string& path) {
   } catch (const UsageError& e) {
     problem = e.what();
   }
-  agree_or_throw(problem.empty(), problem);
+  // Over the trainer's communicator: its ranks, and only they, leave together.
+  agree_or_throw(t.comm(), problem.empty(), problem);
   restore_into(t, s);
   LS_LOG(info) << "resuming from " << file << ": step " << s.global_step << " (epoch "
                << s.epoch + 1 << ", step " << s.step_in_epoch << " of " << t.steps_per_epoch()

@@ -7,6 +7,7 @@
 
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
+#include "runtime/agree.h"
 #include "runtime/buckets.h"
 #include "runtime/error.h"
 #include "runtime/nvtx.h"
@@ -17,20 +18,6 @@
 namespace lockstep {
 
 namespace {
-
-// agree_or_throw over a Communicator instead of MPI_COMM_WORLD, so a trainer built on any
-// communicator (a world of one in tests) leaves together with its peers on a bad input.
-void agree(Communicator& comm, bool ok, const std::string& message) {
-  int32_t first_bad = ok ? INT32_MAX : comm.rank();
-  comm.all_reduce_inplace(&first_bad, 1, ReduceOp::min);
-  if (first_bad == INT32_MAX) return;
-  int64_t len = comm.rank() == first_bad ? static_cast<int64_t>(message.size()) : 0;
-  comm.broadcast(&len, 1, DType::i64, first_bad);
-  std::string text(static_cast<size_t>(len), '\0');
-  if (comm.rank() == first_bad) text = message;
-  comm.broadcast(text.data(), text.size(), DType::u8, first_bad);
-  throw UsageError(text);
-}
 
 uint64_t fnv1a(const void* data, size_t bytes) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -134,6 +121,9 @@ struct Trainer::Impl {
 Trainer::Trainer(Communicator& comm, const TrainConfig& config)
     : comm_(comm), config_(config), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  // Loss sums, flags, checksums and the model's buffers are host memory: a device-buffer
+  // communicator (nccl) is refused here, identically on every rank, before any collective.
+  require_host_buffers(comm_, "the trainer");
   const int P = comm_.size(), rank = comm_.rank();
   std::string problem;
   try {
@@ -200,7 +190,7 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
   } catch (const UsageError& e) {
     problem = e.what();
   }
-  agree(comm_, problem.empty(), problem);
+  agree_or_throw(comm_, problem.empty(), problem);
   prepare_checkpoint_dir(config_.guard, comm_);
 }
 
@@ -418,7 +408,7 @@ TrainResult Trainer::run() {
       }
       if (m.guard->after_step(*this)) break;
     }
-    if (m.guard->stopped()) break;
+    if (m.guard->stopped_early()) break;
     comm_.all_reduce_inplace(epoch_sums, 3, ReduceOp::sum);
     StepTimes et = times_.minus(epoch_start);
     EpochSummary s;
@@ -439,7 +429,7 @@ TrainResult Trainer::run() {
   m.progress->finish_line();
   verify_replicas("at the end of training");
   m.guard->at_end(*this);
-  if (!m.guard->stopped())
+  if (!m.guard->stopped_early())
     result.test = m.last_eval_step == static_cast<double>(state_.global_step) ? m.last_eval
                                                                              : evaluate();
   result.times = times_.minus(at_start);

@@ -106,7 +106,8 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Collective: trains until the configured epochs or steps, evaluating after each epoch and at
-  // the end.
+  // the end; or until an agreed stop signal ends it early (guard().stopped_early(); no final
+  // evaluation then).
   TrainResult run();
   // Collective: loss and accuracy on the test split, each rank scoring its slice.
   EvalResult evaluate();
@@ -129,7 +130,8 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   const DatasetInfo& train_info() const;
   const StepTimes& times() const { return times_; }
-  const StepGuard& guard() const;  // stop signal agreed, steps skipped, last checkpoint
+  const StepGuard& guard() const;  // stop signal agreed, stopped early, steps skipped, checkpoint
+  Communicator& comm() { return comm_; }  // the communicator every collective above runs over
   void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
 
  private:

@@ -4,9 +4,10 @@
 #    the rename) leaves the previous checkpoint intact; resuming from it at the same world size ends
 #    with parameters and optimizer state bitwise identical to an uninterrupted run;
 #  - resumed at another world size (4 -> 2, 2 -> 4) it matches within float tolerance;
-#  - SIGTERM to one rank: every rank stops after the same step, a checkpoint is written, exit 0;
-#    --resume continues to the same bits as an uninterrupted run; SIGUSR1 to mpiexec (which forwards
-#    it) does the same;
+#  - SIGTERM to one rank: every rank stops after the same step, a checkpoint is written, exit 75
+#    (stopped early, resumable; a completed run exits 0); --resume continues to the same bits as an
+#    uninterrupted run; SIGUSR1 to mpiexec (which forwards it) does the same; a world of one
+#    stopped by SIGINT exits 75 as well;
 #  - refusals through the CLI, once, exit 2: another model, another shape, another optimizer, a
 #    changed global batch or seed, truncated / corrupt / garbage / non-checkpoint files, an empty
 #    folder, a missing path.
@@ -125,7 +126,7 @@ within_tolerance full2/$final crash4/$final || fail "resume 4 -> 2 is not within
 within_tolerance full4/$final crash4/$final || fail "resume 4 -> 2 is not within 1e-5 of the run at 4"
 [[ $failures -eq $before ]] && echo "ok: resumed at another world size (2 -> 4, 4 -> 2): within 1e-5"
 
-# --- SIGTERM to one rank (as a scheduler delivers it): all stop at one step, save, exit 0 ---
+# --- SIGTERM to one rank (as a scheduler delivers it): all stop at one step, save, exit 75 ---
 "$bin/lockstep-data" regression --out long.h5 --samples 2000 --features 6 --seed 4 >/dev/null 2>&1
 long=(--data long.h5 --model mlp:16 --global-batch 32 --steps 4000 --optimizer momentum --lr 0.02
       --progress none --checkpoint-every 100)
@@ -152,8 +153,8 @@ wait "$job"
 rc=$?
 out=$(cat term.log)
 step=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\).*/\1/p' <<<"$out")
-if [[ $rc -ne 0 || -z $step ]]; then
-  fail "SIGTERM to rank 1: exit $rc, no 'stopped by SIGTERM after step N'"$'\n'"$out"
+if [[ $rc -ne 75 || -z $step ]]; then
+  fail "SIGTERM to rank 1: exit $rc (expected 75), no 'stopped by SIGTERM after step N'"$'\n'"$out"
 else
   ckpt=$(printf 'long_term/ckpt-%09d.h5' "$step")
   [[ -f $ckpt ]] || fail "stopped after step $step but $ckpt is missing: $(ls long_term)"
@@ -179,8 +180,25 @@ kill -USR1 "$(pgrep -P "$job")"
 wait "$job"
 rc=$?
 step=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\).*/\1/p' usr1.log)
-[[ $rc -eq 0 && -n $step && -f $(printf 'long_usr1/ckpt-%09d.h5' "${step:-0}") ]] ||
-  fail "SIGUSR1 to mpiexec: exit $rc, step '$step'"$'\n'"$(cat usr1.log)"
+[[ $rc -eq 75 && -n $step && -f $(printf 'long_usr1/ckpt-%09d.h5' "${step:-0}") ]] ||
+  fail "SIGUSR1 to mpiexec: exit $rc (expected 75), step '$step'"$'\n'"$(cat usr1.log)"
+
+# A world of one (no mpiexec in between): Ctrl-C's SIGINT, exit 75 straight from the process.
+timeout 120 "$bin/lockstep-train" "${long[@]/#4000/400000}" --checkpoint-dir long_int >int.log 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  compgen -G "long_int/ckpt-*.h5" >/dev/null && break
+  sleep 0.1
+done
+kill -INT "$(pgrep -P "$job")"
+wait "$job"
+rc=$?
+step=$(sed -n 's/.*stopped by SIGINT after step \([0-9]*\).*/\1/p' int.log)
+if [[ $rc -eq 75 && -n $step && -f $(printf 'long_int/ckpt-%09d.h5' "${step:-0}") ]]; then
+  echo "ok: SIGINT to a world of one: stopped after step $step with its checkpoint, exit 75"
+else
+  fail "SIGINT to a world of one: exit $rc (expected 75), step '$step'"$'\n'"$(cat int.log)"
+fi
 
 # --- refusals: exit 2, one message naming the file and the problem ---
 good=full2/$final

@@ -8,8 +8,10 @@
 #     GPU (CUDA_VISIBLE_DEVICES 0 and 1, --gpus-per-task=1) and so took GPU slot 0, and the
 #     launcher and MPI agreed;
 #   - SIGTERM to the batch script (what --signal=B:TERM sends before the time limit) makes the job
-#     checkpoint (--checkpoint-dir), requeue itself and resume, finishing with the same results as
-#     the uninterrupted job;
+#     checkpoint (--checkpoint-dir), the step exit 75 (stopped early), the job requeue itself and
+#     resume, finishing with the same results as the uninterrupted job;
+#   - a SIGTERM that arrives when training has already completed (the step exits 0) does not
+#     requeue: the job completes once, exit code 0;
 #   - lockstep-multinode.sbatch runs the same body.
 # The daemons are stopped by their pids on every exit. Exit 77 (skipped) only when Slurm cannot run
 # here for a reason outside the project (not root, packages unavailable, daemons refused to start).
@@ -51,11 +53,12 @@ log "starting munged, slurmctld and slurmd for node $host in $tmp"
 slurm_start "$tmp/cluster" || { slurm_show_logs; skip "Slurm does not start here: $SLURM_ERROR"; }
 log "cluster up: $(sl sinfo -h -o '%P %a %D %T %N %G')"
 
-# Submits the batch script unchanged: only sbatch options and the trainer's arguments vary.
+# Submits the batch script unchanged: only sbatch options and the trainer's arguments vary (and
+# the program run as lockstep-train: SUBMIT_TRAIN, default the build's).
 submit() {
   local extra=()
   [[ $(nproc) -ge 2 ]] || extra+=(--overcommit)
-  LOCKSTEP_TRAIN=$bin/lockstep-train LOCKSTEP_LOG_RANKS=all \
+  LOCKSTEP_TRAIN=${SUBMIT_TRAIN:-$bin/lockstep-train} LOCKSTEP_LOG_RANKS=all \
     sl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 "${extra[@]}" --time=10 \
     --chdir="$tmp" --output="$tmp/job-%j.out" "$batch_script" "$@"
 }
@@ -120,10 +123,40 @@ st2=$(slurm_wait_job "$job2" "$limit_s")
 show_output "$job2"
 check "job $job2 completed after a requeue" test "$st2" = COMPLETED
 check "job $job2 was restarted once" test "$(slurm_job_field "$job2" Restarts)" = 1
-check "the batch script requeued on SIGTERM" grep -q "requeueing" "$out2"
+check "the stopped step exited 75" grep -q "training step finished with exit code 75" "$out2"
+check "the batch script requeued on SIGTERM" grep -q "stopped early: requeueing" "$out2"
 check "the second run resumed from a checkpoint" grep -q "resuming from the newest checkpoint" "$out2"
 check "the resumed job's results equal the uninterrupted job's" \
   diff <(echo "$final") <(results "$out2")
+
+# ---- a stop request after training completed: no requeue ----
+# The task is a wrapper that trains, then marks that training is done and lingers (ignoring the
+# forwarded SIGUSR1 meanwhile), so the SIGTERM lands, deterministically, after a completed run.
+wrapper=$tmp/train-then-linger.sh
+cat >"$wrapper" <<WRAP
+#!/usr/bin/env bash
+"$bin/lockstep-train" "\$@"
+rc=\$?
+trap 'echo "wrapper: SIGUSR1 after training completed"' USR1
+touch "$tmp/trained.\${SLURM_PROCID:-0}"
+for _ in \$(seq 100); do sleep 0.1; done
+exit \$rc
+WRAP
+chmod 755 "$wrapper"
+short_args=("${train_args[@]/#80/2}")  # --epochs 80 -> 2
+job3=$(SUBMIT_TRAIN=$wrapper submit "${short_args[@]}" --checkpoint-dir "$tmp/ckpt3")
+out3=$tmp/job-$job3.out
+log "submitted job $job3; SIGTERM to its batch script once training has completed"
+deadline=$((SECONDS + 120))
+until [[ -e $tmp/trained.0 && -e $tmp/trained.1 ]] || ((SECONDS > deadline)); do sleep 0.1; done
+sl scancel --batch --signal=TERM "$job3"
+st3=$(slurm_wait_job "$job3" "$limit_s")
+show_output "$job3"
+check "job $job3 completed" test "$st3" = COMPLETED
+check "job $job3 was not restarted" test "$(slurm_job_field "$job3" Restarts)" = 0
+check "job $job3 exit code 0:0" test "$(slurm_job_field "$job3" ExitCode)" = "0:0"
+check "the batch script said why it did not requeue" \
+  grep -q "not requeueing: training had completed" "$out3"
 
 if [[ $fails -ne 0 ]]; then
   echo "FAIL: $fails check(s) failed"

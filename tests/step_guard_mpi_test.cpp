@@ -1,21 +1,84 @@
 // StepGuard at 1, 2 and 4 ranks: what one rank alone sees (a stop signal, a non-finite local loss)
-// becomes every rank's verdict at the same step, so no rank leaves the others in a collective.
+// becomes every rank's verdict at the same step, so no rank leaves the others in a collective. A
+// stop before the last step is an early stop (lockstep-train exits 75); one agreed on the last
+// step is not: the run completes, with its final evaluation.
 #include <gtest/gtest.h>
+
+#include <mpi.h>
 
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <vector>
 
+#include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
 #include "runtime/error.h"
 #include "runtime/signals.h"
 #include "runtime/step_guard.h"
+#include "runtime/trainer.h"
+#include "test_util.h"
+#include "train_fixtures.h"
 
 using namespace lockstep;
 
 namespace {
 std::vector<float> finite_grads() { return std::vector<float>(1000, 0.5f); }
+
+// Trains `steps` steps of a small image set over the whole world, with checkpoints in `dir`; the
+// last rank raises SIGUSR1 at the end of step `signal_after` (seen by every rank at the next).
+TrainResult train_with_signal(Communicator& comm, const std::string& dir, int64_t steps,
+                              int64_t signal_after, TrainState* end, bool* early) {
+  std::string data = dir + "/images.h5";
+  if (comm.rank() == 0) testing_util::write_striped_images(data, {});
+  comm.barrier();
+  TrainConfig c;
+  c.train.path = data;
+  c.model = "mlp:8";
+  c.global_batch = 16;  // 64 rows: 4 steps per epoch
+  c.steps = steps;
+  c.print = false;
+  c.guard.checkpoint_dir = dir + "/ck";
+  Trainer t(comm, c);
+  int64_t done = 0;
+  t.set_phase_hook([&](Phase p, double, double) {
+    if (p == Phase::optimizer && ++done == signal_after && comm.rank() == comm.size() - 1)
+      request_stop(SIGUSR1);
+  });
+  clear_stop_request();
+  TrainResult r = t.run();
+  clear_stop_request();
+  EXPECT_TRUE(t.guard().stopped());
+  EXPECT_EQ(t.guard().stop_signal(), SIGUSR1);
+  *end = t.state();
+  *early = t.guard().stopped_early();
+  return r;
+}
 }  // namespace
+
+TEST(StepGuard, StopBeforeTheLastStepIsAnEarlyStop) {
+  auto comm = make_mpi_communicator();
+  const std::string dir = testing_util::shared_temp_dir("guard-early");
+  TrainState end;
+  bool early = false;
+  TrainResult r = train_with_signal(*comm, dir, 6, 3, &end, &early);
+  EXPECT_TRUE(early);
+  EXPECT_EQ(end.global_step, 4);  // the signal of step 3 is agreed at step 4
+  EXPECT_EQ(r.test.samples, 0) << "a run stopped early has no final evaluation";
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_file_name(dir + "/ck", 4)));
+}
+
+TEST(StepGuard, StopOnTheLastStepCompletesTheRun) {
+  auto comm = make_mpi_communicator();
+  const std::string dir = testing_util::shared_temp_dir("guard-last");
+  TrainState end;
+  bool early = true;
+  TrainResult r = train_with_signal(*comm, dir, 6, 5, &end, &early);
+  EXPECT_FALSE(early);
+  EXPECT_EQ(end.global_step, 6);
+  EXPECT_EQ(r.test.samples, 16) << "the completed run skipped its final evaluation";
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_file_name(dir + "/ck", 6)));
+}
 
 TEST(StepGuard, StopSignalOnOneRankStopsEveryRankAtTheSameStep) {
   auto comm = make_mpi_communicator();

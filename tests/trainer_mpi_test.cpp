@@ -15,45 +15,15 @@
 #include "runtime/h5_writer.h"
 #include "runtime/hdf5_util.h"
 #include "runtime/trainer.h"
+#include "solo_communicator.h"
 #include "test_util.h"
 #include "train_fixtures.h"
 
 using namespace lockstep;
 using lockstep::testing_util::relative_difference;
+using lockstep::testing_util::SoloCommunicator;
 
 namespace {
-
-// A communicator of one rank: every collective is a copy, so a Trainer on it trains alone.
-class SoloCommunicator : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  Backend backend() const override { return Backend::mpi; }
-  WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType type,
-                              ReduceOp) override {
-    return copy(send, recv, count * dtype_size(type));
-  }
-  WorkHandle broadcast_async(void*, size_t, DType, int) override { return done(); }
-  WorkHandle all_gather_async(const void* send, void* recv, size_t count, DType type) override {
-    return copy(send, recv, count * dtype_size(type));
-  }
-  WorkHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType type,
-                                  ReduceOp) override {
-    return copy(send, recv, count * dtype_size(type));
-  }
-  WorkHandle barrier_async() override { return done(); }
-
- private:
-  struct Done : Work {
-    void wait(Millis) override {}
-    bool done() override { return true; }
-  };
-  static WorkHandle done() { return std::make_unique<Done>(); }
-  static WorkHandle copy(const void* send, void* recv, size_t bytes) {
-    if (send != recv) std::memcpy(recv, send, bytes);
-    return done();
-  }
-};
 
 // 150 training images (28, 28, 1) uint8 in 10 classes whose mean brightness differs by class, so
 // training moves the parameters somewhere definite; 40 test images. 150 is not a multiple of the

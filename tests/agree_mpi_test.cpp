@@ -1,0 +1,125 @@
+// Agreement over a Communicator (agree.h) at 1, 2 and 4 ranks: every rank of the communicator
+// leaves with the lowest failing rank's message, and ranks outside it take no part. Resuming a
+// trainer agrees over the trainer's own communicator, so ranks that each train alone (a world of
+// one) refuse or accept their own checkpoints independently. Host-side collectives refuse a
+// communicator that takes device buffers (NCCL) instead of handing it host pointers.
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+
+#include <string>
+
+#include "runtime/agree.h"
+#include "runtime/checkpoint.h"
+#include "runtime/error.h"
+#include "runtime/step_guard.h"
+#include "runtime/train_checkpoint.h"
+#include "runtime/trainer.h"
+#include "solo_communicator.h"
+#include "test_util.h"
+#include "train_fixtures.h"
+
+using namespace lockstep;
+using lockstep::testing_util::SoloCommunicator;
+
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// A small image set written once by rank 0 into a folder every rank knows.
+const std::string& data_file() {
+  static const std::string path = [] {
+    const std::string dir = testing_util::shared_temp_dir("agree");
+    if (world_rank() == 0) testing_util::write_striped_images(dir + "/images.h5", {});
+    MPI_Barrier(MPI_COMM_WORLD);
+    return dir + "/images.h5";
+  }();
+  return path;
+}
+
+TrainConfig small_config() {
+  TrainConfig c;
+  c.train.path = data_file();
+  c.model = "mlp:8";
+  c.global_batch = 16;
+  c.steps = 2;
+  c.eval_every_epoch = false;
+  c.print = false;
+  return c;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(AgreeOverCommunicator, EveryRankGetsTheLowestFailingRanksMessage) {
+  auto comm = make_mpi_communicator();
+  EXPECT_NO_THROW(agree_or_throw(*comm, true, "unused"));
+  const int first_bad = comm->size() / 2;  // rank 0 alone at 1 rank
+  const bool ok = comm->rank() < first_bad;
+  try {
+    agree_or_throw(*comm, ok, "rank " + std::to_string(comm->rank()) + " found a problem");
+    ADD_FAILURE() << "rank " << comm->rank() << " returned although rank " << first_bad << " failed";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(first_bad) + " found a problem");
+  }
+}
+
+TEST(AgreeOverCommunicator, RanksOutsideTheCommunicatorTakeNoPart) {
+  // Each rank agrees with itself alone: no rank waits for another, and a failure stays local.
+  SoloCommunicator solo;
+  const bool ok = world_rank() % 2 == 0;
+  if (ok) {
+    EXPECT_NO_THROW(agree_or_throw(solo, ok, "unused"));
+  } else {
+    EXPECT_THROW(agree_or_throw(solo, ok, "odd rank"), UsageError);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(AgreeOverCommunicator, ResumeAgreesOverTheTrainersCommunicatorOnly) {
+  // Every rank trains alone and writes its own checkpoint; rank 0 resumes from it while the other
+  // ranks ask for a file that does not exist. Agreeing over MPI_COMM_WORLD would make rank 0
+  // refuse with another rank's message; over the trainer's communicator only the others refuse.
+  const std::string dir =
+      testing_util::shared_temp_dir("agree-resume") + "/rank" + std::to_string(world_rank());
+  SoloCommunicator solo;
+  Trainer first(solo, small_config());
+  first.run();
+  const std::string saved = save_checkpoint(dir, capture_checkpoint(first, 1), 0);
+
+  Trainer again(solo, small_config());
+  const std::string wanted = world_rank() == 0 ? saved : dir + "/missing.h5";
+  try {
+    EXPECT_EQ(resume_from_checkpoint(again, wanted), saved);
+    EXPECT_EQ(world_rank(), 0) << "resumed from " << wanted;
+    EXPECT_EQ(again.state().global_step, 2);
+  } catch (const UsageError& e) {
+    EXPECT_NE(world_rank(), 0) << "rank 0's good checkpoint was refused: " << e.what();
+    EXPECT_TRUE(contains(e.what(), wanted)) << e.what();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(AgreeOverCommunicator, HostValuesNeverReachADeviceBufferCommunicator) {
+  SoloCommunicator device(/*device_buffers=*/true);
+  try {
+    agree_or_throw(device, true, "unused");
+    ADD_FAILURE() << "agreement passed host values to a device-buffer communicator";
+  } catch (const UsageError& e) {
+    EXPECT_TRUE(contains(e.what(), "takes device buffers only")) << e.what();
+  }
+  EXPECT_THROW(StepGuard(device, GuardOptions{}), UsageError);
+  try {
+    Trainer t(device, small_config());
+    ADD_FAILURE() << "a Trainer was built over a device-buffer communicator";
+  } catch (const UsageError& e) {
+    EXPECT_TRUE(contains(e.what(), "the trainer")) << e.what();
+  }
+}
