@@ -15,7 +15,6 @@
 // the measured communicator carries nothing but the measured calls.
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -26,6 +25,7 @@
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
 #include "apps/bench_values.h"
+#include "runtime/agree.h"
 #include "runtime/communicator.h"
 #include "runtime/context.h"
 #include "runtime/device.h"
@@ -357,26 +357,25 @@ long long run_backend(const char* label, Communicator& comm, Communicator& host,
 }
 
 // Every rank gives its verdict; returns "" when all can run NCCL, else the first failing rank's
-// reason (the same text on every rank).
-std::string nccl_problem(Communicator& host, const World& world) {
+// reason (the same text on every rank). The GPU is picked as lockstep-train picks it
+// (choose_device: the launcher's GPU slot, one rank per GPU), so both use the same GPU per rank.
+std::string nccl_problem(Communicator& host, const World& world, DeviceChoice* device) {
   std::string why;
-  std::string reason;
   if (!nccl_available()) {
     why = "this binary was built without NCCL (configure with LOCKSTEP_CUDA=ON)";
-  } else if (int gpus = cuda_device_count(&reason); gpus <= 0) {
-    why = "no GPU answers: " + reason;
-  } else if (world.local_size > gpus) {
-    why = "host " + world.host + " runs " + std::to_string(world.local_size) + " ranks but has " +
-          std::to_string(gpus) + " GPU(s), and NCCL needs one GPU per rank";
+  } else {
+    try {
+      *device = choose_device("cuda", world, /*share_allowed=*/false);
+    } catch (const UsageError& e) {
+      why = e.what();
+    }
   }
-  int first = why.empty() ? INT_MAX : world.rank;
-  host.all_reduce(&first, &first, 1, DType::i32, ReduceOp::min);
-  if (first == INT_MAX) return "";
-  long long len = static_cast<long long>(why.size());
-  host.broadcast(&len, 1, DType::i64, first);
-  why.resize(static_cast<size_t>(len));
-  host.broadcast(why.data(), why.size(), DType::u8, first);
-  return why;
+  try {
+    agree_or_throw(host, why.empty(), why);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace
@@ -389,7 +388,8 @@ int run_collectives_bench(int argc, char** argv, const World& world) {
   const bool want_mpi = o.backend == "all" || o.backend == "mpi";
   const bool want_nccl = o.backend == "all" || o.backend == "nccl";
   // Decided before any output: an explicit --backend nccl that cannot run is a usage error.
-  const std::string nccl_skip = want_nccl ? nccl_problem(*host, world) : "";
+  DeviceChoice device;
+  const std::string nccl_skip = want_nccl ? nccl_problem(*host, world, &device) : "";
   if (!nccl_skip.empty() && o.backend == "nccl") throw UsageError("--backend nccl: " + nccl_skip);
   if (world.rank == 0) {
     std::printf("# lockstep-bench collectives: %d rank(s), dtype %s, op %s, root %d\n", world.size,
@@ -410,9 +410,6 @@ int run_collectives_bench(int argc, char** argv, const World& world) {
   if (want_nccl && !nccl_skip.empty()) {
     if (world.rank == 0) std::printf("#\n# backend nccl: skipped, %s\n", nccl_skip.c_str());
   } else if (want_nccl) {
-    std::string reason;
-    int gpus = cuda_device_count(&reason);
-    DeviceChoice device{DeviceKind::cuda, world.local_rank % gpus};
     activate_device(device);
     auto comm = make_nccl_communicator(device.index);
     comm->set_timeout(o.timeout);
