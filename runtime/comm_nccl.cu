@@ -9,6 +9,10 @@
 // that the Work handle polls. Both streams are blocking streams, so work on the legacy default
 // stream (plain cudaMemcpy uploads) is ordered before them as well.
 //
+// Trace: while --trace records, each collective is also a span timed by the device on the track
+// "GPU stream: nccl" (gpu_trace.h), from when the stream starts it (after the compute stream's
+// event) to when it finishes, with its bytes and dtype.
+//
 // Watchdog: wait() polls that event and ncclCommGetAsyncError. Past the deadline, or on an async
 // error, it aborts the communicator (ncclCommAbort) and throws, naming the collective and the rank;
 // no rank hangs inside NCCL. An aborted communicator refuses every later call.
@@ -30,6 +34,7 @@
 #include "runtime/communicator.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "runtime/gpu_trace.h"
 
 namespace lockstep {
 
@@ -230,7 +235,8 @@ class NcclCommunicator : public Communicator {
 
   WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType type,
                               ReduceOp op) override {
-    return launch(describe("all_reduce", count, type, reduce_op_name(op)), count, [&] {
+    const Span span{"nccl all_reduce", count * dtype_size(type), type};
+    return launch(describe("all_reduce", count, type, reduce_op_name(op)), span, count, [&] {
       LS_CHECK_NCCL(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), state_->comm,
                                   stream_));
     });
@@ -240,7 +246,9 @@ class NcclCommunicator : public Communicator {
     if (root < 0 || root >= size_)
       throw Error(rank_prefix() + " broadcast root " + std::to_string(root) +
                   " is not a rank of this world of " + std::to_string(size_));
-    return launch(describe("broadcast", count, type, "root " + std::to_string(root)), count, [&] {
+    const Span span{"nccl broadcast", count * dtype_size(type), type};
+    const std::string what = describe("broadcast", count, type, "root " + std::to_string(root));
+    return launch(what, span, count, [&] {
       LS_CHECK_NCCL(ncclBroadcast(buf, buf, count, nccl_type(type), root, state_->comm, stream_));
     });
   }
@@ -248,7 +256,8 @@ class NcclCommunicator : public Communicator {
   WorkHandle all_gather_async(const void* send, void* recv, size_t count, DType type) override {
     const size_t block = count * dtype_size(type);
     const char* own = static_cast<const char*>(recv) + static_cast<size_t>(rank_) * block;
-    return launch(describe("all_gather", count, type, ""), count, [&] {
+    const Span span{"nccl all_gather", block * size_, type};
+    return launch(describe("all_gather", count, type, ""), span, count, [&] {
       // NCCL works in place only when `send` is this rank's block of `recv`; other overlapping
       // input (e.g. send == recv on rank > 0) is moved aside first.
       void* scratch = nullptr;
@@ -267,7 +276,8 @@ class NcclCommunicator : public Communicator {
                                   ReduceOp op) override {
     const size_t block = count * dtype_size(type);
     const char* own = static_cast<const char*>(send) + static_cast<size_t>(rank_) * block;
-    return launch(describe("reduce_scatter", count, type, reduce_op_name(op)), count, [&] {
+    const Span span{"nccl reduce_scatter", block * size_, type};
+    return launch(describe("reduce_scatter", count, type, reduce_op_name(op)), span, count, [&] {
       // In place means recv == this rank's block of send; any other overlap goes via scratch.
       if (recv != own && overlaps(recv, block, send, block * size_)) {
         void* scratch = nullptr;
@@ -285,7 +295,7 @@ class NcclCommunicator : public Communicator {
 
   WorkHandle barrier_async() override {
     // max of a word that stays 0: completes only when every rank has joined, never overflows.
-    return launch("nccl barrier", 1, [&] {
+    return launch("nccl barrier", Span{"nccl barrier", sizeof(int32_t), DType::i32}, 1, [&] {
       LS_CHECK_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax,
                                   state_->comm, stream_));
     });
@@ -300,6 +310,7 @@ class NcclCommunicator : public Communicator {
     LS_CHECK_NCCL(ncclCommInitRank(&state_->comm, size_, id, rank_));
     state_->alive = true;
     LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
+    trace_ = std::make_unique<GpuTrace>(stream_, "GPU stream: nccl");
     LS_CHECK_CUDA(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     LS_CHECK_CUDA(cudaMallocAsync(&barrier_word_, sizeof(int32_t), stream_));
     LS_CHECK_CUDA(cudaMemsetAsync(barrier_word_, 0, sizeof(int32_t), stream_));
@@ -325,10 +336,18 @@ class NcclCommunicator : public Communicator {
     return msg.id;
   }
 
+  // A collective's trace span: its name, the bytes it moves (as the MPI backend counts them) and
+  // element type.
+  struct Span {
+    const char* name;
+    size_t bytes;
+    DType type;
+  };
+
   // Orders the collective after the compute stream, enqueues it unless it moves nothing (ranks
   // agree on counts, so all skip together), and returns a handle on its completion event.
   template <class Enqueue>
-  WorkHandle launch(std::string what, size_t count, Enqueue&& enqueue) {
+  WorkHandle launch(std::string what, const Span& span, size_t count, Enqueue&& enqueue) {
     if (!state_->alive)
       throw Error(rank_prefix() + " " + what + ": the NCCL communicator was aborted earlier (" +
                   state_->lost + ")");
@@ -339,7 +358,11 @@ class NcclCommunicator : public Communicator {
       LS_CHECK_CUDA(cudaEventRecord(compute_ready_, compute_stream_));
       LS_CHECK_CUDA(cudaStreamWaitEvent(stream_, compute_ready_, 0));
     }
-    if (count > 0) enqueue();
+    if (count > 0) {
+      trace_->begin(span.name, static_cast<int64_t>(span.bytes), dtype_name(span.type));
+      enqueue();
+      trace_->end();
+    }
     cudaEvent_t done = nullptr;
     LS_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     auto work = std::make_unique<NcclWork>(state_, done, std::move(what));
@@ -375,7 +398,9 @@ class NcclCommunicator : public Communicator {
         state_->abort("the communicator was destroyed with collectives pending");
       }
     }
-    // Stream-ordered and event resources: none of these waits for the device.
+    // Stream-ordered and event resources: none of these waits for the device. The trace keeps
+    // the spans that completed (all of them after a clean drain) before the stream goes.
+    trace_.reset();
     if (barrier_word_ != nullptr) cudaFreeAsync(barrier_word_, stream_);
     if (compute_ready_ != nullptr) cudaEventDestroy(compute_ready_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -389,6 +414,7 @@ class NcclCommunicator : public Communicator {
   int size_ = 1;
   std::shared_ptr<NcclState> state_;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GpuTrace> trace_;  // device spans of stream_'s collectives
   cudaStream_t compute_stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;  // re-recorded on the compute stream before each collective
   void* barrier_word_ = nullptr;
