@@ -8,10 +8,10 @@ set -u
 
 bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
 mpiexec="${MPIEXEC:-mpiexec}"
-[[ -x $bin/lockstep-bench ]] || { echo "skipped: lockstep-bench is not built"; exit 77; }
-command -v python3 >/dev/null || { echo "skipped: python3 is missing"; exit 77; }
-
 . "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-bench
+e2e_require_commands python3
+
 e2e_workdir bench-train
 cd "$work" || exit 1
 export TMPDIR="$work"  # the synthetic data files land here and must be gone afterwards

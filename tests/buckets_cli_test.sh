@@ -8,11 +8,9 @@ set -u
 
 bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
 mpiexec="${MPIEXEC:-mpiexec}"
-for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
-  [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
-done
-
 . "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-train lockstep-data
+
 e2e_workdir buckets
 
 help=$("$bin/lockstep-train" --help 2>&1)

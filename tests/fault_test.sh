@@ -14,14 +14,10 @@ set -u
 
 bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
 mpiexec="${MPIEXEC:-mpiexec}"
-for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
-  [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
-done
-for tool in h5dump h5import; do
-  command -v $tool >/dev/null || { echo "skipped: $tool (hdf5-tools) is not installed"; exit 77; }
-done
-
 . "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-train lockstep-data
+e2e_require_commands h5dump h5import
+
 e2e_workdir fault
 cd "$work" || exit 1
 

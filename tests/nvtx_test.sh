@@ -15,12 +15,10 @@ mpiexec="${MPIEXEC:-mpiexec}"
 probe="${LOCKSTEP_NVTX_PROBE:-}"
 [[ -n $probe ]] || { echo "skipped: this build found no nvtx3 headers (CUDA Toolkit), so it emits no NVTX ranges"; exit 77; }
 [[ -f $probe ]] || { echo "skipped: the NVTX probe library $probe is not built"; exit 77; }
-for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
-  [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
-done
-command -v python3 >/dev/null || { echo "skipped: python3 is missing"; exit 77; }
-
 . "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-train lockstep-data
+e2e_require_commands python3
+
 e2e_workdir nvtx
 cd "$work" || exit 1
 

@@ -11,12 +11,10 @@ set -u
 
 bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
 mpiexec="${MPIEXEC:-mpiexec}"
-for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
-  [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
-done
-command -v python3 >/dev/null || { echo "skipped: python3 is missing"; exit 77; }
-
 . "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-train lockstep-data
+e2e_require_commands python3
+
 e2e_workdir trace
 cd "$work" || exit 1
 

@@ -11,14 +11,12 @@ set -u
 
 bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
 mpiexec="${MPIEXEC:-mpiexec}"
-for tool in "$bin/lockstep-train" "$bin/lockstep-data"; do
-  [[ -x $tool ]] || { echo "skipped: $tool is not built"; exit 77; }
-done
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-train lockstep-data
 idx=/usr/share/datasets/fashion-mnist
 [[ -e $idx/train-images-idx3-ubyte.gz || -e $idx/train-images-idx3-ubyte ]] ||
   { echo "skipped: no Fashion-MNIST IDX files in $idx (dataset-fashion-mnist)"; exit 77; }
 
-. "$(dirname "$0")/helpers/e2e.sh"
 e2e_workdir train-cli
 cd "$work" || exit 1
 

@@ -10,3 +10,19 @@ e2e_workdir() {
   work=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-$1-XXXXXX") || exit 1
   trap 'rm -rf "$work"' EXIT
 }
+
+# e2e_require_apps NAME...: skipped (exit 77, with the reason) unless $bin/NAME is built, for each.
+e2e_require_apps() {
+  local app
+  for app in "$@"; do
+    [[ -x $bin/$app ]] || { echo "skipped: $bin/$app is not built"; exit 77; }
+  done
+}
+
+# e2e_require_commands CMD...: skipped unless each command is on PATH.
+e2e_require_commands() {
+  local cmd
+  for cmd in "$@"; do
+    command -v "$cmd" >/dev/null || { echo "skipped: $cmd is not installed"; exit 77; }
+  done
+}
