@@ -74,11 +74,12 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-// Runs `collective` on one host word. A communicator that takes device buffers only (NCCL) gets a
-// device copy of it, so write_trace works on the communicator the training ran on.
+// Runs `collective` on one host word. A communicator that takes device buffers only (NCCL, or MPI
+// staging device buffers) gets a device copy of it, so write_trace works on the communicator the
+// training ran on.
 template <class Collective>
 void on_word(Communicator& comm, int32_t* word, Collective&& collective) {
-  if (comm.backend() != Backend::nccl) {
+  if (!comm.device_buffers()) {
     collective(word);
     return;
   }

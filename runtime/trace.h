@@ -85,8 +85,8 @@ PhaseHook trace_phase_hook(int64_t grad_bytes);
 // one JSON object ({"traceEvents": [...]}). Each rank writes <path>.rank<r>; after a barrier rank
 // 0 concatenates them into `path` and removes the parts. Throws UsageError naming --trace when a
 // file cannot be written (on the rank that failed; the caller's agree step makes the others
-// follow). Works over any communicator: with one that takes device buffers only (NCCL) its two
-// agreement words travel through device memory.
+// follow). Works over any communicator: with one that takes device buffers only
+// (Communicator::device_buffers) its two agreement words travel through device memory.
 void write_trace(Communicator& comm, const std::string& path);
 
 // The recorded events as JSON array members (no brackets), for tests and write_trace.
