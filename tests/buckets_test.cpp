@@ -9,6 +9,7 @@
 
 #include "runtime/buckets.h"
 #include "runtime/error.h"
+#include "solo_communicator.h"
 
 using namespace lockstep;
 
@@ -115,13 +116,10 @@ TEST(Buckets, MegabytesToBytes) {
 }
 
 // Records the ranges reduced, in the order they started; a reduction doubles its range.
-class RecordingComm : public Communicator {
+class RecordingComm : public testing_util::SoloCommunicator {
  public:
   std::vector<std::pair<size_t, size_t>> started;  // (first element, count)
   const float* base = nullptr;
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  Backend backend() const override { return Backend::mpi; }
   WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType,
                               ReduceOp) override {
     started.push_back({static_cast<size_t>(static_cast<const float*>(send) - base), count});
@@ -129,19 +127,6 @@ class RecordingComm : public Communicator {
     for (size_t i = 0; i < count; ++i) out[i] *= 2;
     return done();
   }
-  WorkHandle broadcast_async(void*, size_t, DType, int) override { return done(); }
-  WorkHandle all_gather_async(const void*, void*, size_t, DType) override { return done(); }
-  WorkHandle reduce_scatter_async(const void*, void*, size_t, DType, ReduceOp) override {
-    return done();
-  }
-  WorkHandle barrier_async() override { return done(); }
-
- private:
-  struct Done : Work {
-    void wait(Millis) override {}
-    bool done() override { return true; }
-  };
-  static WorkHandle done() { return std::make_unique<Done>(); }
 };
 
 TEST(BucketReducer, StartsEachBucketWhenItsLayersAreDone) {
