@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check, one command on a machine with an NVIDIA GPU: builds the CUDA build (or uses the
 # build folder given), runs the GPU tests (label gpu), the collectives on device buffers with 2 MPI
-# ranks sharing GPU 0, the NCCL collective benchmark and, where lockstep-bench has it, the training
-# benchmark on CUDA; then prints one table. Exits non-zero when a step fails (a skip is no failure).
+# ranks sharing GPU 0, the NCCL collective benchmark, the CNN training benchmark on CUDA at global
+# batch 128 and 1024, and the same model and batches in PyTorch and JAX (scripts/reference) where
+# python3 has them; then prints one table. Exits non-zero when a step fails (a skip is no failure).
 #   bash scripts/gpu-check.sh [BUILD_DIR]       default: $LOCKSTEP_BUILD_DIR, else build-gpu/
 #   LOCKSTEP_GPU_BENCH_ARGS='-b 8 -e 1G -f 4'   sizes for the collective benchmark
+#   LOCKSTEP_GPU_DATA=data/fashion-mnist.h5     training data (default; random data when absent)
 # A build folder that already holds the test binaries (e.g. carried to the GPU machine) is used as
 # it is; otherwise it is configured with LOCKSTEP_CUDA=ON and built. Run-time libraries carried in
 # .device/ (MPI, HDF5, ...) are found by sourcing .device/env.sh first, when it exists.
@@ -16,6 +18,10 @@ cd "$root" || exit 1
 [[ -f .device/env.sh ]] && . .device/env.sh
 set -uo pipefail
 bench_sizes=${LOCKSTEP_GPU_BENCH_ARGS:--b 8 -e 1G -f 4}
+here="$root/scripts"
+train_data=${LOCKSTEP_GPU_DATA:-data/fashion-mnist.h5}
+train_data_or_synthetic=$train_data
+[[ -f "$train_data" ]] || train_data_or_synthetic=synthetic
 mpiexec=${MPIEXEC:-mpiexec}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_hwloc_base_binding_policy=none
@@ -28,6 +34,11 @@ record() {
   rows+=("$1"$'\t'"$2"$'\t'"$3")
   [[ "$2" == failed ]] && failed=1
   printf '== %s: %s %s\n' "$1" "$2" "$3"
+}
+
+# The throughput figures of a lockstep-bench train or scripts/reference output, on one line.
+figures() {
+  grep -aoE '^(samples_per_second|step_ms_median|achieved_gflops)=[0-9.]+' "$1" | tr '\n' ' '
 }
 
 # The first line of LOG that reports an error, else its last line.
@@ -120,16 +131,34 @@ if [[ $failed -eq 0 ]]; then
     else
       record "bench collectives nccl (1 GPU)" failed "$(first_error "$logs/bench_nccl.log")"
     fi
-    if "$bench" train --help >/dev/null 2>&1; then
-      if "$bench" train --device cuda >"$logs/bench_train.log" 2>&1; then
-        record "bench train (cuda)" ok "$(grep -aiE 'samples/s' "$logs/bench_train.log" | tail -1)"
-        cat "$logs/bench_train.log"
+    # Training throughput at the issue's two batch sizes, then the same model and batch in
+    # PyTorch and JAX (scripts/reference) where python3 has them, side by side in the table.
+    for batch in 128 1024; do
+      log="$logs/bench_train_$batch.log"
+      data_args=()
+      [[ -f "$train_data" ]] && data_args=(--data "$train_data")
+      if "$bench" train --device cuda --model cnn --global-batch "$batch" --steps 200 --warmup 20 \
+           "${data_args[@]}" >"$log" 2>&1; then
+        record "lockstep cnn, batch $batch" ok "$(figures "$log")"
+        cat "$log"
       else
-        record "bench train (cuda)" failed "$(first_error "$logs/bench_train.log")"
+        record "lockstep cnn, batch $batch" failed "$(first_error "$log")"
       fi
-    else
-      record "bench train (cuda)" absent "lockstep-bench has no train command in this build"
-    fi
+      for fw in torch jax; do
+        if ! python3 -c "import $fw" >/dev/null 2>&1; then
+          record "$fw cnn, batch $batch" absent "python3 cannot import $fw"
+          continue
+        fi
+        log="$logs/${fw}_$batch.log"
+        if python3 "$here/reference/cnn_$fw.py" --data "${train_data_or_synthetic}" \
+             --global-batch "$batch" --steps 200 --warmup 20 >"$log" 2>&1; then
+          record "$fw cnn, batch $batch" ok "$(figures "$log")"
+          cat "$log"
+        else
+          record "$fw cnn, batch $batch" failed "$(tail -1 "$log")"
+        fi
+      done
+    done
   else
     record "benchmarks" failed "missing $bench"
   fi

@@ -2,8 +2,8 @@
 # lockstep-bench train, end to end at 1 and 2 ranks on synthetic data: prints samples/s, the step
 # time median/min/max (min <= median <= max), a breakdown whose shares add up to 100%, the FLOPs
 # per sample counted from the layer shapes (checked against the formula for a one-layer model and
-# for the CNN), the achieved GFLOP/s and the measured sgemm peak; bad options are refused.
-# ctest sets LOCKSTEP_BIN and MPIEXEC.
+# for the CNN, and the same count in the PyTorch/JAX reference scripts), the achieved GFLOP/s and
+# the measured sgemm peak; bad options are refused. ctest sets LOCKSTEP_BIN, LOCKSTEP_SRC, MPIEXEC.
 set -u
 
 bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
@@ -52,6 +52,18 @@ cnn=$((2 * 28 * 28 * 32 * 9 * 1 + 2 * 14 * 14 * 64 * 9 * 32 + 2 * 7 * 7 * 64 * 1
 "$bin/lockstep-bench" train --model cnn --global-batch 16 --steps 4 --warmup 1 --peak-size 256 \
   >one.txt 2>&1 || fail "1 rank exits $?: $(cat one.txt)"
 check one.txt 1 "$cnn" || failures=$((failures + 1))
+
+# The PyTorch and JAX reference scripts (scripts/reference, run on a GPU machine for the side-by-side
+# figures) must count the CNN's FLOPs as lockstep-bench does, so their GFLOP/s compare directly;
+# and they must at least parse here, where neither framework is installed.
+src="${LOCKSTEP_SRC:?LOCKSTEP_SRC must name the source tree}"
+ref=$(python3 -c "import sys; sys.path.insert(0, '$src/scripts/reference'); import common
+print(common.flops_per_sample())") || fail "scripts/reference/common.py does not import"
+[[ "$ref" == "$cnn" ]] || fail "scripts/reference counts ${ref:-?} forward FLOPs per CNN sample, the formula $cnn"
+for script in "$src"/scripts/reference/*.py; do
+  python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])" "$script" ||
+    fail "$script does not parse"
+done
 
 $mpiexec -n 2 "$bin/lockstep-bench" train --model linear --global-batch 32 --steps 6 --warmup 1 \
   --peak-size 256 >two.txt 2>&1 || fail "2 ranks exit $?: $(cat two.txt)"

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The Fashion-MNIST CNN in PyTorch, timed like lockstep-bench train (see common.py).
+
+    python3 scripts/reference/cnn_torch.py --data data/fashion-mnist.h5 --global-batch 128
+    python3 scripts/reference/cnn_torch.py --global-batch 1024 --precision bf16 --epochs 5
+
+One GPU (cuda:0, else the CPU). Batches go from pinned host memory to the device each step, as
+Lockstep's loader feeds its device step. The model runs through torch.compile on a GPU (the
+idiomatic fast path; LOCKSTEP_REFERENCE_COMPILE=0 runs it eagerly).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self, channels, classes):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(channels, 32, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.dense = torch.nn.Linear(7 * 7 * 64, classes)
+
+    def forward(self, x):  # x: NHWC, as the HDF5 file stores it
+        x = x.permute(0, 3, 1, 2)
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.dense(x.permute(0, 2, 3, 1).flatten(1))  # NHWC flatten, as Lockstep's dense
+
+
+def build(args, channels, classes, device):
+    """A fresh model from the seed, its Adam and the (compiled) training step."""
+    torch.manual_seed(args.seed)
+    model = Cnn(channels, classes).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    forward = model
+    if os.environ.get("LOCKSTEP_REFERENCE_COMPILE", "1") == "1" and device.type == "cuda":
+        forward = torch.compile(model)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
+    def train_on(x, y):
+        with autocast:
+            loss = F.cross_entropy(forward(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return model, train_on, autocast
+
+
+def main():
+    args = common.parse_args("PyTorch")
+    xt, yt, xe, ye, classes = common.load(args.data, args.seed)
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    torch.backends.cudnn.benchmark = True
+    _, train_on, _ = build(args, xt.shape[3], classes, device)
+    feed = common.cycle(xt, yt, args.global_batch, args.seed)
+
+    def run_step():
+        xb, yb = next(feed)
+        x = torch.from_numpy(xb).pin_memory().to(device, non_blocking=True)
+        y = torch.from_numpy(yb).long().pin_memory().to(device, non_blocking=True)
+        train_on(x, y)
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(args.warmup):
+        run_step()
+    steps, total = common.measure(run_step, sync, args.steps)
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    common.report("PyTorch", torch.__version__, name, args, steps, total, args.steps)
+
+    if args.epochs > 0:
+        model, train_on, autocast = build(args, xt.shape[3], classes, device)
+        for epoch in range(args.epochs):
+            for xb, yb in common.batches(xt, yt, args.global_batch, args.seed, epoch):
+                train_on(torch.from_numpy(xb).to(device), torch.from_numpy(yb).long().to(device))
+        correct = 0
+        with torch.no_grad(), autocast:
+            for i in range(0, len(xe), 1000):
+                logits = model(torch.from_numpy(xe[i:i + 1000]).to(device))
+                correct += int((logits.argmax(1).cpu().numpy() == ye[i:i + 1000]).sum())
+        print(f"test_accuracy={correct / len(xe):.4f} epochs={args.epochs}")
+
+
+if __name__ == "__main__":
+    main()
