@@ -149,7 +149,7 @@ int run_train_bench(int argc, char** argv, const World& world) {
   Options o;
   if (!parse(argc, argv, world, &o)) return 0;
   if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
-    throw UsageError("--device cuda: this build trains on the CPU only so far; use --device cpu");
+    throw UsageError("--device cuda: " + gpu_training_missing() + "; use --device cpu");
   ContextOptions co;
   co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
   Context ctx = make_context(world, co);
@@ -186,7 +186,10 @@ int run_train_bench(int argc, char** argv, const World& world) {
   c.check_every = 0;
   c.straggler_every = 0;
   c.print = false;
+  c.device = ctx.device;  // the same device step as lockstep-train
   Trainer trainer(comm, c);
+  // Host values go over the trainer's host communicator (ctx.comm may take device buffers only).
+  Communicator& host = trainer.comm();
   StepLog log;
   trainer.set_phase_hook([&log](Phase p, double b, double e) { log.on_phase(p, b, e); });
   trainer.run();
@@ -197,19 +200,19 @@ int run_train_bench(int argc, char** argv, const World& world) {
     throw Error("lockstep-bench train: saw " + std::to_string(log.total.size()) + " steps, expected " +
                 std::to_string(total_steps));
   std::vector<double> step(log.total.begin() + first, log.total.end());
-  comm.all_reduce(step.data(), step.data(), step.size(), DType::f64, ReduceOp::max);
+  host.all_reduce(step.data(), step.data(), step.size(), DType::f64, ReduceOp::max);
   // Phase shares: each rank's phase sums over its own step time, averaged over the ranks.
   double sums[6] = {0, 0, 0, 0, 0, 0};
   for (size_t s = first; s < log.total.size(); ++s) {
     for (int i = 0; i < 5; ++i) sums[i] += log.phase[i][s];
     sums[5] += log.total[s];
   }
-  comm.all_reduce(sums, sums, 6, DType::f64, ReduceOp::mean);
+  host.all_reduce(sums, sums, 6, DType::f64, ReduceOp::mean);
 
   const double fwd = forward_flops_per_sample(trainer.model());
-  const double rank_peak = sgemm_rate(comm, o.peak_size);
+  const double rank_peak = sgemm_rate(host, o.peak_size);
   double peak = rank_peak;
-  comm.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::sum);
+  host.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::sum);
 
   if (world.rank == 0) {
     double mean = 0;

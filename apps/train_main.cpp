@@ -36,7 +36,7 @@ int train(int argc, char** argv, const World& world) {
     if (world.rank == 0) std::fputs(o.help_text.c_str(), stdout);
     return 0;
   }
-  // GPU layers come with their own issue: until then "auto" trains on the CPU.
+  // A build without CUDA refuses --device cuda in words, and --device auto trains on the CPU.
   if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
     agree_or_throw(false, "--device cuda: " + gpu_training_missing() + "; use --device cpu");
   ContextOptions co;

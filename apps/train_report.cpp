@@ -32,10 +32,11 @@ void print_distance_to_truth(Trainer& t) {
   const size_t d = m.input_size();
   std::optional<Truth> truth = read_truth(t.config().train.path, d);
   if (!truth) return;
+  const std::vector<float> params = m.params_to_host();  // a copy down when trained on a GPU
   double w_err = 0;
   for (size_t i = 0; i < d; ++i)
-    w_err = std::max(w_err, std::fabs(static_cast<double>(m.params()[i]) - truth->w[i]));
-  double b_err = std::fabs(static_cast<double>(m.params()[d]) - truth->b);
+    w_err = std::max(w_err, std::fabs(static_cast<double>(params[i]) - truth->w[i]));
+  double b_err = std::fabs(static_cast<double>(params[d]) - truth->b);
   std::printf("w_max_error=%.6f\nb_error=%.6f\n", w_err, b_err);
 }
 

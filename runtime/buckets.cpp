@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cast.h"
+#include "kernels/cuda_memory.h"
 #include "runtime/error.h"
 
 namespace lockstep {
@@ -57,10 +58,28 @@ size_t bucket_bytes_from_mb(double mb) {
   return static_cast<size_t>(std::llround(mb * 1024.0 * 1024.0));
 }
 
-BucketReducer::BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire)
-    : comm_(comm), buckets_(std::move(buckets)), wire_(wire) {
-  if (wire_ == Precision::bf16 && !buckets_.empty())
-    wire_copy_.resize(buckets_.front().offset + buckets_.front().count);
+BucketReducer::BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire,
+                             DeviceKind grads_on, cudaStream_t stream)
+    : comm_(comm),
+      buckets_(std::move(buckets)),
+      wire_(wire),
+      grads_on_(grads_on),
+      stream_(stream),
+      staged_(grads_on == DeviceKind::cuda && !comm.device_buffers()) {
+  // Buckets run from the end of the buffer down: the first one reaches its end.
+  const size_t total = buckets_.empty() ? 0 : buckets_.front().offset + buckets_.front().count;
+  if (wire_ == Precision::bf16) wire_copy_ = Buffer<uint16_t>(grads_on_, total);
+  if (staged_) host_mirror_.resize(total * wire_bytes());
+  if (grads_on_ == DeviceKind::cuda && comm_.device_buffers()) comm_.set_compute_stream(stream_);
+}
+
+size_t BucketReducer::wire_bytes() const {
+  return wire_ == Precision::bf16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+void* BucketReducer::wire_ptr(const Bucket& k) {
+  if (wire_ == Precision::bf16) return wire_copy_.data() + k.offset;
+  return grads_ + k.offset;
 }
 
 void BucketReducer::start_step(float* grads) {
@@ -71,14 +90,23 @@ void BucketReducer::start_step(float* grads) {
 
 void BucketReducer::launch(size_t b) {
   const Bucket& k = buckets_[b];
+  const bool device = grads_on_ == DeviceKind::cuda;
   if (wire_ == Precision::bf16) {
     uint16_t* w = wire_copy_.data() + k.offset;
-    kernels::cast_f32_to_bf16_cpu(grads_ + k.offset, w, k.count);
-    pending_.push_back(comm_.all_reduce_async(w, w, k.count, DType::bf16, ReduceOp::sum));
-    return;
+    if (device)
+      kernels::cast_f32_to_bf16_cuda(grads_ + k.offset, w, k.count, stream_);
+    else
+      kernels::cast_f32_to_bf16_cpu(grads_ + k.offset, w, k.count);
   }
-  pending_.push_back(
-      comm_.all_reduce_async(grads_ + k.offset, grads_ + k.offset, k.count, DType::f32, ReduceOp::sum));
+  const DType type = wire_ == Precision::bf16 ? DType::bf16 : DType::f32;
+  void* buf = wire_ptr(k);
+  if (staged_) {
+    // A synchronous copy through the legacy default stream: after the kernels that wrote it.
+    unsigned char* host = host_mirror_.data() + k.offset * wire_bytes();
+    kernels::cuda_copy_to_host(host, buf, k.count * wire_bytes());
+    buf = host;
+  }
+  pending_.push_back(comm_.all_reduce_async(buf, buf, k.count, type, ReduceOp::sum));
 }
 
 void BucketReducer::layer_done(int layer) {
@@ -89,9 +117,17 @@ void BucketReducer::wait_all() {
   while (next_ < buckets_.size()) launch(next_++);
   for (WorkHandle& w : pending_) w->wait(comm_.timeout());
   pending_.clear();
-  if (wire_ == Precision::bf16)
-    for (const Bucket& k : buckets_)
+  for (const Bucket& k : buckets_) {
+    if (staged_)
+      kernels::cuda_copy_to_device(wire_ptr(k), host_mirror_.data() + k.offset * wire_bytes(),
+                                   k.count * wire_bytes());
+    if (wire_ != Precision::bf16) continue;
+    if (grads_on_ == DeviceKind::cuda)
+      kernels::cast_bf16_to_f32_cuda(wire_copy_.data() + k.offset, grads_ + k.offset, k.count,
+                                     stream_);
+    else
       kernels::cast_bf16_to_f32_cpu(wire_copy_.data() + k.offset, grads_ + k.offset, k.count);
+  }
 }
 
 }  // namespace lockstep

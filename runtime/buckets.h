@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda_stream.h"
+#include "runtime/buffer.h"
 #include "runtime/communicator.h"
 #include "runtime/precision.h"
 
@@ -41,11 +43,17 @@ size_t bucket_bytes_from_mb(double mb);
 // layer_done(i) is called once per layer index in decreasing order (layers without gradients
 // included); when it reaches a bucket's first layer that bucket's reduction starts, in place on
 // `grads`. wait_all() waits for every started reduction and throws what they throw. With a bf16
-// wire dtype each bucket is cast into a bf16 copy, reduced there and cast back at wait_all (host
-// buffers: the CPU casts).
+// wire dtype each bucket is cast into a bf16 copy, reduced there and cast back at wait_all (by the
+// CPU for host gradients, on the stream for device gradients).
+//
+// Device gradients (DeviceKind::cuda): a communicator that takes device buffers (nccl, or mpi
+// staging them) reduces them in place, ordered after the stream's work (set_compute_stream); one
+// that takes host buffers gets each bucket copied down into a host mirror when it starts (a
+// synchronous copy, after the stream's work) and copied back up in wait_all.
 class BucketReducer {
  public:
-  BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire = Precision::fp32);
+  BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire = Precision::fp32,
+                DeviceKind grads_on = DeviceKind::cpu, cudaStream_t stream = nullptr);
 
   // Forgets any handles of a previous step (they must have been waited for) and sets the buffer.
   void start_step(float* grads);
@@ -57,13 +65,21 @@ class BucketReducer {
  private:
   void launch(size_t b);
 
+  // Where bucket b's reduction reads and writes (grads or the bf16 copy), and its element size.
+  void* wire_ptr(const Bucket& k);
+  size_t wire_bytes() const;
+
   Communicator& comm_;
   std::vector<Bucket> buckets_;
   Precision wire_;
+  DeviceKind grads_on_;
+  cudaStream_t stream_;
+  bool staged_ = false;  // device gradients over a host-buffer communicator
   float* grads_ = nullptr;
   size_t next_ = 0;  // buckets [0, next_) have started
   std::vector<WorkHandle> pending_;
-  std::vector<uint16_t> wire_copy_;  // bf16 wire: the buckets' values in bf16, same offsets
+  Buffer<uint16_t> wire_copy_;               // bf16 wire: the buckets' values in bf16, same offsets
+  std::vector<unsigned char> host_mirror_;   // staged: the wire values on the host, same offsets
 };
 
 }  // namespace lockstep

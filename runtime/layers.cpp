@@ -6,6 +6,8 @@
 #include "kernels/conv2d.h"
 #include "kernels/dense.h"
 #include "kernels/pool.h"
+#include "runtime/device_copy.h"
+#include "runtime/layer_shapes.h"
 
 namespace lockstep {
 
@@ -31,9 +33,6 @@ void init_weights_and_bias(float* params, size_t weights, size_t bias, size_t fa
 class DenseLayer : public Layer {
  public:
   using Layer::Layer;
-  void init_params(std::mt19937_64& gen) override {
-    init_weights_and_bias(params_, in_size() * out_size(), out_size(), in_size(), gen);
-  }
   void forward(int batch, const float* x, float* y, float*) override {
     kernels::dense_forward_cpu(shape(batch), x, params_, bias(params_), y);
   }
@@ -43,20 +42,13 @@ class DenseLayer : public Layer {
   }
 
  private:
-  kernels::DenseShape shape(int batch) const {
-    return {batch, static_cast<int>(in_size()), static_cast<int>(out_size())};
-  }
-  float* bias(float* base) const { return base + in_size() * out_size(); }
+  kernels::DenseShape shape(int batch) const { return dense_shape(plan_, batch); }
+  float* bias(float* base) const { return base + bias_offset(plan_); }
 };
 
 class Conv2dLayer : public Layer {
  public:
   using Layer::Layer;
-  void init_params(std::mt19937_64& gen) override {
-    size_t k = static_cast<size_t>(plan_.spec.kernel);
-    size_t fan_in = k * k * static_cast<size_t>(plan_.in[2]);
-    init_weights_and_bias(params_, fan_in * out_channels(), out_channels(), fan_in, gen);
-  }
   size_t workspace_floats(int batch) const override {
     return kernels::conv2d_workspace_floats(shape(batch));
   }
@@ -70,20 +62,8 @@ class Conv2dLayer : public Layer {
   }
 
  private:
-  size_t out_channels() const { return static_cast<size_t>(plan_.spec.units); }
-  float* bias(float* base) const { return base + plan_.params - out_channels(); }
-  kernels::Conv2dShape shape(int batch) const {
-    kernels::Conv2dShape s;
-    s.n = batch;
-    s.h = plan_.in[0];
-    s.w = plan_.in[1];
-    s.c_in = plan_.in[2];
-    s.c_out = plan_.spec.units;
-    s.kh = s.kw = plan_.spec.kernel;
-    s.stride = plan_.spec.stride;
-    s.pad_h = s.pad_w = plan_.spec.kernel / 2;
-    return s;
-  }
+  float* bias(float* base) const { return base + bias_offset(plan_); }
+  kernels::Conv2dShape shape(int batch) const { return conv2d_shape(plan_, batch); }
 };
 
 class MaxPoolLayer : public Layer {
@@ -101,9 +81,7 @@ class MaxPoolLayer : public Layer {
   }
 
  private:
-  kernels::PoolShape shape(int batch) const {
-    return {batch, plan_.in[0], plan_.in[1], plan_.in[2], plan_.spec.kernel};
-  }
+  kernels::PoolShape shape(int batch) const { return pool_shape(plan_, batch); }
   std::vector<int32_t> argmax_;
 };
 
@@ -129,7 +107,19 @@ class FlattenLayer : public Layer {
 
 }  // namespace
 
-bool layers_available(DeviceKind kind) { return kind == DeviceKind::cpu; }
+bool layers_available(DeviceKind kind) { return kind == DeviceKind::cpu || cuda_built(); }
+
+void init_layer_params(const LayerPlan& plan, float* host, std::mt19937_64& gen) {
+  if (plan.spec.kind == LayerKind::dense) {
+    const size_t in = shape_size(plan.in), out = shape_size(plan.out);
+    init_weights_and_bias(host, in * out, out, in, gen);
+  } else if (plan.spec.kind == LayerKind::conv2d) {
+    const size_t k = static_cast<size_t>(plan.spec.kernel);
+    const size_t fan_in = k * k * static_cast<size_t>(plan.in[2]);
+    const size_t out = static_cast<size_t>(plan.spec.units);
+    init_weights_and_bias(host, fan_in * out, out, fan_in, gen);
+  }
+}
 
 std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan) {
   switch (plan.spec.kind) {

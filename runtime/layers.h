@@ -2,9 +2,11 @@
 // shapes (from its LayerPlan) and computes over a batch of NHWC float32 activations; it owns no
 // parameters. Its weights and gradients are views into the model's flat buffers (DESIGN.md
 // decision 4), bound once by the model. Activations and scratch space are also the model's, so a
-// training step allocates nothing. make_cpu_layer() returns the CPU twins (kernels/*_cpu); a CUDA
-// build adds device twins behind the same interface, so the model and trainer do not change.
-// A layer is used by one thread at a time.
+// training step allocates nothing. make_cpu_layer() returns the CPU twins (kernels/*_cpu);
+// make_cuda_layer() the device twins (kernels/*_cuda, cuda_layers.cpp) behind the same interface:
+// their pointers are device memory and their work is queued on one CUDA stream. Parameters are
+// initialised on the host by init_layer_params() for both, so a seed gives the same values on
+// either device. A layer is used by one thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -13,8 +15,10 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cuda_stream.h"
 #include "runtime/context.h"
 #include "runtime/model_spec.h"
+#include "runtime/precision.h"
 
 namespace lockstep {
 
@@ -35,14 +39,12 @@ class Layer {
     params_ = params;
     grads_ = grads;
   }
-  // Writes initial parameters into the bound view, drawing from `gen` in a fixed order.
-  virtual void init_params(std::mt19937_64& gen) {}
   // True when the output is the input itself (flatten of NHWC data): the model passes the
   // pointers through and forward/backward are not called.
   virtual bool is_view() const { return false; }
   // Scratch floats forward/backward need at this batch size (shared by all layers of a model).
   virtual size_t workspace_floats(int batch) const { return 0; }
-  // Per-layer state sized for batches up to max_batch (maxpool's argmax).
+  // Per-layer state sized for batches up to max_batch (maxpool's argmax), in the layer's memory.
   virtual void reserve(int max_batch) {}
 
   // y[batch, out] from x[batch, in]. Overwrites y.
@@ -59,10 +61,18 @@ class Layer {
 };
 
 std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan);
+// Device twins computing on `stream`. With Precision::bf16 the dense and convolution GEMMs take
+// bf16 copies of their operands (fp32 accumulation, fp32 parameters and gradients).
+std::unique_ptr<Layer> make_cuda_layer(const LayerPlan& plan, cudaStream_t stream,
+                                       Precision precision);
 
-// Whether this build has layers for `kind` (the CPU ones always; device twins come with their
-// own issue), so the app can fall back from --device auto and refuse --device cuda in words.
+// Whether this build has layers for `kind` (the CPU ones always, the CUDA ones in a CUDA build),
+// so the app can fall back from --device auto and refuse --device cuda in words.
 bool layers_available(DeviceKind kind);
+
+// Writes the initial parameters of a layer planned as `plan` into host[0, plan.params), drawing
+// from `gen` in a fixed order (nothing for layers without parameters).
+void init_layer_params(const LayerPlan& plan, float* host, std::mt19937_64& gen);
 
 // Fills p[0, n) uniformly in [-bound, bound) from gen (24 random bits per value, so the values
 // depend only on the generator's sequence, not on the standard library's distributions).

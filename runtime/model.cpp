@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kernels/cuda_memory.h"
 #include "runtime/error.h"
 #include "runtime/trace.h"
 
@@ -31,20 +32,25 @@ std::vector<LayerPlan> pool_before_relu(std::vector<LayerPlan> plan) {
 
 }  // namespace
 
-Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch)
-    : plan_(pool_before_relu(plan_model(spec, input, outputs))),
+Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch,
+             const ModelPlacement& placement)
+    : placement_(placement),
+      plan_(pool_before_relu(plan_model(spec, input, outputs))),
       max_batch_(max_batch),
       outputs_(outputs),
       input_size_(shape_size(input)) {
   if (max_batch <= 0) throw UsageError("model batch size must be positive");
+  const DeviceKind where = placement_.device;
   size_t total = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {
-    layers_.push_back(make_cpu_layer(plan_[i]));
+    layers_.push_back(where == DeviceKind::cuda
+                          ? make_cuda_layer(plan_[i], placement_.stream, placement_.precision)
+                          : make_cpu_layer(plan_[i]));
     if (plan_[i].params) ranges_.push_back({total, plan_[i].params, static_cast<int>(i)});
     total += plan_[i].params;
   }
-  params_.assign(total, 0.0f);
-  grads_.assign(total, 0.0f);
+  params_ = Buffer<float>(where, total);
+  grads_ = Buffer<float>(where, total);
   for (const ParamRange& r : ranges_)
     layers_[r.layer]->bind(params_.data() + r.offset, grads_.data() + r.offset);
 
@@ -56,14 +62,14 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
     l.reserve(max_batch);
     if (l.is_view()) continue;
     size_t batch = static_cast<size_t>(max_batch);
-    activations_[i].assign(batch * l.out_size(), 0.0f);
+    activations_[i] = Buffer<float>(where, batch * l.out_size());
     workspace = std::max(workspace, l.workspace_floats(max_batch));
     if (i > first_compute_) dmax = std::max(dmax, batch * l.in_size());
   }
-  workspace_.assign(workspace, 0.0f);
-  dbuf_[0].assign(dmax, 0.0f);
-  dbuf_[1].assign(dmax, 0.0f);
-  output_grad_.assign(static_cast<size_t>(max_batch) * outputs, 0.0f);
+  workspace_ = Buffer<float>(where, workspace);
+  dbuf_[0] = Buffer<float>(where, dmax);
+  dbuf_[1] = Buffer<float>(where, dmax);
+  output_grad_ = Buffer<float>(where, static_cast<size_t>(max_batch) * outputs);
   act_.assign(layers_.size() + 1, nullptr);
 }
 
@@ -71,11 +77,17 @@ Model::~Model() = default;
 
 void Model::init_params(uint64_t seed) {
   std::mt19937_64 gen(seed);
-  for (auto& l : layers_)
-    if (l->param_count()) l->init_params(gen);
+  std::vector<float> host(params_.size());
+  for (const ParamRange& r : ranges_) init_layer_params(plan_[r.layer], host.data() + r.offset, gen);
+  params_.write(host.data(), 0, host.size());
 }
 
-void Model::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void Model::zero_grads() {
+  if (placement_.device == DeviceKind::cuda)
+    kernels::cuda_zero(grads_.data(), grads_.size() * sizeof(float), placement_.stream);
+  else
+    std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
+}
 
 const float* Model::forward(const float* x, int batch) {
   if (batch <= 0 || batch > max_batch_)

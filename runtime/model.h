@@ -7,7 +7,13 @@
 // output gradient), sized once for batches up to max_batch, so steps do not allocate. forward()
 // keeps its activations for the next backward(). A relu directly followed by a maxpool runs as
 // maxpool then relu (the same function and gradient, less work), so plan() lists them in the
-// order they run; layer indices and parameter names are those of the spec. Used by one thread.
+// order they run; layer indices and parameter names are those of the spec.
+//
+// Placement: on DeviceKind::cuda every buffer is device memory and the layers queue their work on
+// the placement's stream; params(), grads(), forward()'s input and output and output_grad() are
+// then device pointers. Host code reads or writes parameters only through params_to_host() and
+// write_params() (synchronous copies); init_params() draws on the host and copies up, so a seed
+// gives the same parameters on either device. Used by one thread.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/buffer.h"
 #include "runtime/layers.h"
 #include "runtime/model_spec.h"
 
@@ -37,10 +44,18 @@ struct ParamTensorInfo {
   size_t count = 0;
 };
 
+// Where a model computes: the CPU, or a CUDA device through one stream (the current device's).
+struct ModelPlacement {
+  DeviceKind device = DeviceKind::cpu;
+  cudaStream_t stream = nullptr;       // cuda: the stream every layer's work goes to
+  Precision precision = Precision::fp32;  // cuda: bf16 GEMMs (layers.h: make_cuda_layer)
+};
+
 class Model {
  public:
   // Plans the model against the data (UsageError when it does not fit) and allocates its buffers.
-  Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch);
+  Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch,
+        const ModelPlacement& placement = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -50,6 +65,14 @@ class Model {
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
+  DeviceKind device() const { return placement_.device; }
+  cudaStream_t stream() const { return placement_.stream; }
+  // A host copy of the parameters (synchronous: after the work queued so far).
+  std::vector<float> params_to_host() const { return params_.to_host(); }
+  // Overwrites params[offset, offset + count) from host memory.
+  void write_params(size_t offset, const float* host, size_t count) {
+    params_.write(host, offset, count);
+  }
   // One range per layer that has parameters, in layer order.
   const std::vector<ParamRange>& param_ranges() const { return ranges_; }
   // Weights and biases of every layer, in buffer order; together they cover the buffer exactly.
@@ -60,7 +83,8 @@ class Model {
   size_t input_size() const { return input_size_; }  // floats per sample
   const std::vector<LayerPlan>& plan() const { return plan_; }
 
-  // Fills params() from a generator seeded with `seed`, layer by layer (deterministic).
+  // Fills params() from a generator seeded with `seed`, layer by layer (deterministic, drawn on
+  // the host whatever the placement).
   void init_params(uint64_t seed);
   void zero_grads();
 
@@ -79,6 +103,7 @@ class Model {
   std::string summary() const;
 
  private:
+  ModelPlacement placement_;
   std::vector<LayerPlan> plan_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParamRange> ranges_;
@@ -86,10 +111,10 @@ class Model {
   int outputs_ = 0;
   size_t input_size_ = 0;
   size_t first_compute_ = 0;  // first layer that is not a view: it needs no input gradient
-  std::vector<float> params_, grads_, workspace_, output_grad_;
-  std::vector<std::vector<float>> activations_;  // activations_[i]: output of layer i (empty for views)
-  std::vector<const float*> act_;                // act_[0]: the input; act_[i + 1]: layer i's output
-  std::vector<float> dbuf_[2];                   // ping-pong activation gradients
+  Buffer<float> params_, grads_, workspace_, output_grad_;
+  std::vector<Buffer<float>> activations_;  // activations_[i]: output of layer i (empty for views)
+  std::vector<const float*> act_;           // act_[0]: the input; act_[i + 1]: layer i's output
+  Buffer<float> dbuf_[2];                   // ping-pong activation gradients
 };
 
 }  // namespace lockstep

@@ -39,16 +39,17 @@ void validate(const OptimizerConfig& c) {
     throw UsageError("--weight-decay must be >= 0, not " + std::to_string(c.weight_decay));
 }
 
-Optimizer::Optimizer(const OptimizerConfig& config, size_t param_count)
-    : config_(config), n_(param_count) {
+Optimizer::Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKind device,
+                     cudaStream_t stream)
+    : config_(config), n_(param_count), device_(device), stream_(stream) {
   validate(config_);
   switch (config_.kind) {
     case OptimizerKind::sgd: break;
-    case OptimizerKind::momentum: a_.assign(n_, 0.0f); break;
+    case OptimizerKind::momentum: a_ = Buffer<float>(device_, n_); break;
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
-      a_.assign(n_, 0.0f);
-      b_.assign(n_, 0.0f);
+      a_ = Buffer<float>(device_, n_);
+      b_ = Buffer<float>(device_, n_);
       break;
   }
 }
@@ -63,7 +64,11 @@ void Optimizer::step(float* params, const float* grads, float lr) {
       o.momentum = config_.kind == OptimizerKind::momentum ? config_.momentum : 0.0f;
       o.nesterov = config_.nesterov;
       o.weight_decay = config_.weight_decay;
-      kernels::sgd_update_cpu(o, params, grads, a_.empty() ? nullptr : a_.data(), n_);
+      float* velocity = a_.empty() ? nullptr : a_.data();
+      if (device_ == DeviceKind::cuda)
+        kernels::sgd_update_cuda(o, params, grads, velocity, n_, stream_);
+      else
+        kernels::sgd_update_cpu(o, params, grads, velocity, n_);
       break;
     }
     case OptimizerKind::adam:
@@ -76,7 +81,10 @@ void Optimizer::step(float* params, const float* grads, float lr) {
       o.weight_decay = config_.weight_decay;
       o.decoupled = config_.kind == OptimizerKind::adamw;
       o.step = steps_;
-      kernels::adam_update_cpu(o, params, grads, a_.data(), b_.data(), n_);
+      if (device_ == DeviceKind::cuda)
+        kernels::adam_update_cuda(o, params, grads, a_.data(), b_.data(), n_, stream_);
+      else
+        kernels::adam_update_cpu(o, params, grads, a_.data(), b_.data(), n_);
       break;
     }
   }

@@ -3,13 +3,18 @@
 // velocity; Adam's first and second moments), each as long as the parameter buffer and in the same
 // layout, and the count of updates done. Every rank holds the same state and applies the same
 // update, so replicas stay identical. Checkpoints read and write the state through state() and
-// set_steps(). Used by one thread.
+// set_steps(). The state lives where the model computes: with DeviceKind::cuda it is device
+// memory, the update runs through the kernels' CUDA twins on the given stream, and state() gives
+// buffers that host code reads and writes only through their copies (buffer.h). Used by one thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kernels/cuda_stream.h"
+#include "runtime/buffer.h"
 
 namespace lockstep {
 
@@ -32,14 +37,15 @@ void validate(const OptimizerConfig& c);
 
 struct StateBuffer {
   std::string name;  // "velocity", "adam_m", "adam_v"
-  std::vector<float>* data;
+  Buffer<float>* data;
 };
 
 class Optimizer {
  public:
-  Optimizer(const OptimizerConfig& config, size_t param_count);
+  Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKind device = DeviceKind::cpu,
+            cudaStream_t stream = nullptr);
 
-  // One update with learning rate lr; counts it.
+  // One update with learning rate lr; counts it. params and grads are in the optimizer's memory.
   void step(float* params, const float* grads, float lr);
 
   const OptimizerConfig& config() const { return config_; }
@@ -50,8 +56,10 @@ class Optimizer {
  private:
   OptimizerConfig config_;
   size_t n_ = 0;
+  DeviceKind device_;
+  cudaStream_t stream_;
   int64_t steps_ = 0;
-  std::vector<float> a_, b_;  // velocity (momentum) or m and v (adam, adamw)
+  Buffer<float> a_, b_;  // velocity (momentum) or m and v (adam, adamw)
 };
 
 }  // namespace lockstep

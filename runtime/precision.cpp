@@ -13,10 +13,8 @@ Precision parse_precision(const std::string& text, const char* option) {
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
 
 std::string gpu_training_missing() {
-  return "GPU training is not finished in this build: the layers have no CUDA path yet "
-         "(parameters, gradients, optimizer state and activations on the device, batches copied "
-         "from pinned memory on a copy stream, device-side loss sums, bf16 GEMMs with fp32 master "
-         "weights)";
+  return "GPU training needs the CUDA build: this binary was built without CUDA (configure with "
+         "-DLOCKSTEP_CUDA=ON on a machine with nvcc and NCCL)";
 }
 
 }  // namespace lockstep

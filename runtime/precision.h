@@ -16,9 +16,8 @@ enum class Precision { fp32, bf16 };
 Precision parse_precision(const std::string& text, const char* option);
 const char* precision_name(Precision p);
 
-// What the --device cuda training path still lacks in this build, in words for the refusal
-// "GPU training is not finished in this build: ...". The kernels' CUDA twins exist; the layers,
-// model buffers and trainer step do not run on the device yet.
+// Why --device cuda cannot train in this build, in words for the refusal: only a build without
+// CUDA refuses it (the CUDA build trains on the device: trainer.h, device_step.h).
 std::string gpu_training_missing();
 
 }  // namespace lockstep

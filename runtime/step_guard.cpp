@@ -83,6 +83,10 @@ void StepGuard::before_reduce(double local_loss_sum) {
 }
 
 bool StepGuard::update_ok(const float* grads, size_t count, int64_t step, int epoch) {
+  return update_ok(all_finite(grads, count), step, epoch);
+}
+
+bool StepGuard::update_ok(bool grads_finite, int64_t step, int epoch) {
   if (pending_) {
     pending_->wait(comm_.timeout());
     pending_.reset();
@@ -95,7 +99,7 @@ bool StepGuard::update_ok(const float* grads, size_t count, int64_t step, int ep
                                                      : ", writing a checkpoint, then stopping");
   }
   const bool loss_bad = flags_[1] != 0;
-  if (!loss_bad && all_finite(grads, count)) return true;
+  if (!loss_bad && grads_finite) return true;
   const std::string what = std::string(loss_bad ? "the loss" : "the averaged gradient") +
                            " is not finite (NaN or Inf) at step " + std::to_string(step + 1) +
                            " (epoch " + std::to_string(epoch + 1) + ")";

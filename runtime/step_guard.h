@@ -57,6 +57,8 @@ class StepGuard {
   void before_reduce(double local_loss_sum);
   // `step` is the 0-based global step being taken; `epoch` 0-based.
   bool update_ok(const float* grads, size_t count, int64_t step, int epoch);
+  // The same verdict for gradients checked elsewhere (on a GPU, by their global norm).
+  bool update_ok(bool grads_finite, int64_t step, int epoch);
   bool after_step(Trainer& trainer);
   void at_end(Trainer& trainer);
 

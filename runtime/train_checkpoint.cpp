@@ -81,14 +81,14 @@ void check_resumable(Trainer& t, const CheckpointState& s, const std::string& pa
 }
 
 void restore_into(Trainer& t, const CheckpointState& s) {
-  float* params = t.model().params();
+  // write(): a copy up when the model computes on a GPU.
   for (const ParamTensorInfo& p : t.model().param_tensors()) {
     const NamedTensor* saved = find_tensor(s.params, p.name);
-    std::memcpy(params + p.offset, saved->data.data(), p.count * sizeof(float));
+    t.model().write_params(p.offset, saved->data.data(), p.count);
   }
   for_each_state_tensor(t, [&](StateBuffer& buf, const ParamTensorInfo& p) {
     const NamedTensor* saved = find_tensor(s.optimizer, buf.name + "/" + p.name);
-    std::memcpy(buf.data->data() + p.offset, saved->data.data(), p.count * sizeof(float));
+    buf.data->write(saved->data.data(), p.offset, p.count);
   });
   t.optimizer().set_steps(static_cast<int64_t>(s.scalars.at("optimizer_steps")));
   TrainState state;
@@ -117,14 +117,19 @@ CheckpointState capture_checkpoint(Trainer& t, int world_size) {
   s.global_step = now.global_step;
   s.seed = c.seed;
   s.rng_state = {c.seed, static_cast<uint64_t>(s.epoch)};  // the next shuffle's inputs
-  const float* params = t.model().params();
+  // Host copies of the parameters and optimizer state (copied down when they live on a GPU).
+  const std::vector<float> params = t.model().params_to_host();
   for (const ParamTensorInfo& p : t.model().param_tensors())
     s.params.push_back({p.name, p.shape,
-                        std::vector<float>(params + p.offset, params + p.offset + p.count)});
-  for_each_state_tensor(t, [&](StateBuffer& buf, const ParamTensorInfo& p) {
-    const float* d = buf.data->data() + p.offset;
-    s.optimizer.push_back({buf.name + "/" + p.name, p.shape, std::vector<float>(d, d + p.count)});
-  });
+                        std::vector<float>(params.begin() + static_cast<ptrdiff_t>(p.offset),
+                                           params.begin() + static_cast<ptrdiff_t>(p.offset + p.count))});
+  for (StateBuffer& buf : t.optimizer().state()) {
+    const std::vector<float> state = buf.data->to_host();
+    for (const ParamTensorInfo& p : t.model().param_tensors()) {
+      const float* d = state.data() + p.offset;
+      s.optimizer.push_back({buf.name + "/" + p.name, p.shape, std::vector<float>(d, d + p.count)});
+    }
+  }
   s.scalars["optimizer_steps"] = static_cast<double>(t.optimizer().steps());
   s.scalars["samples_seen"] = static_cast<double>(now.samples_seen);
   for (const Pinned& p : pinned_options(t)) s.scalars[p.scalar] = p.value;

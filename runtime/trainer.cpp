@@ -9,6 +9,8 @@
 #include "kernels/optimizer.h"
 #include "runtime/agree.h"
 #include "runtime/buckets.h"
+#include "runtime/device.h"
+#include "runtime/device_step.h"
 #include "runtime/error.h"
 #include "runtime/nvtx.h"
 #include "runtime/sharded_loader.h"
@@ -24,6 +26,21 @@ uint64_t fnv1a(const void* data, size_t bytes) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
+}
+
+// Host values need a communicator that takes host buffers. A cuda trainer given one that takes
+// device buffers only (nccl, or mpi staging them) reduces its gradients there and gets an MPI
+// communicator over the same ranks for the rest; on the CPU nothing is made (the constructor
+// refuses such a communicator in words).
+std::unique_ptr<Communicator> host_comm_for(Communicator& comm, const TrainConfig& config) {
+  if (config.device != DeviceKind::cuda || !comm.device_buffers()) return nullptr;
+  std::unique_ptr<Communicator> host = make_mpi_communicator();
+  if (host->size() != comm.size() || host->rank() != comm.rank())
+    throw Error("a cuda Trainer over a device-buffer communicator of " + std::to_string(comm.size()) +
+                " ranks needs MPI_COMM_WORLD to be the same ranks (it has " +
+                std::to_string(host->size()) + ")");
+  host->set_timeout(comm.timeout());
+  return host;
 }
 
 int to_int_dim(int64_t d, const DatasetInfo& info) {
@@ -101,6 +118,7 @@ void validate(const TrainConfig& c, int world_size) {
 }
 
 struct Trainer::Impl {
+  std::unique_ptr<DeviceStep> device;  // cuda only; first, so that it outlives what uses its stream
   DatasetInfo info;
   bool classification = true;
   int outputs = 0;
@@ -119,16 +137,25 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(Communicator& comm, const TrainConfig& config)
-    : comm_(comm), config_(config), impl_(std::make_unique<Impl>()) {
+    : own_host_comm_(host_comm_for(comm, config)),
+      comm_(own_host_comm_ ? *own_host_comm_ : comm),
+      grad_comm_(comm),
+      config_(config),
+      impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  // Loss sums, flags, checksums and the model's buffers are host memory: a device-buffer
-  // communicator (nccl) is refused here, identically on every rank, before any collective.
+  // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a
+  // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
+  // before any collective.
   require_host_buffers(comm_, "the trainer");
   const int P = comm_.size(), rank = comm_.rank();
   std::string problem;
   try {
     validate(config_, P);
-    if (config_.device == DeviceKind::cuda) throw UsageError(gpu_training_missing());
+    if (config_.device == DeviceKind::cuda) {
+      if (!layers_available(DeviceKind::cuda)) throw UsageError(gpu_training_missing());
+      std::string why;
+      if (cuda_device_count(&why) == 0) throw UsageError("--device cuda: no CUDA device: " + why);
+    }
     ModelSpec spec = parse_model_spec(config_.model);
     m.info = inspect_dataset(config_.train);
     DatasetSpec test_spec = config_.train;
@@ -158,13 +185,20 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
 
     SampleShape input;
     for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
-    model_ = std::make_unique<Model>(spec, input, m.outputs, static_cast<int>(m.micro_rows));
-    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count());
+    ModelPlacement place;
+    if (config_.device == DeviceKind::cuda) {
+      m.device = std::make_unique<DeviceStep>(shape_size(input), m.outputs,
+                                              static_cast<int>(m.micro_rows), m.classification);
+      place = {DeviceKind::cuda, m.device->stream(), config_.precision};
+    }
+    model_ = std::make_unique<Model>(spec, input, m.outputs, static_cast<int>(m.micro_rows), place);
+    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
+                                             place.device, place.stream);
     std::vector<size_t> layer_sizes;
     for (const LayerPlan& p : model_->plan()) layer_sizes.push_back(p.params);
     m.reducer = std::make_unique<BucketReducer>(
-        comm_, assign_buckets(layer_sizes, bucket_bytes_from_mb(config_.bucket_mb)),
-        config_.grad_reduce_dtype);
+        grad_comm_, assign_buckets(layer_sizes, bucket_bytes_from_mb(config_.bucket_mb)),
+        config_.grad_reduce_dtype, place.device, place.stream);
 
     LoaderOptions lo;
     lo.global_batch = B / K;
@@ -210,7 +244,13 @@ double Trainer::lr_at_step(int64_t global_step) const {
 
 void Trainer::init_params() {
   if (comm_.rank() == 0) model_->init_params(config_.seed);
-  comm_.broadcast(model_->params(), model_->param_count(), DType::f32, 0);
+  if (model_->device() == DeviceKind::cpu) {
+    comm_.broadcast(model_->params(), model_->param_count(), DType::f32, 0);
+  } else {
+    std::vector<float> host = model_->params_to_host();
+    comm_.broadcast(host.data(), host.size(), DType::f32, 0);
+    model_->write_params(0, host.data(), host.size());
+  }
   initialized_ = true;
   verify_replicas("after the initial broadcast");
 }
@@ -221,7 +261,8 @@ void Trainer::restore(const TrainState& state) {
 }
 
 void Trainer::verify_replicas(const std::string& when) {
-  int64_t mine = static_cast<int64_t>(fnv1a(model_->params(), model_->param_count() * sizeof(float)));
+  const std::vector<float> params = model_->params_to_host();  // a copy down from a GPU
+  int64_t mine = static_cast<int64_t>(fnv1a(params.data(), params.size() * sizeof(float)));
   std::vector<int64_t> all(static_cast<size_t>(comm_.size()));
   comm_.all_gather(&mine, all.data(), 1, DType::i64);
   std::string bad;
@@ -262,13 +303,17 @@ void Trainer::train_step(double sums[3]) {
     mark(Phase::data, t);
     phases.next("forward", "forward");
     const int rows = static_cast<int>(m.batch.rows);
-    const float* out = model_->forward(m.batch.x.data(), rows);
-    kernels::LossResult r =
-        m.classification
-            ? kernels::softmax_cross_entropy_cpu(out, m.batch.labels.data(), m.batch.mask.data(),
-                                                 rows, m.outputs, scale, model_->output_grad())
-            : kernels::mse_cpu(out, m.batch.targets.data(), m.batch.mask.data(), rows, m.outputs,
-                               scale, model_->output_grad());
+    const float* out = model_->forward(m.device ? m.device->upload(m.batch) : m.batch.x.data(), rows);
+    // On a GPU the loss totals stay on the device until the step's end (DeviceStep::take).
+    kernels::LossResult r;
+    if (m.device)
+      m.device->loss(out, rows, scale, model_->output_grad());
+    else if (m.classification)
+      r = kernels::softmax_cross_entropy_cpu(out, m.batch.labels.data(), m.batch.mask.data(), rows,
+                                             m.outputs, scale, model_->output_grad());
+    else
+      r = kernels::mse_cpu(out, m.batch.targets.data(), m.batch.mask.data(), rows, m.outputs,
+                           scale, model_->output_grad());
     mark(Phase::forward, t);
     phases.next("backward", "backward");
     // Only the last micro-batch's backward finishes the gradients, so only it starts reductions.
@@ -276,6 +321,7 @@ void Trainer::train_step(double sums[3]) {
       model_->backward(rows, [&](int layer) { m.reducer->layer_done(layer); });
     else
       model_->backward(rows);
+    if (m.device) m.device->release();
     mark(Phase::backward, t);
     sums[0] += r.loss_sum;
     sums[1] += r.correct;
@@ -287,15 +333,31 @@ void Trainer::train_step(double sums[3]) {
                 std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
                 " samples from the loader, expected " + std::to_string(want_valid));
   phases.next("all_reduce", "collective");
-  m.guard->before_reduce(sums[0]);
+  if (!m.device) m.guard->before_reduce(sums[0]);
   m.reducer->wait_all();
   mark(Phase::comm, t);
   phases.next("optimizer", "optimizer");
-  const bool apply =
-      m.guard->update_ok(model_->grads(), model_->param_count(), state_.global_step, state_.epoch);
+  bool apply;
+  if (m.device) {
+    // One read-back per step: the loss totals and the norm of the reduced gradient, which must be
+    // known on the host to decide the step. The guard's flags go out only now that the local loss
+    // is known (a round trip more than on the CPU, where they travel with the gradients).
+    DeviceStep::Totals d = m.device->take(model_->grads(), model_->param_count());
+    sums[0] += d.loss_sum;
+    sums[1] += d.correct;
+    m.guard->before_reduce(sums[0]);
+    apply = m.guard->update_ok(std::isfinite(d.grad_norm), state_.global_step, state_.epoch);
+  } else {
+    apply = m.guard->update_ok(model_->grads(), model_->param_count(), state_.global_step,
+                               state_.epoch);
+  }
   if (!apply) sums[0] = sums[1] = sums[2] = 0;  // a skipped step stays out of the reported loss
-  if (apply && config_.clip_norm > 0)
-    kernels::clip_by_global_norm_cpu(model_->grads(), model_->param_count(), config_.clip_norm);
+  if (apply && config_.clip_norm > 0) {
+    if (m.device)
+      m.device->clip(model_->grads(), model_->param_count(), config_.clip_norm);
+    else
+      kernels::clip_by_global_norm_cpu(model_->grads(), model_->param_count(), config_.clip_norm);
+  }
   if (apply)
     optimizer_->step(model_->params(), model_->grads(),
                      static_cast<float>(lr_at_step(state_.global_step)));
@@ -316,7 +378,13 @@ EvalResult Trainer::evaluate() {
   m.test->start_epoch(0);
   while (m.test->next(m.batch)) {
     const int rows = static_cast<int>(m.batch.rows);
-    const float* out = model_->forward(m.batch.x.data(), rows);
+    const float* out = model_->forward(m.device ? m.device->upload(m.batch) : m.batch.x.data(), rows);
+    sums[2] += static_cast<double>(m.batch.valid);
+    if (m.device) {  // totals summed on the device, read back once below
+      m.device->loss(out, rows, 0.0f, nullptr);
+      m.device->release();
+      continue;
+    }
     kernels::LossResult r =
         m.classification
             ? kernels::softmax_cross_entropy_cpu(out, m.batch.labels.data(), m.batch.mask.data(),
@@ -325,7 +393,11 @@ EvalResult Trainer::evaluate() {
                                0.0f, nullptr);
     sums[0] += r.loss_sum;
     sums[1] += r.correct;
-    sums[2] += static_cast<double>(m.batch.valid);
+  }
+  if (m.device) {
+    DeviceStep::Totals d = m.device->take();
+    sums[0] = d.loss_sum;
+    sums[1] = d.correct;
   }
   comm_.all_reduce_inplace(sums, 3, ReduceOp::sum);
   EvalResult e;

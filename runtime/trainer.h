@@ -15,6 +15,14 @@
 // The state a checkpoint needs is reachable: model() (flat parameters), optimizer() (its state
 // buffers and step count), state() (epoch, step, position), config() (the seed drives both the
 // initialisation and each epoch's shuffle, so nothing else is random). restore() continues a run.
+// Devices (TrainConfig::device): on cuda the model, its gradients, the optimizer state and the
+// loss sums live on the current CUDA device and a DeviceStep (device_step.h) feeds it; the
+// gradient buckets are reduced over the communicator given, in place when it takes device buffers
+// (nccl; mpi staging them), else copied through host memory. Loss sums, flags, checksums and
+// agreements are host values: they go over the communicator given when it takes host buffers, and
+// otherwise over an MPI communicator the trainer makes over the same ranks (comm() is that one).
+// model().params() are then device pointers; params_to_host() copies them down.
+//
 // Used by one thread.
 #pragma once
 
@@ -100,6 +108,8 @@ class Trainer {
   // Collective. Validates the configuration against the data and the world, opens the data,
   // builds the model and optimizer; every rank throws the same UsageError when anything does not
   // fit. Does not initialise the parameters yet (run() does, unless restore() was called).
+  // `comm` reduces the gradients; a communicator that takes device buffers only is accepted with
+  // device cuda (see above) and refused on the CPU.
   Trainer(Communicator& comm, const TrainConfig& config);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -131,7 +141,7 @@ class Trainer {
   const DatasetInfo& train_info() const;
   const StepTimes& times() const { return times_; }
   const StepGuard& guard() const;  // stop signal agreed, stopped early, steps skipped, checkpoint
-  Communicator& comm() { return comm_; }  // the communicator every collective above runs over
+  Communicator& comm() { return comm_; }  // host values' communicator: every collective above
   void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
 
  private:
@@ -139,7 +149,9 @@ class Trainer {
   void train_step(double sums[3]);
   void report(double window[3], const StepTimes& since, int epochs_shown);
 
-  Communicator& comm_;
+  std::unique_ptr<Communicator> own_host_comm_;  // cuda over a device-buffer communicator only
+  Communicator& comm_;                           // host values
+  Communicator& grad_comm_;                      // the gradient buckets
   TrainConfig config_;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<Model> model_;

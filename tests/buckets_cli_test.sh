@@ -35,7 +35,16 @@ refused "--precision bf16" "--precision bf16 needs --device cuda"
 refused "--precision fp16" "--precision must be fp32 or bf16"
 refused "--grad-reduce-dtype int8" "--grad-reduce-dtype must be fp32 or bf16"
 refused "--bucket-mb -1" "--bucket-mb must be between 0"
-refused "--device cuda" "GPU training is not finished in this build"
+# --device cuda trains where a GPU answers; elsewhere it is refused saying why (no CUDA in this
+# build, or no device).
+cuda_out=$("$bin/lockstep-train" --data "$data" --model linear --steps 1 --progress none \
+  --device cuda 2>&1)
+cuda_rc=$?
+if [[ $cuda_rc -ne 0 ]]; then
+  [[ $cuda_rc -eq 2 ]] || fail "'--device cuda' exited $cuda_rc, expected 0 or 2: $cuda_out"
+  grep -qE -- "built without CUDA|no CUDA device" <<<"$cuda_out" ||
+    fail "'--device cuda' was refused without saying why: $cuda_out"
+fi
 
 # test_loss after training with BUCKET_MB at 2 ranks.
 loss() {

@@ -1,13 +1,15 @@
-// One training step on the GPU against the same step on the CPU (the oracle): the same data,
-// seed and configuration must give the same parameters after one update, within the fp32
-// summation-order tolerance of the kernels' parity test (1e-4 relative), and within bf16 rounding
-// (1e-2) with --precision bf16. Skips, with the reason, where no GPU answers, and where this
-// build's trainer refuses --device cuda (its message says what is missing). Also the pieces the
-// device step feeds batches with: pinned host memory, copies on a copy stream, and an event that
-// makes the compute stream wait for them.
+// Training on the GPU against the same training on the CPU (the oracle): the same data, seed and
+// configuration must give the same parameters, within the fp32 summation-order tolerance of the
+// kernels' parity test (1e-4 relative): after one step; after several steps with gradient
+// accumulation, one bucket per layer and clipping; across a checkpoint written on one device and
+// resumed on the other. Evaluation scores the test split alike. bf16 compute is compared within
+// bf16 rounding (1e-2) where this build has it. Skips, with the reason, where no GPU answers. Also
+// the pieces the device step feeds batches with: pinned host memory, copies on a copy stream, and
+// an event that makes the compute stream wait for them.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 
 #include "gpu_test_util.h"
@@ -16,6 +18,7 @@
 #include "runtime/error.h"
 #include "runtime/h5_writer.h"
 #include "runtime/hdf5_util.h"
+#include "runtime/train_checkpoint.h"
 #include "runtime/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
@@ -47,29 +50,53 @@ TrainConfig one_step(const std::string& data, DeviceKind device, Precision preci
   return c;
 }
 
+// Five updates of two micro-batches each, a bucket per layer, momentum and clipping: every part of
+// the device step that one plain step leaves out.
+TrainConfig several_steps(const std::string& data, DeviceKind device) {
+  TrainConfig c = one_step(data, device, Precision::fp32);
+  c.optimizer.kind = OptimizerKind::momentum;
+  c.lr = 0.05;
+  c.steps = 5;
+  c.grad_accum = 2;
+  c.bucket_mb = 1e-6;
+  c.clip_norm = 0.5;
+  c.check_every = 2;
+  return c;
+}
+
+std::vector<float> params_of(Trainer& t) { return t.model().params_to_host(); }
+
+std::vector<float> trained(Communicator& comm, const TrainConfig& c) {
+  Trainer t(comm, c);
+  t.run();
+  return params_of(t);
+}
+
+double compare(const char* what, const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  if (got.size() != want.size()) return INFINITY;
+  const double rel = relative_difference(got, want);
+  std::printf("%s: relative L2 difference %.3g\n", what, rel);
+  return rel;
+}
+
 void expect_gpu_step_matches_cpu(Precision precision, double tolerance) {
   if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   auto comm = make_mpi_communicator();
   const std::string data = write_images();
-  Trainer cpu(*comm, one_step(data, DeviceKind::cpu, Precision::fp32));
-  cpu.run();
-  std::vector<float> want(cpu.model().params(), cpu.model().params() + cpu.model().param_count());
+  std::vector<float> want = trained(*comm, one_step(data, DeviceKind::cpu, Precision::fp32));
   std::unique_ptr<Trainer> gpu;
   try {
     gpu = std::make_unique<Trainer>(*comm, one_step(data, DeviceKind::cuda, precision));
   } catch (const UsageError& e) {
-    if (std::string(e.what()).find("GPU training is not finished") != std::string::npos)
+    if (std::string(e.what()).find("not available yet") != std::string::npos)
       GTEST_SKIP() << e.what();
     throw;
   }
   gpu->run();
-  // Trainer::model().params() is the host view of the parameters after run().
-  std::vector<float> got(gpu->model().params(), gpu->model().params() + gpu->model().param_count());
-  ASSERT_EQ(got.size(), want.size());
-  double rel = relative_difference(got, want);
-  std::printf("one step, %s on the GPU vs fp32 on the CPU: relative L2 difference %.3g\n",
-              precision_name(precision), rel);
-  EXPECT_LT(rel, tolerance);
+  const std::string what = std::string("one step, ") + precision_name(precision) +
+                           " on the GPU vs fp32 on the CPU";
+  EXPECT_LT(compare(what.c_str(), params_of(*gpu), want), tolerance);
 }
 
 }  // namespace
@@ -77,6 +104,85 @@ void expect_gpu_step_matches_cpu(Precision precision, double tolerance) {
 TEST(TrainStepGpu, Fp32StepMatchesCpu) { expect_gpu_step_matches_cpu(Precision::fp32, 1e-4); }
 
 TEST(TrainStepGpu, Bf16StepIsCloseToCpu) { expect_gpu_step_matches_cpu(Precision::bf16, 1e-2); }
+
+TEST(TrainStepGpu, AccumulatedBucketedClippedStepsMatchCpu) {
+  if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto comm = make_mpi_communicator();
+  const std::string data = write_images();
+  std::vector<float> want = trained(*comm, several_steps(data, DeviceKind::cpu));
+  std::vector<float> got = trained(*comm, several_steps(data, DeviceKind::cuda));
+  EXPECT_LT(compare("5 steps, grad-accum 2, bucket per layer, clip 0.5", got, want), 1e-4);
+}
+
+TEST(TrainStepGpu, EvaluationMatchesCpu) {
+  if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto comm = make_mpi_communicator();
+  const std::string data = write_images();
+  TrainConfig c = several_steps(data, DeviceKind::cpu);
+  c.steps = 0;
+  c.epochs = 3;
+  c.eval_every_epoch = true;
+  Trainer cpu(*comm, c);
+  TrainResult want = cpu.run();
+  c.device = DeviceKind::cuda;
+  Trainer gpu(*comm, c);
+  TrainResult got = gpu.run();
+  ASSERT_EQ(got.epochs.size(), want.epochs.size());
+  EXPECT_EQ(got.test.samples, 16);
+  EXPECT_EQ(got.test.samples, want.test.samples);
+  EXPECT_NEAR(got.test.loss, want.test.loss, 1e-4 * (1 + std::fabs(want.test.loss)));
+  // A sample whose two best logits tie within rounding may flip: at most one of the 16.
+  EXPECT_NEAR(got.test.accuracy, want.test.accuracy, 1.0 / 16 + 1e-9);
+  for (size_t e = 0; e < want.epochs.size(); ++e)
+    EXPECT_NEAR(got.epochs[e].train_loss, want.epochs[e].train_loss,
+                1e-4 * (1 + std::fabs(want.epochs[e].train_loss)))
+        << "epoch " << e + 1;
+  std::printf("after 3 epochs: test loss %.6f (GPU) vs %.6f (CPU), accuracy %.4f vs %.4f\n",
+              got.test.loss, want.test.loss, got.test.accuracy, want.test.accuracy);
+}
+
+// A run of 4 steps split at step 2 by a checkpoint written on `first` and resumed on `second`
+// ends where 4 uninterrupted steps on the CPU end.
+void expect_resume_across_devices(DeviceKind first, DeviceKind second) {
+  if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto comm = make_mpi_communicator();
+  const std::string data = write_images();
+  const std::string dir = testing_util::local_temp_dir("train_step_gpu") + "/ckpt-" +
+                          device_kind_name(first) + "-" + device_kind_name(second);
+  std::filesystem::remove_all(dir);
+  TrainConfig c = several_steps(data, DeviceKind::cpu);
+  c.optimizer.kind = OptimizerKind::adam;  // state buffers m and v cross over too
+  c.lr = 1e-3;
+  c.steps = 4;
+  std::vector<float> want = trained(*comm, c);
+
+  TrainConfig half = c;
+  half.steps = 2;
+  half.device = first;
+  half.guard.checkpoint_dir = dir;
+  Trainer a(*comm, half);
+  a.run();
+  ASSERT_FALSE(a.guard().last_checkpoint().empty());
+
+  TrainConfig rest = c;
+  rest.device = second;
+  Trainer b(*comm, rest);
+  resume_from_checkpoint(b, dir);
+  EXPECT_EQ(b.state().global_step, 2);
+  b.run();
+  EXPECT_EQ(b.optimizer().steps(), 4);
+  const std::string what = std::string("checkpoint at step 2 on ") + device_kind_name(first) +
+                           ", resumed on " + device_kind_name(second) + ", vs 4 steps on the CPU";
+  EXPECT_LT(compare(what.c_str(), params_of(b), want), 1e-4);
+}
+
+TEST(TrainStepGpu, CheckpointFromGpuResumesOnCpu) {
+  expect_resume_across_devices(DeviceKind::cuda, DeviceKind::cpu);
+}
+
+TEST(TrainStepGpu, CheckpointFromCpuResumesOnGpu) {
+  expect_resume_across_devices(DeviceKind::cpu, DeviceKind::cuda);
+}
 
 TEST(TrainStepGpu, PinnedBatchReachesComputeStreamThroughAnEvent) {
   namespace lk = lockstep::kernels;

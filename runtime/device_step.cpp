@@ -1,0 +1,194 @@
+#include "runtime/device_step.h"
+
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda_memory.h"
+#include "kernels/loss.h"
+#include "kernels/optimizer.h"
+#include "runtime/buffer.h"
+#include "runtime/error.h"
+
+namespace lockstep {
+namespace {
+
+// Page-locked host memory for count values of T.
+template <class T>
+class Pinned {
+ public:
+  explicit Pinned(size_t count)
+      : ptr_(static_cast<T*>(kernels::cuda_host_alloc(count * sizeof(T)))), count_(count) {}
+  ~Pinned() { kernels::cuda_host_free(ptr_); }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  T* data() const { return ptr_; }
+  size_t size() const { return count_; }
+
+ private:
+  T* ptr_;
+  size_t count_;
+};
+
+class Event {
+ public:
+  Event() : e_(kernels::cuda_event_create()) {}
+  ~Event() { kernels::cuda_event_destroy(e_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_;
+};
+
+class Stream {
+ public:
+  Stream() : s_(kernels::cuda_stream_create()) {}
+  ~Stream() { kernels::cuda_stream_destroy(s_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_;
+};
+
+// One batch's worth of page-locked staging and device memory. copied: recorded on the copy stream
+// after the upload; consumed: on the compute stream after the last work that reads the slot.
+struct Slot {
+  Slot(size_t x, size_t y, size_t rows)
+      : host_x(x), host_y(y * sizeof(float)), host_mask(rows),
+        x(DeviceKind::cuda, x), y(DeviceKind::cuda, y), mask(DeviceKind::cuda, rows) {}
+  Pinned<float> host_x;
+  Pinned<unsigned char> host_y;  // int32 labels or float targets: both 4 bytes per value
+  Pinned<float> host_mask;
+  Buffer<float> x, y, mask;      // y holds the labels' or targets' bytes
+  Event copied, consumed;
+  bool used = false;
+};
+
+// Device scalars: LossSums (3 doubles) then the gradient norm.
+constexpr size_t kNorm = 3;
+static_assert(sizeof(kernels::LossSums) == kNorm * sizeof(double));
+
+template <class T>
+void stage(void* pinned, const std::vector<T>& v, size_t count, size_t capacity, const char* what) {
+  if (v.size() != count || count > capacity)
+    throw Error(std::string("DeviceStep::upload: the batch's ") + what + " hold " +
+                std::to_string(v.size()) + " values, expected " + std::to_string(count) +
+                " (room for " + std::to_string(capacity) + ")");
+  std::memcpy(pinned, v.data(), count * sizeof(T));
+}
+
+}  // namespace
+
+struct DeviceStep::Impl {
+  Impl(size_t input_size, int outputs, int max_rows, bool classification)
+      : input_size(input_size), outputs(outputs), classification(classification),
+        y_width(classification ? 1 : static_cast<size_t>(outputs)), scalars(DeviceKind::cuda, 4) {
+    const size_t rows = static_cast<size_t>(max_rows);
+    for (auto& s : slots) s = std::make_unique<Slot>(rows * input_size, rows * y_width, rows);
+  }
+  size_t input_size;
+  int outputs;
+  bool classification;
+  size_t y_width;  // values of y per row
+  Stream compute, copy;
+  std::unique_ptr<Slot> slots[2];
+  int next = 0, current = -1;
+  int current_rows = 0;
+  Buffer<double> scalars;
+  kernels::LossSums* sums() { return reinterpret_cast<kernels::LossSums*>(scalars.data()); }
+};
+
+DeviceStep::DeviceStep(size_t input_size, int outputs, int max_rows, bool classification)
+    : impl_(std::make_unique<Impl>(input_size, outputs, max_rows, classification)) {}
+
+DeviceStep::~DeviceStep() {
+  // The device buffers are freed after the queued work that reads them.
+  if (impl_) {
+    try {
+      kernels::cuda_stream_synchronize(impl_->compute.get());
+      kernels::cuda_stream_synchronize(impl_->copy.get());
+    } catch (...) {
+      // A broken context has already been reported by the call that broke it.
+    }
+  }
+}
+
+cudaStream_t DeviceStep::stream() const { return impl_->compute.get(); }
+
+const float* DeviceStep::upload(const Batch& b) {
+  Impl& m = *impl_;
+  Slot& s = *m.slots[m.next];
+  const size_t rows = static_cast<size_t>(b.rows);
+  // The slot's pinned memory may still feed its previous copy; its device memory may still be
+  // read by the compute work queued before (the copy stream waits for that, not the host).
+  if (s.used) kernels::cuda_event_synchronize(s.copied.get());
+  stage(s.host_x.data(), b.x, rows * m.input_size, s.host_x.size(), "inputs");
+  if (m.classification)
+    stage(s.host_y.data(), b.labels, rows, s.host_y.size() / sizeof(int32_t), "labels");
+  else
+    stage(s.host_y.data(), b.targets, rows * m.y_width, s.host_y.size() / sizeof(float), "targets");
+  stage(s.host_mask.data(), b.mask, rows, s.host_mask.size(), "mask");
+  cudaStream_t copy = m.copy.get();
+  if (s.used) kernels::cuda_stream_wait_event(copy, s.consumed.get());
+  kernels::cuda_copy_to_device_async(s.x.data(), s.host_x.data(), rows * m.input_size * sizeof(float),
+                                     copy);
+  kernels::cuda_copy_to_device_async(s.y.data(), s.host_y.data(), rows * m.y_width * sizeof(float),
+                                     copy);
+  kernels::cuda_copy_to_device_async(s.mask.data(), s.host_mask.data(), rows * sizeof(float), copy);
+  kernels::cuda_event_record(s.copied.get(), copy);
+  kernels::cuda_stream_wait_event(m.compute.get(), s.copied.get());
+  s.used = true;
+  m.current = m.next;
+  m.current_rows = static_cast<int>(rows);
+  m.next ^= 1;
+  return s.x.data();
+}
+
+void DeviceStep::loss(const float* out, int rows, float scale, float* dout) {
+  Impl& m = *impl_;
+  if (m.current < 0 || rows > m.current_rows)
+    throw Error("DeviceStep::loss: " + std::to_string(rows) + " rows, but the last upload had " +
+                std::to_string(m.current_rows));
+  Slot& s = *m.slots[m.current];
+  if (m.classification)
+    kernels::softmax_cross_entropy_sums_cuda(out, reinterpret_cast<const int32_t*>(s.y.data()),
+                                             s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
+                                             m.compute.get());
+  else
+    kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
+                           m.compute.get());
+}
+
+void DeviceStep::release() {
+  Impl& m = *impl_;
+  if (m.current >= 0) kernels::cuda_event_record(m.slots[m.current]->consumed.get(), m.compute.get());
+}
+
+DeviceStep::Totals DeviceStep::take(const float* grads, size_t n) {
+  Impl& m = *impl_;
+  double* norm = m.scalars.data() + kNorm;
+  if (grads != nullptr) kernels::global_norm_device_cuda(grads, n, norm, m.compute.get());
+  double host[4] = {0, 0, 0, 0};
+  // A synchronous copy through the legacy default stream: it runs after the compute stream's work.
+  m.scalars.read(host, 0, 4);
+  kernels::cuda_zero(m.scalars.data(), kNorm * sizeof(double), m.compute.get());
+  if (host[2] > 0)
+    throw Error(std::to_string(static_cast<int64_t>(host[2])) +
+                " sample(s) of a batch have a label outside [0, " + std::to_string(m.outputs) +
+                "): the dataset's labels do not match its num_classes");
+  Totals t;
+  t.loss_sum = host[0];
+  t.correct = host[1];
+  t.grad_norm = grads != nullptr ? host[3] : 0.0;
+  return t;
+}
+
+void DeviceStep::clip(float* grads, size_t n, double max_norm) {
+  Impl& m = *impl_;
+  kernels::clip_by_device_norm_cuda(grads, n, m.scalars.data() + kNorm, max_norm, m.compute.get());
+}
+
+}  // namespace lockstep
