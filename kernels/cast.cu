@@ -1,23 +1,16 @@
 #include "kernels/cast.h"
 
+#include "kernels/bf16.cuh"
 #include "kernels/cuda_launch.cuh"
 
 namespace lockstep::kernels {
 
 namespace {
 
-// The same bit arithmetic as cast.cpp (not __float2bfloat16_rn, whose NaN encoding differs), so
-// both twins give identical words for every input, NaN included.
-__device__ __forceinline__ uint16_t to_bf16(float f) {
-  const uint32_t bits = __float_as_uint(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
 __global__ void f32_to_bf16_kernel(const float* __restrict__ in, uint16_t* __restrict__ out,
                                    size_t n) {
   for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
-    out[i] = to_bf16(in[i]);
+    out[i] = cuda::to_bf16(in[i]);
 }
 
 __global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ in, float* __restrict__ out,

@@ -108,6 +108,14 @@ size_t conv2d_workspace_floats(const Conv2dShape& s) {
   return g.rows * g.cols;
 }
 
+// [0, dy16): the column matrix, M x K words of bf16 forward, M x K floats of dcol backward;
+// [dy16, end): dy in bf16, M x c_out words, starting on a 16-byte boundary for the GEMMs.
+size_t conv2d_bf16_workspace_floats(const Conv2dShape& s) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_bf16_workspace_floats");
+  const size_t dy16 = (g.rows * g.cols + 3) / 4 * 4;
+  return dy16 + (g.rows * static_cast<size_t>(s.c_out) + 1) / 2;
+}
+
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
                         float* y, float* workspace) {
   const Conv2dGeometry g = conv2d_geometry(s, "conv2d_forward_cpu");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cuda_stream.h"
 
@@ -37,5 +38,17 @@ void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, c
                          float* y, float* workspace, cudaStream_t stream);
 void conv2d_backward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                           float* dx, float* dw, float* db, float* workspace, cudaStream_t stream);
+
+// bf16 compute (conv2d.cu): im2col writes the column matrix in bf16 straight from the fp32 input
+// (no separate cast pass), the GEMMs take bf16 operands and accumulate in fp32; y, dx, dw, db and
+// the bias stay fp32. w16 is the caller's bf16 copy of w (cast_f32_to_bf16_cuda), current whenever
+// w changes. The workspace holds conv2d_bf16_workspace_floats(s) floats: the column matrix (bf16,
+// then the fp32 dcol of the backward pass in the same place) and a bf16 copy of dy.
+size_t conv2d_bf16_workspace_floats(const Conv2dShape& s);
+void conv2d_forward_bf16_cuda(const Conv2dShape& s, const float* x, const uint16_t* w16,
+                              const float* b, float* y, float* workspace, cudaStream_t stream);
+void conv2d_backward_bf16_cuda(const Conv2dShape& s, const float* x, const uint16_t* w16,
+                               const float* dy, float* dx, float* dw, float* db, float* workspace,
+                               cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -87,4 +87,16 @@ void cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event) {
 
 void cuda_event_synchronize(cudaEvent_t event) { LS_CHECK_CUDA(cudaEventSynchronize(event)); }
 
+cudaEvent_t cuda_timing_event_create() {
+  cudaEvent_t e = nullptr;
+  LS_CHECK_CUDA(cudaEventCreate(&e));
+  return e;
+}
+
+float cuda_event_elapsed_ms(cudaEvent_t start, cudaEvent_t stop) {
+  float ms = 0;
+  LS_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  return ms;
+}
+
 }  // namespace lockstep::kernels

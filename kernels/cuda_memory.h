@@ -43,5 +43,9 @@ void cuda_event_destroy(cudaEvent_t event) noexcept;
 void cuda_event_record(cudaEvent_t event, cudaStream_t stream);
 void cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event);
 void cuda_event_synchronize(cudaEvent_t event);
+// An event that records a time stamp (benchmarks), and the milliseconds between two of them once
+// both have completed (after cuda_event_synchronize on `stop`).
+cudaEvent_t cuda_timing_event_create();
+float cuda_event_elapsed_ms(cudaEvent_t start, cudaEvent_t stop);
 
 }  // namespace lockstep::kernels

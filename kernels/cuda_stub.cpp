@@ -51,6 +51,8 @@ void cuda_event_destroy(cudaEvent_t) noexcept {}
 void cuda_event_record(cudaEvent_t, cudaStream_t) { not_built("cuda_event_record"); }
 void cuda_stream_wait_event(cudaStream_t, cudaEvent_t) { not_built("cuda_stream_wait_event"); }
 void cuda_event_synchronize(cudaEvent_t) { not_built("cuda_event_synchronize"); }
+cudaEvent_t cuda_timing_event_create() { not_built("cuda_timing_event_create"); }
+float cuda_event_elapsed_ms(cudaEvent_t, cudaEvent_t) { not_built("cuda_event_elapsed_ms"); }
 
 void gemm_cuda(const GemmShape&, const float*, const float*, float*, cudaStream_t) {
   not_built("gemm_cuda");
@@ -75,6 +77,15 @@ void dense_backward_cuda(const DenseShape&, const float*, const float*, const fl
   not_built("dense_backward_cuda");
 }
 
+void dense_forward_bf16_cuda(const DenseShape&, const float*, const uint16_t*, const float*, float*,
+                             uint16_t*, cudaStream_t) {
+  not_built("dense_forward_bf16_cuda");
+}
+void dense_backward_bf16_cuda(const DenseShape&, const uint16_t*, const uint16_t*, const float*,
+                              float*, float*, float*, uint16_t*, cudaStream_t) {
+  not_built("dense_backward_bf16_cuda");
+}
+
 void conv2d_forward_cuda(const Conv2dShape&, const float*, const float*, const float*, float*,
                          float*, cudaStream_t) {
   not_built("conv2d_forward_cuda");
@@ -82,6 +93,14 @@ void conv2d_forward_cuda(const Conv2dShape&, const float*, const float*, const f
 void conv2d_backward_cuda(const Conv2dShape&, const float*, const float*, const float*, float*,
                           float*, float*, float*, cudaStream_t) {
   not_built("conv2d_backward_cuda");
+}
+void conv2d_forward_bf16_cuda(const Conv2dShape&, const float*, const uint16_t*, const float*,
+                              float*, float*, cudaStream_t) {
+  not_built("conv2d_forward_bf16_cuda");
+}
+void conv2d_backward_bf16_cuda(const Conv2dShape&, const float*, const uint16_t*, const float*,
+                               float*, float*, float*, float*, cudaStream_t) {
+  not_built("conv2d_backward_bf16_cuda");
 }
 
 void maxpool_forward_cuda(const PoolShape&, const float*, float*, int32_t*, cudaStream_t) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/bias.cuh"
+#include "kernels/cast.h"
 #include "kernels/gemm.h"
 
 // The same three gemms as dense.cpp, on cuBLAS; the bias goes through the shared bias helpers.
@@ -41,6 +42,36 @@ void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, co
   if (dw != nullptr)  // dw[in, out] += x[batch, in]^T . dy[batch, out]
     gemm_cuda({.m = s.in, .n = s.out, .k = s.batch, .trans_a = true, .beta = 1.0f}, x, dy, dw,
               stream);
+  if (db != nullptr) cuda::add_column_sums(dy, static_cast<size_t>(s.batch), s.out, db, stream);
+}
+
+// The same GEMMs in bf16. The casts are passes of their own; fusing the cast of x into the kernel
+// that produced it (relu, maxpool) would save one read and write of the activation.
+void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t* w16,
+                             const float* b, float* y, uint16_t* x16, cudaStream_t stream) {
+  check_shape(s, "dense_forward_bf16_cuda");
+  if (s.batch == 0) return;
+  cast_f32_to_bf16_cuda(x, x16, static_cast<size_t>(s.batch) * s.in, stream);
+  float beta = 0.0f;
+  if (b != nullptr) {
+    cuda::fill_rows(y, b, static_cast<size_t>(s.batch), s.out, stream);
+    beta = 1.0f;
+  }
+  gemm_bf16_cuda({.m = s.batch, .n = s.out, .k = s.in, .beta = beta}, x16, w16, y, stream);
+}
+
+void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
+                              const float* dy, float* dx, float* dw, float* db, uint16_t* dy16,
+                              cudaStream_t stream) {
+  check_shape(s, "dense_backward_bf16_cuda");
+  if (s.batch == 0) return;
+  if (dx != nullptr || dw != nullptr)
+    cast_f32_to_bf16_cuda(dy, dy16, static_cast<size_t>(s.batch) * s.out, stream);
+  if (dx != nullptr)
+    gemm_bf16_cuda({.m = s.batch, .n = s.in, .k = s.out, .trans_b = true}, dy16, w16, dx, stream);
+  if (dw != nullptr)
+    gemm_bf16_cuda({.m = s.in, .n = s.out, .k = s.batch, .trans_a = true, .beta = 1.0f}, x16, dy16,
+                   dw, stream);
   if (db != nullptr) cuda::add_column_sums(dy, static_cast<size_t>(s.batch), s.out, db, stream);
 }
 
