@@ -26,83 +26,12 @@
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "kernels/pool.h"
+#include "gpu_parity.h"
 
 namespace lk = lockstep::kernels;
+using namespace lockstep::testing_util;
 
 namespace {
-
-using Floats = std::vector<float>;
-
-// A device copy of a host vector. The copies go through the legacy default stream, which waits for
-// the tests' (blocking) stream; the tests still sync their stream before reading, to say so.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host)
-      : n_(host.size()), ptr_(static_cast<T*>(lk::cuda_alloc(n_ * sizeof(T)))) {
-    upload(host);
-  }
-  explicit DeviceArray(size_t n) : DeviceArray(std::vector<T>(n)) {}
-  ~DeviceArray() { lk::cuda_free(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  void upload(const std::vector<T>& host) {
-    lk::cuda_copy_to_device(ptr_, host.data(), n_ * sizeof(T));
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    lk::cuda_copy_to_host(host.data(), ptr_, n_ * sizeof(T));
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* ptr_;
-};
-
-Floats random_floats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Floats v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Each element within rtol * (|want| + max|want|): the second term judges elements that cancel to
-// near zero on the scale of the whole result, as a different summation order would move them.
-testing::AssertionResult close(const Floats& got, const Floats& want, double rtol) {
-  if (got.size() != want.size())
-    return testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
-  double scale = 0;
-  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
-  size_t bad = 0, first = 0;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    const bool ok = err <= rtol * (std::fabs(static_cast<double>(want[i])) + scale);
-    if (!ok && bad++ == 0) first = i;
-    worst = std::max(worst, err);
-  }
-  if (bad == 0) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << bad << " of " << got.size() << " elements differ; first at "
-                                     << first << ": " << got[first] << " vs " << want[first]
-                                     << "; worst abs error " << worst << ", scale " << scale;
-}
-
-class GpuParity : public testing::Test {
- protected:
-  void SetUp() override {
-    std::string reason;
-    if (lk::cuda_device_count_or_reason(&reason) <= 0)
-      GTEST_SKIP() << "CUDA kernels cannot be tested here: " << reason;
-    stream_ = lk::cuda_stream_create();
-  }
-  void TearDown() override { lk::cuda_stream_destroy(stream_); }
-  void sync() { lk::cuda_stream_synchronize(stream_); }
-
-  cudaStream_t stream_ = nullptr;
-  std::mt19937 rng_{20240611};
-};
 
 TEST_F(GpuParity, GemmMatchesCpuForEveryTransposeAndScale) {
   const lk::GemmShape shapes[] = {
