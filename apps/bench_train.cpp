@@ -8,10 +8,11 @@
 // time, and over the median), step time median/min/max, the
 // share of each phase, the model's FLOPs per sample (counted from the layer shapes: conv
 // 2*out_h*out_w*c_out*k*k*c_in, dense 2*in*out, x3 for a training step), the achieved FLOP/s and
-// its share of the peak. The peak is measured in the same run: a 2048^3 sgemm (--peak-size) on
-// every rank at once, with the rank's BLAS threads, summed over the ranks.
+// its share of the peak. The peak is measured in the same run (bench_peak.h), on every rank at once
+// and summed over the ranks: on the CPU a 2048^3 sgemm (--peak-size) with the rank's BLAS threads;
+// on a GPU (--device cuda) a cuBLAS 8192^3 GEMM in the step's precision (--precision: fp32, or
+// bf16 with fp32 accumulation, then the fp32 rate is printed too), timed by CUDA events.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -23,12 +24,13 @@
 
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
-#include "kernels/gemm.h"
+#include "apps/bench_peak.h"
 #include "runtime/blas_threads.h"
 #include "runtime/context.h"
 #include "runtime/error.h"
 #include "runtime/h5_writer.h"
 #include "runtime/layers.h"
+#include "runtime/precision.h"
 #include "runtime/trainer.h"
 
 namespace lockstep::bench {
@@ -38,10 +40,13 @@ namespace {
 namespace po = boost::program_options;
 
 struct Options {
-  std::string model = "cnn", device = "auto", data;
+  std::string model = "cnn", device = "auto", data, precision = "fp32";
   int64_t global_batch = 128, steps = 30, warmup = 5;
-  int threads = 0, peak_size = 2048;
+  int threads = 0, peak_size = 0;  // 0: kHostPeakSize or kDevicePeakSize
 };
+
+// A GPU needs a larger product than a CPU core group to run near its peak.
+constexpr int kHostPeakSize = 2048, kDevicePeakSize = 8192;
 
 bool parse(int argc, char** argv, const World& world, Options* o) {
   po::options_description desc("lockstep-bench train [options]");
@@ -52,16 +57,20 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("steps", po::value(&o->steps)->default_value(30), "timed steps")
       ("warmup", po::value(&o->warmup)->default_value(5), "untimed steps first")
       ("device", po::value(&o->device)->default_value("auto"), "cpu | cuda | auto")
+      ("precision", po::value(&o->precision)->default_value("fp32"),
+       "fp32 | bf16 (bf16 GEMMs, fp32 master weights; needs --device cuda), as lockstep-train")
       ("data", po::value(&o->data)->default_value("", "\"\""),
        "HDF5 dataset file (lockstep-data); default: synthetic 28x28x1 images, 10 classes")
       ("threads", po::value(&o->threads)->default_value(0), "BLAS threads per rank (0: cores / ranks)")
-      ("peak-size", po::value(&o->peak_size)->default_value(2048), "n of the n^3 sgemm that measures the peak");
+      ("peak-size", po::value(&o->peak_size)->default_value(0),
+       "n of the n^3 GEMM that measures the peak (0: 2048 on the CPU, 8192 on a GPU)");
   po::variables_map vm = parse_options("train", argc, argv, desc);
   if (print_help_if_asked(vm, desc, world.rank)) return false;
   if (o->steps < 1) throw UsageError("--steps must be 1 or more");
   if (o->warmup < 0) throw UsageError("--warmup must be 0 or more");
   if (o->threads < 0) throw UsageError("--threads must be 0 (automatic) or more");
-  if (o->peak_size < 64 || o->peak_size > 16384) throw UsageError("--peak-size must be in [64, 16384]");
+  if (o->peak_size != 0 && (o->peak_size < 64 || o->peak_size > 16384))
+    throw UsageError("--peak-size must be 0 (automatic) or in [64, 16384]");
   if (o->device != "cpu" && o->device != "cuda" && o->device != "auto")
     throw UsageError("--device must be cpu, cuda or auto, not '" + o->device + "'");
   return true;
@@ -101,22 +110,6 @@ double forward_flops_per_sample(const Model& model) {
   return flops;
 }
 
-// This rank's sgemm rate (FLOP/s): the best of a few n^3 products, all ranks starting together.
-double sgemm_rate(Communicator& comm, int n) {
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-  kernels::GemmShape s;
-  s.m = s.n = s.k = n;
-  kernels::gemm_cpu(s, a.data(), b.data(), c.data());  // warm-up: threads started, pages touched
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    comm.barrier();
-    auto t0 = std::chrono::steady_clock::now();
-    kernels::gemm_cpu(s, a.data(), b.data(), c.data());
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return 2.0 * n * static_cast<double>(n) * n / best;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
@@ -148,6 +141,7 @@ struct StepLog {
 int run_train_bench(int argc, char** argv, const World& world) {
   Options o;
   if (!parse(argc, argv, world, &o)) return 0;
+  const Precision precision = parse_precision(o.precision, "--precision");
   if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
     throw UsageError("--device cuda: " + gpu_training_missing() + "; use --device cpu");
   ContextOptions co;
@@ -187,6 +181,7 @@ int run_train_bench(int argc, char** argv, const World& world) {
   c.straggler_every = 0;
   c.print = false;
   c.device = ctx.device;  // the same device step as lockstep-train
+  c.precision = precision;
   Trainer trainer(comm, c);
   // Host values go over the trainer's host communicator (ctx.comm may take device buffers only).
   Communicator& host = trainer.comm();
@@ -210,9 +205,20 @@ int run_train_bench(int argc, char** argv, const World& world) {
   host.all_reduce(sums, sums, 6, DType::f64, ReduceOp::mean);
 
   const double fwd = forward_flops_per_sample(trainer.model());
-  const double rank_peak = sgemm_rate(host, o.peak_size);
-  double peak = rank_peak;
-  host.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::sum);
+  const bool gpu = ctx.device == DeviceKind::cuda;
+  const int peak_size = o.peak_size > 0 ? o.peak_size : gpu ? kDevicePeakSize : kHostPeakSize;
+  // On the GPU: [0] the rate in the step's precision (the MFU's peak), [1] the fp32 rate.
+  double rank_peak[2] = {0, 0};
+  if (!gpu) {
+    rank_peak[0] = host_gemm_rate(host, peak_size);
+  } else {
+    rank_peak[0] = device_gemm_rate(host, peak_size, precision);
+    rank_peak[1] = precision == Precision::fp32 ? rank_peak[0]
+                                                 : device_gemm_rate(host, peak_size, Precision::fp32);
+  }
+  double peaks[2] = {rank_peak[0], rank_peak[1]};
+  host.all_reduce(peaks, peaks, 2, DType::f64, ReduceOp::sum);
+  const double peak = peaks[0];
 
   if (world.rank == 0) {
     double mean = 0;
@@ -220,11 +226,18 @@ int run_train_bench(int argc, char** argv, const World& world) {
     mean /= static_cast<double>(step.size());
     const double sps = static_cast<double>(o.global_batch) / mean;
     const double achieved = sps * 3 * fwd;
-    std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), %d BLAS thread(s) "
-                "per rank, device %s, %s\n",
-                o.model.c_str(), static_cast<long long>(o.global_batch), world.size, threads,
-                device_kind_name(ctx.device), o.data.empty() ? "synthetic data (28x28x1, 10 classes)"
-                                                              : ("data " + o.data).c_str());
+    const std::string data =
+        o.data.empty() ? "synthetic data (28x28x1, 10 classes)" : "data " + o.data;
+    if (gpu)
+      std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), device %s, "
+                  "precision %s, %s\n",
+                  o.model.c_str(), static_cast<long long>(o.global_batch), world.size,
+                  device_kind_name(ctx.device), precision_name(precision), data.c_str());
+    else
+      std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), %d BLAS "
+                  "thread(s) per rank, device %s, %s\n",
+                  o.model.c_str(), static_cast<long long>(o.global_batch), world.size, threads,
+                  device_kind_name(ctx.device), data.c_str());
     std::printf("# %lld timed steps after %lld warm-up steps; a step's time is the slowest rank's\n",
                 static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
     // The mean counts every stall; the median's rate is what a quiet machine sustains.
@@ -241,9 +254,20 @@ int run_train_bench(int argc, char** argv, const World& world) {
                 100 * sums[4] / t, 100 * other / t);
     std::printf("flops_per_sample_forward=%.4g flops_per_sample_train=%.4g\n", fwd, 3 * fwd);
     std::printf("achieved_gflops=%.3f\n", achieved / 1e9);
-    std::printf("peak_gflops=%.3f (sgemm %d^3, %d thread(s) per rank, %.3f GFLOP/s per rank x %d "
-                "rank(s) at once)\n",
-                peak / 1e9, o.peak_size, threads, rank_peak / 1e9, world.size);
+    if (!gpu) {
+      std::printf("peak_gflops=%.3f (sgemm %d^3, %d thread(s) per rank, %.3f GFLOP/s per rank x %d "
+                  "rank(s) at once)\n",
+                  peak / 1e9, peak_size, threads, rank_peak[0] / 1e9, world.size);
+    } else {
+      std::printf("peak_gflops=%.3f (cuBLAS %s GEMM %d^3%s on the GPU, timed by CUDA events, "
+                  "%.3f GFLOP/s per rank x %d rank(s) at once)\n",
+                  peak / 1e9, precision_name(precision), peak_size,
+                  precision == Precision::bf16 ? " with fp32 accumulation" : "",
+                  rank_peak[0] / 1e9, world.size);
+      if (precision != Precision::fp32)
+        std::printf("peak_fp32_gflops=%.3f (cuBLAS fp32 GEMM %d^3, the same way)\n",
+                    peaks[1] / 1e9, peak_size);
+    }
     std::printf("peak_share=%.1f%%\n", 100 * achieved / peak);
     std::fflush(stdout);
   }

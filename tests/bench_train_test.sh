@@ -3,7 +3,8 @@
 # time median/min/max (min <= median <= max), a breakdown whose shares add up to 100%, the FLOPs
 # per sample counted from the layer shapes (checked against the formula for a one-layer model and
 # for the CNN, and the same count in the PyTorch/JAX reference scripts), the achieved GFLOP/s and
-# the measured sgemm peak; bad options are refused. ctest sets LOCKSTEP_BIN, LOCKSTEP_SRC, MPIEXEC.
+# the measured sgemm peak; bad options, and bf16 compute on the CPU, are refused. ctest sets
+# LOCKSTEP_BIN, LOCKSTEP_SRC, MPIEXEC.
 set -u
 
 bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
@@ -77,6 +78,15 @@ grep -q -- "--steps" bad.txt || fail "--steps 0 message does not name --steps: $
 $mpiexec -n 2 "$bin/lockstep-bench" train --global-batch 3 --steps 1 >bad.txt 2>&1 &&
   fail "--global-batch 3 at 2 ranks exits 0"
 grep -q -- "--global-batch" bad.txt || fail "indivisible batch message does not name --global-batch"
+# bf16 compute is a GPU path: on the CPU it is refused in words, as lockstep-train refuses it.
+"$bin/lockstep-bench" train --device cpu --precision bf16 --steps 1 >bad.txt 2>&1 &&
+  fail "--precision bf16 on the CPU exits 0"
+grep -q -- "--precision bf16 needs --device cuda" bad.txt ||
+  fail "--precision bf16 on the CPU: $(cat bad.txt)"
+"$bin/lockstep-bench" train --precision fp16 --steps 1 >bad.txt 2>&1 && fail "--precision fp16 exits 0"
+grep -q -- "--precision must be fp32 or bf16" bad.txt || fail "--precision fp16: $(cat bad.txt)"
+"$bin/lockstep-bench" train --peak-size 32 --steps 1 >bad.txt 2>&1 && fail "--peak-size 32 exits 0"
+grep -q -- "--peak-size" bad.txt || fail "--peak-size 32 message does not name --peak-size"
 
 [[ $failures -eq 0 ]] && echo "bench_train_test: all checks passed"
 exit $((failures > 0))
