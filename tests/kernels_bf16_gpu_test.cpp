@@ -167,6 +167,8 @@ TEST_F(Bf16Parity, Conv2dForwardAndBackwardForAnyGeometry) {
 
 // A bf16 model on the GPU follows a CPU fp32 model with the same parameters through forward and
 // backward, and sees parameters written between two forwards (its bf16 weight copy is not stale).
+// Four GEMM layers compound their roundings (about 0.3% each, forward and backward), hence 3e-2;
+// a stale or misplaced weight copy is off by order 1.
 TEST_F(Bf16Parity, ModelFollowsTheCpuModelAndNewParameters) {
   using namespace lockstep;
   const ModelSpec spec =
@@ -202,8 +204,8 @@ TEST_F(Bf16Parity, ModelFollowsTheCpuModelAndNewParameters) {
     Floats got(want.size()), grads(gpu.param_count());
     lk::cuda_copy_to_host(got.data(), got_out, got.size() * sizeof(float));
     lk::cuda_copy_to_host(grads.data(), gpu.grads(), grads.size() * sizeof(float));
-    EXPECT_LT(relative_l2(got, want), 1e-2) << "outputs";
-    EXPECT_LT(relative_l2(grads, Floats(cpu.grads(), cpu.grads() + cpu.param_count())), 1e-2)
+    EXPECT_LT(relative_l2(got, want), 3e-2) << "outputs";
+    EXPECT_LT(relative_l2(grads, Floats(cpu.grads(), cpu.grads() + cpu.param_count())), 3e-2)
         << "gradients";
     // Outputs of the old parameters would be far off: the check above can see a stale copy.
     if (round == 1) {
