@@ -61,7 +61,8 @@ int train(int argc, char** argv, const World& world) {
   if (!o.trace.empty()) {
     start_tracing(*ctx.comm);
     trainer.set_phase_hook(trace_phase_hook(
-        static_cast<int64_t>(trainer.model().param_count() * sizeof(float))));
+        static_cast<int64_t>(trainer.model().param_count() * sizeof(float)),
+        c.device == DeviceKind::cuda));
   }
   TrainResult result = trainer.run();
   if (!o.trace.empty()) write_trace(*ctx.comm, o.trace);

@@ -7,7 +7,12 @@
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "runtime/buffer.h"
+#include "runtime/device.h"
+#include "runtime/device_timer.h"
 #include "runtime/error.h"
+#include "runtime/gpu_trace.h"
+#include "runtime/layers.h"
+#include "runtime/precision.h"
 
 namespace lockstep {
 namespace {
@@ -82,10 +87,29 @@ void stage(void* pinned, const std::vector<T>& v, size_t count, size_t capacity,
 
 }  // namespace
 
+std::unique_ptr<Communicator> host_comm_for(Communicator& comm, DeviceKind device) {
+  if (device != DeviceKind::cuda || !comm.device_buffers()) return nullptr;
+  std::unique_ptr<Communicator> host = make_mpi_communicator();
+  if (host->size() != comm.size() || host->rank() != comm.rank())
+    throw Error("a cuda Trainer over a device-buffer communicator of " + std::to_string(comm.size()) +
+                " ranks needs MPI_COMM_WORLD to be the same ranks (it has " +
+                std::to_string(host->size()) + ")");
+  host->set_timeout(comm.timeout());
+  return host;
+}
+
+void require_cuda_training() {
+  if (!layers_available(DeviceKind::cuda)) throw UsageError(gpu_training_missing());
+  std::string why;
+  if (cuda_device_count(&why) == 0) throw UsageError("--device cuda: no CUDA device: " + why);
+}
+
 struct DeviceStep::Impl {
   Impl(size_t input_size, int outputs, int max_rows, bool classification)
       : input_size(input_size), outputs(outputs), classification(classification),
-        y_width(classification ? 1 : static_cast<size_t>(outputs)), scalars(DeviceKind::cuda, 4) {
+        y_width(classification ? 1 : static_cast<size_t>(outputs)), scalars(DeviceKind::cuda, 4),
+        timer(compute.get()), compute_trace(compute.get(), "GPU stream: compute"),
+        copy_trace(copy.get(), "GPU stream: copy") {
     const size_t rows = static_cast<size_t>(max_rows);
     for (auto& s : slots) s = std::make_unique<Slot>(rows * input_size, rows * y_width, rows);
   }
@@ -98,6 +122,8 @@ struct DeviceStep::Impl {
   int next = 0, current = -1;
   int current_rows = 0;
   Buffer<double> scalars;
+  DeviceTimer timer;
+  GpuTrace compute_trace, copy_trace;
   kernels::LossSums* sums() { return reinterpret_cast<kernels::LossSums*>(scalars.data()); }
 };
 
@@ -117,6 +143,8 @@ DeviceStep::~DeviceStep() {
 }
 
 cudaStream_t DeviceStep::stream() const { return impl_->compute.get(); }
+DeviceTimer& DeviceStep::timer() { return impl_->timer; }
+GpuTrace& DeviceStep::compute_trace() { return impl_->compute_trace; }
 
 const float* DeviceStep::upload(const Batch& b) {
   Impl& m = *impl_;
@@ -133,11 +161,14 @@ const float* DeviceStep::upload(const Batch& b) {
   stage(s.host_mask.data(), b.mask, rows, s.host_mask.size(), "mask");
   cudaStream_t copy = m.copy.get();
   if (s.used) kernels::cuda_stream_wait_event(copy, s.consumed.get());
+  m.copy_trace.begin_span("batch copy", "data", -1,
+                          static_cast<int64_t>(rows * (m.input_size + m.y_width + 1) * sizeof(float)));
   kernels::cuda_copy_to_device_async(s.x.data(), s.host_x.data(), rows * m.input_size * sizeof(float),
                                      copy);
   kernels::cuda_copy_to_device_async(s.y.data(), s.host_y.data(), rows * m.y_width * sizeof(float),
                                      copy);
   kernels::cuda_copy_to_device_async(s.mask.data(), s.host_mask.data(), rows * sizeof(float), copy);
+  m.copy_trace.end();
   kernels::cuda_event_record(s.copied.get(), copy);
   kernels::cuda_stream_wait_event(m.compute.get(), s.copied.get());
   s.used = true;
@@ -153,6 +184,7 @@ void DeviceStep::loss(const float* out, int rows, float scale, float* dout) {
     throw Error("DeviceStep::loss: " + std::to_string(rows) + " rows, but the last upload had " +
                 std::to_string(m.current_rows));
   Slot& s = *m.slots[m.current];
+  m.compute_trace.begin_span("loss", "forward");
   if (m.classification)
     kernels::softmax_cross_entropy_sums_cuda(out, reinterpret_cast<const int32_t*>(s.y.data()),
                                              s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
@@ -160,6 +192,7 @@ void DeviceStep::loss(const float* out, int rows, float scale, float* dout) {
   else
     kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
                            m.compute.get());
+  m.compute_trace.end();
 }
 
 void DeviceStep::release() {
@@ -170,7 +203,11 @@ void DeviceStep::release() {
 DeviceStep::Totals DeviceStep::take(const float* grads, size_t n) {
   Impl& m = *impl_;
   double* norm = m.scalars.data() + kNorm;
-  if (grads != nullptr) kernels::global_norm_device_cuda(grads, n, norm, m.compute.get());
+  if (grads != nullptr) {
+    m.compute_trace.begin_span("gradient norm", "optimizer");
+    kernels::global_norm_device_cuda(grads, n, norm, m.compute.get());
+    m.compute_trace.end();
+  }
   double host[4] = {0, 0, 0, 0};
   // A synchronous copy through the legacy default stream: it runs after the compute stream's work.
   m.scalars.read(host, 0, 4);
@@ -188,7 +225,9 @@ DeviceStep::Totals DeviceStep::take(const float* grads, size_t n) {
 
 void DeviceStep::clip(float* grads, size_t n, double max_norm) {
   Impl& m = *impl_;
+  m.compute_trace.begin_span("clip", "optimizer");
   kernels::clip_by_device_norm_cuda(grads, n, m.scalars.data() + kNorm, max_norm, m.compute.get());
+  m.compute_trace.end();
 }
 
 }  // namespace lockstep

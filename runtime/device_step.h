@@ -10,6 +10,12 @@
 // a non-finite norm is a non-finite gradient), in one synchronous copy, and starts new sums.
 // clip() scales the gradient by that same device-side norm.
 //
+// Timing: a DeviceTimer on the compute stream times the trainer's phases (step_timer.h), and
+// under --trace GpuTraces record the device-timed spans of each stream: "GPU stream: compute"
+// (the model's layers through ModelPlacement::trace, the loss, the gradient norm, clipping, the
+// update) and "GPU stream: copy" (each batch's copy, with its bytes). Off --trace a span costs one
+// atomic load.
+//
 // Used by the training thread only; the host blocks only in take() and in upload() when a slot's
 // previous copy is still running.
 #pragma once
@@ -19,9 +25,22 @@
 #include <memory>
 
 #include "kernels/cuda_stream.h"
+#include "runtime/communicator.h"
+#include "runtime/context.h"
 #include "runtime/sharded_loader.h"
 
 namespace lockstep {
+
+class DeviceTimer;
+class GpuTrace;
+
+// Host values (losses, flags, checksums) need a communicator that takes host buffers. On
+// DeviceKind::cuda, given `comm` that takes device buffers only (nccl, or mpi staging them), an
+// MPI communicator over the same ranks (Error when MPI_COMM_WORLD is not them); else null.
+std::unique_ptr<Communicator> host_comm_for(Communicator& comm, DeviceKind device);
+
+// Throws UsageError, in words, when this build has no CUDA layers or no CUDA device answers.
+void require_cuda_training();
 
 class DeviceStep {
  public:
@@ -33,6 +52,8 @@ class DeviceStep {
   DeviceStep& operator=(const DeviceStep&) = delete;
 
   cudaStream_t stream() const;
+  DeviceTimer& timer();          // on stream()
+  GpuTrace& compute_trace();     // spans of stream()
 
   // Queues the copy of b's inputs, labels or targets and mask; returns the device inputs
   // [b.rows, input_size], readable by work queued on stream() from now on.

@@ -38,6 +38,7 @@ std::string span_args(int64_t bytes, const char* dtype) {
 struct GpuTrace::State {
   struct Span {
     std::string name, args;
+    const char* category = "gpu";
     cudaEvent_t begin = nullptr, end = nullptr;
     uint64_t session = 0;
   };
@@ -94,7 +95,7 @@ struct GpuTrace::State {
         !ok(cudaEventElapsedTime(&length, s.begin, s.end), "cudaEventElapsedTime"))
       return;
     const double begin = ref_host + 1e-3 * to_begin;
-    trace_span_on(track, s.name, "gpu", begin, begin + 1e-3 * length, s.args);
+    trace_span_on(track, s.name, s.category, begin, begin + 1e-3 * length, s.args);
   }
 
   // Records the pending spans whose work has completed, without waiting; drops those of an
@@ -173,7 +174,8 @@ GpuTrace::~GpuTrace() {
   if (st.ref_stream != nullptr) (void)cudaStreamDestroy(st.ref_stream);
 }
 
-void GpuTrace::begin_traced(const char* name, int64_t bytes, const char* dtype) {
+void GpuTrace::begin_traced(const char* name, int64_t bytes, const char* dtype,
+                            const char* category, int index) {
   State& st = *state_;
   std::lock_guard<std::mutex> lock(st.mutex);
   if (open_) st.give(st.open.begin);  // its end() never came
@@ -195,7 +197,9 @@ void GpuTrace::begin_traced(const char* name, int64_t bytes, const char* dtype) 
     st.give(e);
     return;
   }
-  st.open = State::Span{name, span_args(bytes, dtype), e, nullptr, session};
+  std::string full = name;
+  if (index >= 0) full += std::to_string(index);
+  st.open = State::Span{std::move(full), span_args(bytes, dtype), category, e, nullptr, session};
   open_ = true;
 }
 

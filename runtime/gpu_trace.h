@@ -44,7 +44,12 @@ class GpuTrace {
   // Opens a span named `name` (a literal, or a string that outlives the call) at this point of
   // the stream; `bytes` >= 0 and a non-null `dtype` become the span's args.
   void begin(const char* name, int64_t bytes = -1, const char* dtype = nullptr) {
-    if (tracing()) begin_traced(name, bytes, dtype);
+    if (tracing()) begin_traced(name, bytes, dtype, "gpu", -1);
+  }
+  // As begin(), in `category` (a literal: "forward", "backward", ...) rather than "gpu", and named
+  // `name` followed by `index` when index >= 0 ("dense" and 6: "dense6", as the CPU's layer spans).
+  void begin_span(const char* name, const char* category, int index = -1, int64_t bytes = -1) {
+    if (tracing()) begin_traced(name, bytes, nullptr, category, index);
   }
   // Closes the open span at this point of the stream.
   void end() {
@@ -56,11 +61,29 @@ class GpuTrace {
 
  private:
   struct State;
-  void begin_traced(const char* name, int64_t bytes, const char* dtype);
+  void begin_traced(const char* name, int64_t bytes, const char* dtype, const char* category,
+                    int index);
   void end_traced();
 
   std::unique_ptr<State> state_;
   bool open_ = false;  // a span is open; touched only by the begin/end thread
+};
+
+// A span of `trace`'s stream over a scope (begin_span at construction, end at destruction);
+// nothing when `trace` is null.
+class GpuSpan {
+ public:
+  GpuSpan(GpuTrace* trace, const char* name, const char* category) : trace_(trace) {
+    if (trace_ != nullptr) trace_->begin_span(name, category);
+  }
+  ~GpuSpan() {
+    if (trace_ != nullptr) trace_->end();
+  }
+  GpuSpan(const GpuSpan&) = delete;
+  GpuSpan& operator=(const GpuSpan&) = delete;
+
+ private:
+  GpuTrace* trace_;
 };
 
 }  // namespace lockstep

@@ -8,7 +8,7 @@ struct GpuTrace::State {};
 
 GpuTrace::GpuTrace(cudaStream_t, const std::string&) {}
 GpuTrace::~GpuTrace() = default;
-void GpuTrace::begin_traced(const char*, int64_t, const char*) {}
+void GpuTrace::begin_traced(const char*, int64_t, const char*, const char*, int) {}
 void GpuTrace::end_traced() {}
 void GpuTrace::flush() {}
 

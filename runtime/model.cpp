@@ -2,15 +2,50 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "kernels/cuda_memory.h"
 #include "runtime/error.h"
+#include "runtime/gpu_trace.h"
+#include "runtime/nvtx.h"
 #include "runtime/trace.h"
 
 namespace lockstep {
 
 namespace {
+
+// One layer's forward or backward pass under --trace and Nsight: on the host (no GpuTrace) a
+// TraceSpan; on a device, the host only enqueues, so the span is the device-timed one of its
+// kernels on the stream, and the host keeps only the NVTX range.
+class LayerSpan {
+ public:
+  LayerSpan(GpuTrace* gpu, const char* kind, const char* category, int index) : gpu_(gpu) {
+    if (gpu_ == nullptr) {
+      host_.emplace(kind, category, index);
+      return;
+    }
+    nvtx_ = nvtx_enabled();
+    if (nvtx_) nvtx_push((kind + std::to_string(index)).c_str(), category);
+    gpu_->begin_span(kind, category, index);
+  }
+  ~LayerSpan() {
+    close_device();
+    if (nvtx_) nvtx_pop();
+  }
+  // Ends the device span at this point of the stream (the host span runs to the scope's end).
+  void close_device() {
+    if (gpu_ != nullptr) gpu_->end();
+    gpu_ = nullptr;
+  }
+  LayerSpan(const LayerSpan&) = delete;
+  LayerSpan& operator=(const LayerSpan&) = delete;
+
+ private:
+  GpuTrace* gpu_;
+  std::optional<TraceSpan> host_;
+  bool nvtx_ = false;
+};
 
 // relu then maxpool equals maxpool then relu (max and relu commute), and so do their gradients:
 // the window's maximum is where the gradient goes either way, and it is blocked when that maximum
@@ -100,7 +135,8 @@ const float* Model::forward(const float* x, int batch) {
       continue;
     }
     float* y = activations_[i].data();
-    TraceSpan span(layer_kind_name(plan_[i].spec.kind), "forward", static_cast<int>(i));
+    LayerSpan span(placement_.trace, layer_kind_name(plan_[i].spec.kind), "forward",
+                   static_cast<int>(i));
     layers_[i]->forward(batch, act_[i], y, workspace_.data());
     act_[i + 1] = y;
   }
@@ -118,8 +154,10 @@ void Model::backward(int batch, const std::function<void(int layer)>& layer_done
       dx = dbuf_[next].data();
       next ^= 1;
     }
-    TraceSpan span(layer_kind_name(plan_[i].spec.kind), "backward", static_cast<int>(i));
+    LayerSpan span(placement_.trace, layer_kind_name(plan_[i].spec.kind), "backward",
+                   static_cast<int>(i));
     l.backward(batch, act_[i], act_[i + 1], dy, dx, workspace_.data());
+    span.close_device();  // what layer_done starts (a reduction, its staging) is not the layer's
     dy = dx;
     if (layer_done) layer_done(static_cast<int>(i));
   }

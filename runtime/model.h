@@ -44,11 +44,17 @@ struct ParamTensorInfo {
   size_t count = 0;
 };
 
+class GpuTrace;
+
 // Where a model computes: the CPU, or a CUDA device through one stream (the current device's).
 struct ModelPlacement {
   DeviceKind device = DeviceKind::cpu;
   cudaStream_t stream = nullptr;       // cuda: the stream every layer's work goes to
   Precision precision = Precision::fp32;  // cuda: bf16 GEMMs (layers.h: make_cuda_layer)
+  // cuda: the recorder of `stream`'s spans (gpu_trace.h). With one, each layer's kernels are a
+  // device-timed span under --trace, instead of the host span of their enqueueing (NVTX ranges
+  // stay on the host, for Nsight); it must outlive the model.
+  GpuTrace* trace = nullptr;
 };
 
 class Model {

@@ -2,6 +2,10 @@
 
 namespace lockstep {
 
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 const char* phase_name(Phase p) {
   switch (p) {
     case Phase::data: return "data";

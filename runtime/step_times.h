@@ -2,6 +2,20 @@
 // backward, communication (the gradient all-reduce), optimizer update. The trainer adds each
 // phase as it ends; lockstep-bench and the trace writer read the totals, or subscribe to every
 // phase through a PhaseHook. Plain data; no locking.
+//
+// On the CPU every phase is host time between the trainer's marks. On a CUDA device the host only
+// enqueues work, so the phases are the device's (step_timer.h), timed by events on the compute
+// stream: forward = from the stream reaching the micro-batch's first layer (its batch copied) to
+// the end of the loss kernel; backward = from there to the end of the last backward kernel; comm =
+// from there until the stream may go on after the gradient all-reduce: only the reduction time that
+// did not overlap the backward pass (with staging, its copies too); optimizer = from there to the
+// end of the update: the gradient norm, the step's one read-back, the host's decision (NaN guard,
+// agreed over the host communicator), clipping and the update. data stays host time: the wait for
+// the loader and the staging of the batch into page-locked memory. Device phases reach StepTimes
+// and the hook up to a step late (when their events have completed; all of them by the end of
+// Trainer::run), each step's in order; total, steps and samples are counted as each step ends. The
+// host's data wait may overlap the device's update of the step before, so on a GPU the phases may
+// add up to a little more than total.
 #pragma once
 
 #include <chrono>
@@ -24,9 +38,12 @@ struct StepTimes {
   StepTimes minus(const StepTimes& earlier) const;  // the interval between two snapshots
 };
 
-// Called at the end of each phase with its start and end, in seconds on the steady clock since
-// the trainer was built. Runs on the training thread: keep it cheap.
+// Called once per phase of each step, in the step's order, with the phase's start and end in
+// steady_seconds(). Runs on the training thread: keep it cheap.
 using PhaseHook = std::function<void(Phase phase, double begin, double end)>;
+
+// Seconds on std::chrono::steady_clock since its epoch: the time base of PhaseHook.
+double steady_seconds();
 
 // Seconds on the steady clock since construction.
 class Stopwatch {

@@ -188,18 +188,27 @@ TraceSpan::~TraceSpan() {
              bytes_ >= 0 ? "\"bytes\": " + std::to_string(bytes_) : std::string());
 }
 
-PhaseHook trace_phase_hook(int64_t grad_bytes) {
-  return [grad_bytes](Phase phase, double begin, double end) {
+PhaseHook trace_phase_hook(int64_t grad_bytes, bool device_phases) {
+  const int track = device_phases ? trace_track("GPU phases") : -1;
+  return [grad_bytes, track](Phase phase, double begin, double end) {
     if (!tracing()) return;
-    const double now = trace_now_seconds();
-    switch (phase) {
-      case Phase::data: trace_span("data wait", "data", now - (end - begin), now); break;
-      case Phase::comm:
-        trace_span("all_reduce", "collective", now - (end - begin), now,
-                   "\"bytes\": " + std::to_string(grad_bytes) + ", \"op\": \"sum\"");
-        break;
-      default: trace_span(phase_name(phase), phase_name(phase), now - (end - begin), now); break;
+    // Both clocks are the steady clock: only their origins differ.
+    const double shift = trace_now_seconds() - steady_seconds();
+    std::string name = phase_name(phase), args;
+    const char* category = phase_name(phase);
+    if (phase == Phase::data) {
+      trace_span("data wait", "data", begin + shift, end + shift);
+      return;
     }
+    if (phase == Phase::comm) {
+      name = "all_reduce";
+      category = "collective";
+      args = "\"bytes\": " + std::to_string(grad_bytes) + ", \"op\": \"sum\"";
+    }
+    if (track >= 0)
+      trace_span_on(track, name, category, begin + shift, end + shift, args);
+    else
+      trace_span(name, category, begin + shift, end + shift, args);
   };
 }
 

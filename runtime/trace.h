@@ -78,8 +78,11 @@ class TraceSpan {
 
 // A trainer phase hook (Trainer::set_phase_hook) that records each phase as a span: "data wait",
 // "forward", "backward", "all_reduce" (with `grad_bytes`, the gradient buffer it reduces),
-// "optimizer". The hook runs as a phase ends, so the span ends now and lasts end - begin.
-PhaseHook trace_phase_hook(int64_t grad_bytes);
+// "optimizer", at the times the hook is given (steady_seconds(), however late it comes). The
+// data wait goes on the calling thread's track; so do the others, unless `device_phases` (a
+// trainer on a CUDA device, whose phases the device timed): then they go on the track "GPU
+// phases", beside the stream tracks whose kernels they contain.
+PhaseHook trace_phase_hook(int64_t grad_bytes, bool device_phases = false);
 
 // Collective: runs the flush hooks, stops recording and writes every rank's events to `path` as
 // one JSON object ({"traceEvents": [...]}). Each rank writes <path>.rank<r>; after a barrier rank

@@ -3,17 +3,17 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "runtime/agree.h"
 #include "runtime/buckets.h"
-#include "runtime/device.h"
 #include "runtime/device_step.h"
 #include "runtime/error.h"
+#include "runtime/gpu_trace.h"
 #include "runtime/nvtx.h"
 #include "runtime/sharded_loader.h"
+#include "runtime/step_timer.h"
 #include "runtime/straggler.h"
 #include "runtime/trace.h"
 
@@ -28,19 +28,14 @@ uint64_t fnv1a(const void* data, size_t bytes) {
   return h;
 }
 
-// Host values need a communicator that takes host buffers. A cuda trainer given one that takes
-// device buffers only (nccl, or mpi staging them) reduces its gradients there and gets an MPI
-// communicator over the same ranks for the rest; on the CPU nothing is made (the constructor
-// refuses such a communicator in words).
-std::unique_ptr<Communicator> host_comm_for(Communicator& comm, const TrainConfig& config) {
-  if (config.device != DeviceKind::cuda || !comm.device_buffers()) return nullptr;
-  std::unique_ptr<Communicator> host = make_mpi_communicator();
-  if (host->size() != comm.size() || host->rank() != comm.rank())
-    throw Error("a cuda Trainer over a device-buffer communicator of " + std::to_string(comm.size()) +
-                " ranks needs MPI_COMM_WORLD to be the same ranks (it has " +
-                std::to_string(host->size()) + ")");
-  host->set_timeout(comm.timeout());
-  return host;
+// The batch's loss on the host (CPU layers): its totals, and scale * dLoss/dout into dout.
+kernels::LossResult host_loss(const Batch& b, const float* out, bool classification, int outputs,
+                              float scale, float* dout) {
+  const int rows = static_cast<int>(b.rows);
+  return classification ? kernels::softmax_cross_entropy_cpu(out, b.labels.data(), b.mask.data(),
+                                                             rows, outputs, scale, dout)
+                        : kernels::mse_cpu(out, b.targets.data(), b.mask.data(), rows, outputs,
+                                           scale, dout);
 }
 
 int to_int_dim(int64_t d, const DatasetInfo& info) {
@@ -128,7 +123,7 @@ struct Trainer::Impl {
   std::unique_ptr<ShardedLoader> train, test;
   std::unique_ptr<Progress> progress;
   Batch batch;
-  Stopwatch clock;
+  std::unique_ptr<StepTimer> timer;  // after `device`: it may hold the device's DeviceTimer
   double last_eval_step = -1;  // global step of the last evaluation
   EvalResult last_eval;
   std::unique_ptr<StepGuard> guard;
@@ -137,7 +132,7 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(Communicator& comm, const TrainConfig& config)
-    : own_host_comm_(host_comm_for(comm, config)),
+    : own_host_comm_(host_comm_for(comm, config.device)),
       comm_(own_host_comm_ ? *own_host_comm_ : comm),
       grad_comm_(comm),
       config_(config),
@@ -151,11 +146,7 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
   std::string problem;
   try {
     validate(config_, P);
-    if (config_.device == DeviceKind::cuda) {
-      if (!layers_available(DeviceKind::cuda)) throw UsageError(gpu_training_missing());
-      std::string why;
-      if (cuda_device_count(&why) == 0) throw UsageError("--device cuda: no CUDA device: " + why);
-    }
+    if (config_.device == DeviceKind::cuda) require_cuda_training();
     ModelSpec spec = parse_model_spec(config_.model);
     m.info = inspect_dataset(config_.train);
     DatasetSpec test_spec = config_.train;
@@ -189,8 +180,9 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
     if (config_.device == DeviceKind::cuda) {
       m.device = std::make_unique<DeviceStep>(shape_size(input), m.outputs,
                                               static_cast<int>(m.micro_rows), m.classification);
-      place = {DeviceKind::cuda, m.device->stream(), config_.precision};
+      place = {DeviceKind::cuda, m.device->stream(), config_.precision, &m.device->compute_trace()};
     }
+    m.timer = std::make_unique<StepTimer>(times_, hook_, m.device ? &m.device->timer() : nullptr);
     model_ = std::make_unique<Model>(spec, input, m.outputs, static_cast<int>(m.micro_rows), place);
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
                                              place.device, place.stream);
@@ -279,13 +271,8 @@ void Trainer::verify_replicas(const std::string& when) {
 
 void Trainer::train_step(double sums[3]) {
   Impl& m = *impl_;
-  const double t_start = m.clock.seconds();
-  auto mark = [&](Phase p, double& since) {
-    double now = m.clock.seconds();
-    times_[p] += now - since;
-    if (hook_) hook_(p, since, now);
-    since = now;
-  };
+  StepTimer& timer = *m.timer;  // device phases on a GPU (step_times.h)
+  const double t_start = timer.start_step();
   const int64_t B = config_.global_batch;
   const int64_t first_row = state_.step_in_epoch * B;
   const int64_t want_valid = config_.drop_remainder ? B : std::min(B, m.info.rows - first_row);
@@ -296,33 +283,33 @@ void Trainer::train_step(double sums[3]) {
   NvtxPhases phases;
   model_->zero_grads();
   m.reducer->start_step(model_->grads());
-  double t = t_start;
   for (int j = 0; j < config_.grad_accum; ++j) {
     phases.next("data wait", "data");
     if (!m.train->next(m.batch)) break;
-    mark(Phase::data, t);
+    const float* x = m.device ? m.device->upload(m.batch) : m.batch.x.data();
+    timer.data_ready();
     phases.next("forward", "forward");
+    timer.forward_begin();
     const int rows = static_cast<int>(m.batch.rows);
-    const float* out = model_->forward(m.device ? m.device->upload(m.batch) : m.batch.x.data(), rows);
+    const float* out = model_->forward(x, rows);
     // On a GPU the loss totals stay on the device until the step's end (DeviceStep::take).
     kernels::LossResult r;
     if (m.device)
       m.device->loss(out, rows, scale, model_->output_grad());
-    else if (m.classification)
-      r = kernels::softmax_cross_entropy_cpu(out, m.batch.labels.data(), m.batch.mask.data(), rows,
-                                             m.outputs, scale, model_->output_grad());
     else
-      r = kernels::mse_cpu(out, m.batch.targets.data(), m.batch.mask.data(), rows, m.outputs,
-                           scale, model_->output_grad());
-    mark(Phase::forward, t);
+      r = host_loss(m.batch, out, m.classification, m.outputs, scale, model_->output_grad());
+    timer.forward_end();
     phases.next("backward", "backward");
     // Only the last micro-batch's backward finishes the gradients, so only it starts reductions.
     if (j + 1 == config_.grad_accum)
-      model_->backward(rows, [&](int layer) { m.reducer->layer_done(layer); });
+      model_->backward(rows, [&](int layer) {
+        timer.backward_progress();
+        m.reducer->layer_done(layer);
+      });
     else
       model_->backward(rows);
     if (m.device) m.device->release();
-    mark(Phase::backward, t);
+    timer.backward_end();
     sums[0] += r.loss_sum;
     sums[1] += r.correct;
     sums[2] += static_cast<double>(m.batch.valid);
@@ -335,7 +322,7 @@ void Trainer::train_step(double sums[3]) {
   phases.next("all_reduce", "collective");
   if (!m.device) m.guard->before_reduce(sums[0]);
   m.reducer->wait_all();
-  mark(Phase::comm, t);
+  timer.reduced();
   phases.next("optimizer", "optimizer");
   bool apply;
   if (m.device) {
@@ -343,6 +330,7 @@ void Trainer::train_step(double sums[3]) {
     // known on the host to decide the step. The guard's flags go out only now that the local loss
     // is known (a round trip more than on the CPU, where they travel with the gradients).
     DeviceStep::Totals d = m.device->take(model_->grads(), model_->param_count());
+    timer.collect(/*synced=*/true);  // the read-back waited for the stream
     sums[0] += d.loss_sum;
     sums[1] += d.correct;
     m.guard->before_reduce(sums[0]);
@@ -358,12 +346,14 @@ void Trainer::train_step(double sums[3]) {
     else
       kernels::clip_by_global_norm_cpu(model_->grads(), model_->param_count(), config_.clip_norm);
   }
-  if (apply)
+  if (apply) {
+    GpuSpan span(m.device ? &m.device->compute_trace() : nullptr, "optimizer update", "optimizer");
     optimizer_->step(model_->params(), model_->grads(),
                      static_cast<float>(lr_at_step(state_.global_step)));
-  mark(Phase::optimizer, t);
+  }
+  const double t_end = timer.updated();
   phases.done();
-  times_.total += t - t_start;
+  times_.total += t_end - t_start;
   times_.steps += 1;
   times_.samples += want_valid;
   state_.step_in_epoch += 1;
@@ -385,12 +375,7 @@ EvalResult Trainer::evaluate() {
       m.device->release();
       continue;
     }
-    kernels::LossResult r =
-        m.classification
-            ? kernels::softmax_cross_entropy_cpu(out, m.batch.labels.data(), m.batch.mask.data(),
-                                                 rows, m.outputs, 0.0f, nullptr)
-            : kernels::mse_cpu(out, m.batch.targets.data(), m.batch.mask.data(), rows, m.outputs,
-                               0.0f, nullptr);
+    kernels::LossResult r = host_loss(m.batch, out, m.classification, m.outputs, 0.0f, nullptr);
     sums[0] += r.loss_sum;
     sums[1] += r.correct;
   }
@@ -499,6 +484,7 @@ TrainResult Trainer::run() {
     }
   }
   m.progress->finish_line();
+  m.timer->flush();  // a GPU's last phases, before the times are read
   verify_replicas("at the end of training");
   m.guard->at_end(*this);
   if (!m.guard->stopped_early())

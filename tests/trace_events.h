@@ -11,7 +11,7 @@
 namespace lockstep::testing_util {
 
 struct TraceEvent {
-  std::string ph, name;
+  std::string ph, name, cat;  // cat: spans' category
   int pid = -1, tid = -1;
   double ts = 0, dur = 0;  // microseconds
   std::string args;        // the args object's members, unparsed
@@ -44,6 +44,7 @@ inline std::vector<TraceEvent> read_trace_events(const std::string& path) {
     TraceEvent e;
     e.ph = json_string(head, "ph");
     e.name = json_string(head, "name");
+    e.cat = json_string(head, "cat");
     e.pid = static_cast<int>(json_number(head, "pid"));
     e.tid = static_cast<int>(json_number(head, "tid"));
     e.ts = json_number(head, "ts", 0);
