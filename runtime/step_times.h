@@ -5,17 +5,18 @@
 //
 // On the CPU every phase is host time between the trainer's marks. On a CUDA device the host only
 // enqueues work, so the phases are the device's (step_timer.h), timed by events on the compute
-// stream: forward = from the stream reaching the micro-batch's first layer (its batch copied) to
-// the end of the loss kernel; backward = from there to the end of the last backward kernel; comm =
-// from there until the stream may go on after the gradient all-reduce: only the reduction time that
-// did not overlap the backward pass (with staging, its copies too); optimizer = from there to the
-// end of the update: the gradient norm, the step's one read-back, the host's decision (NaN guard,
-// agreed over the host communicator), clipping and the update. data stays host time: the wait for
-// the loader and the staging of the batch into page-locked memory. Device phases reach StepTimes
-// and the hook up to a step late (when their events have completed; all of them by the end of
-// Trainer::run), each step's in order; total, steps and samples are counted as each step ends. The
-// host's data wait may overlap the device's update of the step before, so on a GPU the phases may
-// add up to a little more than total.
+// stream. forward: from the stream reaching the micro-batch's first layer (its batch copied) to
+// the end of the loss kernel. backward: from there to the end of the last backward kernel. comm:
+// from there until the stream may go on after the gradient all-reduce, i.e. only the reduction
+// time that did not overlap the backward pass (staged through host memory: from the last bucket's
+// copy down to the copies back up). optimizer: from there to the end of the update: the gradient
+// norm, the step's one read-back, the host's decision (NaN guard, agreed over the host
+// communicator), clipping and the update. data stays host time: the wait for the loader and the
+// staging of the batch into page-locked memory. Device phases reach StepTimes and the hook up to a
+// step late (once their events have completed; all by the end of Trainer::run), each step's in
+// order; total, steps and samples are counted as each step ends. The host's data wait may overlap
+// the device's update of the step before, so on a GPU the phases may add up to a little more than
+// total.
 #pragma once
 
 #include <chrono>
