@@ -7,45 +7,23 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "runtime/device_clock.cuh"
 #include "runtime/error.h"
 #include "runtime/step_times.h"
 
 namespace lockstep {
-
-namespace {
-
-// Host and device clocks drift apart by parts per million: a fresh reference every few seconds
-// keeps that, and the float milliseconds of cudaEventElapsedTime, well under a microsecond.
-constexpr double kRecalibrateSeconds = 5;
-
-}  // namespace
 
 struct DeviceTimer::State {
   cudaStream_t stream = nullptr;
   std::vector<cudaEvent_t> events;  // by id
   std::vector<int> free_ids;
   int outstanding = 0;
-  cudaStream_t ref_stream = nullptr;  // private and idle, so `ref` completes as it is recorded
-  cudaEvent_t ref = nullptr;
-  double ref_host = 0;       // steady_seconds() at which `ref` completed
-  bool calibrated = false;
+  DeviceClock clock;  // on steady_seconds()
 
   cudaEvent_t& event(int id) {
     if (id < 0 || static_cast<size_t>(id) >= events.size())
       throw Error("DeviceTimer: no event " + std::to_string(id));
     return events[static_cast<size_t>(id)];
-  }
-
-  void calibrate() {
-    if (ref_stream == nullptr)
-      LS_CHECK_CUDA(cudaStreamCreateWithFlags(&ref_stream, cudaStreamNonBlocking));
-    if (ref == nullptr) LS_CHECK_CUDA(cudaEventCreate(&ref));
-    const double t0 = steady_seconds();
-    LS_CHECK_CUDA(cudaEventRecord(ref, ref_stream));
-    LS_CHECK_CUDA(cudaEventSynchronize(ref));
-    const double t1 = steady_seconds();
-    ref_host = 0.5 * (t0 + t1);
-    calibrated = true;
   }
 
   void give_back(int id) {
@@ -61,16 +39,13 @@ DeviceTimer::DeviceTimer(cudaStream_t stream) : state_(std::make_unique<State>()
 DeviceTimer::~DeviceTimer() {
   // Destroying an event whose work is still queued is allowed: CUDA frees it once it completes.
   for (cudaEvent_t e : state_->events) (void)cudaEventDestroy(e);
-  if (state_->ref != nullptr) (void)cudaEventDestroy(state_->ref);
-  if (state_->ref_stream != nullptr) (void)cudaStreamDestroy(state_->ref_stream);
 }
 
 int DeviceTimer::record() {
   State& st = *state_;
   // Recalibrate only with nothing outstanding: every event read later lies after its reference.
-  if (st.outstanding == 0 &&
-      (!st.calibrated || steady_seconds() - st.ref_host > kRecalibrateSeconds))
-    st.calibrate();
+  if (st.outstanding == 0 && st.clock.stale(steady_seconds()))
+    LS_CHECK_CUDA(st.clock.calibrate(&steady_seconds));
   int id;
   if (!st.free_ids.empty()) {
     id = st.free_ids.back();
@@ -106,11 +81,11 @@ void DeviceTimer::wait(int id) { LS_CHECK_CUDA(cudaEventSynchronize(state_->even
 
 double DeviceTimer::seconds(int id) {
   State& st = *state_;
-  float ms = 0;
-  const cudaError_t rc = cudaEventElapsedTime(&ms, st.ref, st.event(id));
+  double seconds = 0;
+  const cudaError_t rc = st.clock.host_seconds(st.event(id), &seconds);
   st.give_back(id);
   LS_CHECK_CUDA(rc);
-  return st.ref_host + 1e-3 * static_cast<double>(ms);
+  return seconds;
 }
 
 void DeviceTimer::drop(int id) {

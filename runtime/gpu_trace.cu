@@ -13,13 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/device_clock.cuh"
+
 namespace lockstep {
 
 namespace {
 
-// Host and device clocks drift apart by parts per million; a fresh reference every few seconds
-// keeps that, and the float milliseconds of cudaEventElapsedTime, well under a microsecond.
-constexpr double kRecalibrateSeconds = 5;
 // How long a flush waits for unfinished work before dropping its spans.
 constexpr auto kFlushWait = std::chrono::seconds(10);
 
@@ -51,11 +50,7 @@ struct GpuTrace::State {
   Span open;
   std::deque<Span> pending;  // ended, in stream order, so they complete front first
 
-  // The clock reference: `ref` completed at trace time ref_host, in session ref_session.
-  cudaStream_t ref_stream = nullptr;  // private and idle, so `ref` completes as it is recorded
-  cudaEvent_t ref = nullptr;
-  double ref_host = 0;
-  double calibrated_at = 0;
+  DeviceClock clock;          // on trace_now_seconds(), taken in trace session ref_session
   uint64_t ref_session = 0;  // 0: none (sessions count from 1)
 
   size_t dropped_full = 0;        // not recorded: kMaxPendingSpans were waiting
@@ -90,11 +85,11 @@ struct GpuTrace::State {
 
   // Records `s` (complete) on the track, through the clock reference.
   void record(const Span& s) {
-    float to_begin = 0, length = 0;
-    if (!ok(cudaEventElapsedTime(&to_begin, ref, s.begin), "cudaEventElapsedTime") ||
+    double begin = 0;
+    float length = 0;
+    if (!ok(clock.host_seconds(s.begin, &begin), "cudaEventElapsedTime") ||
         !ok(cudaEventElapsedTime(&length, s.begin, s.end), "cudaEventElapsedTime"))
       return;
-    const double begin = ref_host + 1e-3 * to_begin;
     trace_span_on(track, s.name, s.category, begin, begin + 1e-3 * length, s.args);
   }
 
@@ -114,19 +109,9 @@ struct GpuTrace::State {
     }
   }
 
-  // Takes a new reference on the private stream: the event completes between t0 and t1.
+  // Takes a new clock reference for trace session `session`.
   bool calibrate(uint64_t session) {
-    if (ref_stream == nullptr &&
-        !ok(cudaStreamCreateWithFlags(&ref_stream, cudaStreamNonBlocking), "cudaStreamCreate"))
-      return false;
-    if (ref == nullptr && !ok(cudaEventCreate(&ref), "cudaEventCreate")) return false;
-    const double t0 = trace_now_seconds();
-    if (!ok(cudaEventRecord(ref, ref_stream), "cudaEventRecord") ||
-        !ok(cudaEventSynchronize(ref), "cudaEventSynchronize"))
-      return false;
-    const double t1 = trace_now_seconds();
-    ref_host = 0.5 * (t0 + t1);
-    calibrated_at = t1;
+    if (!ok(clock.calibrate(&trace_now_seconds), "taking the device clock reference")) return false;
     ref_session = session;
     return true;
   }
@@ -170,8 +155,6 @@ GpuTrace::~GpuTrace() {
   }
   st.give(st.open.begin);
   for (cudaEvent_t e : st.pool) (void)cudaEventDestroy(e);
-  if (st.ref != nullptr) (void)cudaEventDestroy(st.ref);
-  if (st.ref_stream != nullptr) (void)cudaStreamDestroy(st.ref_stream);
 }
 
 void GpuTrace::begin_traced(const char* name, int64_t bytes, const char* dtype,
@@ -184,8 +167,7 @@ void GpuTrace::begin_traced(const char* name, int64_t bytes, const char* dtype,
   st.resolve_ready(session);
   if (!st.broken.empty()) return;
   // Recalibrate only with nothing in flight: every span then lies after its reference.
-  const bool stale = st.pending.empty() &&
-                     trace_now_seconds() - st.calibrated_at > kRecalibrateSeconds;
+  const bool stale = st.pending.empty() && st.clock.stale(trace_now_seconds());
   if ((st.ref_session != session || stale) && !st.calibrate(session)) return;
   if (st.pending.size() >= kMaxPendingSpans) {
     ++st.dropped_full;
