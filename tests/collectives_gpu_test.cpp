@@ -60,14 +60,7 @@ struct DeviceBytes {
   size_t size;
 };
 
-class NcclCollectives : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string reason = gpu_skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    activate_device({DeviceKind::cuda, 0});
-  }
-};
+using NcclCollectives = OnGpu0;
 
 }  // namespace
 

@@ -18,15 +18,7 @@ using namespace lockstep::testing_util;
 
 namespace {
 
-class SharedGpuMpiCollectives : public ::testing::Test {
- protected:
-  void SetUp() override {
-    // Every rank sees the same answer, so all ranks skip together or none does.
-    std::string reason = gpu_skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    activate_device({DeviceKind::cuda, 0});
-  }
-};
+using SharedGpuMpiCollectives = OnGpu0;
 
 }  // namespace
 

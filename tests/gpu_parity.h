@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/conv2d.h"
 #include "kernels/cuda_info.h"
 #include "kernels/cuda_memory.h"
 
@@ -73,6 +74,27 @@ inline testing::AssertionResult close(const Floats& got, const Floats& want, dou
   return testing::AssertionFailure() << bad << " of " << got.size() << " elements differ; first at "
                                      << first << ": " << got[first] << " vs " << want[first]
                                      << "; worst abs error " << worst << ", scale " << scale;
+}
+
+// Convolution geometries both parity tests cover: odd sizes, strides, rectangular kernels with
+// uneven padding, and the CNN's two layers.
+inline const std::vector<kernels::Conv2dShape>& parity_conv_shapes() {
+  static const std::vector<kernels::Conv2dShape> shapes = {
+      {.n = 2, .h = 5, .w = 5, .c_in = 1, .c_out = 3},
+      {.n = 3, .h = 8, .w = 7, .c_in = 4, .c_out = 8, .stride = 2},
+      {.n = 2, .h = 9, .w = 6, .c_in = 3, .c_out = 5, .kh = 5, .kw = 2, .stride = 3, .pad_h = 2,
+       .pad_w = 0},
+      {.n = 8, .h = 28, .w = 28, .c_in = 1, .c_out = 32},
+      {.n = 4, .h = 14, .w = 14, .c_in = 32, .c_out = 64},
+  };
+  return shapes;
+}
+
+// "n=2 5x5x1 -> 3 k=3x3 stride=1", for SCOPED_TRACE.
+inline std::string describe(const kernels::Conv2dShape& s) {
+  return "n=" + std::to_string(s.n) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) + "x" +
+         std::to_string(s.c_in) + " -> " + std::to_string(s.c_out) + " k=" + std::to_string(s.kh) +
+         "x" + std::to_string(s.kw) + " stride=" + std::to_string(s.stride);
 }
 
 class GpuParity : public testing::Test {

@@ -3,6 +3,8 @@
 // collective cases of collective_cases.h. Device memory lives on the GPU activate_device() chose.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
 
 #include "collective_cases.h"
@@ -18,6 +20,16 @@ inline std::string gpu_skip_reason() {
   if (cuda_device_count(&reason) > 0) return "";
   return "no usable CUDA device: " + reason;
 }
+
+// A test on GPU 0, skipped with the reason where no GPU answers. Every rank gets the same answer,
+// so under MPI all ranks skip together or none does.
+class OnGpu0 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+    activate_device({DeviceKind::cuda, 0});
+  }
+};
 
 inline BufferOps device_buffer_ops() {
   BufferOps ops;

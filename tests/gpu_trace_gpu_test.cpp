@@ -70,12 +70,11 @@ void expect_in_order_without_overlap(const std::vector<TraceEvent>& spans) {
         << spans[i - 1].name << " and " << spans[i].name << " overlap";
 }
 
-class GpuTraceTest : public ::testing::Test {
+class GpuTraceTest : public OnGpu0 {
  protected:
   void SetUp() override {
-    std::string reason = gpu_skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    activate_device({DeviceKind::cuda, 0});
+    OnGpu0::SetUp();
+    if (IsSkipped()) return;
     dir_ = local_temp_dir("gpu-trace");
   }
   void TearDown() override {

@@ -107,18 +107,8 @@ TEST_F(Bf16Parity, DenseForwardAndBackward) {
 }
 
 TEST_F(Bf16Parity, Conv2dForwardAndBackwardForAnyGeometry) {
-  const lk::Conv2dShape shapes[] = {
-      {.n = 2, .h = 5, .w = 5, .c_in = 1, .c_out = 3},
-      {.n = 3, .h = 8, .w = 7, .c_in = 4, .c_out = 8, .stride = 2},
-      {.n = 2, .h = 9, .w = 6, .c_in = 3, .c_out = 5, .kh = 5, .kw = 2, .stride = 3, .pad_h = 2,
-       .pad_w = 0},
-      {.n = 8, .h = 28, .w = 28, .c_in = 1, .c_out = 32},
-      {.n = 4, .h = 14, .w = 14, .c_in = 32, .c_out = 64},
-  };
-  for (const auto& s : shapes) {
-    SCOPED_TRACE(testing::Message() << "n=" << s.n << " " << s.h << "x" << s.w << "x" << s.c_in
-                                    << " -> " << s.c_out << " k=" << s.kh << "x" << s.kw
-                                    << " stride=" << s.stride);
+  for (const auto& s : parity_conv_shapes()) {
+    SCOPED_TRACE(describe(s));
     const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
     const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
     const Floats x = random_floats(x_n, rng_);

@@ -58,15 +58,7 @@ TrainConfig config(DeviceKind device) {
   return c;
 }
 
-class SharedGpuTraining : public ::testing::Test {
- protected:
-  void SetUp() override {
-    // Every rank sees the same answer, so all ranks skip together or none does.
-    std::string reason = gpu_skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    activate_device({DeviceKind::cuda, 0});
-  }
-};
+using SharedGpuTraining = OnGpu0;
 
 }  // namespace
 
