@@ -101,13 +101,25 @@ if [[ $failed -eq 0 ]]; then
   done
 
   # ---- 2 ranks sharing GPU 0 through the MPI backend (NCCL refuses two ranks on one GPU) ----
-  shared="$build/tests/collectives_shared_gpu_mpi_test"
-  if [[ -x "$shared" ]]; then
-    run_gtest "collectives_shared_gpu_mpi_test -n 2" "$logs/shared_gpu_np2.log" \
-      "$mpiexec" -n 2 --oversubscribe "$shared" --gtest_color=no
-  else
-    record "collectives_shared_gpu_mpi_test -n 2" failed "missing $shared"
-  fi
+  shared_tests=("$build"/tests/*_gpu_mpi_test)
+  [[ -e "${shared_tests[0]}" ]] || record "gpu mpi tests" failed "no *_gpu_mpi_test binary in $build/tests"
+  for t in "${shared_tests[@]}"; do
+    [[ -e "$t" ]] || continue
+    name="$(basename "$t") -n 2"
+    run_gtest "$name" "$logs/$(basename "$t")_np2.log" "$mpiexec" -n 2 --oversubscribe "$t" --gtest_color=no
+  done
+
+  # ---- end-to-end GPU scripts (tests/*_gpu_test.sh) over the built apps ----
+  for script in "$root"/tests/*_gpu_test.sh; do
+    [[ -e "$script" ]] || continue
+    name=$(basename "$script" .sh)
+    LOCKSTEP_BIN="$build/apps" LOCKSTEP_SRC="$root" MPIEXEC="$mpiexec" bash "$script" >"$logs/$name.log" 2>&1
+    case $? in
+      0) record "$name" passed "" ;;
+      77) record "$name" skipped "$(grep -a -m1 'skipped' "$logs/$name.log")" ;;
+      *) record "$name" failed "$(grep -a -m1 'FAIL' "$logs/$name.log" || tail -1 "$logs/$name.log")" ;;
+    esac
+  done
 
   # ---- benchmarks ----
   bench="$build/apps/lockstep-bench"
