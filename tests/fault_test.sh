@@ -50,11 +50,7 @@ start_long_run() {
     --global-batch 32 --steps 100000 --progress none --checkpoint-every 50 --checkpoint-dir "$dir" \
     "$@" >"$dir.log" 2>&1 &
   job=$!
-  for _ in $(seq 600); do
-    compgen -G "$dir/ckpt-*.h5" >/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
+  e2e_wait_for_checkpoint "$dir"
 }
 
 "$bin/lockstep-data" regression --out long.h5 --samples 4000 --features 6 >/dev/null 2>&1 ||

@@ -132,10 +132,7 @@ train 2 "${long[@]}" --checkpoint-dir long_full
 timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${long[@]}" \
   --checkpoint-dir long_term >term.log 2>&1 &
 job=$!
-for _ in $(seq 600); do  # until the first checkpoint shows training is under way
-  compgen -G "long_term/ckpt-*.h5" >/dev/null && break
-  sleep 0.1
-done
+e2e_wait_for_checkpoint long_term
 victim=""
 for p in $(ranks_of "$job"); do
   grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$p/environ" 2>/dev/null && victim=$p
@@ -168,10 +165,7 @@ fi
 timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${long[@]}" \
   --checkpoint-dir long_usr1 >usr1.log 2>&1 &
 job=$!
-for _ in $(seq 600); do
-  compgen -G "long_usr1/ckpt-*.h5" >/dev/null && break
-  sleep 0.1
-done
+e2e_wait_for_checkpoint long_usr1
 kill -USR1 "$(pgrep -P "$job")"
 wait "$job"
 rc=$?
@@ -182,10 +176,7 @@ step=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\).*/\1/p' usr1.log)
 # A world of one (no mpiexec in between): Ctrl-C's SIGINT, exit 75 straight from the process.
 timeout 120 "$bin/lockstep-train" "${long[@]/#4000/400000}" --checkpoint-dir long_int >int.log 2>&1 &
 job=$!
-for _ in $(seq 600); do
-  compgen -G "long_int/ckpt-*.h5" >/dev/null && break
-  sleep 0.1
-done
+e2e_wait_for_checkpoint long_int
 kill -INT "$(pgrep -P "$job")"
 wait "$job"
 rc=$?

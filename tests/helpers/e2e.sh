@@ -26,3 +26,13 @@ e2e_require_commands() {
     command -v "$cmd" >/dev/null || { echo "skipped: $cmd is not installed"; exit 77; }
   done
 }
+
+# e2e_wait_for_checkpoint DIR: waits until the first checkpoint in DIR shows a run is under way;
+# non-zero after 60 s without one.
+e2e_wait_for_checkpoint() {
+  for _ in $(seq 600); do
+    compgen -G "$1/ckpt-*.h5" >/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
