@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -28,12 +29,14 @@ inline void valid_taps(int ix0, int kw, int w, int* lo, int* hi) {
   *hi = std::max(*lo, std::min(kw, w - ix0));
 }
 
-void im2col(const Conv2dShape& s, const Conv2dGeometry& g, const float* x, float* col) {
-  const size_t image = static_cast<size_t>(s.h) * s.w * s.c_in;
-  const int run = s.kw * s.c_in;
-  float* dst = col;
+// Walks the rows of the im2col matrix in order, one run of kw * c_in entries per (m, ky), and calls
+// visit(run, pixel, head, body): entries [head, head + body) of the run are the input floats that
+// start at offset `pixel` of x; the others are padding. pixel < 0: the whole run is padding.
+template <class Visit>
+void for_each_run(const Conv2dShape& s, const Conv2dGeometry& g, Visit visit) {
+  const ptrdiff_t image = static_cast<ptrdiff_t>(s.h) * s.w * s.c_in;
+  size_t run = 0;
   for (int img = 0; img < s.n; ++img) {
-    const float* xi = x + img * image;
     for (int oy = 0; oy < g.out_h; ++oy) {
       const int iy0 = oy * s.stride - s.pad_h;
       for (int ox = 0; ox < g.out_w; ++ox) {
@@ -41,47 +44,42 @@ void im2col(const Conv2dShape& s, const Conv2dGeometry& g, const float* x, float
         int lo, hi;
         valid_taps(ix0, s.kw, s.w, &lo, &hi);
         const int head = lo * s.c_in, body = (hi - lo) * s.c_in;
-        for (int ky = 0; ky < s.kh; ++ky, dst += run) {
+        for (int ky = 0; ky < s.kh; ++ky, ++run) {
           const int iy = iy0 + ky;
-          if (iy < 0 || iy >= s.h || body == 0) {
-            std::fill_n(dst, run, 0.0f);
-            continue;
-          }
-          const float* src = xi + (static_cast<size_t>(iy) * s.w + ix0 + lo) * s.c_in;
-          std::fill_n(dst, head, 0.0f);
-          std::copy_n(src, body, dst + head);
-          std::fill_n(dst + head + body, run - head - body, 0.0f);
+          const bool inside = iy >= 0 && iy < s.h && body > 0;
+          visit(run, inside ? img * image + (static_cast<ptrdiff_t>(iy) * s.w + ix0 + lo) * s.c_in
+                            : ptrdiff_t{-1},
+                head, body);
         }
       }
     }
   }
 }
 
+void im2col(const Conv2dShape& s, const Conv2dGeometry& g, const float* x, float* col) {
+  const int width = s.kw * s.c_in;
+  for_each_run(s, g, [&](size_t run, ptrdiff_t pixel, int head, int body) {
+    float* dst = col + run * width;
+    if (pixel < 0) {
+      std::fill_n(dst, width, 0.0f);
+      return;
+    }
+    std::fill_n(dst, head, 0.0f);
+    std::copy_n(x + pixel, body, dst + head);
+    std::fill_n(dst + head + body, width - head - body, 0.0f);
+  });
+}
+
 // The adjoint of im2col: every entry of col is added to the input pixel it was copied from.
 void col2im(const Conv2dShape& s, const Conv2dGeometry& g, const float* col, float* dx) {
-  const size_t image = static_cast<size_t>(s.h) * s.w * s.c_in;
-  std::fill_n(dx, s.n * image, 0.0f);
-  const int run = s.kw * s.c_in;
-  const float* src = col;
-  for (int img = 0; img < s.n; ++img) {
-    float* di = dx + img * image;
-    for (int oy = 0; oy < g.out_h; ++oy) {
-      const int iy0 = oy * s.stride - s.pad_h;
-      for (int ox = 0; ox < g.out_w; ++ox) {
-        const int ix0 = ox * s.stride - s.pad_w;
-        int lo, hi;
-        valid_taps(ix0, s.kw, s.w, &lo, &hi);
-        const int head = lo * s.c_in, body = (hi - lo) * s.c_in;
-        for (int ky = 0; ky < s.kh; ++ky, src += run) {
-          const int iy = iy0 + ky;
-          if (iy < 0 || iy >= s.h || body == 0) continue;
-          float* __restrict d = di + (static_cast<size_t>(iy) * s.w + ix0 + lo) * s.c_in;
-          const float* __restrict c = src + head;
-          for (int i = 0; i < body; ++i) d[i] += c[i];
-        }
-      }
-    }
-  }
+  std::fill_n(dx, static_cast<size_t>(s.n) * s.h * s.w * s.c_in, 0.0f);
+  const int width = s.kw * s.c_in;
+  for_each_run(s, g, [&](size_t run, ptrdiff_t pixel, int head, int body) {
+    if (pixel < 0) return;
+    float* __restrict d = dx + pixel;
+    const float* __restrict c = col + run * width + head;
+    for (int i = 0; i < body; ++i) d[i] += c[i];
+  });
 }
 
 }  // namespace

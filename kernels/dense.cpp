@@ -8,18 +8,14 @@
 
 namespace lockstep::kernels {
 
-namespace {
-
-void check_shape(const DenseShape& s, const char* who) {
+void check_dense_shape(const DenseShape& s, const char* who) {
   if (s.batch < 0 || s.in <= 0 || s.out <= 0)
     throw std::invalid_argument(std::string(who) + ": batch must be >= 0 and in, out > 0");
 }
 
-}  // namespace
-
 void dense_forward_cpu(const DenseShape& s, const float* x, const float* w, const float* b,
                        float* y) {
-  check_shape(s, "dense_forward_cpu");
+  check_dense_shape(s, "dense_forward_cpu");
   if (s.batch == 0) return;
   // Seed y with the bias rows so that one gemm with beta = 1 adds x.w on top: no second pass.
   float beta = 0.0f;
@@ -32,7 +28,7 @@ void dense_forward_cpu(const DenseShape& s, const float* x, const float* w, cons
 
 void dense_backward_cpu(const DenseShape& s, const float* x, const float* w, const float* dy,
                         float* dx, float* dw, float* db) {
-  check_shape(s, "dense_backward_cpu");
+  check_dense_shape(s, "dense_backward_cpu");
   if (s.batch == 0) return;
   if (dx != nullptr)  // dx[batch, in] = dy[batch, out] . w[in, out]^T
     gemm_cpu({.m = s.batch, .n = s.in, .k = s.out, .trans_b = true}, dy, w, dx);

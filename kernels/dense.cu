@@ -1,8 +1,5 @@
 #include "kernels/dense.h"
 
-#include <stdexcept>
-#include <string>
-
 #include "kernels/bias.cuh"
 #include "kernels/cast.h"
 #include "kernels/gemm.h"
@@ -11,18 +8,9 @@
 
 namespace lockstep::kernels {
 
-namespace {
-
-void check_shape(const DenseShape& s, const char* who) {
-  if (s.batch < 0 || s.in <= 0 || s.out <= 0)
-    throw std::invalid_argument(std::string(who) + ": batch must be >= 0 and in, out > 0");
-}
-
-}  // namespace
-
 void dense_forward_cuda(const DenseShape& s, const float* x, const float* w, const float* b,
                         float* y, cudaStream_t stream) {
-  check_shape(s, "dense_forward_cuda");
+  check_dense_shape(s, "dense_forward_cuda");
   if (s.batch == 0) return;
   // Seed y with the bias rows; the gemm then adds x.w on top with beta = 1.
   float beta = 0.0f;
@@ -35,7 +23,7 @@ void dense_forward_cuda(const DenseShape& s, const float* x, const float* w, con
 
 void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, const float* dy,
                          float* dx, float* dw, float* db, cudaStream_t stream) {
-  check_shape(s, "dense_backward_cuda");
+  check_dense_shape(s, "dense_backward_cuda");
   if (s.batch == 0) return;
   if (dx != nullptr)  // dx[batch, in] = dy[batch, out] . w[in, out]^T
     gemm_cuda({.m = s.batch, .n = s.in, .k = s.out, .trans_b = true}, dy, w, dx, stream);
@@ -49,7 +37,7 @@ void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, co
 // that produced it (relu, maxpool) would save one read and write of the activation.
 void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t* w16,
                              const float* b, float* y, uint16_t* x16, cudaStream_t stream) {
-  check_shape(s, "dense_forward_bf16_cuda");
+  check_dense_shape(s, "dense_forward_bf16_cuda");
   if (s.batch == 0) return;
   cast_f32_to_bf16_cuda(x, x16, static_cast<size_t>(s.batch) * s.in, stream);
   float beta = 0.0f;
@@ -63,7 +51,7 @@ void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t
 void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
                               const float* dy, float* dx, float* dw, float* db, uint16_t* dy16,
                               cudaStream_t stream) {
-  check_shape(s, "dense_backward_bf16_cuda");
+  check_dense_shape(s, "dense_backward_bf16_cuda");
   if (s.batch == 0) return;
   if (dx != nullptr || dw != nullptr)
     cast_f32_to_bf16_cuda(dy, dy16, static_cast<size_t>(s.batch) * s.out, stream);

@@ -13,6 +13,10 @@ struct DenseShape {
   int batch = 0, in = 0, out = 0;
 };
 
+// Throws std::invalid_argument naming `who` unless batch >= 0 and in, out > 0 (every twin checks
+// its shape this way; dense.cpp).
+void check_dense_shape(const DenseShape& s, const char* who);
+
 void dense_forward_cpu(const DenseShape& s, const float* x, const float* w, const float* b, float* y);
 void dense_backward_cpu(const DenseShape& s, const float* x, const float* w, const float* dy,
                         float* dx, float* dw, float* db);

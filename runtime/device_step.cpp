@@ -34,29 +34,22 @@ class Pinned {
   size_t count_;
 };
 
-class Event {
+// A CUDA handle made by Create with this object and destroyed with it.
+template <class Handle, Handle (*Create)(), void (*Destroy)(Handle) noexcept>
+class Owned {
  public:
-  Event() : e_(kernels::cuda_event_create()) {}
-  ~Event() { kernels::cuda_event_destroy(e_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return e_; }
+  Owned() : h_(Create()) {}
+  ~Owned() { Destroy(h_); }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  Handle get() const { return h_; }
 
  private:
-  cudaEvent_t e_;
+  Handle h_;
 };
 
-class Stream {
- public:
-  Stream() : s_(kernels::cuda_stream_create()) {}
-  ~Stream() { kernels::cuda_stream_destroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_;
-};
+using Event = Owned<cudaEvent_t, kernels::cuda_event_create, kernels::cuda_event_destroy>;
+using Stream = Owned<cudaStream_t, kernels::cuda_stream_create, kernels::cuda_stream_destroy>;
 
 // One batch's worth of page-locked staging and device memory. copied: recorded on the copy stream
 // after the upload; consumed: on the compute stream after the last work that reads the slot.

@@ -6,14 +6,12 @@
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
 set -u
 
-bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}/lockstep-bench"
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
 mpiexec="${MPIEXEC:-mpiexec}"
-if [[ ! -x $bin ]]; then
-  echo "skipped: $bin is not built"
-  exit 77
-fi
-
 . "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-bench
+bin=$bin/lockstep-bench
+
 run2() { timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" "$@"; }
 
 # Data rows are the lines that do not start with '#'.

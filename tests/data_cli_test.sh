@@ -7,13 +7,11 @@
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
 set -u
 
-bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}/lockstep-data"
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
 mpiexec="${MPIEXEC:-mpiexec}"
-if [[ ! -x $bin ]]; then
-  echo "skipped: $bin is not built"
-  exit 77
-fi
 . "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-data
+bin=$bin/lockstep-data
 e2e_workdir data-cli
 
 run() { timeout 300 "$bin" "$@"; }

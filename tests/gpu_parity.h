@@ -14,6 +14,7 @@
 
 #include "kernels/conv2d.h"
 #include "kernels/cuda_info.h"
+#include "kernels/dense.h"
 #include "kernels/cuda_memory.h"
 
 namespace lockstep::testing_util {
@@ -74,6 +75,19 @@ inline testing::AssertionResult close(const Floats& got, const Floats& want, dou
   return testing::AssertionFailure() << bad << " of " << got.size() << " elements differ; first at "
                                      << first << ": " << got[first] << " vs " << want[first]
                                      << "; worst abs error " << worst << ", scale " << scale;
+}
+
+// Dense shapes both parity tests cover; the last is the CNN's classifier at batch 64 (7*7*64 in).
+inline const std::vector<kernels::DenseShape>& parity_dense_shapes() {
+  static const std::vector<kernels::DenseShape> shapes = {
+      {1, 1, 1}, {33, 17, 5}, {16, 784, 10}, {128, 64, 128}, {64, 3136, 10}};
+  return shapes;
+}
+
+// "batch=33 in=17 out=5 bias=1", for SCOPED_TRACE.
+inline std::string describe(const kernels::DenseShape& s, bool bias) {
+  return "batch=" + std::to_string(s.batch) + " in=" + std::to_string(s.in) +
+         " out=" + std::to_string(s.out) + " bias=" + std::to_string(bias);
 }
 
 // Convolution geometries both parity tests cover: odd sizes, strides, rectangular kernels with

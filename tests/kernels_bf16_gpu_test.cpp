@@ -57,13 +57,9 @@ struct Pass {
 };
 
 TEST_F(Bf16Parity, DenseForwardAndBackward) {
-  // The last shape is the CNN's classifier at batch 64 (7 * 7 * 64 inputs).
-  const lk::DenseShape shapes[] = {{1, 1, 1}, {33, 17, 5}, {16, 784, 10}, {128, 64, 128},
-                                   {64, 3136, 10}};
-  for (const auto& s : shapes) {
+  for (const auto& s : parity_dense_shapes()) {
     for (bool bias : {true, false}) {
-      SCOPED_TRACE(testing::Message() << "batch=" << s.batch << " in=" << s.in << " out=" << s.out
-                                      << " bias=" << bias);
+      SCOPED_TRACE(describe(s, bias));
       const Floats x = random_floats(size_t(s.batch) * s.in, rng_);
       const Floats w = random_floats(size_t(s.in) * s.out, rng_);
       const Floats b = random_floats(s.out, rng_);

@@ -120,11 +120,9 @@ TEST_F(GpuParity, CastsGiveTheCpuBitsIncludingSpecialValues) {
 }
 
 TEST_F(GpuParity, DenseForwardAndBackward) {
-  const lk::DenseShape shapes[] = {{1, 1, 1}, {33, 17, 5}, {16, 784, 10}, {128, 64, 128}};
-  for (const auto& s : shapes) {
+  for (const auto& s : parity_dense_shapes()) {
     for (bool bias : {true, false}) {
-      SCOPED_TRACE(testing::Message() << "batch=" << s.batch << " in=" << s.in << " out=" << s.out
-                                      << " bias=" << bias);
+      SCOPED_TRACE(describe(s, bias));
       const Floats x = random_floats(size_t(s.batch) * s.in, rng_);
       const Floats w = random_floats(size_t(s.in) * s.out, rng_);
       const Floats b = random_floats(s.out, rng_);

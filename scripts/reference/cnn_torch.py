@@ -60,10 +60,26 @@ def main():
     _, train_on, _ = build(args, xt.shape[3], classes, device)
     feed = common.cycle(xt, yt, args.global_batch, args.seed)
 
+    # Two page-locked staging slots, allocated once, as Lockstep's device step has: a slot is
+    # refilled only after the event recorded behind its last copy has passed.
+    pinned = device.type == "cuda"
+    slots = [(torch.empty((args.global_batch,) + xt.shape[1:], pin_memory=pinned),
+              torch.empty(args.global_batch, dtype=torch.long, pin_memory=pinned),
+              torch.cuda.Event() if pinned else None) for _ in range(2)]
+    turn = [0]
+
     def run_step():
         xb, yb = next(feed)
-        x = torch.from_numpy(xb).pin_memory().to(device, non_blocking=True)
-        y = torch.from_numpy(yb).long().pin_memory().to(device, non_blocking=True)
+        hx, hy, copied = slots[turn[0] % 2]
+        turn[0] += 1
+        if copied is not None:
+            copied.synchronize()
+        hx.numpy()[...] = xb
+        hy.numpy()[...] = yb
+        x = hx.to(device, non_blocking=True)
+        y = hy.to(device, non_blocking=True)
+        if copied is not None:
+            copied.record()
         train_on(x, y)
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
