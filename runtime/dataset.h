@@ -1,8 +1,10 @@
 // A dataset split in an HDF5 file (DESIGN.md, data format): one group per split ("train", "test")
 // holding the inputs and the targets.
-//   classification: <group>/images (N, H, W, C) uint8 or float, <group>/labels (N,) any integer type;
-//                   attributes num_classes, norm_mean, norm_std (on the file root or the group)
-//   regression:     <group>/x (N, D) float, <group>/y (N,) or (N, K) float
+//   classification: <group>/images (N, H, W, C) any integer or float type, <group>/labels (N,) any
+//                   integer type
+//   regression:     <group>/x (N, D) any integer or float type, <group>/y (N,) or (N, K) float
+//   attributes:     num_classes, norm_scale, norm_mean, norm_std, on the input dataset, else its
+//                   group, else the file root
 // inspect_dataset opens the file read-only, checks it and describes it; every problem is a
 // UsageError naming the file, the dataset and what is wrong.
 #pragma once

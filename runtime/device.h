@@ -1,6 +1,8 @@
 // Device selection (DESIGN.md decision 1): one process per device. A rank with device cuda takes
-// the GPU of its local rank. More local ranks than GPUs is an error naming the host and both
-// counts, unless the communicator is MPI, where ranks may share a GPU (round robin).
+// the GPU of its slot among the ranks of its host that see the same GPUs (launch_env.h: gpu_slot;
+// without per-rank CUDA_VISIBLE_DEVICES, its local rank). More such ranks than GPUs is an error
+// naming the host and both counts, unless the communicator is MPI, where ranks may share a GPU
+// (round robin).
 #pragma once
 
 #include <string>
