@@ -411,8 +411,7 @@ int run_collectives_bench(int argc, char** argv, const World& world) {
     if (world.rank == 0) std::printf("#\n# backend nccl: skipped, %s\n", nccl_skip.c_str());
   } else if (want_nccl) {
     activate_device(device);
-    auto comm = make_nccl_communicator(device.index);
-    comm->set_timeout(o.timeout);
+    auto comm = make_nccl_communicator(device.index, o.timeout);
     wrong += run_backend("nccl (device buffers)", *comm, *host, true, o);
   }
   if (world.rank == 0) {

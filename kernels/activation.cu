@@ -10,8 +10,10 @@ namespace {
 // index, so in-place use is safe.
 __global__ void relu_forward_kernel(const float* x, float* y, size_t n) {
   for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+    // As the CPU twin: only negatives become 0, so NaN passes on (the trainer's NaN guard sees a
+    // diverging run) and -0 and +-Inf map as they do there.
     const float v = x[i];
-    y[i] = v > 0.0f ? v : 0.0f;
+    y[i] = v < 0.0f ? 0.0f : v;
   }
 }
 

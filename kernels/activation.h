@@ -1,5 +1,7 @@
-// Elementwise activations. relu_backward uses the forward output y (y > 0 <=> x > 0), so the input
-// need not be kept. dx may alias dy.
+// Elementwise activations. relu_forward maps negatives to 0 and passes every other value on
+// unchanged: NaN stays NaN (a diverging run shows NaN, not zeros), -0 stays -0, +Inf stays +Inf.
+// relu_backward uses the forward output y (y > 0 <=> x > 0), so the input need not be kept; the
+// gradient is 0 where y is NaN or zero. dx may alias dy. Both twins give the same bits.
 #pragma once
 
 #include <cstddef>

@@ -72,18 +72,20 @@ void agree_or_throw(bool ok, const std::string& message) {
   throw UsageError(text);
 }
 
-namespace {
-[[noreturn]] void abort_job(const World& world, const char* what) {
-  std::string text = what;
+void end_job_now(const std::string& message) noexcept {
+  std::string text = message;
   if (text.rfind("[rank ", 0) != 0) text = rank_prefix() + " " + text;
   std::fprintf(stderr, "error: %s\n", text.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
-  if (world.size > 1) MPI_Abort(MPI_COMM_WORLD, kExitError);
+  int running = 0, finalized = 0, size = 1;
+  MPI_Initialized(&running);
+  MPI_Finalized(&finalized);
+  if (running && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, kExitError);
   // A world of one can leave on its own; skip MPI_Finalize, a collective may still be pending.
   _exit(kExitError);
 }
-}  // namespace
 
 int run_app(int argc, char** argv, const std::function<int(const World&)>& body) {
   std::unique_ptr<MpiSession> session;
@@ -99,9 +101,9 @@ int run_app(int argc, char** argv, const std::function<int(const World&)>& body)
     std::fflush(stderr);
     return kExitUsage;
   } catch (const std::exception& e) {
-    abort_job(world, e.what());
+    end_job_now(e.what());
   } catch (...) {
-    abort_job(world, "unknown exception");
+    end_job_now("unknown exception");
   }
 }
 

@@ -53,6 +53,12 @@ constexpr int kExitUsage = 2;         // a bad input or configuration, reported 
 // its configured epochs or steps, after the checkpoint was written: run again with --resume.
 constexpr int kExitStoppedEarly = 75;
 
+// Prints "error: <message>" (with this rank's prefix unless it has one) and ends the process at
+// once, with kExitError: MPI_Abort, which takes every rank of the job down, where MPI is running
+// with more than one rank; _exit otherwise. Runs no destructors, so it cannot wait on anything:
+// for failures where unwinding could hang (a thread stuck inside NCCL).
+[[noreturn]] void end_job_now(const std::string& message) noexcept;
+
 // Runs an app's body with the top-level error handling every app shares: a UsageError is printed
 // once (by rank 0) and every rank exits kExitUsage; any other exception is printed by the rank
 // that saw it, with its rank prefix, and the job is aborted (MPI_Abort, kExitError) so no peer

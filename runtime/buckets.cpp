@@ -70,7 +70,12 @@ BucketReducer::BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Pr
   const size_t total = buckets_.empty() ? 0 : buckets_.front().offset + buckets_.front().count;
   if (wire_ == Precision::bf16) wire_copy_ = Buffer<uint16_t>(grads_on_, total);
   if (staged_) host_mirror_.resize(total * wire_bytes());
-  if (grads_on_ == DeviceKind::cuda && comm_.device_buffers()) comm_.set_compute_stream(stream_);
+  orders_comm_ = grads_on_ == DeviceKind::cuda && comm_.device_buffers();
+  if (orders_comm_) comm_.set_compute_stream(stream_);
+}
+
+BucketReducer::~BucketReducer() {
+  if (orders_comm_) comm_.set_compute_stream(nullptr);
 }
 
 size_t BucketReducer::wire_bytes() const {

@@ -50,10 +50,17 @@ size_t bucket_bytes_from_mb(double mb);
 // staging them) reduces them in place, ordered after the stream's work (set_compute_stream); one
 // that takes host buffers gets each bucket copied down into a host mirror when it starts (a
 // synchronous copy, after the stream's work) and copied back up in wait_all.
+//
+// The communicator outlives the reducer. A reducer that orders the communicator after `stream`
+// clears that again when it is destroyed (set_compute_stream(nullptr)), since the stream may be
+// destroyed next while the communicator lives on.
 class BucketReducer {
  public:
   BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire = Precision::fp32,
                 DeviceKind grads_on = DeviceKind::cpu, cudaStream_t stream = nullptr);
+  ~BucketReducer();
+  BucketReducer(const BucketReducer&) = delete;
+  BucketReducer& operator=(const BucketReducer&) = delete;
 
   // Forgets any handles of a previous step (they must have been waited for) and sets the buffer.
   void start_step(float* grads);
@@ -75,6 +82,7 @@ class BucketReducer {
   DeviceKind grads_on_;
   cudaStream_t stream_;
   bool staged_ = false;  // device gradients over a host-buffer communicator
+  bool orders_comm_ = false;  // this reducer set the communicator's compute stream
   float* grads_ = nullptr;
   size_t next_ = 0;  // buckets [0, next_) have started
   std::vector<WorkHandle> pending_;

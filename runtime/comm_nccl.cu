@@ -1,7 +1,17 @@
 // NCCL backend of Communicator (DESIGN.md decisions 2 and 3); stands in for comm_nccl_stub.cpp.
 //
-// Bootstrap: rank 0's ncclGetUniqueId reaches every rank by MPI_Bcast, every rank calls
-// ncclCommInitRank on its device, then a barrier (NCCL has none: a one-word all-reduce).
+// Bootstrap: rank 0's ncclGetUniqueId reaches every rank by MPI_Bcast; every rank creates its
+// communicator on its device with ncclCommInitRankConfig in NCCL's non-blocking mode
+// (config.blocking = 0) and polls it under the communicator's timeout, so a rank that never joins
+// fails the others with a TimeoutError instead of hanging them; then a barrier (NCCL has none: a
+// one-word all-reduce).
+//
+// Non-blocking mode: any NCCL call may return ncclInProgress and finish in NCCL's background
+// thread (the first collective to a peer connects to it, for one). Until the communicator's state
+// (ncclCommGetAsyncError) is ncclSuccess again, no other NCCL call may be made on it and an
+// enqueued collective is not on its stream yet, so nothing may be ordered after it (an event, a
+// copy, a stream-ordered free). Each call is therefore followed by settle(), which polls that state
+// under the timeout; once it returns, the collective is on the stream as in blocking mode.
 //
 // Streams: collectives run on the communicator's own stream. Before each one that stream waits on
 // an event recorded on the compute stream (set_compute_stream), so a collective reads buffers only
@@ -13,9 +23,12 @@
 // "GPU stream: nccl" (gpu_trace.h), from when the stream starts it (after the compute stream's
 // event) to when it finishes, with its bytes and dtype.
 //
-// Watchdog: wait() polls that event and ncclCommGetAsyncError. Past the deadline, or on an async
-// error, it aborts the communicator (ncclCommAbort) and throws, naming the collective and the rank;
-// no rank hangs inside NCCL. An aborted communicator refuses every later call.
+// Watchdog: waits poll the collective's completion event and NCCL's asynchronous error under a
+// deadline; on a timeout or an error the communicator is aborted, on a helper thread that is given
+// a grace period, and the rank ends the job should the abort itself hang (nccl_watchdog.h).
+// The destructor shuts down cleanly only when every collective has completed: ncclCommFinalize
+// polled under the timeout, then ncclCommDestroy, which is then local and cannot block; every
+// other path is that bounded abort.
 //
 // Differences from the MPI backend a caller may see: bf16/f16 are reduced by NCCL in their own
 // precision (each addition rounds); mean is ncclAvg (floats: sum pre-multiplied by 1/size;
@@ -29,12 +42,12 @@
 #include <cstdint>
 #include <exception>
 #include <sstream>
-#include <thread>
 
 #include "runtime/communicator.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/gpu_trace.h"
+#include "runtime/nccl_watchdog.h"
 
 namespace lockstep {
 
@@ -72,7 +85,10 @@ bool nccl_available() { return true; }
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using nccl::Backoff;
+using nccl::Clock;
+using nccl::NcclState;
+using nccl::NcclWork;
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -110,110 +126,16 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
-// Polling pace: yield for the first 2 ms (most collectives finish by then, and their measured
-// time stays exact), then sleep 1/50 of the time waited so far, capped at 1 ms: a long wait costs
-// little CPU, overshoots its completion by at most 2%, and checks the deadline every millisecond.
-class Backoff {
- public:
-  void pause() {
-    auto waited = Clock::now() - start_;
-    if (waited < std::chrono::milliseconds(2)) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(
-        std::min<Clock::duration>(waited / 50, std::chrono::milliseconds(1)));
-  }
-
- private:
-  Clock::time_point start_ = Clock::now();
-};
-
-// The NCCL communicator, shared by NcclCommunicator and its Work handles: a handle may be waited
-// on after the communicator failed, and must then say so instead of touching a freed comm.
-struct NcclState {
-  ncclComm_t comm = nullptr;
-  bool alive = false;  // initialised, neither aborted nor destroyed
-  std::string lost;    // why it is not alive any more
-
-  void abort(const std::string& why) {
-    if (alive) ncclCommAbort(comm);  // frees it and stops its kernels; nothing useful to check
-    alive = false;
-    comm = nullptr;
-    if (lost.empty()) lost = why;
-  }
-
-  // Throws Error when NCCL reports an asynchronous failure (a peer died, a network error), after
-  // aborting the communicator so that nothing else waits on it.
-  void check_async(const std::string& what) {
-    if (!alive) return;
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t rc = ncclCommGetAsyncError(comm, &async);
-    if (rc != ncclSuccess) async = rc;
-    if (async == ncclSuccess || async == ncclInProgress) return;
-    std::string reason = ncclGetErrorString(async);
-    const char* last = ncclGetLastError(comm);
-    if (last != nullptr && *last != '\0') reason += std::string(" (") + last + ")";
-    abort(what + " failed: " + reason);
-    throw Error(rank_prefix() + " " + what + " failed: " + reason +
-                "; the NCCL communicator was aborted (hint: " + detail::nccl_hint(async) + ")");
-  }
-};
-
-class NcclWork : public Work {
- public:
-  NcclWork(std::shared_ptr<NcclState> state, cudaEvent_t event, std::string what)
-      : state_(std::move(state)), event_(event), what_(std::move(what)) {}
-  ~NcclWork() override { cudaEventDestroy(event_); }
-
-  bool done() override { return poll(); }
-
-  void wait(Millis timeout) override {
-    const auto start = Clock::now();
-    Backoff backoff;
-    while (!poll()) {
-      if (Clock::now() - start >= timeout) {
-        state_->abort(what_ + " timed out");
-        std::ostringstream os;
-        os << rank_prefix() << " " << what_ << " did not complete within "
-           << std::chrono::duration<double>(timeout).count()
-           << " s: a peer rank has died, stalled, or skipped this collective; the NCCL "
-              "communicator was aborted";
-        throw TimeoutError(os.str());
-      }
-      backoff.pause();
-    }
-  }
-
- private:
-  // True once the collective has completed; throws if it cannot any more.
-  bool poll() {
-    if (complete_) return true;
-    cudaError_t rc = cudaEventQuery(event_);
-    if (rc == cudaSuccess) return complete_ = true;
-    if (rc != cudaErrorNotReady) {
-      cudaGetLastError();
-      state_->abort(what_ + " failed on the GPU");
-      throw_call_error(what_.c_str(),
-                       std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc),
-                       __FILE__, __LINE__, "the GPU failed while the collective ran");
-    }
-    if (!state_->alive)
-      throw Error(rank_prefix() + " " + what_ + " cannot complete: the NCCL communicator was " +
-                  "aborted (" + state_->lost + ")");
-    state_->check_async(what_);
-    return false;
-  }
-
-  std::shared_ptr<NcclState> state_;
-  cudaEvent_t event_;
-  std::string what_;
-  bool complete_ = false;
-};
+// Enqueues an NCCL call inside launch(): returns once it is on the stream (settled), throws
+// Error with the call's text when NCCL refused it.
+#define LS_NCCL_ISSUE(call, what) issued((call), #call, (what), __FILE__, __LINE__)
 
 class NcclCommunicator : public Communicator {
  public:
-  explicit NcclCommunicator(int device) : device_(device), state_(std::make_shared<NcclState>()) {
+  NcclCommunicator(int device, Millis timeout)
+      : device_(device), state_(std::make_shared<NcclState>()) {
+    set_timeout(timeout);
+    state_->device = device;
     try {
       init();
     } catch (...) {
@@ -236,10 +158,12 @@ class NcclCommunicator : public Communicator {
   WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType type,
                               ReduceOp op) override {
     const Span span{"nccl all_reduce", count * dtype_size(type), type};
-    return launch(describe("all_reduce", count, type, reduce_op_name(op)), span, count, [&] {
-      LS_CHECK_NCCL(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), state_->comm,
-                                  stream_));
-    });
+    return launch(describe("all_reduce", count, type, reduce_op_name(op)), span, count,
+                  [&](const std::string& what) {
+                    LS_NCCL_ISSUE(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op),
+                                                state_->comm, stream_),
+                                  what);
+                  });
   }
 
   WorkHandle broadcast_async(void* buf, size_t count, DType type, int root) override {
@@ -248,8 +172,9 @@ class NcclCommunicator : public Communicator {
                   " is not a rank of this world of " + std::to_string(size_));
     const Span span{"nccl broadcast", count * dtype_size(type), type};
     const std::string what = describe("broadcast", count, type, "root " + std::to_string(root));
-    return launch(what, span, count, [&] {
-      LS_CHECK_NCCL(ncclBroadcast(buf, buf, count, nccl_type(type), root, state_->comm, stream_));
+    return launch(what, span, count, [&](const std::string& w) {
+      LS_NCCL_ISSUE(ncclBroadcast(buf, buf, count, nccl_type(type), root, state_->comm, stream_),
+                    w);
     });
   }
 
@@ -257,7 +182,8 @@ class NcclCommunicator : public Communicator {
     const size_t block = count * dtype_size(type);
     const char* own = static_cast<const char*>(recv) + static_cast<size_t>(rank_) * block;
     const Span span{"nccl all_gather", block * size_, type};
-    return launch(describe("all_gather", count, type, ""), span, count, [&] {
+    return launch(describe("all_gather", count, type, ""), span, count,
+                  [&](const std::string& what) {
       // NCCL works in place only when `send` is this rank's block of `recv`; other overlapping
       // input (e.g. send == recv on rank > 0) is moved aside first.
       void* scratch = nullptr;
@@ -267,7 +193,7 @@ class NcclCommunicator : public Communicator {
         LS_CHECK_CUDA(cudaMemcpyAsync(scratch, send, block, cudaMemcpyDeviceToDevice, stream_));
         src = scratch;
       }
-      LS_CHECK_NCCL(ncclAllGather(src, recv, count, nccl_type(type), state_->comm, stream_));
+      LS_NCCL_ISSUE(ncclAllGather(src, recv, count, nccl_type(type), state_->comm, stream_), what);
       if (scratch != nullptr) LS_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
     });
   }
@@ -277,28 +203,33 @@ class NcclCommunicator : public Communicator {
     const size_t block = count * dtype_size(type);
     const char* own = static_cast<const char*>(send) + static_cast<size_t>(rank_) * block;
     const Span span{"nccl reduce_scatter", block * size_, type};
-    return launch(describe("reduce_scatter", count, type, reduce_op_name(op)), span, count, [&] {
+    return launch(describe("reduce_scatter", count, type, reduce_op_name(op)), span, count,
+                  [&](const std::string& what) {
       // In place means recv == this rank's block of send; any other overlap goes via scratch.
       if (recv != own && overlaps(recv, block, send, block * size_)) {
         void* scratch = nullptr;
         LS_CHECK_CUDA(cudaMallocAsync(&scratch, block, stream_));
-        LS_CHECK_NCCL(ncclReduceScatter(send, scratch, count, nccl_type(type), nccl_op(op),
-                                        state_->comm, stream_));
+        LS_NCCL_ISSUE(ncclReduceScatter(send, scratch, count, nccl_type(type), nccl_op(op),
+                                        state_->comm, stream_),
+                      what);
         LS_CHECK_CUDA(cudaMemcpyAsync(recv, scratch, block, cudaMemcpyDeviceToDevice, stream_));
         LS_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
       } else {
-        LS_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op),
-                                        state_->comm, stream_));
+        LS_NCCL_ISSUE(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op),
+                                        state_->comm, stream_),
+                      what);
       }
     });
   }
 
   WorkHandle barrier_async() override {
     // max of a word that stays 0: completes only when every rank has joined, never overflows.
-    return launch("nccl barrier", Span{"nccl barrier", sizeof(int32_t), DType::i32}, 1, [&] {
-      LS_CHECK_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax,
-                                  state_->comm, stream_));
-    });
+    return launch("nccl barrier", Span{"nccl barrier", sizeof(int32_t), DType::i32}, 1,
+                  [&](const std::string& what) {
+                    LS_NCCL_ISSUE(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32,
+                                                ncclMax, state_->comm, stream_),
+                                  what);
+                  });
   }
 
  private:
@@ -307,7 +238,15 @@ class NcclCommunicator : public Communicator {
     LS_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
     LS_CHECK_CUDA(cudaSetDevice(device_));
     ncclUniqueId id = unique_id_from_rank0();
-    LS_CHECK_NCCL(ncclCommInitRank(&state_->comm, size_, id, rank_));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t rc = ncclCommInitRankConfig(&state_->comm, size_, id, rank_, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      state_->abort("ncclCommInitRankConfig failed");  // frees what NCCL may hold already
+      detail::throw_nccl_error("ncclCommInitRankConfig", rc, __FILE__, __LINE__);
+    }
+    state_->settle("nccl init of rank " + std::to_string(rank_) + " of " + std::to_string(size_),
+                   timeout());
     state_->alive = true;
     LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
     trace_ = std::make_unique<GpuTrace>(stream_, "GPU stream: nccl");
@@ -318,7 +257,7 @@ class NcclCommunicator : public Communicator {
   }
 
   // Rank 0 makes the id; the broadcast also carries whether that worked, so that on failure
-  // every rank fails at once instead of waiting in ncclCommInitRank for an id that never comes.
+  // every rank fails at once instead of waiting for an id that never comes.
   ncclUniqueId unique_id_from_rank0() {
     struct {
       int ok;
@@ -334,6 +273,17 @@ class NcclCommunicator : public Communicator {
     if (msg.ok == 0)
       throw Error(rank_prefix() + " rank 0 could not create the NCCL unique id; see its message");
     return msg.id;
+  }
+
+  // What LS_NCCL_ISSUE does with an NCCL call's return code: in progress, wait (with the
+  // deadline) until it has taken effect; refused, throw its error.
+  void issued(ncclResult_t rc, const char* call, const std::string& what, const char* file,
+              int line) {
+    if (rc == ncclInProgress) {
+      state_->settle(what, timeout());
+      return;
+    }
+    if (rc != ncclSuccess) detail::throw_nccl_error(call, rc, file, line);
   }
 
   // A collective's trace span: its name, the bytes it moves (as the MPI backend counts them) and
@@ -360,7 +310,7 @@ class NcclCommunicator : public Communicator {
     }
     if (count > 0) {
       trace_->begin(span.name, static_cast<int64_t>(span.bytes), dtype_name(span.type));
-      enqueue();
+      enqueue(what);
       trace_->end();
     }
     cudaEvent_t done = nullptr;
@@ -387,17 +337,29 @@ class NcclCommunicator : public Communicator {
     }
   }
 
-  void release(bool failing) noexcept {
-    if (state_->alive) {
-      if (!failing && stream_ != nullptr && drain() && state_->alive) {
-        ncclCommDestroy(state_->comm);
-        state_->alive = false;
-        state_->comm = nullptr;
-        state_->lost = "the communicator was destroyed";
-      } else {
-        state_->abort("the communicator was destroyed with collectives pending");
-      }
+  // ncclCommFinalize, polled under the deadline: true once the communicator is quiescent on every
+  // rank, so that ncclCommDestroy only frees local resources.
+  bool finalize() noexcept {
+    const ncclResult_t rc = ncclCommFinalize(state_->comm);
+    if (rc != ncclSuccess && rc != ncclInProgress) return false;
+    try {
+      state_->settle("nccl finalize", timeout());
+      return true;
+    } catch (const std::exception&) {
+      return false;  // settle has aborted the communicator
     }
+  }
+
+  void release(bool failing) noexcept {
+    if (state_->alive && !failing && stream_ != nullptr && drain() && state_->alive &&
+        finalize()) {
+      ncclCommDestroy(state_->comm);
+      state_->forget("the communicator was destroyed");
+    }
+    // Anything short of that clean path (pending or failed collectives, unwinding, a failed
+    // initialisation) is the bounded abort.
+    if (state_->comm != nullptr)
+      state_->abort("the communicator was destroyed with collectives pending");
     // Stream-ordered and event resources: none of these waits for the device. The trace keeps
     // the spans that completed (all of them after a clean drain) before the stream goes.
     trace_.reset();
@@ -420,10 +382,12 @@ class NcclCommunicator : public Communicator {
   void* barrier_word_ = nullptr;
 };
 
+#undef LS_NCCL_ISSUE
+
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(int device) {
-  return std::make_unique<NcclCommunicator>(device);
+std::unique_ptr<Communicator> make_nccl_communicator(int device, Millis timeout) {
+  return std::make_unique<NcclCommunicator>(device, timeout);
 }
 
 }  // namespace lockstep

@@ -6,7 +6,7 @@ namespace lockstep {
 
 bool nccl_available() { return false; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(int) {
+std::unique_ptr<Communicator> make_nccl_communicator(int, Millis) {
   throw UsageError("the NCCL backend is not built into this binary (configure with "
                    "LOCKSTEP_CUDA=ON where nvcc and NCCL are installed), use --comm mpi");
 }

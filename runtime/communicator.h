@@ -111,9 +111,13 @@ struct MpiCommOptions {
 // (MPI_THREAD_MULTIPLE), so the host is free while they run and waits can have deadlines.
 std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommOptions& options = {});
 
-// NCCL backend on the current CUDA device: rank 0's ncclGetUniqueId reaches every rank by
-// MPI_Bcast, then ncclCommInitRank and a barrier. Throws Error where NCCL is not built.
+// NCCL backend on CUDA device `device`: rank 0's ncclGetUniqueId reaches every rank by MPI_Bcast,
+// then a non-blocking ncclCommInitRankConfig and a barrier, each of which must complete within
+// `timeout` (also the collectives' timeout()): a rank that never joins makes the others throw
+// TimeoutError. A wait that times out aborts the communicator, and ends the job at once should the
+// abort itself hang (comm_nccl.cu says why). Throws UsageError where NCCL is not built.
 bool nccl_available();
-std::unique_ptr<Communicator> make_nccl_communicator(int device);
+std::unique_ptr<Communicator> make_nccl_communicator(int device,
+                                                     Millis timeout = kDefaultCollectiveTimeout);
 
 }  // namespace lockstep

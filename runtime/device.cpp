@@ -57,7 +57,7 @@ Context make_context(const World& world, const ContextOptions& options) {
   if (options.comm == "nccl" && choice.kind != DeviceKind::cuda)
     agree_or_throw(false, "--comm nccl needs --device cuda");
   if (use_nccl) {
-    ctx.comm = make_nccl_communicator(choice.index);
+    ctx.comm = make_nccl_communicator(choice.index, options.timeout);
   } else {
     MpiCommOptions mo;
     mo.device_buffers = choice.kind == DeviceKind::cuda;

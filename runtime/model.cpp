@@ -81,8 +81,11 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
     layers_.push_back(where == DeviceKind::cuda
                           ? make_cuda_layer(plan_[i], placement_.stream, placement_.precision)
                           : make_cpu_layer(plan_[i]));
-    if (plan_[i].params) ranges_.push_back({total, plan_[i].params, static_cast<int>(i)});
+    if (plan_[i].params == 0) continue;
+    total = (total + kParamAlignFloats - 1) / kParamAlignFloats * kParamAlignFloats;
+    ranges_.push_back({total, plan_[i].params, static_cast<int>(i)});
     total += plan_[i].params;
+    trainable_ += plan_[i].params;
   }
   params_ = Buffer<float>(where, total);
   grads_ = Buffer<float>(where, total);
@@ -163,6 +166,15 @@ void Model::backward(int batch, const std::function<void(int layer)>& layer_done
   }
 }
 
+std::vector<size_t> Model::layer_spans() const {
+  std::vector<size_t> spans(plan_.size(), 0);
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    const size_t end = r + 1 < ranges_.size() ? ranges_[r + 1].offset : params_.size();
+    spans[static_cast<size_t>(ranges_[r].layer)] = end - ranges_[r].offset;
+  }
+  return spans;
+}
+
 std::vector<ParamTensorInfo> Model::param_tensors() const {
   std::vector<ParamTensorInfo> out;
   for (const ParamRange& r : ranges_) {
@@ -189,7 +201,7 @@ std::string Model::summary() const {
     if (p.params) os << ", " << p.params << " params";
     os << "\n";
   }
-  os << "  total " << params_.size() << " parameters";
+  os << "  total " << trainable_ << " parameters";
   return os.str();
 }
 

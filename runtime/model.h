@@ -3,6 +3,12 @@
 // order, so a collective can reduce all gradients at once, or ranges of them (buckets, taken in
 // reverse layer order) as the backward pass finishes each layer.
 //
+// Each layer's range starts at a multiple of kParamAlignFloats (256 bytes), so that a bucket, which
+// starts at a layer, hands NCCL and cuBLAS aligned pointers. The gaps between ranges hold zeros in
+// both buffers, and stay zero: no layer writes them, init_params() and checkpoints (by tensor name)
+// leave them alone, and every optimizer update keeps a parameter with zero gradient and zero state
+// at zero. Whole-buffer operations (reductions, clipping, updates) may include them.
+//
 // The model owns every buffer a step touches (activations, activation gradients, scratch, the
 // output gradient), sized once for batches up to max_batch, so steps do not allocate. forward()
 // keeps its activations for the next backward(). A relu directly followed by a maxpool runs as
@@ -57,6 +63,9 @@ struct ModelPlacement {
   GpuTrace* trace = nullptr;
 };
 
+// Layer ranges start at multiples of this many floats (256 bytes).
+constexpr size_t kParamAlignFloats = 256 / sizeof(float);
+
 class Model {
  public:
   // Plans the model against the data (UsageError when it does not fit) and allocates its buffers.
@@ -66,7 +75,10 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
+  // Floats in params() and grads(), alignment gaps included: what whole-buffer operations cover.
   size_t param_count() const { return params_.size(); }
+  // The model's parameters, gaps excluded: what summary() reports.
+  size_t trainable_count() const { return trainable_; }
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
@@ -81,7 +93,13 @@ class Model {
   }
   // One range per layer that has parameters, in layer order.
   const std::vector<ParamRange>& param_ranges() const { return ranges_; }
-  // Weights and biases of every layer, in buffer order; together they cover the buffer exactly.
+  // Per layer of plan(): the floats of the flat buffers from the start of its range to the start
+  // of the next one (its parameters and the gap after them; 0 for a layer without parameters).
+  // They add up to param_count(): the layer sizes to give assign_buckets (buckets.h), so that every
+  // bucket starts at an aligned layer and the buckets cover the whole buffer.
+  std::vector<size_t> layer_spans() const;
+  // Weights and biases of every layer, in buffer order; together they cover every parameter (the
+  // buffer less its alignment gaps).
   std::vector<ParamTensorInfo> param_tensors() const;
 
   int max_batch() const { return max_batch_; }
@@ -113,6 +131,7 @@ class Model {
   std::vector<LayerPlan> plan_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParamRange> ranges_;
+  size_t trainable_ = 0;
   int max_batch_ = 0;
   int outputs_ = 0;
   size_t input_size_ = 0;

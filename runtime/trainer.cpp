@@ -186,10 +186,8 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
     model_ = std::make_unique<Model>(spec, input, m.outputs, static_cast<int>(m.micro_rows), place);
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
                                              place.device, place.stream);
-    std::vector<size_t> layer_sizes;
-    for (const LayerPlan& p : model_->plan()) layer_sizes.push_back(p.params);
     m.reducer = std::make_unique<BucketReducer>(
-        grad_comm_, assign_buckets(layer_sizes, bucket_bytes_from_mb(config_.bucket_mb)),
+        grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
         config_.grad_reduce_dtype, place.device, place.stream);
 
     LoaderOptions lo;

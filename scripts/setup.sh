@@ -2,22 +2,46 @@
 # Installs the Debian packages Lockstep needs to build, test and run, when they are missing.
 # Idempotent and quiet when everything is present. Run as root (or with sudo available).
 #   scripts/setup.sh            build + run dependencies
-#   scripts/setup.sh --test     also what the test suite needs (Slurm daemons, munge, iproute2)
+#   scripts/setup.sh --test     also what the test suite needs (Slurm daemons, munge, iproute2,
+#                               PyTorch for the reference scripts), and JAX's CPU wheels, optax
+#                               and h5py from PyPI in a venv of Debian's python3 at
+#                               ${LOCKSTEP_BUILD_DIR:-build}/reference-venv (without PyPI, the
+#                               reference test skips its JAX part, saying so)
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(cmake make g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
           libboost-program-options-dev libopenblas-dev libgtest-dev zlib1g-dev
           dataset-fashion-mnist)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(slurmctld slurmd slurm-client munge iproute2 gnuplot-nox)
+  packages+=(slurmctld slurmd slurm-client munge iproute2 gnuplot-nox
+             python3-torch python3-h5py python3-venv)
 fi
+
+# The reference scripts' JAX: CPU wheels from PyPI, in a venv of Debian's python3 under the build
+# folder (it needs no root). Not fatal: without PyPI the JAX part of the reference test skips.
+reference_venv() {
+  local venv="${LOCKSTEP_BUILD_DIR:-$root/build}/reference-venv"
+  [[ -x /usr/bin/python3 ]] || return 0
+  [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "import jax, optax, h5py" 2>/dev/null &&
+    return 0
+  echo "setup: installing jax[cpu], optax and h5py from PyPI into $venv"
+  if ! { /usr/bin/python3 -m venv "$venv" &&
+         "$venv/bin/python" -m pip install -q --disable-pip-version-check "jax[cpu]" optax h5py; }
+  then
+    echo "setup: could not install JAX into $venv; the reference test will skip its JAX part" >&2
+  fi
+}
 
 missing=()
 for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ ${#missing[@]} -eq 0 ]]; then
+  if [[ "${1:-}" == "--test" ]]; then reference_venv; fi
+  exit 0
+fi
 
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then
@@ -28,4 +52,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [[ "${1:-}" == "--test" ]]; then reference_venv; fi
 echo "setup: done"

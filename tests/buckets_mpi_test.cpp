@@ -66,9 +66,7 @@ std::vector<float> train(Communicator& comm, const TrainConfig& c) {
 // Collective (builds a Trainer).
 size_t bucket_count(Communicator& comm, const TrainConfig& c) {
   Trainer t(comm, c);
-  std::vector<size_t> sizes;
-  for (const LayerPlan& p : t.model().plan()) sizes.push_back(p.params);
-  return assign_buckets(sizes, bucket_bytes_from_mb(c.bucket_mb)).size();
+  return assign_buckets(t.model().layer_spans(), bucket_bytes_from_mb(c.bucket_mb)).size();
 }
 
 void expect_buckets_match_one_reduction(TrainConfig many, TrainConfig one) {

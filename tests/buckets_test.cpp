@@ -1,9 +1,11 @@
 // Gradient buckets: reverse layer order, every gradient element in exactly one bucket, layers
 // never split, a layer larger than the bucket size alone, zero-size layers absorbed, bucket size 0
-// as a single bucket; and the reducer starts each bucket once its first layer is done.
+// as a single bucket; and the reducer starts each bucket once its first layer is done, and orders
+// a device-buffer communicator after its stream only while it lives.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 
@@ -157,6 +159,28 @@ TEST(BucketReducer, StartsEachBucketWhenItsLayersAreDone) {
   r.wait_all();
   EXPECT_EQ(comm.started.size(), 3u);
   for (float v : g) EXPECT_EQ(v, 4.0f);
+}
+
+// A device-buffer communicator (as NCCL is) that remembers the compute stream it was given.
+class StreamRecordingComm : public testing_util::SoloCommunicator {
+ public:
+  StreamRecordingComm() : SoloCommunicator(/*device_buffers=*/true) {}
+  void set_compute_stream(void* stream) override { stream_ = stream; }
+  void* stream_ = nullptr;
+};
+
+TEST(BucketReducer, OrdersTheCommunicatorAfterItsStreamOnlyWhileItLives) {
+  StreamRecordingComm comm;
+  // Never dereferenced: with fp32 gradients over a device-buffer communicator the reducer only
+  // hands the stream on, so no GPU is needed.
+  auto* stream = reinterpret_cast<cudaStream_t>(uintptr_t{0x1000});
+  {
+    BucketReducer r(comm, assign_buckets({4, 4}, 0), Precision::fp32, DeviceKind::cuda, stream);
+    EXPECT_EQ(comm.stream_, static_cast<void*>(stream));
+  }
+  // The trainer that owned the stream destroys it after the reducer: a communicator still ordered
+  // after it would record events on a freed stream at its next collective.
+  EXPECT_EQ(comm.stream_, nullptr);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The collective cases of collective_cases.h on the NCCL backend with device buffers (one rank on
 // one GPU), plus what only a GPU backend has: ordering after the compute stream without blocking
-// the host, and the watchdog that aborts a stalled collective. Skips, with the reason, where no
-// GPU answers or the build has no CUDA.
+// the host, the watchdog that aborts a stalled collective, a deadline on creating the
+// communicator, and a device activation that keeps the stream-ordered scratch (NCCL's) mapped
+// across synchronisations. Skips, with the reason, where no GPU answers or the build has no CUDA.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -61,6 +62,7 @@ struct DeviceBytes {
 };
 
 using NcclCollectives = OnGpu0;
+using DeviceActivation = OnGpu0;
 
 }  // namespace
 
@@ -132,4 +134,31 @@ TEST_F(NcclCollectives, CudaContextUsesNcclOnTheLocalRanksGpu) {
   ASSERT_NE(nullptr, ctx.comm);
   EXPECT_EQ(Backend::nccl, ctx.comm->backend());
   ctx.comm->barrier();
+}
+
+TEST_F(NcclCollectives, CreationHonoursItsTimeout) {
+  // Given at creation, the timeout covers the initialisation too; it is the collectives' as well.
+  auto comm = make_nccl_communicator(0, std::chrono::seconds(45));
+  EXPECT_EQ(std::chrono::milliseconds(45'000), comm->timeout());
+  comm->barrier();
+}
+
+TEST_F(DeviceActivation, FreedStreamOrderedScratchStaysMappedAcrossASynchronisation) {
+#if LOCKSTEP_HAVE_CUDA
+  // With the default pool's release threshold of 0, the synchronisation below would unmap the
+  // freed 64 MiB, and the next cudaMallocAsync would map it again: at every step.
+  const size_t bytes = size_t{64} << 20;
+  cudaMemPool_t pool = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaDeviceGetDefaultMemPool(&pool, 0));
+  cudaStream_t stream = kernels::cuda_stream_create();
+  void* scratch = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaMallocAsync(&scratch, bytes, stream));
+  ASSERT_EQ(cudaSuccess, cudaFreeAsync(scratch, stream));
+  kernels::cuda_stream_synchronize(stream);
+  uint64_t reserved = 0;
+  ASSERT_EQ(cudaSuccess,
+            cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  EXPECT_GE(reserved, bytes) << "the pool gave the freed scratch back at the synchronisation";
+  kernels::cuda_stream_destroy(stream);
+#endif
 }

@@ -1,7 +1,9 @@
-// ReLU CPU kernels: forward, backward from the forward output, in place, and a gradient check.
+// ReLU CPU kernels: forward, backward from the forward output, in place, special values (NaN,
+// infinities, signed zero, subnormals), and a gradient check.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernel_reference.h"
@@ -24,13 +26,30 @@ TEST(Relu, ForwardClampsNegativesOutOfPlaceAndInPlace) {
   }
 }
 
-TEST(Relu, ForwardPropagatesNaN) {
-  const std::vector<float> x = {std::nanf(""), -1.0f, 2.0f};
-  std::vector<float> y(3);
-  relu_forward_cpu(x.data(), y.data(), 3);
-  EXPECT_TRUE(std::isnan(y[0]));
-  EXPECT_EQ(y[1], 0.0f);
-  EXPECT_EQ(y[2], 2.0f);
+// The special values the GPU parity test also feeds the CUDA twin (kernels_parity_gpu_test).
+TEST(Relu, SpecialValuesNaNInfinitiesAndSignedZero) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {std::nanf(""), -std::nanf(""), inf, -inf, 0.0f, -0.0f,
+                                std::numeric_limits<float>::denorm_min(), -1.0f, 2.0f};
+  std::vector<float> y(x.size());
+  relu_forward_cpu(x.data(), y.data(), x.size());
+  EXPECT_TRUE(std::isnan(y[0])) << "NaN must pass on: the NaN guard looks for it";
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_EQ(y[2], inf);
+  EXPECT_EQ(y[3], 0.0f);
+  EXPECT_FALSE(std::signbit(y[3])) << "a negative input becomes +0";
+  EXPECT_EQ(y[4], 0.0f);
+  EXPECT_FALSE(std::signbit(y[4]));
+  EXPECT_TRUE(std::signbit(y[5])) << "-0 is not negative: it passes on as -0";
+  EXPECT_EQ(y[6], std::numeric_limits<float>::denorm_min()) << "subnormals are not flushed";
+  EXPECT_EQ(y[7], 0.0f);
+  EXPECT_EQ(y[8], 2.0f);
+  // Backward: the gradient passes only where the output is positive (not NaN, not a zero).
+  const std::vector<float> dy(x.size(), 3.0f);
+  std::vector<float> dx(x.size());
+  relu_backward_cpu(y.data(), dy.data(), dx.data(), x.size());
+  const std::vector<float> want = {0, 0, 3, 0, 0, 0, 3, 0, 3};
+  EXPECT_EQ(dx, want);
 }
 
 TEST(Relu, BackwardPassesGradientWhereOutputIsPositive) {

@@ -1,9 +1,10 @@
 // Parity of the CUDA twins with their CPU twins, which serve as the oracle: random inputs of
 // several shapes, forward and backward passes, optimizer updates, and one whole training step of a
 // small CNN assembled from the kernels. Tolerances follow the arithmetic: selects and copies must
-// match bit for bit; fp32 sums may differ in order (1e-4 of the result's scale for gemm-based ops,
-// tighter for elementwise ones); bf16 inputs lose 8 mantissa bits (1e-2). Every test skips, with
-// the reason, where no GPU answers or the build has no CUDA.
+// match bit for bit (NaN, infinities and -0 included); an fp32 GEMM must not round its inputs to
+// TF32 (an exact case); fp32 sums may differ in order (1e-4 of the result's scale for gemm-based
+// ops, tighter for elementwise ones); bf16 inputs lose 8 mantissa bits (1e-2). Every test skips,
+// with the reason, where no GPU answers or the build has no CUDA.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,6 +54,32 @@ TEST_F(GpuParity, GemmMatchesCpuForEveryTransposeAndScale) {
     lk::gemm_cuda(s, da.get(), db.get(), dc.get(), stream_);
     sync();
     EXPECT_TRUE(close(dc.download(), c, 1e-4));
+  }
+}
+
+// 1 + 2^-12 needs 13 significant bits: fp32 keeps them (24), TF32 (11) rounds the operand to 1.
+// Every partial sum j * (1 + 2^-12) with j <= k <= 512 is exact in fp32, whatever the order or the
+// split of the sum, so an fp32 GEMM gives exactly k * (1 + 2^-12) and one on TF32 tensor cores k:
+// a relative tolerance would not see the difference (2^-12), this does.
+TEST_F(GpuParity, Fp32GemmIsExactWhereTf32WouldRound) {
+  const float fine = 1.0f + std::ldexp(1.0f, -12);
+  const lk::GemmShape shapes[] = {
+      {.m = 64, .n = 64, .k = 64},
+      {.m = 128, .n = 256, .k = 512, .trans_a = true},
+      {.m = 256, .n = 128, .k = 128, .trans_b = true},
+  };
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
+    const float want = static_cast<float>(s.k * (1.0 + std::ldexp(1.0, -12)));
+    ASSERT_NE(want, static_cast<float>(s.k));
+    DeviceArray<float> da(Floats(size_t(s.m) * s.k, fine)), db(Floats(size_t(s.k) * s.n, 1.0f)),
+        dc(size_t(s.m) * s.n);
+    lk::gemm_cuda(s, da.get(), db.get(), dc.get(), stream_);
+    sync();
+    const Floats got = dc.download();
+    const auto wrong = std::count_if(got.begin(), got.end(), [&](float v) { return v != want; });
+    EXPECT_EQ(wrong, 0) << "of " << got.size() << " elements, e.g. " << got[0] << " instead of "
+                         << want << ": the fp32 GEMM rounds its inputs (TF32?)";
   }
 }
 
@@ -201,9 +228,29 @@ TEST_F(GpuParity, MaxPoolMatchesExactlyTiesIncluded) {
   }
 }
 
-TEST_F(GpuParity, ReluMatchesExactlyAlsoInPlace) {
+// Bit-for-bit equality, NaNs included (operator== calls two NaNs different).
+testing::AssertionResult same_bits(const Floats& got, const Floats& want) {
+  if (got.size() != want.size())
+    return testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
+      return testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
+  return testing::AssertionSuccess();
+}
+
+TEST_F(GpuParity, ReluMatchesExactlyAlsoInPlaceAndOnSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // NaN must pass on as on the CPU (a GPU that maps it to 0 hides a diverging run from the NaN
+  // guard); -0 stays -0; subnormals are not flushed.
+  const Floats specials = {std::nanf(""), -std::nanf(""), inf, -inf, 0.0f, -0.0f,
+                           std::numeric_limits<float>::denorm_min(),
+                           -std::numeric_limits<float>::denorm_min()};
   for (size_t n : {size_t(1), size_t(1000), size_t(1) << 20}) {
-    const Floats x = random_floats(n, rng_), dy = random_floats(n, rng_);
+    Floats x = random_floats(n, rng_);
+    // Spread the special values over the vector, once each, so every launch shape sees them.
+    const size_t gap = n / specials.size() + 1;
+    for (size_t k = 0; k < specials.size() && k < n; ++k) x[k * gap % n] = specials[k];
+    const Floats dy = random_floats(n, rng_);
     Floats y(n), dx(n);
     lk::relu_forward_cpu(x.data(), y.data(), n);
     lk::relu_backward_cpu(y.data(), dy.data(), dx.data(), n);
@@ -212,10 +259,18 @@ TEST_F(GpuParity, ReluMatchesExactlyAlsoInPlace) {
     lk::relu_backward_cuda(gy.get(), gdy.get(), gdy.get(), n, stream_);  // dx aliases dy
     lk::relu_forward_cuda(gx.get(), gx.get(), n, stream_);               // y aliases x
     sync();
-    EXPECT_EQ(gy.download(), y);
-    EXPECT_EQ(gx.download(), y);
-    EXPECT_EQ(gdy.download(), dx);
+    EXPECT_TRUE(same_bits(gy.download(), y)) << "forward, n=" << n;
+    EXPECT_TRUE(same_bits(gx.download(), y)) << "forward in place, n=" << n;
+    EXPECT_TRUE(same_bits(gdy.download(), dx)) << "backward, n=" << n;
   }
+  // All of them at once, each beside the others.
+  DeviceArray<float> gs(specials), gout(specials.size());
+  Floats want(specials.size());
+  lk::relu_forward_cpu(specials.data(), want.data(), specials.size());
+  lk::relu_forward_cuda(gs.get(), gout.get(), specials.size(), stream_);
+  sync();
+  EXPECT_TRUE(same_bits(gout.download(), want));
+  EXPECT_TRUE(std::isnan(gout.download()[0])) << "NaN became a number on the GPU";
 }
 
 TEST_F(GpuParity, SoftmaxCrossEntropyLossAccuracyAndGradient) {
@@ -377,10 +432,13 @@ TEST_F(GpuParity, GlobalNormIsDeterministicAndClipsLikeTheCpu) {
   }
 }
 
-// One training step of conv3x3(6) -> relu -> maxpool2 -> dense(10) -> softmax xent -> Adam, with
-// all parameters and gradients in one flat buffer each (as the runtime lays them out). Each of
-// three steps starts both twins from the CPU's state, so the test checks one step's parity rather
-// than how rounding differences grow over many steps.
+// One training step of conv3x3(6) -> relu -> maxpool2 -> dense(10) -> softmax xent -> SGD with
+// momentum, with all parameters and gradients in one flat buffer each (as the runtime lays them
+// out). Each of three steps starts both twins from the CPU's state, so the test checks one step's
+// parity rather than how rounding differences grow over many steps. SGD, not Adam: one Adam step
+// moves every weight by about lr whatever its gradient, so a gradient near 0 whose sign rounding
+// flips would move a weight by 2 lr and fail the comparison spuriously; SGD moves it in proportion
+// to the gradient.
 struct TinyCnn {
   static constexpr int kBatch = 4, kSide = 12, kChannels = 2, kFilters = 6, kClasses = 10;
   lk::Conv2dShape conv{.n = kBatch, .h = kSide, .w = kSide, .c_in = kChannels, .c_out = kFilters};
@@ -398,21 +456,20 @@ TEST_F(GpuParity, WholeTrainingStepOfASmallCnn) {
       random_floats(size_t(net.kBatch) * net.kSide * net.kSide * net.kChannels, rng_);
   std::vector<int32_t> labels = {3, 1, 4, 1};
   Floats params = random_floats(net.params, rng_, -0.3f, 0.3f);
-  Floats grads(net.params), m(net.params, 0.0f), v(net.params, 0.0f);
+  Floats grads(net.params), velocity(net.params, 0.0f);
   Floats work(lk::conv2d_workspace_floats(net.conv)), a1(net.act), a2(net.pooled), logits(40),
       dlogits(40), d2(net.pooled), d1(net.act);
   std::vector<int32_t> arg(net.pooled);
-  DeviceArray<float> g_images(images), g_params(params), g_grads(net.params), g_m(m), g_v(v),
+  DeviceArray<float> g_images(images), g_params(params), g_grads(net.params), g_velocity(velocity),
       g_work(work.size()), g_a1(net.act), g_a2(net.pooled), g_logits(40), g_dlogits(40),
       g_d2(net.pooled), g_d1(net.act);
   DeviceArray<int32_t> g_labels(labels), g_arg(net.pooled);
   const float scale = 1.0f / net.kBatch;
   for (int64_t step = 1; step <= 3; ++step) {
     SCOPED_TRACE(testing::Message() << "step " << step);
-    const lk::AdamOptions adam{.lr = 1e-2f, .weight_decay = 1e-4f, .decoupled = true, .step = step};
+    const lk::SgdOptions sgd{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f};
     g_params.upload(params);
-    g_m.upload(m);
-    g_v.upload(v);
+    g_velocity.upload(velocity);
     // CPU.
     float* p = params.data();
     float* g = grads.data();
@@ -430,7 +487,7 @@ TEST_F(GpuParity, WholeTrainingStepOfASmallCnn) {
     lk::relu_backward_cpu(a1.data(), d1.data(), d1.data(), net.act);
     lk::conv2d_backward_cpu(net.conv, images.data(), p + net.conv_w, d1.data(), nullptr,
                             g + net.conv_w, g + net.conv_b, work.data());
-    lk::adam_update_cpu(adam, p, g, m.data(), v.data(), net.params);
+    lk::sgd_update_cpu(sgd, p, g, velocity.data(), net.params);
     // GPU, the same sequence.
     p = g_params.get();
     g = g_grads.get();
@@ -450,7 +507,7 @@ TEST_F(GpuParity, WholeTrainingStepOfASmallCnn) {
     lk::relu_backward_cuda(g_a1.get(), g_d1.get(), g_d1.get(), net.act, stream_);
     lk::conv2d_backward_cuda(net.conv, g_images.get(), p + net.conv_w, g_d1.get(), nullptr,
                              g + net.conv_w, g + net.conv_b, g_work.get(), stream_);
-    lk::adam_update_cuda(adam, p, g, g_m.get(), g_v.get(), net.params, stream_);
+    lk::sgd_update_cuda(sgd, p, g, g_velocity.get(), net.params, stream_);
     sync();
     EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-4 * (1 + want.loss_sum));
     EXPECT_EQ(got.correct, want.correct);

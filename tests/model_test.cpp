@@ -1,7 +1,7 @@
 // Model over flat buffers: back-propagation through every layer kind matches finite differences of
 // the loss, gradients accumulate across micro-batches (what gradient accumulation and data
-// parallelism rely on), the named tensors tile the flat buffer, and initialisation is a function
-// of the seed alone.
+// parallelism rely on), the named tensors cover every parameter with each layer's range aligned to
+// 256 bytes and zeros between the ranges, and initialisation is a function of the seed alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,15 +85,17 @@ TEST(Model, ReluThenPoolGivesWhatTheSpecSays) {
   kernels::Conv2dShape cs;
   cs.n = kBatch, cs.h = 6, cs.w = 6, cs.c_in = 2, cs.c_out = 3;
   const float* w = m.params();
+  const auto t = m.param_tensors();  // conv0.weight, conv0.bias, dense3.weight, dense3.bias
   std::vector<float> conv(kBatch * 6 * 6 * 3), ws(kernels::conv2d_workspace_floats(cs));
-  kernels::conv2d_forward_cpu(cs, x.data(), w, w + 54, conv.data(), ws.data());
+  kernels::conv2d_forward_cpu(cs, x.data(), w + t[0].offset, w + t[1].offset, conv.data(),
+                              ws.data());
   kernels::relu_forward_cpu(conv.data(), conv.data(), conv.size());
   std::vector<float> pooled(kBatch * 3 * 3 * 3);
   std::vector<int32_t> argmax(pooled.size());
   kernels::maxpool_forward_cpu({kBatch, 6, 6, 3, 2}, conv.data(), pooled.data(), argmax.data());
   std::vector<float> ref(kBatch * kOutputs);
-  kernels::dense_forward_cpu({kBatch, 27, kOutputs}, pooled.data(), w + 57, w + 57 + 27 * 3,
-                             ref.data());
+  kernels::dense_forward_cpu({kBatch, 27, kOutputs}, pooled.data(), w + t[2].offset,
+                             w + t[3].offset, ref.data());
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(ref[i], out[i]) << i;
 }
 
@@ -112,23 +114,71 @@ TEST(Model, GradientsOfMicroBatchesAddUpToTheWholeBatch) {
     ASSERT_NEAR(g[i], m.grads()[i], 1e-5f * (1.0f + std::fabs(g[i]))) << "parameter " << i;
 }
 
-TEST(Model, NamedTensorsTileTheFlatBuffer) {
+TEST(Model, NamedTensorsCoverEveryParameterWithLayersAligned) {
   Model m(parse_model_spec("cnn"), {28, 28, 1}, 10, 2);
   auto tensors = m.param_tensors();
   ASSERT_EQ(6u, tensors.size());
   EXPECT_EQ("conv0.weight", tensors[0].name);
   EXPECT_EQ((std::vector<int64_t>{3, 3, 1, 32}), tensors[0].shape);
   EXPECT_EQ("dense6.bias", tensors[5].name);
-  size_t next = 0;
-  for (const auto& t : tensors) {
-    EXPECT_EQ(next, t.offset) << t.name;
+  size_t next = 0, params = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
     size_t count = 1;
     for (int64_t d : t.shape) count *= static_cast<size_t>(d);
     EXPECT_EQ(count, t.count) << t.name;
-    next += t.count;
+    if (i % 2 == 0) {
+      // A layer's weight starts its range, on a 256-byte boundary (NCCL and cuBLAS get aligned
+      // bucket pointers), at most one alignment step after the previous layer's bias.
+      EXPECT_EQ(0u, t.offset * sizeof(float) % 256) << t.name;
+      EXPECT_GE(t.offset, next) << t.name;
+      EXPECT_LT(t.offset, next + kParamAlignFloats) << t.name;
+    } else {
+      EXPECT_EQ(next, t.offset) << t.name << ": a bias follows its weight";
+    }
+    next = t.offset + t.count;
+    params += t.count;
   }
-  EXPECT_EQ(m.param_count(), next);
-  EXPECT_EQ(50186u, m.param_count());
+  EXPECT_EQ(m.param_count(), next) << "the buffer ends with the last bias";
+  EXPECT_EQ(50186u, params);
+  EXPECT_EQ(50186u, m.trainable_count());
+  EXPECT_NE(std::string::npos, m.summary().find("total 50186 parameters")) << m.summary();
+
+  // The spans bucket assignment uses start at each layer's range and add up to the buffer.
+  const std::vector<size_t> spans = m.layer_spans();
+  ASSERT_EQ(m.plan().size(), spans.size());
+  size_t at = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (m.plan()[i].params == 0) {
+      EXPECT_EQ(0u, spans[i]) << "layer " << i;
+      continue;
+    }
+    EXPECT_EQ(0u, at % kParamAlignFloats) << "layer " << i;
+    EXPECT_GE(spans[i], m.plan()[i].params) << "layer " << i;
+    at += spans[i];
+  }
+  EXPECT_EQ(m.param_count(), at);
+}
+
+TEST(Model, AlignmentGapsStayZeroThroughInitialisationAndTraining) {
+  Model m(parse_model_spec(kSpec), kInput, kOutputs, kBatch);
+  ASSERT_GT(m.param_count(), m.trainable_count()) << "this spec must leave gaps to check";
+  m.init_params(7);
+  auto x = random_vector(kBatch * m.input_size(), 1);
+  auto t = random_vector(kBatch * kOutputs, 2);
+  m.zero_grads();
+  loss(m, x, t, kBatch, true);
+  std::vector<bool> in_tensor(m.param_count(), false);
+  for (const auto& p : m.param_tensors())
+    for (size_t i = p.offset; i < p.offset + p.count; ++i) in_tensor[i] = true;
+  size_t gaps = 0;
+  for (size_t i = 0; i < m.param_count(); ++i) {
+    if (in_tensor[i]) continue;
+    ++gaps;
+    EXPECT_EQ(0.0f, m.params()[i]) << "parameter gap at " << i;
+    EXPECT_EQ(0.0f, m.grads()[i]) << "gradient gap at " << i;
+  }
+  EXPECT_EQ(m.param_count() - m.trainable_count(), gaps);
 }
 
 TEST(Model, InitialisationDependsOnTheSeedOnly) {

@@ -1,8 +1,9 @@
 // Training on one GPU shared by every rank over the MPI backend with device buffers (the way
 // several ranks use one GPU, which NCCL refuses, and how multi-rank GPU training is tested on a
 // machine with one GPU): P ranks on the GPU end with the parameters P ranks reach on the CPU, for
-// the same data, seed and configuration (a partial, masked last batch, gradient accumulation, a
-// bucket per layer). The trainer reduces the gradients over the device-buffer communicator and its
+// the same data, seed and configuration (a partial, masked last batch, gradient accumulation over
+// three micro-batches, so the device step's batch slots are reused within a step, a bucket per
+// layer). The trainer reduces the gradients over the device-buffer communicator and its
 // host values over an MPI communicator of its own. ctest runs it at 1, 2 and 4 ranks. Skips, with
 // the reason, where no GPU answers or the build has no CUDA.
 #include <gtest/gtest.h>
@@ -23,7 +24,7 @@ using namespace lockstep::testing_util;
 
 namespace {
 
-// 72 training images (12, 12, 1) in 4 classes: 72 is not a multiple of the global batch of 16, so
+// 76 training images (12, 12, 1) in 4 classes: 76 is not a multiple of the global batch of 24, so
 // each epoch ends with a masked partial batch; 20 test images.
 const std::string& data_file() {
   static const std::string path = [] {
@@ -32,7 +33,7 @@ const std::string& data_file() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) {
       StripedImages s;
-      s.side = 12, s.train_rows = 72, s.test_rows = 20;
+      s.side = 12, s.train_rows = 76, s.test_rows = 20;
       write_striped_images(path, s);
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -47,8 +48,8 @@ TrainConfig config(DeviceKind device) {
   c.model = "conv3x3:4,relu,maxpool2,flatten,dense:8,relu,dense";
   c.optimizer.kind = OptimizerKind::momentum;
   c.lr = 0.05;
-  c.global_batch = 16;
-  c.grad_accum = 2;  // micro-batches of 8: 2 rows per rank at P = 4
+  c.global_batch = 24;
+  c.grad_accum = 3;  // micro-batches of 8: 2 rows per rank at P = 4
   c.bucket_mb = 1e-6;
   c.epochs = 1;
   c.seed = 5;

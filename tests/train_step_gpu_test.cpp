@@ -1,11 +1,13 @@
 // Training on the GPU against the same training on the CPU (the oracle): the same data, seed and
-// configuration must give the same parameters, within the fp32 summation-order tolerance of the
-// kernels' parity test (1e-4 relative): after one step; after several steps with gradient
-// accumulation, one bucket per layer and clipping; across a checkpoint written on one device and
-// resumed on the other. Evaluation scores the test split alike. bf16 compute (bf16 GEMMs, fp32
-// master weights) is compared within bf16 rounding (1e-2). Skips, with the reason, where no GPU answers. Also
-// the pieces the device step feeds batches with: pinned host memory, copies on a copy stream, and
-// an event that makes the compute stream wait for them.
+// configuration must give the same result, within the fp32 summation-order tolerance of the
+// kernels' parity test (1e-4 relative): one SGD step's update (the gradient it followed); several
+// steps with momentum, gradient accumulation, one bucket per layer and clipping; a checkpoint
+// written on one device and resumed on the other. Every step accumulates three micro-batches, so
+// the device step's two pinned and device batch slots are reused within a step. Evaluation scores
+// the test split alike. bf16 compute (bf16 GEMMs, fp32 master weights) is compared within bf16
+// rounding. Skips, with the reason, where no GPU answers. Also the pieces the device step feeds
+// batches with: pinned host memory, copies on a copy stream, and an event that makes the compute
+// stream wait for them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,13 +36,18 @@ std::string write_images() {
       testing_util::local_temp_dir("train_step_gpu") + "/images.h5", testing_util::StripedImages{});
 }
 
+// One plain SGD step of three micro-batches of 16. SGD moves each weight by lr times its gradient,
+// so the step's update compares the gradients; one Adam step would move every weight by about lr
+// whatever its gradient, and a gradient near 0 whose sign rounding flips would fail the comparison
+// spuriously.
 TrainConfig one_step(const std::string& data, DeviceKind device, Precision precision) {
   TrainConfig c;
   c.train.path = data;
   c.model = "conv3x3:8,relu,maxpool2,flatten,dense:16,relu,dense";
-  c.optimizer.kind = OptimizerKind::adam;
-  c.lr = 1e-3;
-  c.global_batch = 32;
+  c.optimizer.kind = OptimizerKind::sgd;
+  c.lr = 0.1;
+  c.global_batch = 48;
+  c.grad_accum = 3;
   c.steps = 1;
   c.seed = 4;
   c.eval_every_epoch = false;
@@ -50,14 +57,14 @@ TrainConfig one_step(const std::string& data, DeviceKind device, Precision preci
   return c;
 }
 
-// Five updates of two micro-batches each, a bucket per layer, momentum and clipping: every part of
-// the device step that one plain step leaves out.
+// Five updates of three micro-batches each (64 rows make an epoch of a full step and one of 16
+// rows), a bucket per layer, momentum and clipping: every part of the device step that one plain
+// step leaves out.
 TrainConfig several_steps(const std::string& data, DeviceKind device) {
   TrainConfig c = one_step(data, device, Precision::fp32);
   c.optimizer.kind = OptimizerKind::momentum;
   c.lr = 0.05;
   c.steps = 5;
-  c.grad_accum = 2;
   c.bucket_mb = 1e-6;
   c.clip_norm = 0.5;
   c.check_every = 2;
@@ -72,6 +79,20 @@ std::vector<float> trained(Communicator& comm, const TrainConfig& c) {
   return params_of(t);
 }
 
+// The parameters training starts from (drawn on the host from the seed, whatever the device).
+std::vector<float> initial(Communicator& comm, const TrainConfig& c) {
+  Trainer t(comm, c);
+  t.init_params();
+  return params_of(t);
+}
+
+// got - start, as a vector.
+std::vector<float> moved(const std::vector<float>& got, const std::vector<float>& start) {
+  std::vector<float> d(got.size());
+  for (size_t i = 0; i < got.size() && i < start.size(); ++i) d[i] = got[i] - start[i];
+  return d;
+}
+
 double compare(const char* what, const std::vector<float>& got, const std::vector<float>& want) {
   EXPECT_EQ(got.size(), want.size());
   if (got.size() != want.size()) return INFINITY;
@@ -80,13 +101,17 @@ double compare(const char* what, const std::vector<float>& got, const std::vecto
   return rel;
 }
 
+// The update of one step on the GPU against the update of the same step on the CPU.
 void expect_gpu_step_matches_cpu(Precision precision, double tolerance) {
   if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   auto comm = make_mpi_communicator();
   const std::string data = write_images();
-  std::vector<float> want = trained(*comm, one_step(data, DeviceKind::cpu, Precision::fp32));
-  std::vector<float> got = trained(*comm, one_step(data, DeviceKind::cuda, precision));
-  const std::string what = std::string("one step, ") + precision_name(precision) +
+  const TrainConfig cpu = one_step(data, DeviceKind::cpu, Precision::fp32);
+  const std::vector<float> start = initial(*comm, cpu);
+  std::vector<float> want = moved(trained(*comm, cpu), start);
+  const TrainConfig gpu = one_step(data, DeviceKind::cuda, precision);
+  std::vector<float> got = moved(trained(*comm, gpu), start);
+  const std::string what = std::string("one SGD step's update, ") + precision_name(precision) +
                            " on the GPU vs fp32 on the CPU";
   EXPECT_LT(compare(what.c_str(), got, want), tolerance);
 }
@@ -95,7 +120,10 @@ void expect_gpu_step_matches_cpu(Precision precision, double tolerance) {
 
 TEST(TrainStepGpu, Fp32StepMatchesCpu) { expect_gpu_step_matches_cpu(Precision::fp32, 1e-4); }
 
-TEST(TrainStepGpu, Bf16StepIsCloseToCpu) { expect_gpu_step_matches_cpu(Precision::bf16, 1e-2); }
+// bf16 rounds every GEMM input to 8 significant bits (2^-9 relative), and the rounding grows
+// through three GEMM layers forward and back: the kernels' bf16 test sees about 1e-2 on the
+// gradients of a four-layer model and allows 3e-2. A wrong or stale gradient is off by order 1.
+TEST(TrainStepGpu, Bf16StepIsCloseToCpu) { expect_gpu_step_matches_cpu(Precision::bf16, 5e-2); }
 
 TEST(TrainStepGpu, AccumulatedBucketedClippedStepsMatchCpu) {
   if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
@@ -103,7 +131,7 @@ TEST(TrainStepGpu, AccumulatedBucketedClippedStepsMatchCpu) {
   const std::string data = write_images();
   std::vector<float> want = trained(*comm, several_steps(data, DeviceKind::cpu));
   std::vector<float> got = trained(*comm, several_steps(data, DeviceKind::cuda));
-  EXPECT_LT(compare("5 steps, grad-accum 2, bucket per layer, clip 0.5", got, want), 1e-4);
+  EXPECT_LT(compare("5 steps, grad-accum 3, bucket per layer, clip 0.5", got, want), 1e-4);
 }
 
 TEST(TrainStepGpu, EvaluationMatchesCpu) {

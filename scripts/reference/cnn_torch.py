@@ -3,6 +3,7 @@
 
     python3 scripts/reference/cnn_torch.py --data data/fashion-mnist.h5 --global-batch 128
     python3 scripts/reference/cnn_torch.py --global-batch 1024 --precision bf16 --epochs 5
+    python3 scripts/reference/cnn_torch.py --precision tf32    # TF32 tensor cores, labelled so
 
 One GPU (cuda:0, else the CPU). Batches go from pinned host memory to the device each step, as
 Lockstep's loader feeds its device step. The model runs through torch.compile on a GPU (the
@@ -57,6 +58,11 @@ def main():
     xt, yt, xe, ye, classes = common.load(args.data, args.seed)
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
+    # cuDNN convolutions default to TF32 on Ampere and later; fp32 rows must be true fp32 (and
+    # bf16's fp32 leftovers too): TF32 only where asked for.
+    tf32 = args.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     _, train_on, _ = build(args, xt.shape[3], classes, device)
     feed = common.cycle(xt, yt, args.global_batch, args.seed)
 

@@ -3,6 +3,10 @@
 The reference model is the tutorial's CNN, exactly as lockstep-train --model cnn builds it:
 conv3x3:32 (zero padding 1), relu, maxpool2, conv3x3:64, relu, maxpool2, dense to the classes,
 NHWC float32 inputs scaled as the Lockstep HDF5 file's attributes say, softmax cross-entropy, Adam.
+Precision as labelled: fp32 is true float32 arithmetic, as Lockstep's fp32 (the scripts turn off
+TF32, which PyTorch's cuDNN convolutions and JAX's default matmul precision use on Ampere and
+Hopper GPUs); tf32 lets the GPU's tensor cores round float32 inputs to TF32; bf16 runs activations
+and matmuls in bf16 with fp32 master weights. On the CPU tf32 computes as fp32.
 The printed lines use lockstep-bench train's keys, so the three tables line up:
   samples_per_second=...  step_ms_median=...  achieved_gflops=...  test_accuracy=...
 """
@@ -23,8 +27,10 @@ def parse_args(framework):
     p.add_argument("--epochs", type=int, default=0,
                    help="> 0: also train this many epochs and report the test accuracy")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="bf16: bf16 activations and matmuls, fp32 master weights")
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32",
+                   help="fp32: float32 arithmetic (TF32 off); tf32: TF32 tensor-core matmuls and "
+                        "convolutions on float32 data; bf16: bf16 activations and matmuls, fp32 "
+                        "master weights")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     for name in ("global_batch", "steps"):
