@@ -3,6 +3,10 @@
 //   classification: <group>/images (N, H, W, C) uint8 or float, <group>/labels (N,) any integer type;
 //                   attributes num_classes, norm_mean, norm_std (on the file root or the group)
 //   regression:     <group>/x (N, D) float, <group>/y (N,) or (N, K) float
+// The label rule: integer targets are class labels; float targets are class labels when the
+// reader is asked for labels (--loss cross-entropy) or, left to decide (--loss auto), when the file
+// declares num_classes; then every value must be a whole number in [0, num_classes), else the
+// split is refused naming the value and --loss. Otherwise float targets are regression values.
 // inspect_dataset opens the file read-only, checks it and describes it; every problem is a
 // UsageError naming the file, the dataset and what is wrong.
 #pragma once
@@ -14,11 +18,15 @@
 
 namespace lockstep {
 
+// How float targets are read (integer targets are always class labels): see the label rule above.
+enum class TargetKind { automatic, labels, values };
+
 struct DatasetSpec {
   std::string path;
   std::string group = "train";
   std::string x_name;  // empty: "images" if present, else "x"
   std::string y_name;  // empty: "labels" if x is "images", else "y"
+  TargetKind targets = TargetKind::automatic;
 };
 
 struct DatasetInfo {
@@ -26,7 +34,7 @@ struct DatasetInfo {
   int64_t rows = 0;
   std::vector<int64_t> sample_shape;  // x's dimensions after the first, e.g. {28, 28, 1} or {D}
   int64_t sample_size = 0;            // product of sample_shape
-  bool classification = true;         // integer targets (labels) vs float targets
+  bool classification = true;         // class labels vs regression values (the label rule)
   int num_classes = 0;                // classification: from the attribute, else max label + 1
   int target_dim = 1;                 // regression: K (1 for a (N,) target)
   float norm_mean = 0.0f;             // x is converted to (x * norm_scale - norm_mean) / norm_std
