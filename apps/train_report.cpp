@@ -72,12 +72,16 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
   if (!g.checkpoint_dir.empty()) {
     const uint64_t bytes = checkpoint_bytes(t);
     const Millis deadline = checkpoint_deadline(g, t.comm().timeout(), bytes);
+    const char* earlier = "none allowed";
+    if (g.existing == ExistingCheckpoints::keep) earlier = "kept (--resume)";
+    if (g.existing == ExistingCheckpoints::replace) earlier = "deleted (--overwrite-checkpoints)";
     std::fprintf(stderr,
                  "checkpoints: %s, every %lld step(s) (0: at the end), newest %d kept (0: all), "
-                 "%.2f MB each; ranks wait %g s for a save (--checkpoint-timeout)\n",
+                 "%.2f MB each; ranks wait %g s for a save (--checkpoint-timeout); an earlier "
+                 "run's checkpoints: %s\n",
                  g.checkpoint_dir.c_str(), static_cast<long long>(g.checkpoint_every),
                  g.keep_checkpoints, static_cast<double>(bytes) / 1e6,
-                 static_cast<double>(deadline.count()) / 1000.0);
+                 static_cast<double>(deadline.count()) / 1000.0, earlier);
   }
 }
 
