@@ -8,6 +8,7 @@
 #include "apps/data_commands.h"
 #include "runtime/dataset.h"
 #include "runtime/error.h"
+#include "runtime/h5_filters.h"
 #include "runtime/h5_writer.h"
 #include "runtime/hdf5_util.h"
 
@@ -91,17 +92,8 @@ std::string layout_text(hid_t dset) {
     case H5D_COMPACT: s = "compact"; break;
     default: s = "virtual"; break;
   }
-  const int filters = LS_CHECK_HDF5(H5Pget_nfilters(dcpl.get()));
-  for (int i = 0; i < filters; ++i) {
-    unsigned flags = 0, config = 0, cd[8] = {};
-    size_t ncd = 8;
-    char name[64] = {};
-    H5Z_filter_t f = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd,
-                                    sizeof name, name, &config);
-    if (f == H5Z_FILTER_DEFLATE) s += ", gzip " + std::to_string(ncd > 0 ? cd[0] : 0);
-    else if (f == H5Z_FILTER_SHUFFLE) s += ", shuffle";
-    else s += std::string(", ") + (name[0] ? name : "filter " + std::to_string(f));
-  }
+  const std::string filters = h5_filters_text(dset);
+  if (!filters.empty()) s += ", " + filters;
   return s;
 }
 

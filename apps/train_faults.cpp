@@ -20,6 +20,12 @@ po::options_description fault_options(FaultRaw& r) {
        "newest checkpoints kept in --checkpoint-dir (0: keep all)")
       ("resume", po::value(&r.resume)->default_value(""),
        "continue from a checkpoint file, or the newest in a folder (any world size)")
+      ("overwrite-checkpoints", po::bool_switch(&r.overwrite),
+       "a fresh run deletes the checkpoints already in --checkpoint-dir (without it, and without "
+       "--resume, it refuses them)")
+      ("checkpoint-timeout", po::value(&r.checkpoint_timeout)->default_value(0.0, "0"),
+       "seconds every rank waits for rank 0 to write a checkpoint before the job fails (0: "
+       "--timeout plus 1 s per 10 MB of checkpoint)")
       ("on-nan", po::value(&r.on_nan)->default_value("stop"),
        "a NaN/Inf loss or gradient: stop (exit 2 naming the step) | skip (drop that update)");
   return d;
@@ -33,6 +39,10 @@ void apply_fault_options(const FaultRaw& r, GuardOptions& guard, std::string& re
                      std::to_string(r.keep_checkpoints));
   guard.keep_checkpoints = static_cast<int>(r.keep_checkpoints);
   guard.on_nan = parse_nan_policy(r.on_nan);
+  guard.checkpoint_timeout = r.checkpoint_timeout;
+  guard.existing = !r.resume.empty() ? ExistingCheckpoints::keep
+                   : r.overwrite     ? ExistingCheckpoints::replace
+                                     : ExistingCheckpoints::refuse;
   validate(guard);
   resume = r.resume;
 }

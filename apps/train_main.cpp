@@ -17,6 +17,8 @@
 #include "runtime/context.h"
 #include "runtime/error.h"
 #include "runtime/layers.h"
+#include "runtime/log.h"
+#include "runtime/output_path.h"
 #include "runtime/trace.h"
 #include "runtime/train_checkpoint.h"
 
@@ -36,6 +38,17 @@ int train(int argc, char** argv, const World& world) {
     if (world.rank == 0) std::fputs(o.help_text.c_str(), stdout);
     return 0;
   }
+  // Start-up was quiet; the launcher line was logged only if debug logging was already on.
+  if (o.verbose && !log_enabled(LogLevel::debug)) {
+    set_log_level(LogLevel::debug);
+    LS_LOG(debug) << world.launch_summary;
+  }
+  // Output files are checked before any training, by rank 0, which writes them.
+  if (world.rank == 0) {
+    problem = output_path_problem("--metrics", o.config.metrics_path);
+    if (problem.empty()) problem = output_path_problem("--trace", o.trace);
+  }
+  agree_or_throw(problem.empty(), problem);
   // A build without CUDA refuses --device cuda in words, and --device auto trains on the CPU.
   if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
     agree_or_throw(false, "--device cuda: " + gpu_training_missing() + "; use --device cpu");

@@ -30,7 +30,7 @@ struct Raw {
   double min_lr = 0, timeout = 0;
   int64_t warmup_steps = 0, base_batch = 0, global_batch = 0, epochs = 0, steps = 0;
   int64_t grad_accum = 0, seed = 0, log_every = 0, check_every = 0, threads = 0, prefetch = 0;
-  bool nesterov = false;
+  bool nesterov = false, verbose = false;
   FaultRaw fault;
 };
 
@@ -99,7 +99,10 @@ po::options_description describe(Raw& r) {
       ("straggler-every", po::value(&r.straggler_every)->default_value(100),
        "steps between straggler reports: per-rank step times, the slowest rank (0: none)")
       ("progress", po::value(&r.progress)->default_value("auto"),
-       "auto (a bar on a terminal, else lines) | bar | lines | none");
+       "auto (a bar on a terminal, else lines) | bar | lines | none")
+      ("verbose,v", po::bool_switch(&r.verbose),
+       "log details on stderr: the launcher, MPI and GPU slot line at start-up, debug messages "
+       "(as LOCKSTEP_LOG_LEVEL=debug)");
   po::options_description run("Runtime");
   run.add_options()
       ("device", po::value(&r.device)->default_value("auto"), "cpu | cuda | auto")
@@ -201,6 +204,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
   c.metrics_path = r.metrics;
   c.straggler_every = r.straggler_every;
   o.trace = r.trace;
+  o.verbose = r.verbose;
   if (r.progress != "auto" && r.progress != "bar" && r.progress != "lines" && r.progress != "none")
     throw UsageError("--progress must be auto, bar, lines or none, not '" + r.progress + "'");
   o.progress = r.progress;

@@ -21,6 +21,7 @@ struct TrainOptions {
   int threads = 0;              // BLAS threads per rank; 0: cores / ranks on the host
   std::string progress = "auto";  // auto | bar | lines | none
   std::string trace;            // --trace: Chrome trace-event JSON of every rank (trace.h)
+  bool verbose = false;         // --verbose: debug logging, the launcher line included
   bool help = false;
   std::string help_text;  // every option with its default
 };

@@ -6,6 +6,7 @@
 
 #include "runtime/h5_writer.h"
 #include "runtime/hdf5_util.h"
+#include "runtime/train_checkpoint.h"
 
 namespace lockstep {
 
@@ -67,6 +68,21 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
                static_cast<long long>(t.total_steps()), optimizer_name(c.optimizer.kind),
                t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
                lr_schedule_name(c.lr_schedule));
+  const GuardOptions& g = c.guard;
+  if (!g.checkpoint_dir.empty()) {
+    const uint64_t bytes = checkpoint_bytes(t);
+    const Millis deadline = checkpoint_deadline(g, t.comm().timeout(), bytes);
+    const char* earlier = "none allowed";
+    if (g.existing == ExistingCheckpoints::keep) earlier = "kept (--resume)";
+    if (g.existing == ExistingCheckpoints::replace) earlier = "deleted (--overwrite-checkpoints)";
+    std::fprintf(stderr,
+                 "checkpoints: %s, every %lld step(s) (0: at the end), newest %d kept (0: all), "
+                 "%.2f MB each; ranks wait %g s for a save (--checkpoint-timeout); an earlier "
+                 "run's checkpoints: %s\n",
+                 g.checkpoint_dir.c_str(), static_cast<long long>(g.checkpoint_every),
+                 g.keep_checkpoints, static_cast<double>(bytes) / 1e6,
+                 static_cast<double>(deadline.count()) / 1000.0, earlier);
+  }
 }
 
 void print_final_report(Trainer& t, const TrainResult& r) {

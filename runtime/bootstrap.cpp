@@ -3,10 +3,12 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "runtime/error.h"
@@ -72,6 +74,11 @@ void agree_or_throw(bool ok, const std::string& message) {
   throw UsageError(text);
 }
 
+namespace {
+// How long a rank other than 0 waits for rank 0 to report a SharedInputError and end the job.
+constexpr std::chrono::milliseconds kSharedErrorGrace{2000};
+}  // namespace
+
 void end_job_now(const std::string& message) noexcept {
   std::string text = message;
   if (text.rfind("[rank ", 0) != 0) text = rank_prefix() + " " + text;
@@ -100,6 +107,9 @@ int run_app(int argc, char** argv, const std::function<int(const World&)>& body)
     if (world.rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
     std::fflush(stderr);
     return kExitUsage;
+  } catch (const SharedInputError& e) {
+    if (world.rank != 0) std::this_thread::sleep_for(kSharedErrorGrace);
+    end_job_now(e.what());
   } catch (const std::exception& e) {
     end_job_now(e.what());
   } catch (...) {

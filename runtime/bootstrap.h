@@ -20,6 +20,9 @@ struct World {
   // this host see the same GPUs. gpu_peers == 0: not known yet, local_rank/local_size apply.
   int gpu_index = 0;
   int gpu_peers = 0;
+  // "launcher: ...; MPI: ... rank(s) ...; GPU slot ..." (check_launch_env), logged at debug level:
+  // start-up stays quiet unless LOCKSTEP_LOG_LEVEL=debug or an app's --verbose asks for it.
+  std::string launch_summary;
 };
 
 class MpiSession {

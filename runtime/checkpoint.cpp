@@ -1,6 +1,7 @@
 #include "runtime/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,6 +60,31 @@ void sync_path(const std::string& path, bool directory) {
   ::close(fd);
   errno = saved;
   if (rc != 0) throw_errno("fsync of", path);
+}
+
+// The message for a save that failed with `what`: a full disk in words (HDF5 reports it deep in
+// its error stack), and which checkpoint a user still has.
+std::string save_failure(const std::string& what, const std::string& dir,
+                         const std::string& path) {
+  const std::vector<std::string> kept = list_checkpoints(dir);
+  const std::string newest = kept.empty() ? "none" : kept.back();
+  struct statvfs fsinfo {};
+  const bool full = what.find(std::strerror(ENOSPC)) != std::string::npos ||
+                    (::statvfs(dir.c_str(), &fsinfo) == 0 && fsinfo.f_bavail == 0);
+  if (full)
+    return rank_prefix() + " no space left on device writing " + path +
+           "; newest good checkpoint " + newest;
+  return what + "; writing checkpoint " + path + " failed, newest good checkpoint " + newest;
+}
+
+// The LOCKSTEP_TEST_*_IN_SAVE hooks (checkpoint.h): raise `sig` in this process at `step`.
+void test_hook(const char* env, int64_t step, int sig, const std::string& temp_path) {
+  const char* at = std::getenv(env);
+  if (at == nullptr || std::to_string(step) != at) return;
+  std::fprintf(stderr, "%s test hook %s: %s after writing %s\n", rank_prefix().c_str(), env,
+               sig == SIGKILL ? "dying" : "stopping", temp_path.c_str());
+  std::fflush(stderr);
+  std::raise(sig);
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -163,15 +189,15 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
   const std::string final_path = checkpoint_file_name(dir, state.global_step);
   const std::string temp_path =
       (fs::path(dir) / (std::string(".") + fs::path(final_path).filename().string() + ".tmp")).string();
-  detail::write_checkpoint_h5(temp_path, state);
-  sync_path(temp_path, false);
-  const char* crash_at = std::getenv(kCrashInSaveEnv);
-  if (crash_at != nullptr && std::to_string(state.global_step) == crash_at) {
-    std::fprintf(stderr, "%s test hook %s: dying after writing %s\n", rank_prefix().c_str(),
-                 kCrashInSaveEnv, temp_path.c_str());
-    std::fflush(stderr);
-    std::raise(SIGKILL);
+  try {
+    detail::write_checkpoint_h5(temp_path, state);
+    sync_path(temp_path, false);
+  } catch (const Error& e) {
+    fs::remove(temp_path, ec);  // a partial file must not take the space a retry needs
+    throw Error(save_failure(e.what(), dir, final_path));
   }
+  test_hook(kCrashInSaveEnv, state.global_step, SIGKILL, temp_path);
+  test_hook(kStopInSaveEnv, state.global_step, SIGSTOP, temp_path);
   if (std::rename(temp_path.c_str(), final_path.c_str()) != 0) throw_errno("rename to", final_path);
   sync_path(dir, true);
 

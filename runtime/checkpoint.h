@@ -67,7 +67,9 @@ std::string checkpoint_file_name(const std::string& dir, int64_t global_step);
 
 // Writes the state atomically (see above), creating `dir` if needed, then deletes all but the
 // newest `keep` checkpoints (keep <= 0 keeps all) and any temporary file a crashed save left.
-// Returns the path written. Throws Error when the file system refuses (disk full, no permission).
+// Returns the path written. Throws Error when the file system refuses (disk full, no permission):
+// the temporary file is removed, and the message names the file, the cause ("no space left on
+// device") and the newest good checkpoint.
 // Called by one rank only. Refuses (Error) to write a state with a non-finite parameter.
 std::string save_checkpoint(const std::string& dir, const CheckpointState& state, int keep);
 
@@ -90,5 +92,8 @@ void check_compatible(const CheckpointState& state, const CheckpointExpectation&
 // save_checkpoint of that step kills its own process (SIGKILL) right after writing and syncing the
 // temporary file, before the rename, as a power cut or a kill -9 at that moment would.
 constexpr const char* kCrashInSaveEnv = "LOCKSTEP_TEST_CRASH_IN_SAVE";
+// Test hook: the same, but the process stops itself (SIGSTOP) there, as a rank stalled in a save
+// would: its peers must give up at the checkpoint deadline (step_guard.h).
+constexpr const char* kStopInSaveEnv = "LOCKSTEP_TEST_STOP_IN_SAVE";
 
 }  // namespace lockstep

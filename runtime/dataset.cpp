@@ -5,8 +5,10 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/h5_filters.h"
 #include "runtime/h5_writer.h"
 #include "runtime/hdf5_util.h"
 
@@ -193,8 +195,11 @@ std::optional<double> find_attr(const Split& s, const char* name) {
 // selection has the same shape: HDF5 1.10 then maps the selection onto chunks directly. One
 // OR-combined selection in a single call was about 5x slower on chunked Fashion-MNIST, because
 // HDF5 then walks the selection element by element to split it into chunks (lockstep-data bench).
+// A failed read (a file cut short or changed while training reads it) is a SharedInputError naming
+// `what` (file and dataset) and the rows.
 void read_runs(hid_t dset, hid_t file_space, const std::vector<int64_t>& dims,
-               const std::vector<int64_t>& sorted, hid_t mem_type, void* buf) {
+               const std::vector<int64_t>& sorted, hid_t mem_type, void* buf,
+               const std::string& what) {
   std::vector<hsize_t> mem_dims(dims.begin(), dims.end());
   mem_dims[0] = sorted.size();
   H5Id mem(
@@ -210,19 +215,25 @@ void read_runs(hid_t dset, hid_t file_space, const std::vector<int64_t>& dims,
                                       count.data(), nullptr));
     LS_CHECK_HDF5(H5Sselect_hyperslab(mem.get(), H5S_SELECT_SET, mem_start.data(), nullptr,
                                       count.data(), nullptr));
-    LS_CHECK_HDF5(H5Dread(dset, mem_type, mem.get(), file_space, H5P_DEFAULT, buf));
+    if (H5Dread(dset, mem_type, mem.get(), file_space, H5P_DEFAULT, buf) < 0)
+      throw SharedInputError(what + ": rows " + std::to_string(sorted[i]) + " to " +
+                             std::to_string(sorted[j - 1]) + " cannot be read (" +
+                             hdf5_error_text() +
+                             "): the file was cut short or changed while training read it");
     i = j;
   }
 }
 
-// Reads every label once, in blocks: labels must lie in [0, num_classes) before training starts,
-// and without a num_classes attribute the largest label decides the class count.
-void scan_labels(Split& s, std::optional<double> declared) {
+// Reads every label once, in blocks (as doubles: integer and float labels alike): labels must be
+// whole numbers in [0, num_classes) before training starts, and without a num_classes attribute
+// the largest label decides the class count.
+void scan_labels(Split& s, std::optional<double> declared, TargetKind targets) {
   DatasetInfo& info = s.info;
   const int64_t cols = s.y_dims.size() == 2 ? s.y_dims[1] : 1;
   H5Id space(LS_CHECK_HDF5(H5Dget_space(s.y.get())));
-  std::vector<int64_t> buf;
-  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  std::vector<double> buf;
+  double lo = std::numeric_limits<double>::max(), hi = std::numeric_limits<double>::lowest();
+  const std::string labels = where(info, info.y_name);
   for (int64_t first = 0; first < info.rows; first += kLabelScanRows) {
     const int64_t n = std::min(kLabelScanRows, info.rows - first);
     std::vector<hsize_t> start(s.y_dims.size(), 0), count(s.y_dims.size(), 1);
@@ -234,25 +245,37 @@ void scan_labels(Split& s, std::optional<double> declared) {
     hsize_t mem_n = buf.size();
     H5Id mem(LS_CHECK_HDF5(H5Screate_simple(1, &mem_n, nullptr)));
     LS_CHECK_HDF5(
-        H5Dread(s.y.get(), H5T_NATIVE_INT64, mem.get(), space.get(), H5P_DEFAULT, buf.data()));
+        H5Dread(s.y.get(), H5T_NATIVE_DOUBLE, mem.get(), space.get(), H5P_DEFAULT, buf.data()));
+    for (size_t i = 0; i < buf.size(); ++i) {
+      if (std::trunc(buf[i]) == buf[i]) continue;  // false for NaN and Inf too
+      std::ostringstream v;
+      v << buf[i];
+      const std::string what = labels + ": holds " + v.str() + " at row " +
+                               std::to_string(first + static_cast<int64_t>(i)) +
+                               ", not a whole-number class label; ";
+      if (targets == TargetKind::labels)
+        throw UsageError(what + "--loss cross-entropy needs labels 0 to num_classes-1 (use --loss "
+                                "mse to train a regression on these values)");
+      throw UsageError(what + "the num_classes attribute marks the file as classification: fix "
+                              "the labels, or pass --loss mse to train a regression on them");
+    }
     auto [mn, mx] = std::minmax_element(buf.begin(), buf.end());
     lo = std::min(lo, *mn);
     hi = std::max(hi, *mx);
   }
-  const std::string labels = where(info, info.y_name);
-  if (lo < 0) throw UsageError(labels + ": holds a negative label (" + std::to_string(lo) + ")");
+  auto whole = [](double v) { return std::to_string(static_cast<long long>(v)); };
+  if (lo < 0) throw UsageError(labels + ": holds a negative label (" + whole(lo) + ")");
   if (declared) {
     if (!(*declared >= 1 && *declared <= 1e9) || std::trunc(*declared) != *declared)
       throw UsageError(info.path + ": attribute num_classes is " + std::to_string(*declared) +
                        ", expected a positive whole number");
     info.num_classes = static_cast<int>(*declared);
     if (hi >= info.num_classes)
-      throw UsageError(labels + ": holds label " + std::to_string(hi) + " but num_classes is " +
+      throw UsageError(labels + ": holds label " + whole(hi) + " but num_classes is " +
                        std::to_string(info.num_classes) + " (labels must be 0 to num_classes-1)");
   } else {
-    if (hi >= 1'000'000'000)
-      throw UsageError(labels + ": holds label " + std::to_string(hi) +
-                       ", too large for a class id");
+    if (hi >= 1e9)
+      throw UsageError(labels + ": holds label " + whole(hi) + ", too large for a class id");
     info.num_classes = static_cast<int>(hi + 1);
   }
 }
@@ -297,6 +320,8 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   }
 
   const std::string xw = where(info, info.x_name), yw = where(info, info.y_name);
+  require_h5_filters(s.x.get(), xw);
+  require_h5_filters(s.y.get(), yw);
   H5Id xt(LS_CHECK_HDF5(H5Dget_type(s.x.get()))), yt(LS_CHECK_HDF5(H5Dget_type(s.y.get())));
   info.x_type = type_text(xt.get());
   info.y_type = type_text(yt.get());
@@ -309,10 +334,15 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   s.y_elem = *ye;
   s.x_size = H5Tget_size(xt.get());
   s.y_size = H5Tget_size(yt.get());
-  info.classification = H5Tget_class(yt.get()) == H5T_INTEGER;
 
   s.x_dims = dims_of(s.x.get());
   s.y_dims = dims_of(s.y.get());
+  // The label rule (dataset.h); one-hot rows (N, K > 1) stay regression targets.
+  const std::optional<double> num_classes = find_attr(s, "num_classes");
+  const bool one_per_row = s.y_dims.size() == 1 || (s.y_dims.size() == 2 && s.y_dims[1] == 1);
+  info.classification = H5Tget_class(yt.get()) == H5T_INTEGER ||
+                        spec.targets == TargetKind::labels ||
+                        (spec.targets == TargetKind::automatic && num_classes && one_per_row);
   if (s.x_dims.empty()) throw UsageError(xw + ": is a scalar, expected one row per sample");
   if (s.y_dims.empty() || s.y_dims.size() > 2)
     throw UsageError(yw + ": has shape " + shape_text(s.y_dims) + ", expected (N,) or (N, K)");
@@ -341,7 +371,7 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
     throw UsageError(
         info.path + ": normalisation attributes must be finite with norm_std > 0 (norm_mean " +
         std::to_string(info.norm_mean) + ", norm_std " + std::to_string(info.norm_std) + ")");
-  if (info.classification) scan_labels(s, find_attr(s, "num_classes"));
+  if (info.classification) scan_labels(s, num_classes, spec.targets);
   return s;
 }
 
@@ -412,9 +442,9 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
     m.x_raw.resize(rows * sample * m.s.x_size);
     m.y_raw.resize(rows * ycols * m.s.y_size);
     read_runs(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.sorted, native_type(m.s.x_elem),
-              m.x_raw.data());
+              m.x_raw.data(), where(info, info.x_name));
     read_runs(m.s.y.get(), m.y_space.get(), m.s.y_dims, m.sorted, native_type(m.s.y_elem),
-              m.y_raw.data());
+              m.y_raw.data(), where(info, info.y_name));
   }
   m.bytes += rows * (sample * m.s.x_size + ycols * m.s.y_size);
 

@@ -5,6 +5,10 @@
 //   regression:     <group>/x (N, D) any integer or float type, <group>/y (N,) or (N, K) float
 //   attributes:     num_classes, norm_scale, norm_mean, norm_std, on the input dataset, else its
 //                   group, else the file root
+// The label rule: integer targets are class labels; float targets are class labels when the
+// reader is asked for labels (--loss cross-entropy) or, left to decide (--loss auto), when the file
+// declares num_classes; then every value must be a whole number in [0, num_classes), else the
+// split is refused naming the value and --loss. Otherwise float targets are regression values.
 // inspect_dataset opens the file read-only, checks it and describes it; every problem is a
 // UsageError naming the file, the dataset and what is wrong.
 #pragma once
@@ -16,11 +20,15 @@
 
 namespace lockstep {
 
+// How float targets are read (integer targets are always class labels): see the label rule above.
+enum class TargetKind { automatic, labels, values };
+
 struct DatasetSpec {
   std::string path;
   std::string group = "train";
   std::string x_name;  // empty: "images" if present, else "x"
   std::string y_name;  // empty: "labels" if x is "images", else "y"
+  TargetKind targets = TargetKind::automatic;
 };
 
 struct DatasetInfo {
@@ -28,7 +36,7 @@ struct DatasetInfo {
   int64_t rows = 0;
   std::vector<int64_t> sample_shape;  // x's dimensions after the first, e.g. {28, 28, 1} or {D}
   int64_t sample_size = 0;            // product of sample_shape
-  bool classification = true;         // integer targets (labels) vs float targets
+  bool classification = true;         // class labels vs regression values (the label rule)
   int num_classes = 0;                // classification: from the attribute, else max label + 1
   int target_dim = 1;                 // regression: K (1 for a (N,) target)
   float norm_mean = 0.0f;             // x is converted to (x * norm_scale - norm_mean) / norm_std

@@ -25,6 +25,14 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+// An input file that every rank reads failed while training ran (cut short, changed, unreadable):
+// usually every rank sees it at once, so rank 0 reports it and aborts the job, and another rank
+// reports it only when rank 0 has not ended the job within a short grace (run_app).
+class SharedInputError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Bad input or configuration, known to every rank: printed once, no abort needed.
 class UsageError : public Error {
  public:

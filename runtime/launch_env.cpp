@@ -304,14 +304,14 @@ void check_launch_env(World* world) {
     LS_CHECK_MPI(MPI_Bcast(text.data(), len, MPI_CHAR, first, MPI_COMM_WORLD));
   }
 
-  bool notable = env.launcher != Launcher::none || world->size > 1 || !env.slurm_job_id.empty();
-  if (notable) {
-    LS_LOG(info) << "launcher: " << describe(env) << "; MPI: " << world->size << " rank(s), "
-                 << world->local_size << " on this host; GPU slot " << slot.index << " of "
-                 << slot.peers << " rank(s) seeing these GPUs";
-  } else {
-    LS_LOG(debug) << "launcher: " << describe(env);
-  }
+  std::ostringstream summary;
+  summary << "launcher: " << describe(env);
+  if (env.launcher != Launcher::none || world->size > 1 || !env.slurm_job_id.empty())
+    summary << "; MPI: " << world->size << " rank(s), " << world->local_size
+            << " on this host; GPU slot " << slot.index << " of " << slot.peers
+            << " rank(s) seeing these GPUs";
+  world->launch_summary = summary.str();
+  LS_LOG(debug) << world->launch_summary;
   if (first != INT_MAX) {
     LS_LOG(warn) << "launch environment and MPI disagree on " << bad_total << " rank(s); rank "
                  << first << ": " << text << ". Using MPI's numbering.";

@@ -5,8 +5,9 @@
 // detect_launch_env() is a pure function of an environment map, so every launcher is unit-tested
 // with synthetic environments. MPI's own answer (MPI_Comm_split_type, bootstrap.h) stays the
 // authority; check_launch_env() compares the two at start-up, warns on a disagreement and logs the
-// launcher. GPU choice: ranks that see different GPU sets (Slurm --gpus-per-task, a wrapper that
-// sets CUDA_VISIBLE_DEVICES per rank) do not share a device, so each takes index 0 of its own set;
+// launcher (at debug level). GPU choice: ranks that see different GPU sets (Slurm
+// --gpus-per-task, a wrapper that sets CUDA_VISIBLE_DEVICES per rank) do not share a device, so
+// each takes index 0 of its own set;
 // gpu_slot() says which visible index a rank takes and how many ranks compete for the same set.
 // Not thread-safe; called from the main thread during start-up.
 #pragma once
@@ -75,9 +76,10 @@ GpuSlot gpu_slot(const std::vector<std::optional<std::string>>& visible_by_local
 // The slot check_launch_env() stored in `world`, or local rank/size when it has not run.
 GpuSlot gpu_slot(const World& world);
 
-// Collective over MPI_COMM_WORLD, called once by MpiSession after the world is known: logs the
-// launcher (rank 0), warns when the launcher and MPI disagree (MPI wins), and stores this rank's
-// GPU slot in world->gpu_index / world->gpu_peers.
+// Collective over MPI_COMM_WORLD, called once by MpiSession after the world is known: stores the
+// launcher line in world->launch_summary and logs it at debug level (rank 0), warns when the
+// launcher and MPI disagree (MPI wins), and stores this rank's GPU slot in world->gpu_index /
+// world->gpu_peers.
 void check_launch_env(World* world);
 
 }  // namespace lockstep

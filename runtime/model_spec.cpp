@@ -188,7 +188,34 @@ size_t shape_size(const SampleShape& shape) {
   return n;
 }
 
+namespace {
+
+// Images stored channels first, (C, H, W) such as PyTorch's (N, 1, 28, 28), read as (H, W, C) give
+// a 1-pixel-high image with 28 channels: say so, instead of only that a layer does not fit.
+std::string layout_hint(const SampleShape& in) {
+  if (in.size() != 3 || in[0] > 4 || in[2] <= 4) return "";
+  return "; the samples (" + std::to_string(in[0]) + ", " + std::to_string(in[1]) + ", " +
+         std::to_string(in[2]) + ") look channels-first (C, H, W): images must be channels-last " +
+         "(N, H, W, C), here (N, " + std::to_string(in[1]) + ", " + std::to_string(in[2]) + ", " +
+         std::to_string(in[0]) + "); transpose them when writing the file (numpy: " +
+         "x.transpose(0, 2, 3, 1))";
+}
+
+std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& input, int outputs);
+
+}  // namespace
+
 std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& input, int outputs) {
+  try {
+    return plan_layers(spec, input, outputs);
+  } catch (const UsageError& e) {
+    throw UsageError(e.what() + layout_hint(input));
+  }
+}
+
+namespace {
+
+std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& input, int outputs) {
   if (input.empty() || input.size() == 2 || input.size() > 3 ||
       std::any_of(input.begin(), input.end(), [](int d) { return d <= 0; }))
     throw UsageError("--model '" + spec.text + "': samples of shape " + to_string(input) +
@@ -251,5 +278,7 @@ std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& inpu
                      " outputs; end the model with 'dense' (it takes the data's output width)");
   return plan;
 }
+
+}  // namespace
 
 }  // namespace lockstep

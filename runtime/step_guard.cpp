@@ -1,11 +1,8 @@
 #include "runtime/step_guard.h"
 
-#include <unistd.h>
-
-#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include "runtime/agree.h"
 #include "runtime/checkpoint.h"
@@ -19,9 +16,15 @@
 namespace lockstep {
 namespace {
 
-// A save may take long on a slow shared file system; peers wait for it at a barrier with at least
-// this deadline instead of the communicator's (a late save is not a dead rank).
-constexpr Millis kSaveDeadline{5 * 60 * 1000};
+// A save may take longer than a collective on a slow shared file system: the derived checkpoint
+// deadline grants this much time per byte on top of the collective timeout (10 MB/s).
+constexpr double kSaveBytesPerSecond = 10e6;
+
+std::string seconds_text(Millis t) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(t.count()) / 1000.0);
+  return text;
+}
 
 // NaN and Inf are the floats whose exponent bits are all ones. An OR over integer tests
 // vectorises, unlike a float reduction.
@@ -52,22 +55,20 @@ void validate(const GuardOptions& o) {
   if (o.keep_checkpoints < 0)
     throw UsageError("--keep-checkpoints must be >= 0 (0 keeps all), not " +
                      std::to_string(o.keep_checkpoints));
+  if (!(o.checkpoint_timeout >= 0 && o.checkpoint_timeout <= 86400))
+    throw UsageError("--checkpoint-timeout must be a number of seconds in [0, 86400] (0: derived "
+                     "from --timeout and the checkpoint's size), not " +
+                     std::to_string(o.checkpoint_timeout));
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     throw UsageError("--checkpoint-every needs --checkpoint-dir (where to write them)");
 }
 
-void prepare_checkpoint_dir(const GuardOptions& o, Communicator& comm) {
-  std::string problem;
-  if (comm.rank() == 0 && !o.checkpoint_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.checkpoint_dir, ec);
-    if (ec)
-      problem = "--checkpoint-dir " + o.checkpoint_dir + " cannot be created: " + ec.message();
-    else if (::access(o.checkpoint_dir.c_str(), W_OK | X_OK) != 0)
-      problem = "--checkpoint-dir " + o.checkpoint_dir + " is not writable";
-  }
-  // Rank 0's verdict, over the trainer's communicator (not necessarily MPI_COMM_WORLD).
-  agree_or_throw(comm, problem.empty(), problem);
+Millis checkpoint_deadline(const GuardOptions& o, Millis collective_timeout,
+                           uint64_t checkpoint_bytes) {
+  if (o.checkpoint_timeout > 0) return Millis(static_cast<int64_t>(o.checkpoint_timeout * 1000));
+  return collective_timeout +
+         Millis(static_cast<int64_t>(1000.0 * static_cast<double>(checkpoint_bytes) /
+                                     kSaveBytesPerSecond));
 }
 
 StepGuard::StepGuard(Communicator& comm, const GuardOptions& options)
@@ -129,10 +130,14 @@ std::string StepGuard::save(Trainer& trainer) {
                            options_.keep_checkpoints);
     LS_LOG(info) << "checkpoint at step " << step << ": " << path;
   }
+  const Millis deadline =
+      checkpoint_deadline(options_, comm_.timeout(), checkpoint_bytes(trainer));
   try {
-    comm_.barrier_async()->wait(std::max(comm_.timeout(), kSaveDeadline));
+    comm_.barrier_async()->wait(deadline);
   } catch (const TimeoutError& e) {
-    throw TimeoutError(std::string(e.what()) + " (waiting for rank 0 to write " + path + ")");
+    throw TimeoutError(std::string(e.what()) + " (waiting for rank 0 to write " + path +
+                       "; the checkpoint deadline is " + seconds_text(deadline) +
+                       ": --checkpoint-timeout sets it)");
   }
   last_saved_step_ = step;
   last_checkpoint_ = path;

@@ -17,9 +17,11 @@
 //                              complete, and stopped_early() stays false.
 //   at_end(trainer)            the final checkpoint.
 // Checkpoints are written by rank 0 after a replica check (never from diverged or non-finite
-// parameters); every rank then waits at a barrier with a deadline of max(--timeout, 5 min), so a
-// slow file system does not look like a dead peer. Constructing a StepGuard installs the
-// stop-signal handlers.
+// parameters); every rank then waits at a barrier until the checkpoint deadline
+// (checkpoint_deadline below: --checkpoint-timeout, by default --timeout plus 1 s per 10 MB of
+// checkpoint), so a slow file system does not look like a dead peer while a stopped rank 0 still
+// ends the job in bounded time; the timeout's message names the file and the option.
+// Constructing a StepGuard installs the stop-signal handlers.
 // Used by the training thread only.
 #pragma once
 
@@ -36,19 +38,26 @@ enum class NanPolicy { stop, skip };
 NanPolicy parse_nan_policy(const std::string& text);  // stop | skip; UsageError naming --on-nan
 const char* nan_policy_name(NanPolicy p);
 
+// What a run does with checkpoints already in its --checkpoint-dir (checkpoint_dir.h): a fresh run
+// refuses them, a resumed one continues beside them, --overwrite-checkpoints deletes them first.
+enum class ExistingCheckpoints { refuse, keep, replace };
+
 struct GuardOptions {
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only at the end (and on a stop)
   int keep_checkpoints = 3;      // newest kept; 0 keeps all
   NanPolicy on_nan = NanPolicy::stop;
+  double checkpoint_timeout = 0;  // seconds peers wait for a save; 0: derived (checkpoint_deadline)
+  ExistingCheckpoints existing = ExistingCheckpoints::refuse;
 };
 
 // Throws UsageError naming the option when a value is out of range.
 void validate(const GuardOptions& o);
 
-// Collective: creates the checkpoint folder on rank 0 and checks it is writable, so a bad
-// --checkpoint-dir fails (UsageError on every rank) before training rather than at the first save.
-void prepare_checkpoint_dir(const GuardOptions& o, Communicator& comm);
+// How long every rank waits for rank 0 to write a checkpoint of `checkpoint_bytes`:
+// o.checkpoint_timeout when set, else the collective timeout plus 1 s per 10 MB.
+Millis checkpoint_deadline(const GuardOptions& o, Millis collective_timeout,
+                           uint64_t checkpoint_bytes);
 
 class StepGuard {
  public:

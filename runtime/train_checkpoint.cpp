@@ -136,6 +136,10 @@ CheckpointState capture_checkpoint(Trainer& t, int world_size) {
   return s;
 }
 
+uint64_t checkpoint_bytes(Trainer& t) {
+  return t.model().param_count() * sizeof(float) * (1 + t.optimizer().state().size());
+}
+
 CheckpointExpectation expected_checkpoint(Trainer& t) {
   CheckpointExpectation e;
   e.model_spec = canonical_spec(t.config());

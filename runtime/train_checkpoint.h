@@ -15,6 +15,7 @@
 // Used by the training thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "runtime/checkpoint.h"
@@ -25,6 +26,9 @@ class Trainer;
 
 // The trainer's state now (rank-local; parameters are the same on every rank).
 CheckpointState capture_checkpoint(Trainer& trainer, int world_size);
+
+// Bytes of the tensors in a checkpoint of this trainer: the parameters and each optimizer buffer.
+uint64_t checkpoint_bytes(Trainer& trainer);
 
 // What this trainer's model and optimizer need of a checkpoint.
 CheckpointExpectation expected_checkpoint(Trainer& trainer);

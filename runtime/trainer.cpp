@@ -8,6 +8,7 @@
 #include "kernels/optimizer.h"
 #include "runtime/agree.h"
 #include "runtime/buckets.h"
+#include "runtime/checkpoint_dir.h"
 #include "runtime/device_step.h"
 #include "runtime/error.h"
 #include "runtime/gpu_trace.h"
@@ -15,6 +16,7 @@
 #include "runtime/sharded_loader.h"
 #include "runtime/step_timer.h"
 #include "runtime/straggler.h"
+#include "runtime/train_checks.h"
 #include "runtime/trace.h"
 
 namespace lockstep {
@@ -148,31 +150,16 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
     validate(config_, P);
     if (config_.device == DeviceKind::cuda) require_cuda_training();
     ModelSpec spec = parse_model_spec(config_.model);
-    m.info = inspect_dataset(config_.train);
+    m.info = inspect_training_data(config_);  // resolves --loss auto (train_checks.h)
     DatasetSpec test_spec = config_.train;
     test_spec.group = config_.test_group;
-    DatasetInfo test_info = inspect_dataset(test_spec);
-    if (test_info.sample_shape != m.info.sample_shape)
-      throw UsageError(config_.train.path + ": the " + config_.test_group +
-                       " split's samples differ in shape from the " + config_.train.group + " split's");
     m.classification = m.info.classification;
-    if (config_.loss == LossKind::automatic)
-      config_.loss = m.classification ? LossKind::cross_entropy : LossKind::mse;
-    if (config_.loss == LossKind::cross_entropy && !m.classification)
-      throw UsageError("--loss cross-entropy needs integer labels, but " + m.info.path + ":/" +
-                       m.info.group + "/" + m.info.y_name + " holds float targets (use --loss mse)");
-    if (config_.loss == LossKind::mse && m.classification)
-      throw UsageError("--loss mse needs float targets, but " + m.info.path + ":/" + m.info.group +
-                       "/" + m.info.y_name + " holds class labels (use --loss cross-entropy)");
     m.outputs = m.classification ? m.info.num_classes : m.info.target_dim;
 
     const int64_t B = config_.global_batch, K = config_.grad_accum;
     m.micro_rows = B / K / P;
     m.steps_per_epoch = config_.drop_remainder ? m.info.rows / B : (m.info.rows + B - 1) / B;
-    if (m.steps_per_epoch == 0)
-      throw UsageError("--global-batch " + std::to_string(B) + " is larger than the " +
-                       std::to_string(m.info.rows) +
-                       " training samples and --remainder drop leaves no step to run");
+    check_batch_fits(config_, m.info, m.outputs, m.micro_rows);
 
     SampleShape input;
     for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));

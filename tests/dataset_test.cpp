@@ -300,3 +300,39 @@ TEST_F(Dataset, SampleShapeMustFitTheModel) {
 }
 
 }  // namespace
+
+// The label rule (dataset.h): float targets with num_classes are class labels when they are whole
+// numbers, refused (naming --loss) when they are not; --loss decides when asked.
+TEST_F(Dataset, FloatLabelsFollowTheLabelRule) {
+  {
+    H5Id file = create_h5_file(path("float_labels.h5"));
+    write_h5_dataset(file.get(), "whole/x", {4, 2}, std::vector<float>(8, 0.5f));
+    write_h5_dataset(file.get(), "whole/y", {4}, std::vector<float>{0, 2, 1, 2});
+    write_h5_dataset(file.get(), "half/x", {4, 2}, std::vector<float>(8, 0.5f));
+    write_h5_dataset(file.get(), "half/y", {4}, std::vector<float>{0, 2.5f, 1, 2});
+    write_h5_attr_int(file.get(), "num_classes", 3);
+    write_h5_dataset(file.get(), "onehot/x", {2, 2}, std::vector<float>(4, 0.5f));
+    write_h5_dataset(file.get(), "onehot/y", {2, 3}, std::vector<float>{1, 0, 0, 0, 1, 0});
+  }
+  const std::string file = path("float_labels.h5");
+  DatasetInfo whole = inspect_dataset(spec_of(file, "whole"));
+  EXPECT_TRUE(whole.classification) << "float whole numbers with num_classes are class labels";
+  EXPECT_EQ(whole.num_classes, 3);
+  EXPECT_FALSE(inspect_dataset(spec_of(file, "onehot")).classification) << "(N, K) rows stay values";
+  expect_refused(spec_of(file, "half"), {"half/y", "holds 2.5 at row 1", "--loss mse"});
+
+  DatasetSpec values = spec_of(file, "half");
+  values.targets = TargetKind::values;  // --loss mse
+  EXPECT_FALSE(inspect_dataset(values).classification);
+  DatasetSpec labels = spec_of(file, "half");
+  labels.targets = TargetKind::labels;  // --loss cross-entropy
+  expect_refused(labels, {"holds 2.5", "--loss cross-entropy needs labels"});
+
+  DatasetReader reader(spec_of(file, "whole"));
+  const int64_t ids[] = {1, 3};
+  float x[4];
+  int32_t got[2] = {-1, -1};
+  reader.read_rows(ids, 2, x, got, nullptr);
+  EXPECT_EQ(got[0], 2);
+  EXPECT_EQ(got[1], 2);
+}

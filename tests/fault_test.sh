@@ -4,6 +4,13 @@
 #    slack), and the output names the lost rank (mpiexec's notice or our own message);
 #  - a rank stalled inside a collective (SIGSTOP, which mpiexec does not notice): every other rank
 #    exits non-zero after --timeout with a message naming the collective it waited in;
+#  - a rank stopped (SIGSTOP) while checkpoints are written every step: the job ends within the
+#    checkpoint deadline; rank 0 stopped inside a save (test hook) makes rank 1 give up after
+#    --checkpoint-timeout, not --timeout, naming the file and the option;
+#  - a save on a full disk (a small tmpfs in a private mount namespace): exit 1, "no space left on
+#    device" naming the file and the newest good checkpoint, no temporary file left, no HDF5 stack;
+#  - the data file cut short while training reads it: exit 1 within seconds, one message naming the
+#    file, the dataset and the rows;
 #  - a loss that overflows (--lr 1e30): exit 2 with a message naming the step and the last good
 #    checkpoint, and no checkpoint holds a NaN or Inf;
 #  - a NaN in one training row: --on-nan skip skips exactly the step that holds it in each epoch
@@ -96,6 +103,97 @@ else
   n=$(grep -Ec "\[rank [023]/4 .*did not complete within $timeout_s s" <<<"$out")
   [[ $n -ge 1 ]] || fail "no rank reported the stalled collective"$'\n'"$out"
   echo "ok: rank 1 stalled: job ended with exit $rc after ${took} ms; $n rank(s) said: $(grep -m1 'did not complete' <<<"$out" | cut -c1-150)"
+fi
+
+# --- a rank stopped while checkpoints are written every step: bounded by the deadlines ---
+timeout_s=3
+timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data long.h5 --model mlp:16 \
+  --global-batch 32 --steps 100000 --progress none --checkpoint-every 1 --checkpoint-dir stop_ck \
+  --timeout $timeout_s --checkpoint-timeout $timeout_s >stop_ck.log 2>&1 &
+job=$!
+e2e_wait_for_checkpoint stop_ck || fail "the run to stop never wrote its first checkpoint"
+victim=$(rank_pid "$job" 1)
+if [[ -z $victim ]]; then
+  fail "could not find rank 1"
+else
+  start=$(date +%s%N)
+  kill -STOP "$victim"
+  wait "$job"
+  rc=$?
+  took=$(( ($(date +%s%N) - start) / 1000000 ))
+  kill -KILL "$victim" 2>/dev/null
+  out=$(cat stop_ck.log)
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "rank 1 stopped during checkpointing: the job exited $rc"$'\n'"$out"
+  [[ $took -le $(( (timeout_s + 15) * 1000 )) ]] ||
+    fail "rank 1 stopped during checkpointing: the job took ${took} ms to end (deadlines ${timeout_s} s)"
+  grep -q "did not complete within $timeout_s s" <<<"$out" || fail "no rank named the wait it gave up"$'\n'"$out"
+  echo "ok: rank 1 stopped while checkpointing every step: exit $rc after ${took} ms"
+fi
+# Rank 0 stops itself inside the save of step 5 (test hook): rank 1 waits for the file until
+# --checkpoint-timeout (2 s), though --timeout is 60 s.
+start=$(date +%s%N)
+out=$(LOCKSTEP_TEST_STOP_IN_SAVE=5 timeout 120 "$mpiexec" -n 2 --oversubscribe -x LOCKSTEP_TEST_STOP_IN_SAVE \
+      "$bin/lockstep-train" --data long.h5 --model mlp:16 --global-batch 32 --steps 20 --progress none \
+      --checkpoint-every 1 --checkpoint-dir hook_ck --timeout 60 --checkpoint-timeout 2 2>&1)
+rc=$?
+took=$(( ($(date +%s%N) - start) / 1000000 ))
+if [[ $rc -eq 0 || $rc -eq 124 || $took -gt 30000 ]]; then
+  fail "rank 0 stopped in a save: exit $rc after ${took} ms (expected non-zero within ~2 s of the stop)"$'\n'"$out"
+else
+  if grep -q "waiting for rank 0 to write hook_ck/ckpt-000000005.h5; the checkpoint deadline is 2 s: --checkpoint-timeout sets it" \
+       <<<"$out"; then
+    echo "ok: rank 0 stopped in a save: rank 1 gave up after --checkpoint-timeout, exit $rc after ${took} ms"
+  else
+    fail "rank 1's message names neither the file nor --checkpoint-timeout"$'\n'"$out"
+  fi
+fi
+
+# --- a save on a full disk: a 256 KiB tmpfs in a private mount namespace ---
+mkdir full
+out=$(unshare -m bash -c 'mount -t tmpfs -o size=256k lockstep-full full 2>/dev/null || exit 99
+  timeout 120 "$1" --data long.h5 --model mlp:32 --global-batch 32 --steps 200 --progress none \
+    --checkpoint-every 1 --keep-checkpoints 0 --checkpoint-dir full 2>&1
+  echo "rc=$?"
+  echo "left: $(ls -A full | tr "\n" " ")"' _ "$bin/lockstep-train" 2>&1)
+if [[ $? -eq 99 || $out == *"unshare failed"* ]]; then
+  echo "skipped: full disk: cannot mount a tmpfs in a private mount namespace here (needs root)"
+else
+  rc=$(sed -n 's/^rc=//p' <<<"$out")
+  written=$(sed -n 's/^left: //p' <<<"$out" | wc -w)
+  newest=$(sed -n 's/^left: //p' <<<"$out" | tr ' ' '\n' | grep '^ckpt-' | sort | tail -1)
+  [[ $rc -eq 1 ]] || fail "a save on a full disk: exit $rc, expected 1"$'\n'"$out"
+  grep -q "^error: \[rank 0/1 [^]]*\] no space left on device writing full/ckpt-[0-9]*\.h5; newest good checkpoint full/$newest\$" \
+    <<<"$out" || fail "a save on a full disk: the message does not say so, naming both files"$'\n'"$out"
+  grep -q '\.tmp' <<<"$(sed -n 's/^left: //p' <<<"$out")" && fail "a save on a full disk left its temporary file"$'\n'"$out"
+  grep -Eq 'HDF5-DIAG|#[0-9]{3}:' <<<"$out" && fail "a save on a full disk printed HDF5's error stack"$'\n'"$out"
+  [[ $failures -eq 0 ]] && echo "ok: full disk after $written checkpoints: $(grep '^error:' <<<"$out" | cut -c1-140)"
+fi
+
+# --- the data file cut short while training reads it ---
+# 200,000 rows in gzip chunks of 64 rows: the first epoch keeps reading chunks for many seconds.
+"$bin/lockstep-data" regression --out cut.h5 --samples 200000 --features 16 --chunk-rows 64 --gzip 1 \
+  >/dev/null 2>&1 || fail "lockstep-data regression --gzip 1"
+timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data cut.h5 --model linear \
+  --global-batch 64 --steps 100000 --progress none --checkpoint-every 20 --checkpoint-dir cut_ck \
+  >cut.log 2>&1 &
+job=$!
+if e2e_wait_for_checkpoint cut_ck; then
+  start=$(date +%s%N)
+  truncate -s $(( $(stat -c %s cut.h5) / 2 )) cut.h5
+  wait "$job"
+  rc=$?
+  took=$(( ($(date +%s%N) - start) / 1000000 ))
+  out=$(cat cut.log)
+  errors=$(grep -c '^error:' <<<"$out")
+  [[ $rc -eq 1 && $took -le 10000 ]] ||
+    fail "the data file cut short: exit $rc after ${took} ms, expected 1 within seconds"$'\n'"$out"
+  [[ $errors -eq 1 ]] || fail "the data file cut short: $errors error lines, expected 1"$'\n'"$out"
+  grep -Eq "^error: \[rank [01]/2 [^]]*\] cut\.h5: train/[xy]: rows [0-9]+ to [0-9]+ cannot be read \(.*\): the file was cut short or changed while training read it" \
+    <<<"$out" || fail "the data file cut short: the message names no file, dataset or rows"$'\n'"$out"
+  [[ $failures -eq 0 ]] && echo "ok: data file cut short: exit $rc after ${took} ms: $(grep '^error:' <<<"$out" | cut -c1-150)"
+else
+  fail "the run on cut.h5 never wrote its first checkpoint"$'\n'"$(cat cut.log)"
+  kill "$job" 2>/dev/null
 fi
 
 # --- the loss overflows: stop naming the step; no checkpoint with NaN or Inf ---

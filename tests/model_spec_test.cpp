@@ -99,3 +99,13 @@ TEST(ModelSpec, ModelsThatDoNotFitTheDataAreRefused) {
   EXPECT_NE(std::string::npos, m.find("layer 5")) << m;
   EXPECT_EQ("", message_of("mlp:32", {5}, 1));
 }
+
+TEST(ModelSpec, ChannelsFirstImagesAreNamedAsSuch) {
+  // PyTorch's (N, 1, 28, 28) read as (H, W, C) = (1, 28, 28): the message says what the data
+  // looks like and which layout is needed, not only that a pooling window does not fit.
+  std::string m = message_of("cnn", {1, 28, 28}, 10);
+  EXPECT_NE(std::string::npos, m.find("look channels-first (C, H, W)")) << m;
+  EXPECT_NE(std::string::npos, m.find("(N, 28, 28, 1)")) << m;
+  m = message_of("maxpool2,maxpool2,maxpool2,maxpool2,maxpool2,dense");  // channels last: no hint
+  EXPECT_EQ(std::string::npos, m.find("channels-first")) << m;
+}

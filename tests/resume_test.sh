@@ -10,7 +10,9 @@
 #    stopped by SIGINT exits 75 as well;
 #  - refusals through the CLI, once, exit 2: another model, another shape, another optimizer, a
 #    changed global batch or seed, truncated / corrupt / garbage / non-checkpoint files, an empty
-#    folder, a missing path.
+#    folder, a missing path;
+#  - a fresh run pointed at a --checkpoint-dir holding another run's checkpoints is refused, naming
+#    them, and leaves them as they were; --overwrite-checkpoints deletes them and starts afresh.
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC. Needs h5dump (hdf5-tools).
 set -u
 
@@ -249,6 +251,25 @@ refused "an unusable --checkpoint-dir" "--checkpoint-dir plain_file/ck cannot be
 train 2 --data reg.h5 --checkpoint-every 10
 grep -q -- "--checkpoint-every needs --checkpoint-dir" <<<"$out" && [[ $rc -eq 2 ]] ||
   fail "--checkpoint-every without --checkpoint-dir: exit $rc"$'\n'"$out"
+
+# --- a fresh run into a folder holding another run's checkpoints ---
+other=(--data reg.h5 --model mlp:16 --global-batch 32 --progress none --checkpoint-every 2)
+train 1 "${other[@]}" --steps 4 --seed 5 --checkpoint-dir other
+before=$(cksum other/*.h5)
+train 2 "${other[@]}" --steps 3 --checkpoint-dir other
+errors=$(grep -c '^error:' <<<"$out")
+if [[ $rc -ne 2 || $errors -ne 1 ]] ||
+   ! grep -q -- "--checkpoint-dir other already holds 2 checkpoint(s) of an earlier run (ckpt-000000002.h5, ckpt-000000004.h5): continue that run with --resume other, or pass --overwrite-checkpoints" <<<"$out"; then
+  fail "a fresh run into another run's checkpoints: exit $rc, expected 2 naming them"$'\n'"$out"
+fi
+[[ $(cksum other/*.h5) == "$before" ]] || fail "the refused run changed the other run's checkpoints"
+train 1 "${other[@]}" --steps 3 --checkpoint-dir other --overwrite-checkpoints
+left=$(cd other && echo *.h5)
+[[ $rc -eq 0 && $left == ckpt-000000002.h5\ ckpt-000000003.h5 ]] ||
+  fail "--overwrite-checkpoints: exit $rc, folder holds '$left'"$'\n'"$out"
+grep -q "deleted 2 checkpoint(s) of an earlier run from other (--overwrite-checkpoints)" <<<"$out" ||
+  fail "--overwrite-checkpoints does not say what it deleted"$'\n'"$out"
+[[ $failures -eq 0 ]] && echo "ok: another run's checkpoints refused, then replaced with --overwrite-checkpoints"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"

@@ -71,7 +71,7 @@ check() {
 }
 
 # The nodes share this machine's cores: ranks must yield while they wait, or TCP starves.
-job=$(LOCKSTEP_TRAIN=$bin/lockstep-train LOCKSTEP_LOG_RANKS=all LOCKSTEP_IFACE=$HOST_IFACE \
+job=$(LOCKSTEP_TRAIN=$bin/lockstep-train LOCKSTEP_LOG_RANKS=all LOCKSTEP_LOG_LEVEL=debug LOCKSTEP_IFACE=$HOST_IFACE \
   OMPI_MCA_mpi_yield_when_idle=1 sl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 \
   --time=10 --chdir="$tmp" --output="$tmp/job-%j.out" "$batch_script" "${train_args[@]}")
 log "submitted job $job: sbatch --ntasks-per-node=2 $batch_script ${train_args[*]}"

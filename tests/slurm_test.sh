@@ -58,7 +58,7 @@ log "cluster up: $(sl sinfo -h -o '%P %a %D %T %N %G')"
 submit() {
   local extra=()
   [[ $(nproc) -ge 2 ]] || extra+=(--overcommit)
-  LOCKSTEP_TRAIN=${SUBMIT_TRAIN:-$bin/lockstep-train} LOCKSTEP_LOG_RANKS=all \
+  LOCKSTEP_TRAIN=${SUBMIT_TRAIN:-$bin/lockstep-train} LOCKSTEP_LOG_RANKS=all LOCKSTEP_LOG_LEVEL=debug \
     sl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 "${extra[@]}" --time=10 \
     --chdir="$tmp" --output="$tmp/job-%j.out" "$batch_script" "$@"
 }

@@ -2,7 +2,9 @@
 # lockstep-train's command line, end to end:
 #  - --help lists every option with its default and exits 0;
 #  - each bad value is refused before training, at 2 ranks: one message (printed once, by rank 0)
-#    that names the option, and a non-zero exit status on every rank;
+#    that names the option, and exit status 2 on every rank: among them a global batch larger than
+#    the split or than memory (no std::bad_alloc), and --trace or --metrics into a missing folder;
+#  - start-up is quiet: the launcher line only with --verbose;
 #  - a tiny run prints test_loss= and test_accuracy= as its last lines, writes JSON-lines metrics,
 #    and takes its options from --config with the command line winning.
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC. Needs the Fashion-MNIST IDX files
@@ -32,10 +34,13 @@ rc=$?
 grep -q -- "--data arg" <<<"$help" || fail "--help does not list --data"
 for opt in config model loss optimizer lr momentum beta1 beta2 eps weight-decay lr-schedule \
            warmup-steps min-lr lr-scaling base-batch global-batch epochs steps grad-accum seed \
-           remainder log-every metrics device comm timeout check-every threads; do
+           remainder log-every metrics device comm timeout check-every threads checkpoint-timeout; do
   grep -qE -- "--$opt arg +\(=" <<<"$help" || fail "--help does not list --$opt with a default"
 done
 grep -q -- '--global-batch arg (=128)' <<<"$help" || fail "--help does not show --global-batch's default"
+for switch in '--overwrite-checkpoints' '-v \[ --verbose \]'; do
+  grep -q -- "$switch" <<<"$help" || fail "--help does not list $switch"
+done
 
 # ---- bad values: refused once, naming the option, non-zero on every rank ----
 # refuse EXPECTED ARGS...: runs 2 ranks; each rank records its own exit status.
@@ -53,9 +58,10 @@ refuse() {
   for r in 0 1; do
     local code
     code=$(cat "rc.$r" 2>/dev/null || echo missing)
-    [[ $code != 0 && $code != missing ]] || fail "'$*': rank $r exit status $code"
+    [[ $code == 2 ]] || fail "'$*': rank $r exit status $code, expected 2"
   done
-  grep -q '^test_accuracy=' <<<"$out" && fail "'$*': trained anyway"
+  grep -Eq '^test_(accuracy|loss)=' <<<"$out" && fail "'$*': trained anyway"
+  grep -Eq 'bad_alloc|terminate called' <<<"$out" && fail "'$*': crashed: $out"
 }
 refuse --lr --data fmnist.h5 --lr -0.1
 refuse --lr --data fmnist.h5 --lr 0
@@ -77,6 +83,21 @@ refuse --threads --data fmnist.h5 --threads -1
 refuse --beta2 --data fmnist.h5 --beta2 1.5
 refuse frobnicate --data fmnist.h5 --frobnicate 1
 refuse --config --data fmnist.h5 --config missing.ini
+refuse "--global-batch 1000000000 is larger than the 60000 training samples of fmnist.h5:/train: use at most 60000" \
+  --data fmnist.h5 --global-batch 1000000000
+refuse "--global-batch 60000 with --model mlp:1048576 needs about" --data fmnist.h5 \
+  --model mlp:1048576 --global-batch 60000
+refuse "--trace nowhere/t.json: the folder nowhere does not exist" --data reg.h5 --model linear \
+  --trace nowhere/t.json
+refuse "--metrics nowhere/m.jsonl: the folder nowhere does not exist" --data reg.h5 --model linear \
+  --metrics nowhere/m.jsonl
+
+# ---- start-up is quiet: the launcher line only with --verbose ----
+quiet=(--data reg.h5 --model linear --global-batch 32 --steps 2 --progress none)
+err=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${quiet[@]}" 2>&1 >/dev/null)
+grep -q 'launcher:' <<<"$err" && fail "the launcher line is printed without --verbose: $err"
+err=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${quiet[@]}" --verbose 2>&1 >/dev/null)
+grep -q '^launcher: openmpi .*MPI: 2 rank(s)' <<<"$err" || fail "--verbose does not print the launcher line: $err"
 
 # ---- a tiny run: config file, command-line override, metrics, final lines ----
 printf 'model = mlp:16\nsteps = 8\nlr = 0.002\nglobal-batch = 64\nlog-every = 2\n' > run.ini

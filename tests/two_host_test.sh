@@ -105,7 +105,7 @@ timeout 120 "$mpiexec" -n 4 --oversubscribe "${train[@]}" --epochs 4 >"$tmp/one.
 # ---- the same on two hosts ----
 log "4 ranks on two hosts ($name_a=$ip_a, $name_b=$ip_b)"
 set +e
-LOCKSTEP_LOG_RANKS=all launch 120 "${train[@]}" --epochs 4 >"$tmp/two.out" 2>"$tmp/two.err"
+LOCKSTEP_LOG_RANKS=all LOCKSTEP_LOG_LEVEL=debug launch 120 "${train[@]}" --epochs 4 >"$tmp/two.out" 2>"$tmp/two.err"
 rc=$?
 set -e
 echo "---- two hosts: stderr"
