@@ -129,7 +129,7 @@ fi
 
 # ---- sizes: the pack, its data and the checkout travel together ----
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
-bytes_of() { find "$@" -type f -printf '%s\n' 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'; }
+bytes_of() { { find "$@" -type f -printf '%s\n' 2>/dev/null || true; } | awk '{ s += $1 } END { print s + 0 }'; }
 pack_bytes=$(bytes_of "$out/lockstep-pack.tar.xz" "$out/env.sh")
 data_bytes=$(bytes_of "$out/data")
 if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
