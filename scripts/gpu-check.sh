@@ -31,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --out) [[ -n ${2:-} ]] || usage "--out needs a folder"; out=$2; shift 2 ;;
     --step-timeout) step_timeout=${2:-}; shift 2 ;;
     --long) pass=long; shift ;;
+    -h|--help) sed -n '2,/^root=/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) usage "unknown option '$1'" ;;
     *) [[ -z $build_arg ]] || usage "one build folder only"; build_arg=$1; shift ;;
   esac

@@ -73,6 +73,9 @@ export PMIX_MCA_mca_base_component_path=$_lp_usr/lib/x86_64-linux-gnu/pmix2/lib/
 export OMPI_MCA_mca_base_param_files=$_lp_root/etc/openmpi/openmpi-mca-params.conf
 # A program started without mpiexec (an MPI singleton) would fork orted from Debian's prefix.
 export OMPI_MCA_ess_singleton_isolated=1 MPIEXEC=$_lp_usr/bin/orterun
+# The pack serves one machine: mpiexec starts its ranks there, without ssh (a bare image has none,
+# and Open MPI's default launcher refuses to start without it).
+export OMPI_MCA_plm=isolated
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 if [[ @SOURCES@ == 1 && -d $_lp_root/dev ]]; then

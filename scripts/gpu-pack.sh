@@ -16,22 +16,25 @@
 #   DIR/pack.txt              the commit and build it came from, and the sizes
 # Prints the sizes with the checkout's (what travels: tracked and untracked files git does not
 # ignore) and exits 1 when together they exceed 60 MiB (the tool carries at most 64 MiB).
-#   bash scripts/gpu-pack.sh [--out DIR] [--no-data] [--with-sources]
+#   bash scripts/gpu-pack.sh [--out DIR] [--no-data] [--with-sources] [--no-build]
 # --with-sources adds the headers, CMake files and link-time pieces of MPI, HDF5, Boost, OpenBLAS
 # and GoogleTest, so that the GPU machine can rebuild (env.sh then sets the CMake hints).
-# The build: $LOCKSTEP_BUILD_DIR, else build/; built with LOCKSTEP_CUDA=ON when it has no GPU
-# test binaries yet. Exit codes: 0 packed within budget, 1 over budget or a step failed, 2 usage.
+# The build: $LOCKSTEP_BUILD_DIR, else build/, first brought up to date by scripts/build.sh with
+# LOCKSTEP_CUDA=ON; --no-build packs it as it is. Exit codes: 0 packed within budget, 1 over
+# budget or a step failed, 2 bad arguments.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 here="$root/scripts"
 out="$root/.device"
 with_data=1
 with_sources=0
+build_first=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     --no-data) with_data=0; shift ;;
     --with-sources) with_sources=1; shift ;;
+    --no-build) build_first=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-pack: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -41,15 +44,14 @@ budget_mib=60
 die() { echo "gpu-pack: $*" >&2; exit 1; }
 
 shopt -s nullglob
-gpu_tests=("$build"/tests/*_gpu_test "$build"/tests/*_gpu_mpi_test)
-if [[ ${#gpu_tests[@]} -eq 0 ]]; then
-  echo "gpu-pack: no GPU test binary in $build: building it with LOCKSTEP_CUDA=ON"
+if [[ $build_first -eq 1 ]]; then
+  echo "gpu-pack: bringing $build up to date (LOCKSTEP_CUDA=ON)"
   LOCKSTEP_CUDA=ON LOCKSTEP_BUILD_DIR="$build" bash "$here/build.sh"
-  gpu_tests=("$build"/tests/*_gpu_test "$build"/tests/*_gpu_mpi_test)
-  [[ ${#gpu_tests[@]} -gt 0 ]] || die "$build has no *_gpu_test binary after building with CUDA"
 fi
+gpu_tests=("$build"/tests/*_gpu_test "$build"/tests/*_gpu_mpi_test)
+[[ ${#gpu_tests[@]} -gt 0 ]] || die "$build has no *_gpu_test binary: not a CUDA build"
 apps=("$build"/apps/lockstep-train "$build"/apps/lockstep-bench "$build"/apps/lockstep-data)
-for a in "${apps[@]}"; do [[ -x "$a" ]] || die "missing $a: build $build first"; done
+for a in "${apps[@]}"; do [[ -x "$a" ]] || die "missing $a"; done
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gpu-pack-XXXXXX")
 trap 'rm -rf "$stage"' EXIT

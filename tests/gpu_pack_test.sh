@@ -30,7 +30,7 @@ fi
 e2e_workdir gpu-pack
 
 # ---- the pack, as a developer makes it ----
-if ! LOCKSTEP_BUILD_DIR="$build" bash "$src/scripts/gpu-pack.sh" --out "$work/pack" >"$work/pack.log" 2>&1; then
+if ! LOCKSTEP_BUILD_DIR="$build" bash "$src/scripts/gpu-pack.sh" --no-build --out "$work/pack" >"$work/pack.log" 2>&1; then
   cat "$work/pack.log"
   echo "FAIL: gpu-pack.sh exits non-zero"
   exit 1
@@ -69,6 +69,10 @@ for d in $lib/openmpi $lib/pmix2 $lib/openblas-pthread $lib/openblas-openmp $lib
   [[ -d $d ]] && { mount --bind "$work/empty" "$d" || exit 1; }
 done
 hidden=0
+# nor has it ssh, which Open MPI's launcher looks for
+for p in /usr/bin/ssh /usr/bin/rsh; do
+  [[ -e $p ]] && { mount --bind "$work/empty-file" "$p" || exit 1; }
+done
 while read -r name; do
   [[ $keep == *" $name "* ]] && continue
   for p in "$lib/$name" "/usr/bin/$name"; do
@@ -77,7 +81,7 @@ while read -r name; do
     hidden=$((hidden + 1))
   done
 done <"$work/names.txt"
-echo "hidden: $hidden system files and Open MPI's, PMIx's, OpenBLAS's and HDF5's folders"
+echo "hidden: $hidden system files, ssh, and Open MPI's, PMIx's, OpenBLAS's and HDF5's folders"
 [[ -s /usr/bin/orterun ]] && { echo "FAIL: /usr/bin/orterun is still visible"; exit 1; }
 export TMPDIR=$work/tmp
 cd "$work/device" || exit 1
