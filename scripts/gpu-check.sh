@@ -1,41 +1,94 @@
 #!/usr/bin/env bash
-# The GPU check, one command on a machine with an NVIDIA GPU: builds the CUDA build (or uses the
-# build folder given), runs the GPU tests (label gpu), the collectives on device buffers with 2 MPI
-# ranks sharing GPU 0, the NCCL collective benchmark, the CNN training benchmark on CUDA at global
-# batch 128 and 1024, and the same model and batches in PyTorch and JAX (scripts/reference) where
-# python3 has them; then prints one table. Exits non-zero when a step fails (a skip is no failure).
-#   bash scripts/gpu-check.sh [BUILD_DIR]       default: $LOCKSTEP_BUILD_DIR, else build-gpu/
-#   LOCKSTEP_GPU_BENCH_ARGS='-b 8 -e 1G -f 4'   sizes for the collective benchmark
-#   LOCKSTEP_GPU_DATA=data/fashion-mnist.h5     training data (default; random data when absent)
-#   LOCKSTEP_GPU_EPOCHS=5                       epochs of the fp32 and bf16 accuracy runs (0: none)
-# A build folder that already holds the test binaries (e.g. carried to the GPU machine) is used as
-# it is; otherwise it is configured with LOCKSTEP_CUDA=ON and built. Run-time libraries carried in
-# .device/ (MPI, HDF5, ...) are found by sourcing .device/env.sh first, when it exists.
+# The GPU check, on a machine with an NVIDIA GPU, in two passes that each fit one 10-minute call:
+#   bash scripts/gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR]
+# The quick pass (the default): the GPU tests (*_gpu_test), the *_gpu_mpi_test binaries at 2 ranks
+# sharing GPU 0, the end-to-end GPU scripts (tests/*_gpu_test.sh), the NCCL collective benchmark on
+# one GPU, and the CNN training benchmark (fp32) at global batch 128 and 1024.
+# --long: the long runs: the CNN in bf16 at both batches, the same model in PyTorch and JAX
+# (scripts/reference, where python3 has them) at both batches, and fp32 and bf16 accuracy runs.
+# The build: BUILD_DIR, else $LOCKSTEP_BUILD_DIR, else the pack's (scripts/gpu-pack.sh), else
+# build-gpu/; a folder without the GPU test binaries is built with LOCKSTEP_CUDA=ON. .device/env.sh
+# (the pack's run-time libraries: MPI, HDF5, ...) is sourced first when it exists.
+# Results: a line per step as it ends, then a table. DIR (--out, else $LOCKSTEP_GPU_OUT, else $OUT
+# where set, else a new folder under /tmp) receives gpu-check-PASS.txt (the table) and
+# gpu-check-PASS-logs.tar.gz (each step's log), rewritten after every step so that a run cut short
+# still leaves them. Each step is stopped after S seconds (--step-timeout, else
+# $LOCKSTEP_GPU_STEP_TIMEOUT, else 300; a build gets three times as long) and fails.
+# Exit codes: 0 every step passed; 1 a step failed (where nvidia-smi lists a GPU, a GPU test that
+# skips fails: a driver/runtime mismatch must not pass); 2 bad arguments; 3 no GPU: nvidia-smi lists
+# none, the GPU tests skipped with their reason, the GPU steps failed at once, nothing else failed.
+# Environment: LOCKSTEP_GPU_BENCH_ARGS (collective sizes, default '-b 8 -e 1G -f 4'),
+# LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
+# data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5).
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(realpath -m "${1:-${LOCKSTEP_BUILD_DIR:-$root/build-gpu}}")
+usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
+pass=quick
+out=${LOCKSTEP_GPU_OUT:-${OUT:-}}
+step_timeout=${LOCKSTEP_GPU_STEP_TIMEOUT:-300}
+build_arg=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --out) [[ -n ${2:-} ]] || usage "--out needs a folder"; out=$2; shift 2 ;;
+    --step-timeout) step_timeout=${2:-}; shift 2 ;;
+    --long) pass=long; shift ;;
+    -h|--help) sed -n '2,/^root=/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) usage "unknown option '$1'" ;;
+    *) [[ -z $build_arg ]] || usage "one build folder only"; build_arg=$1; shift ;;
+  esac
+done
+[[ $step_timeout =~ ^[1-9][0-9]*$ ]] || usage "--step-timeout must be a positive number of seconds"
 cd "$root" || exit 1
-# Sourced before `set -u`: such files often extend variables that may be unset (LD_LIBRARY_PATH).
+# Sourced before `set -u`: it extends variables that may be unset (LD_LIBRARY_PATH).
 # shellcheck source=/dev/null
-[[ -f .device/env.sh ]] && . .device/env.sh
+if [[ -f .device/env.sh ]]; then . .device/env.sh || exit 1; fi
 set -uo pipefail
+build=$(realpath -m "${build_arg:-${LOCKSTEP_BUILD_DIR:-${LOCKSTEP_PACK_BUILD:-$root/build-gpu}}}")
 bench_sizes=${LOCKSTEP_GPU_BENCH_ARGS:--b 8 -e 1G -f 4}
-here="$root/scripts"
-train_data=${LOCKSTEP_GPU_DATA:-data/fashion-mnist.h5}
+train_data=${LOCKSTEP_GPU_DATA:-${LOCKSTEP_PACK_DATA:-data/fashion-mnist.h5}}
 train_data_or_synthetic=$train_data
-accuracy_epochs=${LOCKSTEP_GPU_EPOCHS:-5}
 [[ -f "$train_data" ]] || train_data_or_synthetic=synthetic
+accuracy_epochs=${LOCKSTEP_GPU_EPOCHS:-5}
 mpiexec=${MPIEXEC:-mpiexec}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_hwloc_base_binding_policy=none
-logs=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-XXXXXX")
+logs=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-logs-XXXXXX")
+[[ -n $out ]] || out=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-XXXXXX")
+mkdir -p "$out" || usage "cannot make the output folder $out"
+out=$(cd "$out" && pwd)
+summary="$out/gpu-check-$pass.txt"
 
 rows=()
 failed=0
-# record STEP RESULT DETAIL: one row of the final table; RESULT "failed" makes the exit non-zero.
+# The table, and every log so far, into the output folder.
+write_summary() {
+  {
+    printf '%-40s %-8s %s\n' "step" "result" "detail"
+    local row step result detail
+    for row in "${rows[@]}"; do
+      IFS=$'\t' read -r step result detail <<<"$row"
+      printf '%-40s %-8s %s\n' "$step" "$result" "${detail:0:300}"
+    done
+  } >"$summary"
+  tar -C "$logs" -czf "$out/gpu-check-$pass-logs.tar.gz" . 2>/dev/null
+}
+# record STEP RESULT DETAIL: one row of the table; RESULT "failed" makes the exit 1.
 record() {
   rows+=("$1"$'\t'"$2"$'\t'"$3")
   [[ "$2" == failed ]] && failed=1
   printf '== %s: %s %s\n' "$1" "$2" "$3"
+  write_summary
+}
+
+# step SECONDS LOG CMD...: runs CMD with its output in LOG, stopped after SECONDS; returns its
+# exit status, 124 when it timed out.
+step() {
+  local seconds=$1 log=$2
+  shift 2
+  timeout -k 10 "$seconds" "$@" >"$log" 2>&1
+  local rc=$?
+  [[ $rc -eq 137 ]] && rc=124
+  [[ $rc -eq 124 ]] && echo "gpu-check: timed out after $seconds s" >>"$log"
+  return $rc
 }
 
 # The throughput figures of a lockstep-bench train or scripts/reference output, on one line.
@@ -45,7 +98,22 @@ figures() {
 
 # The first line of LOG that reports an error, else its last line.
 first_error() {
-  grep -m1 -aE 'error' "$1" || tail -1 "$1"
+  grep -m1 -aiE 'error|timed out' "$1" || tail -1 "$1"
+}
+
+# gpu_step NAME RC LOG OK_DETAIL: records a step that needs a GPU. Without one, a quick failure
+# is what should happen ("no-gpu"); a time-out never is.
+gpu_step() {
+  local name=$1 rc=$2 log=$3 detail=$4
+  if [[ $rc -eq 0 ]]; then
+    record "$name" ok "$detail"
+  elif [[ $rc -eq 124 ]]; then
+    record "$name" failed "timed out after $step_timeout s"
+  elif [[ $gpu_present -eq 0 ]]; then
+    record "$name" no-gpu "$(first_error "$log")"
+  else
+    record "$name" failed "$(first_error "$log")"
+  fi
 }
 
 # run_gtest NAME LOG CMD...: runs a GoogleTest binary (directly or through mpiexec) and records
@@ -53,154 +121,169 @@ first_error() {
 run_gtest() {
   local name=$1 log=$2
   shift 2
-  "$@" >"$log" 2>&1
-  local rc=$? detail
-  local passed skipped
+  step "$step_timeout" "$log" "$@"
+  local rc=$? detail passed skipped
   passed=$(grep -aoE '\[  PASSED  \] [0-9]+' "$log" | head -1 | grep -oE '[0-9]+$')
   skipped=$(grep -aoE '\[  SKIPPED \] [0-9]+ test' "$log" | head -1 | grep -oE '[0-9]+')
   if [[ $rc -eq 77 ]] || [[ $rc -eq 0 && "${passed:-0}" == 0 && "${skipped:-0}" != 0 ]]; then
     detail=$(grep -aA1 ': Skipped$' "$log" | grep -av ': Skipped$' | grep -av '^--$' | head -1)
-    record "$name" skipped "${detail:-see $log}"
+    skip_result "$name" "${detail:-see $(basename "$log")}"
   elif [[ $rc -eq 0 ]]; then
     record "$name" passed "${passed:-?} tests${skipped:+, $skipped skipped}"
+  elif [[ $rc -eq 124 ]]; then
+    record "$name" failed "timed out after $step_timeout s"
   else
     detail=$(grep -aE 'Failure|error:|\[  FAILED  \]' "$log" | head -1)
-    record "$name" failed "exit $rc: ${detail:-see $log}"
+    record "$name" failed "exit $rc: ${detail:-see $(basename "$log")}"
   fi
 }
 
-echo "== gpu-check: build $build, logs in $logs"
-if command -v nvidia-smi >/dev/null; then
-  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
-else
+# A GPU test that skips where a GPU is listed hides a broken driver or runtime: that fails.
+skip_result() {
+  if [[ $gpu_present -eq 1 ]]; then
+    record "$1" failed "skipped although nvidia-smi lists a GPU: $2"
+  else
+    record "$1" skipped "$2"
+  fi
+}
+
+echo "== gpu-check ($pass pass): build $build, results in $out"
+gpu_present=0
+if ! command -v nvidia-smi >/dev/null; then
   gpu="nvidia-smi not found"
+elif gpu=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1) &&
+     [[ -n $gpu ]]; then
+  gpu_present=1
+  gpu=$(head -1 <<<"$gpu")
+else
+  gpu="nvidia-smi lists no GPU: $(head -1 <<<"$gpu")"
 fi
 record "gpu" info "$gpu"
 
 # ---- build (or reuse) ----
 if [[ -x "$build/tests/collectives_gpu_test" ]]; then
   record "build" reused "$build"
+elif LOCKSTEP_CUDA=ON LOCKSTEP_BUILD_DIR="$build" step $((3 * step_timeout)) "$logs/build.log" \
+       bash "$root/scripts/build.sh"; then
+  record "build" built "$build (LOCKSTEP_CUDA=ON)"
 else
-  if LOCKSTEP_CUDA=ON LOCKSTEP_BUILD_DIR="$build" bash "$root/scripts/build.sh" >"$logs/build.log" 2>&1
-  then
-    record "build" built "$build (LOCKSTEP_CUDA=ON)"
-  else
-    record "build" failed "see $logs/build.log: $(grep -m1 -aE 'error' "$logs/build.log")"
-  fi
+  record "build" failed "see build.log: $(first_error "$logs/build.log")"
 fi
 
-if [[ $failed -eq 0 ]]; then
-  # ---- GPU tests: the gtest binaries ctest labels gpu (*_gpu_test), run directly so that a
-  # build folder carried from another machine (whose ctest files name other paths) works too ----
+bench="$build/apps/lockstep-bench"
+data_args=()
+[[ -f "$train_data" ]] && data_args=(--data "$train_data")
+
+# bench_train BATCH PRECISION: lockstep-bench train on the GPU, 200 timed steps.
+bench_train() {
+  local log="$logs/bench_train_$1_$2.log"
+  step "$step_timeout" "$log" "$bench" train --device cuda --precision "$2" --model cnn \
+    --global-batch "$1" --steps 200 --warmup 20 "${data_args[@]}"
+  gpu_step "lockstep cnn $2, batch $1" $? "$log" "$(figures "$log")"
+  cat "$log"
+}
+
+quick_pass() {
+  # The gtest binaries ctest labels gpu, run directly so that a build folder from another machine
+  # (whose ctest files name other paths) works too.
   shopt -s nullglob
-  gpu_tests=("$build"/tests/*_gpu_test)
+  local gpu_tests=("$build"/tests/*_gpu_test) shared_tests=("$build"/tests/*_gpu_mpi_test) t name rc
   [[ ${#gpu_tests[@]} -eq 0 ]] && record "gpu tests" failed "no *_gpu_test binary in $build/tests"
   for t in "${gpu_tests[@]}"; do
     name=$(basename "$t")
     run_gtest "$name" "$logs/$name.log" "$t" --gtest_color=no
   done
-
-  # ---- 2 ranks sharing GPU 0 through the MPI backend (NCCL refuses two ranks on one GPU) ----
-  shared_tests=("$build"/tests/*_gpu_mpi_test)
-  [[ -e "${shared_tests[0]}" ]] || record "gpu mpi tests" failed "no *_gpu_mpi_test binary in $build/tests"
+  # 2 ranks sharing GPU 0 through the MPI backend (NCCL refuses two ranks on one GPU).
+  [[ ${#shared_tests[@]} -eq 0 ]] && record "gpu mpi tests" failed "no *_gpu_mpi_test binary in $build/tests"
   for t in "${shared_tests[@]}"; do
-    [[ -e "$t" ]] || continue
-    name="$(basename "$t") -n 2"
-    run_gtest "$name" "$logs/$(basename "$t")_np2.log" "$mpiexec" -n 2 --oversubscribe "$t" --gtest_color=no
+    run_gtest "$(basename "$t") -n 2" "$logs/$(basename "$t")_np2.log" \
+      "$mpiexec" -n 2 --oversubscribe "$t" --gtest_color=no
   done
-
-  # ---- end-to-end GPU scripts (tests/*_gpu_test.sh) over the built apps ----
-  for script in "$root"/tests/*_gpu_test.sh; do
-    [[ -e "$script" ]] || continue
-    name=$(basename "$script" .sh)
-    LOCKSTEP_BIN="$build/apps" LOCKSTEP_SRC="$root" MPIEXEC="$mpiexec" bash "$script" >"$logs/$name.log" 2>&1
-    case $? in
+  # End-to-end GPU scripts over the built apps.
+  for t in "$root"/tests/*_gpu_test.sh; do
+    name=$(basename "$t" .sh)
+    LOCKSTEP_BIN="$build/apps" LOCKSTEP_SRC="$root" MPIEXEC="$mpiexec" \
+      step "$step_timeout" "$logs/$name.log" bash "$t"
+    rc=$?
+    case $rc in
       0) record "$name" passed "" ;;
-      77) record "$name" skipped "$(grep -a -m1 'skipped' "$logs/$name.log")" ;;
-      *) record "$name" failed "$(grep -a -m1 'FAIL' "$logs/$name.log" || tail -1 "$logs/$name.log")" ;;
+      77) skip_result "$name" "$(grep -a -m1 'skipped' "$logs/$name.log" | sed 's/^skipped: //')" ;;
+      124) record "$name" failed "timed out after $step_timeout s" ;;
+      *) record "$name" failed "exit $rc: $(grep -a -m1 'FAIL' "$logs/$name.log" || tail -1 "$logs/$name.log")" ;;
     esac
   done
 
-  # ---- benchmarks ----
-  bench="$build/apps/lockstep-bench"
-  if [[ -x "$bench" ]]; then
-    # One rank on one GPU: bus bandwidth is 0 by definition (nccl-tests: factor (n-1)/n), so the
-    # table shows the smallest size's latency and the largest size's algorithm bandwidth.
-    # shellcheck disable=SC2086  # the sizes are several words on purpose
-    if "$bench" collectives --backend nccl $bench_sizes >"$logs/bench_nccl.log" 2>&1; then
-      summary=$(awk '/^# [a-z_]+ +busbw =/ { c = $2 }
-                     /^ +[0-9]/ && c != "" {
-                       if (!(c in lat)) { lat[c] = $7; small[c] = $1; order[++n] = c }
-                       bw[c] = $9; large[c] = $1 }
-                     END { for (i = 1; i <= n; i++) { c = order[i]
-                             printf "%s%s %sus@%sB %sGB/s@%sB", (i > 1 ? "; " : ""), c, lat[c],
-                                    small[c], bw[c], large[c] } }' "$logs/bench_nccl.log")
-      wrong=$(grep -aoE '^# wrong values: [0-9]+' "$logs/bench_nccl.log" | grep -oE '[0-9]+$')
-      if [[ "${wrong:-1}" == 0 ]]; then
-        record "bench collectives nccl (1 GPU)" ok "${summary:-see $logs/bench_nccl.log}"
-      else
-        record "bench collectives nccl (1 GPU)" failed "wrong values: ${wrong:-?} (see log)"
-      fi
-      cat "$logs/bench_nccl.log"
-    else
-      record "bench collectives nccl (1 GPU)" failed "$(first_error "$logs/bench_nccl.log")"
-    fi
-    # Training throughput at the issue's two batch sizes, then the same model and batch in
-    # PyTorch and JAX (scripts/reference) where python3 has them, side by side in the table.
-    for batch in 128 1024; do
-      data_args=()
-      [[ -f "$train_data" ]] && data_args=(--data "$train_data")
-      for precision in fp32 bf16; do
-        log="$logs/bench_train_${batch}_$precision.log"
-        if "$bench" train --device cuda --precision "$precision" --model cnn --global-batch "$batch" \
-             --steps 200 --warmup 20 "${data_args[@]}" >"$log" 2>&1; then
-          record "lockstep cnn $precision, batch $batch" ok "$(figures "$log")"
-          cat "$log"
-        else
-          record "lockstep cnn $precision, batch $batch" failed "$(first_error "$log")"
-        fi
-      done
-      for fw in torch jax; do
-        if ! python3 -c "import $fw" >/dev/null 2>&1; then
-          record "$fw cnn, batch $batch" absent "python3 cannot import $fw"
-          continue
-        fi
-        log="$logs/${fw}_$batch.log"
-        if python3 "$here/reference/cnn_$fw.py" --data "${train_data_or_synthetic}" \
-             --global-batch "$batch" --steps 200 --warmup 20 >"$log" 2>&1; then
-          record "$fw cnn fp32, batch $batch" ok "$(figures "$log")"
-          cat "$log"
-        else
-          record "$fw cnn fp32, batch $batch" failed "$(tail -1 "$log")"
-        fi
-      done
-    done
-    # Accuracy on the real data in fp32 and bf16 (the issue asks for the same within 0.5%).
-    train="$build/apps/lockstep-train"
-    if [[ -f "$train_data" && -x "$train" && $accuracy_epochs -gt 0 ]]; then
-      for precision in fp32 bf16; do
-        log="$logs/train_$precision.log"
-        if "$train" --device cuda --precision "$precision" --data "$train_data" --model cnn \
-             --global-batch 128 --epochs "$accuracy_epochs" --progress lines >"$log" 2>&1; then
-          record "lockstep-train cnn $precision, $accuracy_epochs epochs" ok \
-            "$(grep -aoE '^test_accuracy=[0-9.]+' "$log") $(grep -aoE '^test_loss=[0-9.]+' "$log")"
-        else
-          record "lockstep-train cnn $precision, $accuracy_epochs epochs" failed "$(first_error "$log")"
-        fi
-      done
-    else
-      record "lockstep-train accuracy" absent "needs $train_data (lockstep-data fashion-mnist) and LOCKSTEP_GPU_EPOCHS > 0"
-    fi
-  else
-    record "benchmarks" failed "missing $bench"
+  # One rank on one GPU: bus bandwidth is 0 by definition (nccl-tests: factor (n-1)/n), so the
+  # table shows the smallest size's latency and the largest size's algorithm bandwidth.
+  local log="$logs/bench_nccl.log" figures_nccl wrong
+  # shellcheck disable=SC2086  # the sizes are several words on purpose
+  step "$step_timeout" "$log" "$bench" collectives --backend nccl $bench_sizes
+  rc=$?
+  if [[ $rc -eq 0 ]]; then
+    figures_nccl=$(awk '/^# [a-z_]+ +busbw =/ { c = $2 }
+                   /^ +[0-9]/ && c != "" {
+                     if (!(c in lat)) { lat[c] = $7; small[c] = $1; order[++n] = c }
+                     bw[c] = $9; large[c] = $1 }
+                   END { for (i = 1; i <= n; i++) { c = order[i]
+                           printf "%s%s %sus@%sB %sGB/s@%sB", (i > 1 ? "; " : ""), c, lat[c],
+                                  small[c], bw[c], large[c] } }' "$log")
+    wrong=$(grep -aoE '^# wrong values: [0-9]+' "$log" | grep -oE '[0-9]+$')
+    [[ "${wrong:-1}" == 0 ]] || { rc=1; echo "wrong values: ${wrong:-?}" >>"$log"; }
   fi
+  gpu_step "bench collectives nccl (1 GPU)" "$rc" "$log" "${figures_nccl:-}"
+  cat "$log"
+  bench_train 128 fp32
+  bench_train 1024 fp32
+}
+
+long_pass() {
+  local batch fw log precision
+  for batch in 128 1024; do
+    bench_train "$batch" bf16
+    # The same model and batch in PyTorch and JAX, with the machine's own libraries.
+    for fw in torch jax; do
+      if ! LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
+           timeout 120 python3 -c "import $fw" >/dev/null 2>&1; then
+        record "$fw cnn, batch $batch" absent "python3 cannot import $fw"
+        continue
+      fi
+      log="$logs/${fw}_$batch.log"
+      LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
+        step "$step_timeout" "$log" python3 "$root/scripts/reference/cnn_$fw.py" \
+        --data "$train_data_or_synthetic" --global-batch "$batch" --steps 200 --warmup 20
+      gpu_step "$fw cnn fp32, batch $batch" $? "$log" "$(figures "$log")"
+      cat "$log"
+    done
+  done
+  # Accuracy on the real data in fp32 and bf16 (the issue asks for the same within 0.5%).
+  local train="$build/apps/lockstep-train"
+  if [[ ! -f "$train_data" || $accuracy_epochs -le 0 ]]; then
+    record "lockstep-train accuracy" absent "needs $train_data (gpu-pack.sh, or lockstep-data fashion-mnist) and LOCKSTEP_GPU_EPOCHS > 0"
+    return
+  fi
+  for precision in fp32 bf16; do
+    log="$logs/train_$precision.log"
+    step "$step_timeout" "$log" "$train" --device cuda --precision "$precision" --data "$train_data" \
+      --model cnn --global-batch 128 --epochs "$accuracy_epochs" --progress lines
+    gpu_step "lockstep-train cnn $precision, $accuracy_epochs epochs" $? "$log" \
+      "$(grep -aoE '^test_accuracy=[0-9.]+' "$log") $(grep -aoE '^test_loss=[0-9.]+' "$log")"
+  done
+}
+
+if [[ $failed -eq 0 && ! -x "$bench" ]]; then
+  record "benchmarks" failed "missing $bench"
+elif [[ $failed -eq 0 ]]; then
+  "${pass}_pass"
 fi
 
 echo
-echo "== gpu-check summary"
-printf '%-40s %-8s %s\n' "step" "result" "detail"
-for row in "${rows[@]}"; do
-  IFS=$'\t' read -r step result detail <<<"$row"
-  printf '%-40s %-8s %s\n' "$step" "$result" "${detail:0:300}"
-done
-exit $failed
+echo "== gpu-check summary ($pass pass; $summary, logs beside it)"
+cat "$summary"
+if [[ $failed -ne 0 ]]; then
+  echo "== gpu-check: exit 1: a step failed"
+  exit 1
+elif [[ $gpu_present -eq 0 ]]; then
+  echo "== gpu-check: exit 3: no GPU listed by nvidia-smi; nothing was measured"
+  exit 3
+fi
+echo "== gpu-check: exit 0: every step passed"
