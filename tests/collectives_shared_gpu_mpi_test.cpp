@@ -1,7 +1,6 @@
 // The collective cases of collective_cases.h on the MPI backend with device buffers staged through
 // host memory, every rank on GPU 0: how several ranks share one GPU (NCCL refuses that), and how
-// multi-rank GPU code is tested on a machine with one GPU. ctest runs it at 1, 2 and 4 ranks, each
-// as several entries (see CMakeLists.txt).
+// multi-rank GPU code is tested on a machine with one GPU. ctest runs it at 1, 2 and 4 ranks.
 // Skips, with the reason, where no GPU answers or the build has no CUDA.
 #include <gtest/gtest.h>
 
