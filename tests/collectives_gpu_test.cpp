@@ -64,14 +64,41 @@ struct DeviceBytes {
 using NcclCollectives = OnGpu0;
 using DeviceActivation = OnGpu0;
 
+SharedCases& shared() {
+  static SharedCases cases(
+      [] {
+        auto comm = make_nccl_communicator(0);
+        comm->set_timeout(std::chrono::seconds(120));
+        return comm;
+      },
+      device_buffer_ops);
+  return cases;
+}
+
+class NcclTypeMatrix : public OnGpu0, public testing::WithParamInterface<DType> {
+ protected:
+  static void TearDownTestSuite() { shared().release(); }
+};
+
+class NcclLarge : public OnGpu0, public testing::WithParamInterface<LargeCase> {
+ protected:
+  static void TearDownTestSuite() { shared().release(); }
+};
+
 }  // namespace
 
-TEST_F(NcclCollectives, EveryOpTypeAndSizeOnDeviceBuffers) {
-  auto comm = make_nccl_communicator(0);
-  ASSERT_EQ(Backend::nccl, comm->backend());
-  comm->set_timeout(std::chrono::seconds(120));
-  run_all_collective_cases(*comm, device_buffer_ops(), /*include_large=*/true);
+TEST_P(NcclTypeMatrix, EveryOpAndSizeOnDeviceBuffers) {
+  ASSERT_EQ(Backend::nccl, shared().comm().backend());
+  run_type_matrix(shared().comm(), shared().buffers(), GetParam());
 }
+INSTANTIATE_TEST_SUITE_P(Collectives, NcclTypeMatrix, testing::ValuesIn(all_dtypes()),
+                         dtype_case_name);
+
+TEST_P(NcclLarge, SixtyFourMiBOnDeviceBuffers) {
+  run_large_case(shared().comm(), shared().buffers(), GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Collectives, NcclLarge, testing::ValuesIn(large_cases()),
+                         large_case_name);
 
 TEST_F(NcclCollectives, WaitsForComputeStreamWithoutBlockingHost) {
   auto comm = make_nccl_communicator(0);

@@ -1,5 +1,5 @@
 // The collective cases of collective_cases.h on the MPI backend with host buffers, at the world
-// size mpiexec gives (ctest runs 1, 2 and 4 ranks).
+// size mpiexec gives (ctest runs 1, 2 and 4 ranks, each as several entries: see CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include "collective_cases.h"
@@ -9,11 +9,41 @@
 using namespace lockstep;
 using namespace lockstep::testing_util;
 
-TEST(MpiCollectives, EveryOpTypeAndSizeOnHostBuffers) {
-  auto comm = make_mpi_communicator();
-  comm->set_timeout(std::chrono::seconds(120));
-  run_all_collective_cases(*comm, host_buffer_ops(), /*include_large=*/true);
+namespace {
+
+SharedCases& shared() {
+  static SharedCases cases(
+      [] {
+        auto comm = make_mpi_communicator();
+        comm->set_timeout(std::chrono::seconds(120));
+        return comm;
+      },
+      host_buffer_ops);
+  return cases;
 }
+
+class MpiTypeMatrix : public testing::TestWithParam<DType> {
+ protected:
+  static void TearDownTestSuite() { shared().release(); }
+};
+
+class MpiLarge : public testing::TestWithParam<LargeCase> {
+ protected:
+  static void TearDownTestSuite() { shared().release(); }
+};
+
+}  // namespace
+
+TEST_P(MpiTypeMatrix, EveryOpAndSizeOnHostBuffers) {
+  run_type_matrix(shared().comm(), shared().buffers(), GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Collectives, MpiTypeMatrix, testing::ValuesIn(all_dtypes()),
+                         dtype_case_name);
+
+TEST_P(MpiLarge, SixtyFourMiBOnHostBuffers) {
+  run_large_case(shared().comm(), shared().buffers(), GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Collectives, MpiLarge, testing::ValuesIn(large_cases()), large_case_name);
 
 TEST(MpiCollectives, AsyncHandlesCompleteInIssueOrder) {
   auto comm = make_mpi_communicator();

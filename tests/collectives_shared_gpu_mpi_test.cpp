@@ -20,15 +20,42 @@ namespace {
 
 using SharedGpuMpiCollectives = OnGpu0;
 
+SharedCases& shared() {
+  static SharedCases cases(
+      [] {
+        MpiCommOptions options;
+        options.device_buffers = true;
+        auto comm = make_mpi_communicator(options);
+        comm->set_timeout(std::chrono::seconds(300));
+        return comm;
+      },
+      device_buffer_ops);
+  return cases;
+}
+
+class SharedGpuMpiTypeMatrix : public OnGpu0, public testing::WithParamInterface<DType> {
+ protected:
+  static void TearDownTestSuite() { shared().release(); }
+};
+
+class SharedGpuMpiLarge : public OnGpu0, public testing::WithParamInterface<LargeCase> {
+ protected:
+  static void TearDownTestSuite() { shared().release(); }
+};
+
 }  // namespace
 
-TEST_F(SharedGpuMpiCollectives, EveryOpTypeAndSizeOnDeviceBuffers) {
-  MpiCommOptions options;
-  options.device_buffers = true;
-  auto comm = make_mpi_communicator(options);
-  comm->set_timeout(std::chrono::seconds(300));
-  run_all_collective_cases(*comm, device_buffer_ops(), /*include_large=*/true);
+TEST_P(SharedGpuMpiTypeMatrix, EveryOpAndSizeOnDeviceBuffers) {
+  run_type_matrix(shared().comm(), shared().buffers(), GetParam());
 }
+INSTANTIATE_TEST_SUITE_P(Collectives, SharedGpuMpiTypeMatrix, testing::ValuesIn(all_dtypes()),
+                         dtype_case_name);
+
+TEST_P(SharedGpuMpiLarge, SixtyFourMiBOnDeviceBuffers) {
+  run_large_case(shared().comm(), shared().buffers(), GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Collectives, SharedGpuMpiLarge, testing::ValuesIn(large_cases()),
+                         large_case_name);
 
 TEST_F(SharedGpuMpiCollectives, ContextSharesGpusOnlyWithMpiCommunicator) {
   World world = discover_world();
