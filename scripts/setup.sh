@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(cmake make g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
-          libboost-program-options-dev libopenblas-dev libgtest-dev zlib1g-dev
+          libboost-program-options-dev libopenblas-dev libdnnl-dev libgtest-dev zlib1g-dev
           dataset-fashion-mnist)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(slurmctld slurmd slurm-client munge iproute2 gnuplot-nox)
