@@ -4,7 +4,8 @@
     python3 scripts/reference/cnn_torch_ddp.py --ranks 2 --threads 1 --data synthetic
 
 Starts --ranks processes on this host (torch.multiprocessing), each with --threads intra-op
-threads, the model of cnn_torch.py wrapped in DistributedDataParallel over gloo, Adam, and
+threads, the model of cnn_torch.py wrapped in DistributedDataParallel over gloo (at --ranks 1 the
+plain model), Adam, and
 global batch / ranks samples per rank per step; rank 0 prints the report (common.py's keys). The
 side by side with mpiexec -n 2 lockstep-bench train in docs/PERFORMANCE.md uses it.
 """
@@ -27,7 +28,9 @@ def rank_main(rank, args, port):
                             world_size=args.ranks)
     xt, yt, _, _, classes = common.load(args.data, args.seed)
     torch.manual_seed(args.seed)
-    model = torch.nn.parallel.DistributedDataParallel(cnn_torch.Cnn(xt.shape[3], classes))
+    model = cnn_torch.Cnn(xt.shape[3], classes)
+    if args.ranks > 1:  # one rank: the plain model, as cnn_torch.py trains it
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     per_rank = args.global_batch // args.ranks
     feed = common.cycle(xt, yt, args.global_batch, args.seed)
