@@ -4,7 +4,9 @@
 # (b) 2 ranks with 1 thread each against PyTorch DDP (gloo) with 2 ranks of 1 thread. The runs
 # alternate Lockstep / PyTorch, ROUNDS times (default 3); the last lines are the medians of
 # samples/s and their ratios. Load averages before and after are printed: other work on the
-# machine shows up directly in these figures.
+# machine shows up directly in these figures. The environment reaches both frameworks alike (both
+# run on libgomp: OMP_WAIT_POLICY=passive helps on a loaded machine, docs/PERFORMANCE.md); STEPS
+# sets the timed steps per run (default 40), PYTHON the interpreter that has torch.
 #   bash scripts/reference/side_by_side_cpu.sh [build-dir] [rounds]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
