@@ -27,6 +27,7 @@
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
 #include "apps/bench_peak.h"
+#include "kernels/onednn.h"
 #include "runtime/blas_threads.h"
 #include "runtime/context.h"
 #include "runtime/error.h"
@@ -253,6 +254,9 @@ int run_train_bench(int argc, char** argv, const World& world) {
                   "thread(s) per rank, device %s, %s\n",
                   o.model.c_str(), static_cast<long long>(o.global_batch), world.size, threads,
                   device_kind_name(ctx.device), data.c_str());
+    if (!gpu)
+      std::printf("# CPU convolutions and dense layers on %s\n",
+                  kernels::onednn_built() ? kernels::onednn_description() : "OpenBLAS");
     std::printf("# %lld timed steps after %lld warm-up steps; a step's time is the slowest rank's\n",
                 static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
     // The mean counts every stall; the median's rate is what a quiet machine sustains.

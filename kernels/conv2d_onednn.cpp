@@ -1,5 +1,5 @@
-#include <algorithm>
 #include <array>
+#include <unordered_map>
 
 #include "kernels/conv2d.h"
 #include "kernels/onednn_util.h"

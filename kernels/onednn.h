@@ -18,7 +18,8 @@ bool onednn_built();
 // Threads oneDNN uses for calls from this thread (its CPU runtime is OpenMP here, so this sets
 // the calling thread's OpenMP thread count). A no-op without oneDNN.
 void onednn_set_threads(int threads);
-// "oneDNN 2.6.3 (OpenMP, AVX2)" or "none": the version and the instruction set it dispatches to.
+// "oneDNN 2.6.3 (OpenMP, AVX2)", or "none" without oneDNN: the version and the instruction set
+// its kernels use on this machine (lockstep-bench train prints it).
 const char* onednn_description();
 
 }  // namespace lockstep::kernels
