@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "kernels/cast.h"
+#include "kernels/conv2d.h"
 #include "kernels/cuda_memory.h"
 #include "kernels/gemm.h"
+#include "kernels/onednn.h"
 #include "runtime/buffer.h"
 
 namespace lockstep::bench {
@@ -17,6 +19,36 @@ namespace {
 constexpr int kRepetitions = 3;
 
 double flops(int n) { return 2.0 * n * static_cast<double>(n) * n; }
+
+// The best time of `run` over the repetitions, all ranks starting each one together; one untimed
+// call first (threads started, pages touched, primitives created).
+template <class Run>
+double best_seconds(Communicator& comm, Run run) {
+  run();
+  double best = 1e30;
+  for (int rep = 0; rep < kRepetitions; ++rep) {
+    comm.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// The CNN's second convolution (lockstep-train --model cnn) at a per-rank batch of 64: where its
+// training step spends most of its FLOPs.
+double host_conv_rate(Communicator& comm) {
+  kernels::Conv2dShape s;
+  s.n = 64, s.h = 14, s.w = 14, s.c_in = 32, s.c_out = 64;
+  const size_t xs = static_cast<size_t>(s.n) * s.h * s.w * s.c_in;
+  const size_t ws = static_cast<size_t>(s.kh) * s.kw * s.c_in * s.c_out;
+  const size_t ys = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c_out;
+  std::vector<float> x(xs, 0.5f), w(ws, 0.25f), b(s.c_out, 0.1f), y(ys);
+  const double f = 2.0 * static_cast<double>(ys) * s.kh * s.kw * s.c_in;
+  return f / best_seconds(comm, [&] {
+    kernels::conv2d_forward_onednn(s, x.data(), w.data(), b.data(), y.data());
+  });
+}
 
 // Owns a stream and two timing events; frees them whatever throws.
 struct TimedStream {
@@ -32,19 +64,21 @@ struct TimedStream {
 
 }  // namespace
 
-double host_gemm_rate(Communicator& comm, int n) {
+std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n) {
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
   kernels::GemmShape s;
   s.m = s.n = s.k = n;
-  kernels::gemm_cpu(s, a.data(), b.data(), c.data());  // warm-up: threads started, pages touched
-  double best = 1e30;
-  for (int rep = 0; rep < kRepetitions; ++rep) {
-    comm.barrier();
-    auto t0 = std::chrono::steady_clock::now();
-    kernels::gemm_cpu(s, a.data(), b.data(), c.data());
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return flops(n) / best;
+  const std::string cube = std::to_string(n) + "^3";
+  std::vector<KernelRate> rates;
+  rates.push_back({"OpenBLAS sgemm " + cube, flops(n) / best_seconds(comm, [&] {
+                     kernels::gemm_cpu(s, a.data(), b.data(), c.data());
+                   })});
+  if (!kernels::onednn_built()) return rates;
+  rates.push_back({"oneDNN matmul " + cube, flops(n) / best_seconds(comm, [&] {
+                     kernels::gemm_onednn(s, a.data(), b.data(), c.data());
+                   })});
+  rates.push_back({"oneDNN convolution 64x14x14x32->64 3x3", host_conv_rate(comm)});
+  return rates;
 }
 
 double device_gemm_rate(Communicator& comm, int n, Precision precision) {

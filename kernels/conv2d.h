@@ -32,6 +32,14 @@ void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, co
 void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                          float* dx, float* dw, float* db, float* workspace);
 
+// oneDNN twins (conv2d_onednn.cpp; onednn.h: availability, threads, the per-thread primitive
+// cache): the same shapes and contract, on the same NHWC / HWIO buffers; their scratch (reordered
+// operands, oneDNN's scratchpad) is the cached primitives' own, so they take no workspace.
+void conv2d_forward_onednn(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                           float* y);
+void conv2d_backward_onednn(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                            float* dx, float* dw, float* db);
+
 // CUDA twins (conv2d.cu: im2col + cuBLAS): device pointers, a device workspace of the same size,
 // enqueued on `stream`.
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b,

@@ -21,6 +21,12 @@ void dense_forward_cpu(const DenseShape& s, const float* x, const float* w, cons
 void dense_backward_cpu(const DenseShape& s, const float* x, const float* w, const float* dy,
                         float* dx, float* dw, float* db);
 
+// The same three products through oneDNN (gemm_onednn; onednn.h), same contract.
+void dense_forward_onednn(const DenseShape& s, const float* x, const float* w, const float* b,
+                          float* y);
+void dense_backward_onednn(const DenseShape& s, const float* x, const float* w, const float* dy,
+                           float* dx, float* dw, float* db);
+
 // CUDA twins (dense.cu): device pointers, same contract, enqueued on `stream`.
 void dense_forward_cuda(const DenseShape& s, const float* x, const float* w, const float* b,
                         float* y, cudaStream_t stream);

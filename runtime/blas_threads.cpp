@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "kernels/onednn.h"
+
 // OpenBLAS's thread controls (declared in its cblas.h). Weak: null when another BLAS is linked.
 extern "C" {
 void openblas_set_num_threads(int num_threads) __attribute__((weak));
@@ -32,6 +34,7 @@ int default_blas_threads(const World& world) {
 }
 
 bool set_blas_threads(int threads) {
+  kernels::onednn_set_threads(threads);
   if (!openblas_set_num_threads) return false;
   openblas_set_num_threads(std::max(1, threads));
   return true;

@@ -1,4 +1,4 @@
-// BLAS threads per rank. Ranks on one host share its cores, so by default each rank's OpenBLAS
+// BLAS (and oneDNN) threads per rank. Ranks on one host share its cores, so by default each rank's OpenBLAS
 // gets cores / local ranks threads (at least 1); where the launcher bound the rank to fewer cores
 // than the host has, the rank's own affinity set is its share. OpenBLAS is reached through weak
 // symbols, so another BLAS links too and is simply left alone. Call from the main thread before
@@ -12,7 +12,8 @@ namespace lockstep {
 // Cores this process may run on (its affinity mask), or the host's count when unknown.
 int usable_cores();
 int default_blas_threads(const World& world);
-// Sets the BLAS thread count; false when the BLAS offers no such control.
+// Sets the BLAS thread count, and oneDNN's for calls from this thread (kernels/onednn.h); false
+// when the BLAS offers no such control.
 bool set_blas_threads(int threads);
 // The BLAS's current thread count, or -1 when it cannot say.
 int blas_threads();

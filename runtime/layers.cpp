@@ -5,6 +5,7 @@
 #include "kernels/activation.h"
 #include "kernels/conv2d.h"
 #include "kernels/dense.h"
+#include "kernels/onednn.h"
 #include "kernels/pool.h"
 #include "runtime/device_copy.h"
 #include "runtime/layer_shapes.h"
@@ -32,38 +33,61 @@ void init_weights_and_bias(float* params, size_t weights, size_t bias, size_t fa
 
 class DenseLayer : public Layer {
  public:
-  using Layer::Layer;
+  DenseLayer(const LayerPlan& plan, bool onednn) : Layer(plan), onednn_(onednn) {}
   void forward(int batch, const float* x, float* y, float*) override {
-    kernels::dense_forward_cpu(shape(batch), x, params_, bias(params_), y);
+    if (onednn_)
+      kernels::dense_forward_onednn(shape(batch), x, params_, bias(params_), y);
+    else
+      kernels::dense_forward_cpu(shape(batch), x, params_, bias(params_), y);
   }
   void backward(int batch, const float* x, const float*, const float* dy, float* dx,
                 float*) override {
-    kernels::dense_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+    if (onednn_)
+      kernels::dense_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+    else
+      kernels::dense_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
   }
 
  private:
+  bool onednn_;
   kernels::DenseShape shape(int batch) const { return dense_shape(plan_, batch); }
   float* bias(float* base) const { return base + bias_offset(plan_); }
 };
 
+// With oneDNN, the forward pass runs on it; so does the backward pass unless the layer has fewer
+// input channels than oneDNN's AVX2 kernels block them by (8): there it pads the channels and its
+// backward passes ran 3-4x slower than im2col + sgemm (the CNN's first layer, 64 x 28x28x1 -> 32:
+// 13.5 ms against 4.5 ms for the weight gradient, one thread), so those stay on OpenBLAS. oneDNN's
+// scratch belongs to its cached primitives (onednn.h); the OpenBLAS passes take the workspace.
 class Conv2dLayer : public Layer {
  public:
-  using Layer::Layer;
+  static constexpr int kOnednnBackwardMinChannels = 8;
+  Conv2dLayer(const LayerPlan& plan, bool onednn)
+      : Layer(plan),
+        onednn_forward_(onednn),
+        onednn_backward_(onednn && plan.in[2] >= kOnednnBackwardMinChannels) {}
   size_t workspace_floats(int batch) const override {
-    return kernels::conv2d_workspace_floats(shape(batch));
+    return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
   }
   void forward(int batch, const float* x, float* y, float* workspace) override {
-    kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
+    if (onednn_forward_)
+      kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y);
+    else
+      kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
   }
   void backward(int batch, const float* x, const float*, const float* dy, float* dx,
                 float* workspace) override {
-    kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
-                                 workspace);
+    if (onednn_backward_)
+      kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+    else
+      kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
+                                   workspace);
   }
 
  private:
   float* bias(float* base) const { return base + bias_offset(plan_); }
   kernels::Conv2dShape shape(int batch) const { return conv2d_shape(plan_, batch); }
+  bool onednn_forward_, onednn_backward_;
 };
 
 class MaxPoolLayer : public Layer {
@@ -121,10 +145,11 @@ void init_layer_params(const LayerPlan& plan, float* host, std::mt19937_64& gen)
   }
 }
 
-std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan) {
+std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan, CpuKernels kernels) {
+  const bool onednn = kernels == CpuKernels::best && kernels::onednn_built();
   switch (plan.spec.kind) {
-    case LayerKind::dense: return std::make_unique<DenseLayer>(plan);
-    case LayerKind::conv2d: return std::make_unique<Conv2dLayer>(plan);
+    case LayerKind::dense: return std::make_unique<DenseLayer>(plan, onednn);
+    case LayerKind::conv2d: return std::make_unique<Conv2dLayer>(plan, onednn);
     case LayerKind::maxpool: return std::make_unique<MaxPoolLayer>(plan);
     case LayerKind::relu: return std::make_unique<ReluLayer>(plan);
     case LayerKind::flatten: return std::make_unique<FlattenLayer>(plan);

@@ -2,7 +2,7 @@
 // shapes (from its LayerPlan) and computes over a batch of NHWC float32 activations; it owns no
 // parameters. Its weights and gradients are views into the model's flat buffers (DESIGN.md
 // decision 4), bound once by the model. Activations and scratch space are also the model's, so a
-// training step allocates nothing. make_cpu_layer() returns the CPU twins (kernels/*_cpu);
+// training step allocates nothing. make_cpu_layer() returns the CPU twins (kernels/*_cpu or *_onednn);
 // make_cuda_layer() the device twins (kernels/*_cuda, cuda_layers.cpp) behind the same interface:
 // their pointers are device memory and their work is queued on one CUDA stream. Parameters are
 // initialised on the host by init_layer_params() for both, so a seed gives the same values on
@@ -60,7 +60,12 @@ class Layer {
   float* grads_ = nullptr;
 };
 
-std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan);
+// Which kernels the CPU layers run: `best` takes oneDNN for the convolutions and dense products
+// where the build has it (kernels/onednn.h; a convolution with fewer than 8 input channels runs
+// its backward pass on OpenBLAS, faster there), else OpenBLAS; `openblas` always OpenBLAS (the
+// oracle the tests compare against). Pooling and ReLU are the project's own loops either way.
+enum class CpuKernels { best, openblas };
+std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan, CpuKernels kernels = CpuKernels::best);
 // Device twins computing on `stream`. With Precision::bf16 the dense and convolution GEMMs take
 // bf16 copies of their operands (fp32 accumulation, fp32 parameters and gradients).
 std::unique_ptr<Layer> make_cuda_layer(const LayerPlan& plan, cudaStream_t stream,

@@ -80,7 +80,7 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   for (size_t i = 0; i < plan_.size(); ++i) {
     layers_.push_back(where == DeviceKind::cuda
                           ? make_cuda_layer(plan_[i], placement_.stream, placement_.precision)
-                          : make_cpu_layer(plan_[i]));
+                          : make_cpu_layer(plan_[i], placement_.cpu_kernels));
     if (plan_[i].params == 0) continue;
     total = (total + kParamAlignFloats - 1) / kParamAlignFloats * kParamAlignFloats;
     ranges_.push_back({total, plan_[i].params, static_cast<int>(i)});

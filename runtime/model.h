@@ -61,6 +61,8 @@ struct ModelPlacement {
   // device-timed span under --trace, instead of the host span of their enqueueing (NVTX ranges
   // stay on the host, for Nsight); it must outlive the model.
   GpuTrace* trace = nullptr;
+  // cpu: oneDNN or OpenBLAS kernels (layers.h: CpuKernels).
+  CpuKernels cpu_kernels = CpuKernels::best;
 };
 
 // Layer ranges start at multiples of this many floats (256 bytes).

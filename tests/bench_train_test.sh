@@ -3,7 +3,7 @@
 # time median/min/max (min <= median <= max), a breakdown whose shares add up to 100%, the FLOPs
 # per sample counted from the layer shapes (checked against the formula for a one-layer model and
 # for the CNN, and the same count in the PyTorch/JAX reference scripts), the achieved GFLOP/s and
-# the measured sgemm peak; bad options, and bf16 compute on the CPU, are refused. ctest sets
+# the measured peak, named by the kernel it came from; bad options, and bf16 compute on the CPU, are refused. ctest sets
 # LOCKSTEP_BIN, LOCKSTEP_SRC, MPIEXEC.
 set -u
 
@@ -44,6 +44,8 @@ fwd, train = num("flops_per_sample_forward"), num("flops_per_sample_train")
 if abs(fwd - want_fwd) > 1e-3 * want_fwd: problems.append(f"forward FLOPs {fwd}, expected {want_fwd}")
 if abs(train - 3 * fwd) > 1e-3 * train: problems.append(f"train FLOPs {train} != 3 x {fwd}")
 if not num("achieved_gflops") > 0 or not num("peak_gflops") > 0: problems.append("GFLOP/s not positive")
+if not re.search(r"peak_gflops=[\d.]+ \((OpenBLAS sgemm|oneDNN matmul|oneDNN convolution|cuBLAS)", text):
+    problems.append("the peak does not name the kernel it came from")
 if f"{ranks} rank(s)" not in text: problems.append(f"header does not say {ranks} rank(s)")
 for p in problems:
     print(f"FAIL ({sys.argv[1]}):", p)

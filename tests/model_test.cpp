@@ -12,6 +12,7 @@
 #include "kernels/conv2d.h"
 #include "kernels/dense.h"
 #include "kernels/loss.h"
+#include "kernels/onednn.h"
 #include "kernels/pool.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
@@ -73,8 +74,9 @@ TEST(Model, BackwardMatchesFiniteDifferences) {
 
 TEST(Model, ReluThenPoolGivesWhatTheSpecSays) {
   // The model runs maxpool before relu; the outputs must be those of relu then maxpool, computed
-  // here with the kernels in the spec's order.
-  Model m(parse_model_spec("conv3x3:3,relu,maxpool2,dense"), kInput, kOutputs, kBatch);
+  // here with the kernels in the spec's order (the OpenBLAS ones, so the model uses them too).
+  Model m(parse_model_spec("conv3x3:3,relu,maxpool2,dense"), kInput, kOutputs, kBatch,
+          {.cpu_kernels = CpuKernels::openblas});
   ASSERT_EQ(LayerKind::maxpool, m.plan()[1].spec.kind);
   ASSERT_EQ(LayerKind::relu, m.plan()[2].spec.kind);
   m.init_params(3);
@@ -97,6 +99,37 @@ TEST(Model, ReluThenPoolGivesWhatTheSpecSays) {
   kernels::dense_forward_cpu({kBatch, 27, kOutputs}, pooled.data(), w + t[2].offset,
                              w + t[3].offset, ref.data());
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(ref[i], out[i]) << i;
+}
+
+TEST(Model, OnednnLayersMatchTheOpenBlasOracle) {
+  if (!kernels::onednn_built())
+    GTEST_SKIP() << "this build has no oneDNN: the CPU layers are the OpenBLAS ones";
+  // The Fashion-MNIST CNN on its input shape, one batch forward and back with either kernels.
+  const SampleShape input = {28, 28, 1};
+  const int batch = 8, classes = 10;
+  Model fast(parse_model_spec("cnn"), input, classes, batch);
+  Model oracle(parse_model_spec("cnn"), input, classes, batch,
+               {.cpu_kernels = CpuKernels::openblas});
+  fast.init_params(4);
+  oracle.init_params(4);
+  auto x = random_vector(batch * fast.input_size(), 8);
+  std::vector<float> out[2], grads[2];
+  int i = 0;
+  for (Model* m : {&fast, &oracle}) {
+    const float* y = m->forward(x.data(), batch);
+    out[i].assign(y, y + batch * classes);
+    // dLoss/dy: the outputs themselves (the loss sum(y^2)/2), so every path carries a gradient.
+    std::copy(out[i].begin(), out[i].end(), m->output_grad());
+    m->zero_grads();
+    m->backward(batch);
+    grads[i].assign(m->grads(), m->grads() + m->param_count());
+    ++i;
+  }
+  for (size_t j = 0; j < out[1].size(); ++j)
+    ASSERT_NEAR(out[0][j], out[1][j], 1e-5f * (1.0f + std::fabs(out[1][j]))) << "output " << j;
+  for (size_t j = 0; j < grads[1].size(); ++j)
+    ASSERT_NEAR(grads[0][j], grads[1][j], 1e-4f * (1.0f + std::fabs(grads[1][j])))
+        << "gradient " << j;
 }
 
 TEST(Model, GradientsOfMicroBatchesAddUpToTheWholeBatch) {

@@ -1,0 +1,58 @@
+// What the *_onednn.cpp files share (not part of the kernels' API; only they include it): the CPU
+// engine, this thread's stream, the staging of an operand between the caller's layout and the one
+// a primitive chose, and the per-thread primitive cache (onednn.h states its contract). oneDNN 2.x
+// (v2 API: operation descriptors, then primitive descriptors).
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <array>
+#include <map>
+#include <memory>
+
+namespace lockstep::kernels::onednn {
+
+dnnl::engine& engine();
+// This thread's stream. CPU execution with the OpenMP runtime is in order and done when execute
+// returns; callers still wait() before handing results back.
+dnnl::stream& stream();
+
+// One operand of a primitive: the caller's buffer in its own layout (NHWC, HWIO, row-major), and
+// the layout the primitive chose. Where they differ, the operand goes through a buffer of this
+// object in the primitive's layout and a reorder, created once. An accumulated output always goes
+// through the buffer and is added (+=) into the caller's by a reorder with a sum post-op.
+class Staged {
+ public:
+  enum class Role { input, output, accumulate };
+  Staged() = default;
+  Staged(Role role, const dnnl::memory::desc& user, const dnnl::memory::desc& wanted);
+
+  // An input: the memory to pass to the primitive, holding `data` in the primitive's layout.
+  dnnl::memory& in(const void* data);
+  // An output: the memory the primitive writes; finish() then moves (or adds) it into `data`.
+  dnnl::memory& out(void* data);
+  void finish();
+
+ private:
+  dnnl::memory user_, own_;
+  dnnl::reorder reorder_;
+  bool staged_ = false;
+};
+
+// The scratchpad attribute every primitive here is created with: the entry owns the scratchpad
+// (allocated once), instead of the library allocating one per execution.
+dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
+
+// This thread's entry for `key`, created by make() on the first call with that key.
+template <class Entry, size_t N, class Make>
+Entry& cached(const std::array<long, N>& key, Make make) {
+  thread_local std::map<std::array<long, N>, std::unique_ptr<Entry>> cache;
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, std::make_unique<Entry>(make())).first;
+  return *it->second;
+}
+
+// Rethrows a oneDNN error as std::runtime_error naming the kernel, the status and what failed.
+[[noreturn]] void rethrow(const char* who, const dnnl::error& e);
+
+}  // namespace lockstep::kernels::onednn

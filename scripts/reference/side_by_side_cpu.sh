@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Lockstep against PyTorch on this machine's CPUs, in one run: the Fashion-MNIST CNN, Adam,
+# global batch 128, synthetic data, (a) 1 rank with 2 threads against PyTorch with 2 threads,
+# (b) 2 ranks with 1 thread each against PyTorch DDP (gloo) with 2 ranks of 1 thread. The runs
+# alternate Lockstep / PyTorch, ROUNDS times (default 3); the last lines are the medians of
+# samples/s and their ratios. Load averages before and after are printed: other work on the
+# machine shows up directly in these figures. The environment reaches both frameworks alike (both
+# run on libgomp: OMP_WAIT_POLICY=passive helps on a loaded machine, docs/PERFORMANCE.md); STEPS
+# sets the timed steps per run (default 40), PYTHON the interpreter that has torch.
+#   bash scripts/reference/side_by_side_cpu.sh [build-dir] [rounds]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+rounds=${2:-3}
+steps=${STEPS:-40}
+python=${PYTHON:-/usr/bin/python3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+bench="$build/apps/lockstep-bench"
+[[ -x $bench ]] || { echo "side_by_side_cpu: no $bench (build first: scripts/build.sh)" >&2; exit 1; }
+"$python" -c "import torch" 2>/dev/null ||
+  { echo "side_by_side_cpu: $python cannot import torch (apt-get install python3-torch)" >&2; exit 1; }
+
+sps() { sed -n 's/^samples_per_second=\([0-9.]*\).*/\1/p' | head -1; }
+declare -A results
+run() {  # run NAME COMMAND...: prints the command's samples/s and keeps it under NAME
+  local out value
+  out=$("${@:2}" 2>&1) || { echo "$1 failed: $out" >&2; exit 1; }
+  value=$(sps <<<"$out")
+  [[ -n $value ]] || { echo "$1 printed no samples_per_second: $out" >&2; exit 1; }
+  results[$1]+="$value "
+  printf '%-28s %s samples/s\n' "$1" "$value"
+  grep -E '^(peak_gflops|peak_share|achieved_gflops)' <<<"$out" | sed 's/^/    /' || true
+}
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+torch_args=(--data synthetic --global-batch 128 --steps "$steps" --warmup 5)
+for ((r = 1; r <= rounds; ++r)); do
+  run "lockstep 1 rank x 2 threads" "$bench" train --model cnn --global-batch 128 --steps "$steps" --threads 2
+  run "pytorch 1 rank x 2 threads" env OMP_NUM_THREADS=2 "$python" "$root/scripts/reference/cnn_torch_ddp.py" \
+    --ranks 1 --threads 2 "${torch_args[@]}"
+  run "lockstep 2 ranks x 1 thread" mpiexec -n 2 "$bench" train --model cnn --global-batch 128 \
+    --steps "$steps" --threads 1
+  run "pytorch DDP 2 ranks x 1 thread" env OMP_NUM_THREADS=1 "$python" \
+    "$root/scripts/reference/cnn_torch_ddp.py" --ranks 2 --threads 1 "${torch_args[@]}"
+done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+for pair in "lockstep 1 rank x 2 threads|pytorch 1 rank x 2 threads" \
+            "lockstep 2 ranks x 1 thread|pytorch DDP 2 ranks x 1 thread"; do
+  a=${pair%|*} b=${pair#*|}
+  ma=$(median <<<"${results[$a]}") mb=$(median <<<"${results[$b]}")
+  awk -v a="$a" -v ma="$ma" -v b="$b" -v mb="$mb" \
+    'BEGIN { printf "median: %s %s, %s %s, ratio %.2f\n", a, ma, b, mb, ma / mb }'
+done

@@ -1,0 +1,193 @@
+// The oneDNN twins (conv2d_*_onednn, gemm_onednn, dense_*_onednn) against the OpenBLAS kernels
+// (*_cpu), their oracle: the same shapes (odd sizes, stride 2, batch 1, one input channel as in
+// the CNN's first layer), the same accumulate contract, and a second call with the same shape
+// (the cached primitives) reading the new data. Skips where the build has no oneDNN.
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <stdexcept>
+#include <vector>
+
+#include "kernel_reference.h"
+#include "kernels/conv2d.h"
+#include "kernels/dense.h"
+#include "kernels/gemm.h"
+#include "kernels/onednn.h"
+
+namespace lockstep::kernels {
+namespace {
+
+using kernel_test::max_rel_error;
+using kernel_test::random_floats;
+
+// Both twins sum in float in different orders; the CPU kernels' own tests against a double
+// reference use the same bound.
+constexpr double kTolerance = 1e-5;
+
+#define SKIP_WITHOUT_ONEDNN()                                                                   \
+  if (!onednn_built())                                                                          \
+  GTEST_SKIP() << "this build has no oneDNN (LOCKSTEP_ONEDNN=OFF or libdnnl-dev missing): the " \
+                  "CPU layers run on OpenBLAS alone"
+
+struct ConvCase {
+  const char* name;
+  Conv2dShape s;
+};
+
+void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+
+Conv2dShape conv(int n, int h, int w, int c_in, int c_out, int k, int stride, int pad) {
+  return {n, h, w, c_in, c_out, k, k, stride, pad, pad};
+}
+
+const ConvCase kConvCases[] = {
+    {"cnn_conv1", conv(3, 28, 28, 1, 32, 3, 1, 1)},
+    {"cnn_conv2", conv(2, 14, 14, 32, 64, 3, 1, 1)},
+    {"batch1_odd", conv(1, 7, 5, 3, 5, 3, 1, 1)},
+    {"stride2", conv(2, 9, 9, 4, 6, 3, 2, 1)},
+    {"k5_stride2_odd", conv(2, 11, 13, 2, 3, 5, 2, 2)},
+    {"no_padding", conv(2, 6, 7, 8, 16, 3, 1, 0)},
+    {"stride3_drops_edge", conv(1, 10, 11, 3, 4, 3, 3, 0)},
+};
+
+size_t x_size(const Conv2dShape& s) { return static_cast<size_t>(s.n) * s.h * s.w * s.c_in; }
+size_t w_size(const Conv2dShape& s) { return static_cast<size_t>(s.kh) * s.kw * s.c_in * s.c_out; }
+size_t y_size(const Conv2dShape& s) {
+  return static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c_out;
+}
+
+class OnednnConv : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(OnednnConv, ForwardMatchesOpenBlas) {
+  SKIP_WITHOUT_ONEDNN();
+  const Conv2dShape s = GetParam().s;
+  std::vector<float> w = random_floats(w_size(s), 2), b = random_floats(s.c_out, 3);
+  std::vector<float> ws(conv2d_workspace_floats(s)), want(y_size(s)), got(y_size(s), 7.0f);
+  for (uint32_t seed : {1u, 11u}) {  // the second call runs the cached primitives on new data
+    std::vector<float> x = random_floats(x_size(s), seed);
+    conv2d_forward_cpu(s, x.data(), w.data(), b.data(), want.data(), ws.data());
+    conv2d_forward_onednn(s, x.data(), w.data(), b.data(), got.data());
+    EXPECT_LT(max_rel_error(got, want), kTolerance) << "input seed " << seed;
+  }
+  std::vector<float> x = random_floats(x_size(s), 4);
+  conv2d_forward_cpu(s, x.data(), w.data(), nullptr, want.data(), ws.data());
+  conv2d_forward_onednn(s, x.data(), w.data(), nullptr, got.data());
+  EXPECT_LT(max_rel_error(got, want), kTolerance) << "without bias";
+}
+
+TEST_P(OnednnConv, BackwardMatchesOpenBlasAndAccumulates) {
+  SKIP_WITHOUT_ONEDNN();
+  const Conv2dShape s = GetParam().s;
+  const std::vector<float> x = random_floats(x_size(s), 5), w = random_floats(w_size(s), 6);
+  std::vector<float> ws(conv2d_workspace_floats(s));
+  for (uint32_t seed : {7u, 17u}) {
+    const std::vector<float> dy = random_floats(y_size(s), seed);
+    // Gradients start from earlier values: both twins must add to them.
+    std::vector<float> dx_want(x_size(s)), dw_want = random_floats(w_size(s), 8),
+                                           db_want = random_floats(s.c_out, 9);
+    std::vector<float> dx_got(x_size(s), 3.0f), dw_got = dw_want, db_got = db_want;
+    conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx_want.data(), dw_want.data(),
+                        db_want.data(), ws.data());
+    conv2d_backward_onednn(s, x.data(), w.data(), dy.data(), dx_got.data(), dw_got.data(),
+                           db_got.data());
+    EXPECT_LT(max_rel_error(dx_got, dx_want), kTolerance) << "dx, dy seed " << seed;
+    EXPECT_LT(max_rel_error(dw_got, dw_want), kTolerance) << "dw, dy seed " << seed;
+    EXPECT_LT(max_rel_error(db_got, db_want), kTolerance) << "db, dy seed " << seed;
+  }
+}
+
+TEST_P(OnednnConv, BackwardSkipsWhatIsNull) {
+  SKIP_WITHOUT_ONEDNN();
+  const Conv2dShape s = GetParam().s;
+  const std::vector<float> x = random_floats(x_size(s), 10), w = random_floats(w_size(s), 11),
+                           dy = random_floats(y_size(s), 12);
+  std::vector<float> ws(conv2d_workspace_floats(s));
+  // The first layer: no dx.
+  std::vector<float> dw_want(w_size(s), 0.5f), db_want(s.c_out, 0.5f);
+  std::vector<float> dw_got = dw_want, db_got = db_want;
+  conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, dw_want.data(), db_want.data(),
+                      ws.data());
+  conv2d_backward_onednn(s, x.data(), w.data(), dy.data(), nullptr, dw_got.data(), db_got.data());
+  EXPECT_LT(max_rel_error(dw_got, dw_want), kTolerance);
+  EXPECT_LT(max_rel_error(db_got, db_want), kTolerance);
+  // Only the bias gradient, then only the weights'.
+  std::vector<float> db_only(s.c_out, 0.25f), db_only_want = db_only;
+  conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, nullptr, db_only_want.data(),
+                      ws.data());
+  conv2d_backward_onednn(s, x.data(), w.data(), dy.data(), nullptr, nullptr, db_only.data());
+  EXPECT_LT(max_rel_error(db_only, db_only_want), kTolerance);
+  std::vector<float> dw_only(w_size(s), 0.0f), dw_only_want = dw_only;
+  conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, dw_only_want.data(), nullptr,
+                      ws.data());
+  conv2d_backward_onednn(s, x.data(), w.data(), dy.data(), nullptr, dw_only.data(), nullptr);
+  EXPECT_LT(max_rel_error(dw_only, dw_only_want), kTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, OnednnConv, ::testing::ValuesIn(kConvCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(OnednnConvShapes, RejectsBadShapesLikeTheCpuTwin) {
+  SKIP_WITHOUT_ONEDNN();
+  float v = 0;
+  EXPECT_THROW(conv2d_forward_onednn(conv(1, 2, 2, 1, 1, 5, 1, 0), &v, &v, &v, &v),
+               std::invalid_argument);
+  EXPECT_THROW(conv2d_backward_onednn(conv(1, 4, 4, 0, 1, 3, 1, 1), &v, &v, &v, &v, &v, &v),
+               std::invalid_argument);
+}
+
+TEST(OnednnGemm, MatchesOpenBlasForEveryTransposeAlphaAndBeta) {
+  SKIP_WITHOUT_ONEDNN();
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float alpha : {1.0f, -0.5f})
+        for (float beta : {0.0f, 1.0f, 0.75f}) {
+          const GemmShape s{.m = 13, .n = 7, .k = 33, .trans_a = ta, .trans_b = tb,
+                            .alpha = alpha, .beta = beta};
+          const std::vector<float> a = random_floats(13 * 33, 1), b = random_floats(33 * 7, 2);
+          std::vector<float> want = random_floats(13 * 7, 3), got = want;
+          gemm_cpu(s, a.data(), b.data(), want.data());
+          gemm_onednn(s, a.data(), b.data(), got.data());
+          EXPECT_LT(max_rel_error(got, want), kTolerance)
+              << "trans_a " << ta << " trans_b " << tb << " alpha " << alpha << " beta " << beta;
+        }
+  // k = 0: C = beta C.
+  std::vector<float> c(6, 2.0f);
+  gemm_onednn({.m = 2, .n = 3, .k = 0, .beta = 0.5f}, nullptr, nullptr, c.data());
+  EXPECT_EQ(c, std::vector<float>(6, 1.0f));
+  EXPECT_THROW(gemm_onednn({.m = -1, .n = 1, .k = 1}, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+}
+
+TEST(OnednnDense, MatchesOpenBlasAndAccumulates) {
+  SKIP_WITHOUT_ONEDNN();
+  for (DenseShape s : {DenseShape{64, 3136, 10}, DenseShape{1, 5, 3}, DenseShape{7, 33, 17}}) {
+    const size_t xs = static_cast<size_t>(s.batch) * s.in, ws = static_cast<size_t>(s.in) * s.out,
+                 ys = static_cast<size_t>(s.batch) * s.out;
+    const std::vector<float> x = random_floats(xs, 1), w = random_floats(ws, 2),
+                             b = random_floats(s.out, 3), dy = random_floats(ys, 4);
+    std::vector<float> y_want(ys), y_got(ys);
+    dense_forward_cpu(s, x.data(), w.data(), b.data(), y_want.data());
+    dense_forward_onednn(s, x.data(), w.data(), b.data(), y_got.data());
+    EXPECT_LT(max_rel_error(y_got, y_want), kTolerance) << "y, batch " << s.batch;
+    std::vector<float> dx_want(xs), dw_want = random_floats(ws, 5), db_want = random_floats(s.out, 6);
+    std::vector<float> dx_got(xs), dw_got = dw_want, db_got = db_want;
+    dense_backward_cpu(s, x.data(), w.data(), dy.data(), dx_want.data(), dw_want.data(),
+                       db_want.data());
+    dense_backward_onednn(s, x.data(), w.data(), dy.data(), dx_got.data(), dw_got.data(),
+                          db_got.data());
+    EXPECT_LT(max_rel_error(dx_got, dx_want), kTolerance) << "dx, batch " << s.batch;
+    EXPECT_LT(max_rel_error(dw_got, dw_want), kTolerance) << "dw, batch " << s.batch;
+    EXPECT_LT(max_rel_error(db_got, db_want), kTolerance) << "db, batch " << s.batch;
+  }
+}
+
+TEST(OnednnStub, WithoutOnednnTheTwinsSaySo) {
+  if (onednn_built()) GTEST_SKIP() << "this build has oneDNN: the stub is not linked";
+  float v = 0;
+  EXPECT_THROW(gemm_onednn({.m = 1, .n = 1, .k = 1}, &v, &v, &v), std::logic_error);
+  EXPECT_THROW(conv2d_forward_onednn(conv(1, 3, 3, 1, 1, 3, 1, 1), &v, &v, &v, &v),
+               std::logic_error);
+}
+
+}  // namespace
+}  // namespace lockstep::kernels
