@@ -1,8 +1,9 @@
 // lockstep-train's options: Boost.Program_options over the command line and an optional INI file
-// (--config FILE: "key = value" lines with the long option names; the command line wins). The
-// result is a TrainConfig for the trainer plus what the app itself uses (device, communicator,
-// threads). Every value a user can get wrong is checked here or by validate(TrainConfig), and the
-// message names the option. Main thread only.
+// (--config FILE: "key = value" lines with the long option names; the command line wins). One
+// table drives --help, parsing and defaults: TrainConfig's rows (runtime/config_table.h) and the
+// rows of what the program itself uses (device, communicator, threads, ...), which live in
+// train_options.cpp with their defaults here. Every value a user can get wrong is checked by its
+// row or by validate(TrainConfig), and the message names the option. Main thread only.
 #pragma once
 
 #include <string>
@@ -18,6 +19,7 @@ struct TrainOptions {
   std::string comm = "auto";    // auto | mpi | nccl
   double timeout_seconds = 60;
   std::string resume;           // --resume: a checkpoint file or folder
+  bool overwrite_checkpoints = false;  // a fresh run deletes the checkpoints already there
   int threads = 0;              // BLAS threads per rank; 0: cores / ranks on the host
   std::string progress = "auto";  // auto | bar | lines | none
   std::string trace;            // --trace: Chrome trace-event JSON of every rank (trace.h)

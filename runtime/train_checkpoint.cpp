@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "runtime/agree.h"
+#include "runtime/config_table.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/trainer.h"
@@ -25,23 +26,6 @@ std::vector<Pinned> pinned_options(Trainer& t) {
           {"shuffle", "shuffling", c.shuffle ? 1.0 : 0.0, {"off", "on"}},
           {"drop_remainder", "--remainder", c.drop_remainder ? 1.0 : 0.0, {"mask", "drop"}},
           {"train_rows", "training rows", static_cast<double>(t.train_info().rows), {}}};
-}
-
-std::string config_text(const TrainConfig& c) {
-  std::ostringstream os;
-  os << "data=" << c.train.path << "\ngroup=" << c.train.group << "\ntest_group=" << c.test_group
-     << "\nmodel=" << c.model << "\nloss=" << loss_name(c.loss)
-     << "\noptimizer=" << optimizer_name(c.optimizer.kind) << "\nmomentum=" << c.optimizer.momentum
-     << "\nnesterov=" << c.optimizer.nesterov << "\nbeta1=" << c.optimizer.beta1
-     << "\nbeta2=" << c.optimizer.beta2 << "\neps=" << c.optimizer.eps
-     << "\nweight_decay=" << c.optimizer.weight_decay << "\nlr=" << c.lr
-     << "\nlr_schedule=" << lr_schedule_name(c.lr_schedule) << "\nwarmup_steps=" << c.warmup_steps
-     << "\nmin_lr=" << c.min_lr << "\nlr_scaling="
-     << (c.lr_scaling == LrScaling::linear ? "linear" : "none") << "\nbase_batch=" << c.base_batch
-     << "\nglobal_batch=" << c.global_batch << "\nepochs=" << c.epochs << "\nsteps=" << c.steps
-     << "\ngrad_accum=" << c.grad_accum << "\nseed=" << c.seed << "\nshuffle=" << c.shuffle
-     << "\ndrop_remainder=" << c.drop_remainder << "\nclip_norm=" << c.clip_norm << "\n";
-  return os.str();
 }
 
 std::string canonical_spec(const TrainConfig& c) { return to_string(parse_model_spec(c.model)); }
@@ -105,7 +89,7 @@ CheckpointState capture_checkpoint(Trainer& t, int world_size) {
   CheckpointState s;
   const TrainConfig& c = t.config();
   s.model_spec = canonical_spec(c);
-  s.config = config_text(c);
+  s.config = config_record(c);
   s.world_size = world_size;
   const TrainState& now = t.state();
   s.epoch = now.epoch;

@@ -9,6 +9,7 @@
 #include "runtime/agree.h"
 #include "runtime/buckets.h"
 #include "runtime/checkpoint_dir.h"
+#include "runtime/config_table.h"
 #include "runtime/device_step.h"
 #include "runtime/error.h"
 #include "runtime/gpu_trace.h"
@@ -66,18 +67,7 @@ const char* loss_name(LossKind k) {
 }
 
 void validate(const TrainConfig& c, int world_size) {
-  auto positive = [](double v) { return std::isfinite(v) && v > 0; };
-  if (!positive(c.lr)) throw UsageError("--lr must be a positive number, not " + std::to_string(c.lr));
-  if (!(std::isfinite(c.min_lr) && c.min_lr >= 0))
-    throw UsageError("--min-lr must be >= 0, not " + std::to_string(c.min_lr));
-  if (c.warmup_steps < 0)
-    throw UsageError("--warmup-steps must be >= 0, not " + std::to_string(c.warmup_steps));
-  if (c.base_batch <= 0)
-    throw UsageError("--base-batch must be positive, not " + std::to_string(c.base_batch));
-  if (c.global_batch <= 0)
-    throw UsageError("--global-batch must be positive, not " + std::to_string(c.global_batch));
-  if (c.grad_accum < 1)
-    throw UsageError("--grad-accum must be >= 1, not " + std::to_string(c.grad_accum));
+  check_config_options(c);  // each option's own rule (config_table.h); then those across options
   if (c.global_batch % c.grad_accum != 0)
     throw UsageError("--global-batch " + std::to_string(c.global_batch) +
                      " does not split into --grad-accum " + std::to_string(c.grad_accum) +
@@ -94,22 +84,10 @@ void validate(const TrainConfig& c, int world_size) {
                      std::to_string(world_size) + " ranks: use a multiple of " +
                      std::to_string(int64_t{c.grad_accum} * world_size));
   }
-  if (c.steps < 0) throw UsageError("--steps must be >= 0, not " + std::to_string(c.steps));
   if (c.steps == 0 && c.epochs < 1)
     throw UsageError("--epochs must be >= 1 (or set --steps), not " + std::to_string(c.epochs));
-  if (c.log_every < 1)
-    throw UsageError("--log-every must be >= 1, not " + std::to_string(c.log_every));
-  if (c.straggler_every < 0)
-    throw UsageError("--straggler-every must be >= 0, not " + std::to_string(c.straggler_every));
-  if (c.check_every < 0)
-    throw UsageError("--check-every must be >= 0, not " + std::to_string(c.check_every));
-  if (c.prefetch < 1) throw UsageError("--prefetch must be >= 1, not " + std::to_string(c.prefetch));
-  if (!(std::isfinite(c.clip_norm) && c.clip_norm >= 0))
-    throw UsageError("--clip-norm must be >= 0, not " + std::to_string(c.clip_norm));
-  bucket_bytes_from_mb(c.bucket_mb);
   if (c.precision == Precision::bf16 && c.device != DeviceKind::cuda)
     throw UsageError("--precision bf16 needs --device cuda (the CPU layers compute in fp32)");
-  parse_model_spec(c.model);
   validate(c.optimizer);
   validate(c.guard);
 }

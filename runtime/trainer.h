@@ -49,6 +49,8 @@ enum class LossKind { automatic, cross_entropy, mse };
 LossKind parse_loss(const std::string& text);  // auto | cross-entropy | mse; UsageError naming --loss
 const char* loss_name(LossKind k);
 
+// A run's settings. These member initialisers are the options' defaults: lockstep-train --help
+// shows them through the option table (config_table.h), which names each option's member.
 struct TrainConfig {
   DatasetSpec train;                 // group "train" by default
   std::string test_group = "test";   // the same file's split that evaluate() scores
@@ -85,7 +87,8 @@ struct TrainConfig {
 };
 
 // Checks the values a user sets, each in words naming its option, for a world of `world_size`
-// ranks (throws UsageError).
+// ranks (throws UsageError): every option's rule from its row (config_table.h), then the rules
+// across options.
 void validate(const TrainConfig& c, int world_size);
 
 // Where a run is. An epoch has steps_per_epoch() steps; global_step counts all updates.
