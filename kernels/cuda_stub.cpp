@@ -118,18 +118,18 @@ void relu_backward_cuda(const float*, const float*, float*, size_t, cudaStream_t
 }
 
 void softmax_cross_entropy_sums_cuda(const float*, const int32_t*, const float*, int, int, float,
-                                     float*, LossSums*, cudaStream_t) {
+                                     float*, LossTotals*, cudaStream_t) {
   not_built("softmax_cross_entropy_sums_cuda");
 }
-LossResult softmax_cross_entropy_cuda(const float*, const int32_t*, const float*, int, int, float,
+LossTotals softmax_cross_entropy_cuda(const float*, const int32_t*, const float*, int, int, float,
                                       float*, cudaStream_t) {
   not_built("softmax_cross_entropy_cuda");
 }
-void mse_sums_cuda(const float*, const float*, const float*, int, int, float, float*, LossSums*,
+void mse_sums_cuda(const float*, const float*, const float*, int, int, float, float*, LossTotals*,
                    cudaStream_t) {
   not_built("mse_sums_cuda");
 }
-LossResult mse_cuda(const float*, const float*, const float*, int, int, float, float*,
+LossTotals mse_cuda(const float*, const float*, const float*, int, int, float, float*,
                     cudaStream_t) {
   not_built("mse_cuda");
 }

@@ -16,7 +16,7 @@ void check_sizes(int batch, int width, const char* who) {
 
 }  // namespace
 
-LossResult softmax_cross_entropy_cpu(const float* logits, const int32_t* labels,
+LossTotals softmax_cross_entropy_cpu(const float* logits, const int32_t* labels,
                                      const float* weights, int batch, int classes, float scale,
                                      float* dlogits) {
   check_sizes(batch, classes, "softmax_cross_entropy_cpu");
@@ -27,7 +27,7 @@ LossResult softmax_cross_entropy_cpu(const float* logits, const int32_t* labels,
                               " of sample " + std::to_string(i) + " is outside [0, " +
                               std::to_string(classes) + ")");
   }
-  LossResult r;
+  LossTotals r;
   for (int i = 0; i < batch; ++i) {
     const float wt = weights != nullptr ? weights[i] : 1.0f;
     const float* l = logits + static_cast<size_t>(i) * classes;
@@ -62,10 +62,10 @@ LossResult softmax_cross_entropy_cpu(const float* logits, const int32_t* labels,
   return r;
 }
 
-LossResult mse_cpu(const float* pred, const float* target, const float* weights, int batch, int dim,
+LossTotals mse_cpu(const float* pred, const float* target, const float* weights, int batch, int dim,
                    float scale, float* dpred) {
   check_sizes(batch, dim, "mse_cpu");
-  LossResult r;
+  LossTotals r;
   for (int i = 0; i < batch; ++i) {
     const float wt = weights != nullptr ? weights[i] : 1.0f;
     const size_t off = static_cast<size_t>(i) * dim;

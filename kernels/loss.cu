@@ -10,7 +10,7 @@
 // One block per row: the block's threads stride over the row's classes (or outputs) and combine
 // with warp shuffles, then write the row's weighted loss, correct count and invalid-label flag to a
 // scratch row. A second, single-block kernel adds the rows in a fixed order into the caller's
-// LossSums. Arithmetic follows loss.cpp step by step (float exponentials, double sums, the same
+// LossTotals. Arithmetic follows loss.cpp step by step (float exponentials, double sums, the same
 // operation order for the gradient), so the twins agree to float rounding.
 
 namespace lockstep::kernels {
@@ -127,7 +127,8 @@ __global__ void mse_rows_kernel(const float* __restrict__ pred, const float* __r
 
 // One block: thread t sums rows t, t + blockDim, ... and the block adds the threads' sums in a
 // fixed tree order, so the totals have the same bits every run.
-__global__ void add_row_stats_kernel(const double* __restrict__ stats, int rows, LossSums* sums) {
+__global__ void add_row_stats_kernel(const double* __restrict__ stats, int rows,
+                                     LossTotals* sums) {
   double acc[kStats] = {0.0, 0.0, 0.0};
   for (int r = threadIdx.x; r < rows; r += blockDim.x)
     for (int k = 0; k < kStats; ++k) acc[k] += stats[size_t(r) * kStats + k];
@@ -141,20 +142,21 @@ __global__ void add_row_stats_kernel(const double* __restrict__ stats, int rows,
   }
 }
 
-void add_row_stats(const double* stats, int rows, LossSums* sums, cudaStream_t stream) {
+void add_row_stats(const double* stats, int rows, LossTotals* sums, cudaStream_t stream) {
   add_row_stats_kernel<<<1, cuda::kThreads, 0, stream>>>(stats, rows, sums);
   LS_CHECK_LAUNCH("add_row_stats_kernel");
 }
 
-// Runs a *_sums_cuda form into a fresh device LossSums and brings it back (waits for the stream).
+// Runs a *_sums_cuda form into a fresh device LossTotals and brings it back (waits for the
+// stream).
 template <class Enqueue>
-LossSums sums_on_host(cudaStream_t stream, Enqueue enqueue) {
-  cuda::StreamScratch device(sizeof(LossSums), stream);
-  LS_CHECK_CUDA(cudaMemsetAsync(device.as<LossSums>(), 0, sizeof(LossSums), stream));
-  enqueue(device.as<LossSums>());
-  LossSums host;
-  LS_CHECK_CUDA(cudaMemcpyAsync(&host, device.as<LossSums>(), sizeof host, cudaMemcpyDeviceToHost,
-                                stream));
+LossTotals sums_on_host(cudaStream_t stream, Enqueue enqueue) {
+  cuda::StreamScratch device(sizeof(LossTotals), stream);
+  LS_CHECK_CUDA(cudaMemsetAsync(device.as<LossTotals>(), 0, sizeof(LossTotals), stream));
+  enqueue(device.as<LossTotals>());
+  LossTotals host;
+  LS_CHECK_CUDA(cudaMemcpyAsync(&host, device.as<LossTotals>(), sizeof host,
+                                cudaMemcpyDeviceToHost, stream));
   LS_CHECK_CUDA(cudaStreamSynchronize(stream));
   return host;
 }
@@ -163,7 +165,7 @@ LossSums sums_on_host(cudaStream_t stream, Enqueue enqueue) {
 
 void softmax_cross_entropy_sums_cuda(const float* logits, const int32_t* labels,
                                      const float* weights, int batch, int classes, float scale,
-                                     float* dlogits, LossSums* sums, cudaStream_t stream) {
+                                     float* dlogits, LossTotals* sums, cudaStream_t stream) {
   check_sizes(batch, classes, "softmax_cross_entropy_sums_cuda");
   if (batch == 0) return;
   cuda::StreamScratch stats(size_t(batch) * kStats * sizeof(double), stream);
@@ -173,12 +175,12 @@ void softmax_cross_entropy_sums_cuda(const float* logits, const int32_t* labels,
   add_row_stats(stats.as<double>(), batch, sums, stream);
 }
 
-LossResult softmax_cross_entropy_cuda(const float* logits, const int32_t* labels,
+LossTotals softmax_cross_entropy_cuda(const float* logits, const int32_t* labels,
                                       const float* weights, int batch, int classes, float scale,
                                       float* dlogits, cudaStream_t stream) {
   check_sizes(batch, classes, "softmax_cross_entropy_cuda");
   if (batch == 0) return {};
-  const LossSums s = sums_on_host(stream, [&](LossSums* device) {
+  const LossTotals s = sums_on_host(stream, [&](LossTotals* device) {
     softmax_cross_entropy_sums_cuda(logits, labels, weights, batch, classes, scale, dlogits, device,
                                     stream);
   });
@@ -186,11 +188,11 @@ LossResult softmax_cross_entropy_cuda(const float* logits, const int32_t* labels
     throw std::out_of_range("softmax_cross_entropy_cuda: " +
                             std::to_string(static_cast<long long>(s.invalid_labels)) +
                             " label(s) outside [0, " + std::to_string(classes) + ")");
-  return {s.loss_sum, s.correct};
+  return s;
 }
 
 void mse_sums_cuda(const float* pred, const float* target, const float* weights, int batch, int dim,
-                   float scale, float* dpred, LossSums* sums, cudaStream_t stream) {
+                   float scale, float* dpred, LossTotals* sums, cudaStream_t stream) {
   check_sizes(batch, dim, "mse_sums_cuda");
   if (batch == 0) return;
   cuda::StreamScratch stats(size_t(batch) * kStats * sizeof(double), stream);
@@ -201,14 +203,14 @@ void mse_sums_cuda(const float* pred, const float* target, const float* weights,
   add_row_stats(stats.as<double>(), batch, sums, stream);
 }
 
-LossResult mse_cuda(const float* pred, const float* target, const float* weights, int batch,
+LossTotals mse_cuda(const float* pred, const float* target, const float* weights, int batch,
                     int dim, float scale, float* dpred, cudaStream_t stream) {
   check_sizes(batch, dim, "mse_cuda");
   if (batch == 0) return {};
-  const LossSums s = sums_on_host(stream, [&](LossSums* device) {
+  const LossTotals s = sums_on_host(stream, [&](LossTotals* device) {
     mse_sums_cuda(pred, target, weights, batch, dim, scale, dpred, device, stream);
   });
-  return {s.loss_sum, s.correct};
+  return s;
 }
 
 }  // namespace lockstep::kernels

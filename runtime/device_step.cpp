@@ -1,5 +1,6 @@
 #include "runtime/device_step.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -65,9 +66,9 @@ struct Slot {
   bool used = false;
 };
 
-// Device scalars: LossSums (3 doubles) then the gradient norm.
-constexpr size_t kNorm = 3;
-static_assert(sizeof(kernels::LossSums) == kNorm * sizeof(double));
+// Device scalars: a LossTotals (4 doubles) then the gradient norm.
+constexpr size_t kNorm = 4;
+static_assert(sizeof(LossTotals) == kNorm * sizeof(double));
 
 template <class T>
 void stage(void* pinned, const std::vector<T>& v, size_t count, size_t capacity, const char* what) {
@@ -98,12 +99,14 @@ void require_cuda_training() {
 }
 
 struct DeviceStep::Impl {
-  Impl(size_t input_size, int outputs, int max_rows, bool classification)
-      : input_size(input_size), outputs(outputs), classification(classification),
-        y_width(classification ? 1 : static_cast<size_t>(outputs)), scalars(DeviceKind::cuda, 4),
-        timer(compute.get()), compute_trace(compute.get(), "GPU stream: compute"),
+  explicit Impl(const StepShape& shape)
+      : input_size(shape.input_size), outputs(shape.outputs),
+        classification(shape.classification),
+        y_width(classification ? 1 : static_cast<size_t>(outputs)),
+        scalars(DeviceKind::cuda, kNorm + 1), timer(compute.get()),
+        compute_trace(compute.get(), "GPU stream: compute"),
         copy_trace(copy.get(), "GPU stream: copy") {
-    const size_t rows = static_cast<size_t>(max_rows);
+    const size_t rows = static_cast<size_t>(shape.max_rows);
     for (auto& s : slots) s = std::make_unique<Slot>(rows * input_size, rows * y_width, rows);
   }
   size_t input_size;
@@ -114,14 +117,14 @@ struct DeviceStep::Impl {
   std::unique_ptr<Slot> slots[2];
   int next = 0, current = -1;
   int current_rows = 0;
+  double samples = 0;  // the host's count of the valid rows since the last finish()
   Buffer<double> scalars;
   DeviceTimer timer;
   GpuTrace compute_trace, copy_trace;
-  kernels::LossSums* sums() { return reinterpret_cast<kernels::LossSums*>(scalars.data()); }
+  LossTotals* sums() { return reinterpret_cast<LossTotals*>(scalars.data()); }
 };
 
-DeviceStep::DeviceStep(size_t input_size, int outputs, int max_rows, bool classification)
-    : impl_(std::make_unique<Impl>(input_size, outputs, max_rows, classification)) {}
+DeviceStep::DeviceStep(const StepShape& shape) : impl_(std::make_unique<Impl>(shape)) {}
 
 DeviceStep::~DeviceStep() {
   // The device buffers are freed after the queued work that reads them.
@@ -135,9 +138,11 @@ DeviceStep::~DeviceStep() {
   }
 }
 
-cudaStream_t DeviceStep::stream() const { return impl_->compute.get(); }
-DeviceTimer& DeviceStep::timer() { return impl_->timer; }
-GpuTrace& DeviceStep::compute_trace() { return impl_->compute_trace; }
+ModelPlacement DeviceStep::placement(Precision precision) {
+  return {DeviceKind::cuda, impl_->compute.get(), precision, &impl_->compute_trace};
+}
+DeviceTimer* DeviceStep::timer() { return &impl_->timer; }
+GpuTrace* DeviceStep::trace() { return &impl_->compute_trace; }
 
 const float* DeviceStep::upload(const Batch& b) {
   Impl& m = *impl_;
@@ -171,8 +176,9 @@ const float* DeviceStep::upload(const Batch& b) {
   return s.x.data();
 }
 
-void DeviceStep::loss(const float* out, int rows, float scale, float* dout) {
+void DeviceStep::loss(const Batch& b, const float* out, float scale, float* dout) {
   Impl& m = *impl_;
+  const int rows = static_cast<int>(b.rows);
   if (m.current < 0 || rows > m.current_rows)
     throw Error("DeviceStep::loss: " + std::to_string(rows) + " rows, but the last upload had " +
                 std::to_string(m.current_rows));
@@ -186,6 +192,7 @@ void DeviceStep::loss(const float* out, int rows, float scale, float* dout) {
     kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
                            m.compute.get());
   m.compute_trace.end();
+  m.samples += static_cast<double>(b.valid);
 }
 
 void DeviceStep::release() {
@@ -193,7 +200,7 @@ void DeviceStep::release() {
   if (m.current >= 0) kernels::cuda_event_record(m.slots[m.current]->consumed.get(), m.compute.get());
 }
 
-DeviceStep::Totals DeviceStep::take(const float* grads, size_t n) {
+Step::Outcome DeviceStep::finish(const float* grads, size_t n) {
   Impl& m = *impl_;
   double* norm = m.scalars.data() + kNorm;
   if (grads != nullptr) {
@@ -201,19 +208,20 @@ DeviceStep::Totals DeviceStep::take(const float* grads, size_t n) {
     kernels::global_norm_device_cuda(grads, n, norm, m.compute.get());
     m.compute_trace.end();
   }
-  double host[4] = {0, 0, 0, 0};
+  double host[kNorm + 1] = {};
   // A synchronous copy through the legacy default stream: it runs after the compute stream's work.
-  m.scalars.read(host, 0, 4);
+  m.scalars.read(host, 0, kNorm + 1);
   kernels::cuda_zero(m.scalars.data(), kNorm * sizeof(double), m.compute.get());
-  if (host[2] > 0)
-    throw Error(std::to_string(static_cast<int64_t>(host[2])) +
+  Outcome o;
+  std::memcpy(&o.totals, host, sizeof o.totals);
+  if (o.totals.invalid_labels > 0)
+    throw Error(std::to_string(static_cast<int64_t>(o.totals.invalid_labels)) +
                 " sample(s) of a batch have a label outside [0, " + std::to_string(m.outputs) +
                 "): the dataset's labels do not match its num_classes");
-  Totals t;
-  t.loss_sum = host[0];
-  t.correct = host[1];
-  t.grad_norm = grads != nullptr ? host[3] : 0.0;
-  return t;
+  o.totals.samples = m.samples;
+  m.samples = 0;
+  o.grads_finite = grads == nullptr || std::isfinite(host[kNorm]);
+  return o;
 }
 
 void DeviceStep::clip(float* grads, size_t n, double max_norm) {

@@ -1,17 +1,12 @@
 #include "runtime/step_guard.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 
 #include "runtime/agree.h"
 #include "runtime/checkpoint.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/signals.h"
-#include "runtime/trace.h"
-#include "runtime/train_checkpoint.h"
-#include "runtime/trainer.h"
 
 namespace lockstep {
 namespace {
@@ -19,25 +14,6 @@ namespace {
 // A save may take longer than a collective on a slow shared file system: the derived checkpoint
 // deadline grants this much time per byte on top of the collective timeout (10 MB/s).
 constexpr double kSaveBytesPerSecond = 10e6;
-
-std::string seconds_text(Millis t) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g s", static_cast<double>(t.count()) / 1000.0);
-  return text;
-}
-
-// NaN and Inf are the floats whose exponent bits are all ones. An OR over integer tests
-// vectorises, unlike a float reduction.
-bool all_finite(const float* x, size_t n) {
-  constexpr uint32_t kExponent = 0x7f800000u;
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & kExponent) == kExponent);
-  }
-  return bad == 0;
-}
 
 }  // namespace
 
@@ -83,11 +59,7 @@ void StepGuard::before_reduce(double local_loss_sum) {
   pending_ = comm_.all_reduce_async(flags_, flags_, 2, DType::i32, ReduceOp::max);
 }
 
-bool StepGuard::update_ok(const float* grads, size_t count, int64_t step, int epoch) {
-  return update_ok(all_finite(grads, count), step, epoch);
-}
-
-bool StepGuard::update_ok(bool grads_finite, int64_t step, int epoch) {
+Verdict StepGuard::check_update(bool grads_finite, int64_t step, int epoch) {
   if (pending_) {
     pending_->wait(comm_.timeout());
     pending_.reset();
@@ -100,14 +72,14 @@ bool StepGuard::update_ok(bool grads_finite, int64_t step, int epoch) {
                                                      : ", writing a checkpoint, then stopping");
   }
   const bool loss_bad = flags_[1] != 0;
-  if (!loss_bad && grads_finite) return true;
+  if (!loss_bad && grads_finite) return Verdict::proceed;
   const std::string what = std::string(loss_bad ? "the loss" : "the averaged gradient") +
                            " is not finite (NaN or Inf) at step " + std::to_string(step + 1) +
                            " (epoch " + std::to_string(epoch + 1) + ")";
   if (options_.on_nan == NanPolicy::skip) {
     ++skipped_;
     LS_LOG(warn) << what << ": step skipped (--on-nan skip), " << skipped_ << " skipped so far";
-    return false;
+    return Verdict::skip;
   }
   std::string keep = last_checkpoint_;
   if (keep.empty() && !options_.checkpoint_dir.empty()) {
@@ -120,58 +92,38 @@ bool StepGuard::update_ok(bool grads_finite, int64_t step, int epoch) {
                    " (lower --lr, clip with --clip-norm, or use --on-nan skip)");
 }
 
-std::string StepGuard::save(Trainer& trainer) {
-  TraceSpan span("checkpoint", "checkpoint");
-  const int64_t step = trainer.state().global_step;
-  trainer.verify_replicas("before the checkpoint at step " + std::to_string(step));
-  std::string path = checkpoint_file_name(options_.checkpoint_dir, step);
-  if (comm_.rank() == 0) {
-    path = save_checkpoint(options_.checkpoint_dir, capture_checkpoint(trainer, comm_.size()),
-                           options_.keep_checkpoints);
-    LS_LOG(info) << "checkpoint at step " << step << ": " << path;
-  }
-  const Millis deadline =
-      checkpoint_deadline(options_, comm_.timeout(), checkpoint_bytes(trainer));
-  try {
-    comm_.barrier_async()->wait(deadline);
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(std::string(e.what()) + " (waiting for rank 0 to write " + path +
-                       "; the checkpoint deadline is " + seconds_text(deadline) +
-                       ": --checkpoint-timeout sets it)");
-  }
+void StepGuard::saved(int64_t step, const std::string& path) {
   last_saved_step_ = step;
   last_checkpoint_ = path;
-  return path;
 }
 
-bool StepGuard::after_step(Trainer& trainer) {
-  const int64_t step = trainer.state().global_step;
-  const bool have_dir = !options_.checkpoint_dir.empty();
+Verdict StepGuard::after_step(int64_t step, int64_t total_steps) {
   if (stopped()) {
-    if (have_dir) save(trainer);
-    stopped_early_ = step < trainer.total_steps();
-    if (stopped_early_)
-      LS_LOG(warn) << "stopped by " << signal_name(stop_signal_) << " after step " << step
-                   << (have_dir ? "; continue with --resume " + options_.checkpoint_dir
-                                : std::string("; no checkpoint was written"));
-    else
-      LS_LOG(warn) << signal_name(stop_signal_) << " arrived during the last step (" << step
-                   << "): training is complete";
-    return true;
+    stopped_early_ = step < total_steps;
+    return Verdict::stop;
   }
-  if (have_dir && options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0)
-    save(trainer);
-  return false;
+  if (keeps_checkpoints() && options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0)
+    return Verdict::save;
+  return Verdict::proceed;
 }
 
-void StepGuard::at_end(Trainer& trainer) {
+void StepGuard::report_stop(int64_t step) const {
+  if (stopped_early_)
+    LS_LOG(warn) << "stopped by " << signal_name(stop_signal_) << " after step " << step
+                 << (keeps_checkpoints() ? "; continue with --resume " + options_.checkpoint_dir
+                                         : std::string("; no checkpoint was written"));
+  else
+    LS_LOG(warn) << signal_name(stop_signal_) << " arrived during the last step (" << step
+                 << "): training is complete";
+}
+
+Verdict StepGuard::at_end(int64_t step) {
   if (skipped_ > 0) {
-    LS_LOG(warn) << skipped_ << " of " << trainer.state().global_step
+    LS_LOG(warn) << skipped_ << " of " << step
                  << " steps were skipped for a non-finite loss or gradient (--on-nan skip)";
   }
-  if (options_.checkpoint_dir.empty() || stopped_early_) return;
-  if (last_saved_step_ == trainer.state().global_step) return;
-  save(trainer);
+  if (!keeps_checkpoints() || stopped_early_ || last_saved_step_ == step) return Verdict::proceed;
+  return Verdict::save;
 }
 
 }  // namespace lockstep

@@ -12,6 +12,9 @@
 // optimizer (its buffers), and the options that decide which samples each step sees: global batch,
 // seed, shuffle, remainder and the training set's row count. The world size may differ: the
 // sequence of global batches does not depend on it (DESIGN.md decision 5).
+//
+// The Trainer saves through write_checkpoint() over its TrainingParts, so this file calls nothing
+// of the Trainer's to write one; the Trainer& forms are for the code above it (resuming, reports).
 // Used by the training thread.
 #pragma once
 
@@ -19,16 +22,39 @@
 #include <string>
 
 #include "runtime/checkpoint.h"
+#include "runtime/communicator.h"
+#include "runtime/step_guard.h"
 
 namespace lockstep {
 
+class Model;
+class Optimizer;
 class Trainer;
+struct TrainConfig;
+struct TrainState;
 
-// The trainer's state now (rank-local; parameters are the same on every rank).
+// What a checkpoint is taken from: the parts of a training run.
+struct TrainingParts {
+  const TrainConfig& config;
+  const TrainState& state;
+  Model& model;
+  Optimizer& optimizer;
+  int64_t steps_per_epoch;
+  int64_t train_rows;
+};
+
+// The run's state now (rank-local; parameters are the same on every rank).
+CheckpointState capture_checkpoint(const TrainingParts& run, int world_size);
 CheckpointState capture_checkpoint(Trainer& trainer, int world_size);
 
-// Bytes of the tensors in a checkpoint of this trainer: the parameters and each optimizer buffer.
+// Bytes of the tensors in a checkpoint of this run: the parameters and each optimizer buffer.
+uint64_t checkpoint_bytes(const TrainingParts& run);
 uint64_t checkpoint_bytes(Trainer& trainer);
+
+// Collective, after a replica check: rank 0 writes a checkpoint of `run` into o.checkpoint_dir,
+// keeping the newest o.keep_checkpoints; every rank waits for it until the checkpoint deadline
+// (step_guard.h), then a TimeoutError names the file and --checkpoint-timeout. Returns the file.
+std::string write_checkpoint(const TrainingParts& run, Communicator& comm, const GuardOptions& o);
 
 // What this trainer's model and optimizer need of a checkpoint.
 CheckpointExpectation expected_checkpoint(Trainer& trainer);

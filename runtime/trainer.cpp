@@ -2,44 +2,26 @@
 
 #include <algorithm>
 #include <climits>
-#include <cmath>
 
-#include "kernels/loss.h"
-#include "kernels/optimizer.h"
 #include "runtime/agree.h"
 #include "runtime/buckets.h"
 #include "runtime/checkpoint_dir.h"
-#include "runtime/config_table.h"
 #include "runtime/device_step.h"
 #include "runtime/error.h"
 #include "runtime/gpu_trace.h"
 #include "runtime/nvtx.h"
+#include "runtime/replica_check.h"
+#include "runtime/run_reporter.h"
 #include "runtime/sharded_loader.h"
+#include "runtime/step.h"
 #include "runtime/step_timer.h"
-#include "runtime/straggler.h"
+#include "runtime/train_checkpoint.h"
 #include "runtime/train_checks.h"
 #include "runtime/trace.h"
 
 namespace lockstep {
 
 namespace {
-
-uint64_t fnv1a(const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-// The batch's loss on the host (CPU layers): its totals, and scale * dLoss/dout into dout.
-kernels::LossResult host_loss(const Batch& b, const float* out, bool classification, int outputs,
-                              float scale, float* dout) {
-  const int rows = static_cast<int>(b.rows);
-  return classification ? kernels::softmax_cross_entropy_cpu(out, b.labels.data(), b.mask.data(),
-                                                             rows, outputs, scale, dout)
-                        : kernels::mse_cpu(out, b.targets.data(), b.mask.data(), rows, outputs,
-                                           scale, dout);
-}
 
 int to_int_dim(int64_t d, const DatasetInfo& info) {
   if (d <= 0 || d > INT32_MAX / 2)
@@ -50,50 +32,8 @@ int to_int_dim(int64_t d, const DatasetInfo& info) {
 
 }  // namespace
 
-LossKind parse_loss(const std::string& text) {
-  if (text == "auto") return LossKind::automatic;
-  if (text == "cross-entropy") return LossKind::cross_entropy;
-  if (text == "mse") return LossKind::mse;
-  throw UsageError("--loss must be auto, cross-entropy or mse, not '" + text + "'");
-}
-
-const char* loss_name(LossKind k) {
-  switch (k) {
-    case LossKind::automatic: return "auto";
-    case LossKind::cross_entropy: return "cross-entropy";
-    case LossKind::mse: return "mse";
-  }
-  return "?";
-}
-
-void validate(const TrainConfig& c, int world_size) {
-  check_config_options(c);  // each option's own rule (config_table.h); then those across options
-  if (c.global_batch % c.grad_accum != 0)
-    throw UsageError("--global-batch " + std::to_string(c.global_batch) +
-                     " does not split into --grad-accum " + std::to_string(c.grad_accum) +
-                     " equal micro-batches");
-  int64_t micro = c.global_batch / c.grad_accum;
-  if (micro % world_size != 0) {
-    if (c.grad_accum == 1)
-      throw UsageError("--global-batch " + std::to_string(c.global_batch) +
-                       " is not divisible by the " + std::to_string(world_size) +
-                       " ranks: " + suggest_batch_sizes(c.global_batch, world_size));
-    throw UsageError("--global-batch " + std::to_string(c.global_batch) + " with --grad-accum " +
-                     std::to_string(c.grad_accum) + " gives micro-batches of " +
-                     std::to_string(micro) + ", not divisible by the " +
-                     std::to_string(world_size) + " ranks: use a multiple of " +
-                     std::to_string(int64_t{c.grad_accum} * world_size));
-  }
-  if (c.steps == 0 && c.epochs < 1)
-    throw UsageError("--epochs must be >= 1 (or set --steps), not " + std::to_string(c.epochs));
-  if (c.precision == Precision::bf16 && c.device != DeviceKind::cuda)
-    throw UsageError("--precision bf16 needs --device cuda (the CPU layers compute in fp32)");
-  validate(c.optimizer);
-  validate(c.guard);
-}
-
 struct Trainer::Impl {
-  std::unique_ptr<DeviceStep> device;  // cuda only; first, so that it outlives what uses its stream
+  std::unique_ptr<Step> step;  // first, so that it outlives what uses its stream
   DatasetInfo info;
   bool classification = true;
   int outputs = 0;
@@ -101,14 +41,13 @@ struct Trainer::Impl {
   int64_t steps_per_epoch = 0;
   LrSchedule schedule;
   std::unique_ptr<ShardedLoader> train, test;
-  std::unique_ptr<Progress> progress;
+  std::unique_ptr<RunReporter> reporter;
   Batch batch;
-  std::unique_ptr<StepTimer> timer;  // after `device`: it may hold the device's DeviceTimer
+  std::unique_ptr<StepTimer> timer;  // after `step`: it may hold the step's DeviceTimer
   double last_eval_step = -1;  // global step of the last evaluation
   EvalResult last_eval;
   std::unique_ptr<StepGuard> guard;
   std::unique_ptr<BucketReducer> reducer;
-  StragglerWatch straggler;
 };
 
 Trainer::Trainer(Communicator& comm, const TrainConfig& config)
@@ -117,70 +56,82 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
       grad_comm_(comm),
       config_(config),
       impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
   // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a
   // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
   // before any collective.
   require_host_buffers(comm_, "the trainer");
-  const int P = comm_.size(), rank = comm_.rank();
   std::string problem;
   try {
-    validate(config_, P);
-    if (config_.device == DeviceKind::cuda) require_cuda_training();
-    ModelSpec spec = parse_model_spec(config_.model);
-    m.info = inspect_training_data(config_);  // resolves --loss auto (train_checks.h)
-    DatasetSpec test_spec = config_.train;
-    test_spec.group = config_.test_group;
-    m.classification = m.info.classification;
-    m.outputs = m.classification ? m.info.num_classes : m.info.target_dim;
-
-    const int64_t B = config_.global_batch, K = config_.grad_accum;
-    m.micro_rows = B / K / P;
-    m.steps_per_epoch = config_.drop_remainder ? m.info.rows / B : (m.info.rows + B - 1) / B;
-    check_batch_fits(config_, m.info, m.outputs, m.micro_rows);
-
-    SampleShape input;
-    for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
-    ModelPlacement place;
-    if (config_.device == DeviceKind::cuda) {
-      m.device = std::make_unique<DeviceStep>(shape_size(input), m.outputs,
-                                              static_cast<int>(m.micro_rows), m.classification);
-      place = {DeviceKind::cuda, m.device->stream(), config_.precision, &m.device->compute_trace()};
-    }
-    m.timer = std::make_unique<StepTimer>(times_, hook_, m.device ? &m.device->timer() : nullptr);
-    model_ = std::make_unique<Model>(spec, input, m.outputs, static_cast<int>(m.micro_rows), place);
-    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
-                                             place.device, place.stream);
-    m.reducer = std::make_unique<BucketReducer>(
-        grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
-        config_.grad_reduce_dtype, place.device, place.stream);
-
-    LoaderOptions lo;
-    lo.global_batch = B / K;
-    lo.seed = config_.seed;
-    lo.shuffle = config_.shuffle;
-    lo.drop_remainder = config_.drop_remainder;
-    lo.prefetch = config_.prefetch;
-    m.train = std::make_unique<ShardedLoader>(config_.train, lo, rank, P);
-    LoaderOptions eo = lo;
-    eo.global_batch = m.micro_rows * P;
-    eo.shuffle = false;
-    eo.drop_remainder = false;
-    m.test = std::make_unique<ShardedLoader>(test_spec, eo, rank, P);
-
-    m.schedule.kind = config_.lr_schedule;
-    m.schedule.peak_lr = scaled_lr(config_.lr, config_.lr_scaling, B, config_.base_batch);
-    m.schedule.warmup_steps = config_.warmup_steps;
-    m.schedule.total_steps = total_steps();
-    m.schedule.min_lr = config_.min_lr;
-    m.progress = std::make_unique<Progress>(config_.print && rank == 0, config_.progress_bar,
-                                            m.classification, config_.metrics_path);
-    m.guard = std::make_unique<StepGuard>(comm_, config_.guard);
+    build();
   } catch (const UsageError& e) {
     problem = e.what();
   }
   agree_or_throw(comm_, problem.empty(), problem);
   prepare_checkpoint_dir(config_.guard, comm_);
+}
+
+void Trainer::build() {
+  Impl& m = *impl_;
+  validate(config_, comm_.size());
+  if (config_.device == DeviceKind::cuda) require_cuda_training();
+  ModelSpec spec = parse_model_spec(config_.model);
+  m.info = inspect_training_data(config_);  // resolves --loss auto (train_checks.h)
+  m.classification = m.info.classification;
+  m.outputs = m.classification ? m.info.num_classes : m.info.target_dim;
+  const int64_t B = config_.global_batch;
+  m.micro_rows = B / config_.grad_accum / comm_.size();
+  m.steps_per_epoch = config_.drop_remainder ? m.info.rows / B : (m.info.rows + B - 1) / B;
+  check_batch_fits(config_, m.info, m.outputs, m.micro_rows);
+
+  SampleShape input;
+  for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
+  const int rows = static_cast<int>(m.micro_rows);
+  m.step = make_step(config_.device, {shape_size(input), m.outputs, rows, m.classification});
+  const ModelPlacement place = m.step->placement(config_.precision);
+  m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
+  model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place);
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
+                                           place.device, place.stream);
+  m.reducer = std::make_unique<BucketReducer>(
+      grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
+      config_.grad_reduce_dtype, place.device, place.stream);
+  open_loaders();
+
+  m.schedule.kind = config_.lr_schedule;
+  m.schedule.peak_lr = scaled_lr(config_.lr, config_.lr_scaling, B, config_.base_batch);
+  m.schedule.warmup_steps = config_.warmup_steps;
+  m.schedule.total_steps = total_steps();
+  m.schedule.min_lr = config_.min_lr;
+  ReportOptions ro;
+  ro.print = config_.print && comm_.rank() == 0;
+  ro.progress_bar = config_.progress_bar;
+  ro.classification = m.classification;
+  ro.metrics_path = config_.metrics_path;
+  ro.log_every = config_.log_every;
+  ro.straggler_every = config_.straggler_every;
+  ro.steps_per_epoch = m.steps_per_epoch;
+  ro.total_steps = total_steps();
+  m.reporter = std::make_unique<RunReporter>(comm_, ro);
+  m.guard = std::make_unique<StepGuard>(comm_, config_.guard);
+}
+
+void Trainer::open_loaders() {
+  Impl& m = *impl_;
+  const int P = comm_.size(), rank = comm_.rank();
+  LoaderOptions lo;
+  lo.global_batch = config_.global_batch / config_.grad_accum;
+  lo.seed = config_.seed;
+  lo.shuffle = config_.shuffle;
+  lo.drop_remainder = config_.drop_remainder;
+  lo.prefetch = config_.prefetch;
+  m.train = std::make_unique<ShardedLoader>(config_.train, lo, rank, P);
+  DatasetSpec test_spec = config_.train;
+  test_spec.group = config_.test_group;
+  LoaderOptions eo = lo;
+  eo.global_batch = m.micro_rows * P;
+  eo.shuffle = false;
+  eo.drop_remainder = false;
+  m.test = std::make_unique<ShardedLoader>(test_spec, eo, rank, P);
 }
 
 Trainer::~Trainer() = default;
@@ -199,13 +150,10 @@ double Trainer::lr_at_step(int64_t global_step) const {
 
 void Trainer::init_params() {
   if (comm_.rank() == 0) model_->init_params(config_.seed);
-  if (model_->device() == DeviceKind::cpu) {
-    comm_.broadcast(model_->params(), model_->param_count(), DType::f32, 0);
-  } else {
-    std::vector<float> host = model_->params_to_host();
-    comm_.broadcast(host.data(), host.size(), DType::f32, 0);
-    model_->write_params(0, host.data(), host.size());
-  }
+  // Through host memory, where the communicator of host values reads (a copy on the CPU).
+  std::vector<float> host = model_->params_to_host();
+  comm_.broadcast(host.data(), host.size(), DType::f32, 0);
+  model_->write_params(0, host.data(), host.size());
   initialized_ = true;
   verify_replicas("after the initial broadcast");
 }
@@ -216,66 +164,26 @@ void Trainer::restore(const TrainState& state) {
 }
 
 void Trainer::verify_replicas(const std::string& when) {
-  const std::vector<float> params = model_->params_to_host();  // a copy down from a GPU
-  int64_t mine = static_cast<int64_t>(fnv1a(params.data(), params.size() * sizeof(float)));
-  std::vector<int64_t> all(static_cast<size_t>(comm_.size()));
-  comm_.all_gather(&mine, all.data(), 1, DType::i64);
-  std::string bad;
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0]) {
-      if (!bad.empty()) bad += ", ";
-      bad += std::to_string(r);
-    }
-  if (!bad.empty())
-    throw Error("replica check failed " + when + ": the parameters of rank(s) " + bad +
-                " differ from rank 0's (checksums of the flat parameter buffer disagree); the "
-                "ranks no longer train the same model");
+  check_replicas(comm_, model_->params_to_host(), when);  // a copy down from a GPU
 }
 
-void Trainer::train_step(double sums[3]) {
+LossTotals Trainer::train_step() {
   Impl& m = *impl_;
-  StepTimer& timer = *m.timer;  // device phases on a GPU (step_times.h)
-  const double t_start = timer.start_step();
+  const double t_start = m.timer->start_step();  // device phases on a GPU (step_times.h)
   const int64_t B = config_.global_batch;
   const int64_t first_row = state_.step_in_epoch * B;
   const int64_t want_valid = config_.drop_remainder ? B : std::min(B, m.info.rows - first_row);
   const float scale = 1.0f / static_cast<float>(want_valid);
-  int64_t got_valid = 0;
   // Nsight sees the same phases as the trace and the step-time breakdown (nvtx.h).
   NvtxRange step_range("step", "step");
   NvtxPhases phases;
   model_->zero_grads();
   m.reducer->start_step(model_->grads());
+  int64_t got_valid = 0;
   for (int j = 0; j < config_.grad_accum; ++j) {
     phases.next("data wait", "data");
     if (!m.train->next(m.batch)) break;
-    const float* x = m.device ? m.device->upload(m.batch) : m.batch.x.data();
-    timer.data_ready();
-    phases.next("forward", "forward");
-    timer.forward_begin();
-    const int rows = static_cast<int>(m.batch.rows);
-    const float* out = model_->forward(x, rows);
-    // On a GPU the loss totals stay on the device until the step's end (DeviceStep::take).
-    kernels::LossResult r;
-    if (m.device)
-      m.device->loss(out, rows, scale, model_->output_grad());
-    else
-      r = host_loss(m.batch, out, m.classification, m.outputs, scale, model_->output_grad());
-    timer.forward_end();
-    phases.next("backward", "backward");
-    // Only the last micro-batch's backward finishes the gradients, so only it starts reductions.
-    if (j + 1 == config_.grad_accum)
-      model_->backward(rows, [&](int layer) {
-        timer.backward_progress();
-        m.reducer->layer_done(layer);
-      });
-    else
-      model_->backward(rows);
-    if (m.device) m.device->release();
-    timer.backward_end();
-    sums[0] += r.loss_sum;
-    sums[1] += r.correct;
-    sums[2] += static_cast<double>(m.batch.valid);
+    micro_batch(scale, j + 1 == config_.grad_accum, phases);
     got_valid += m.batch.global_valid;
   }
   if (got_valid != want_valid)
@@ -283,38 +191,11 @@ void Trainer::train_step(double sums[3]) {
                 std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
                 " samples from the loader, expected " + std::to_string(want_valid));
   phases.next("all_reduce", "collective");
-  if (!m.device) m.guard->before_reduce(sums[0]);
-  m.reducer->wait_all();
-  timer.reduced();
-  phases.next("optimizer", "optimizer");
-  bool apply;
-  if (m.device) {
-    // One read-back per step: the loss totals and the norm of the reduced gradient, which must be
-    // known on the host to decide the step. The guard's flags go out only now that the local loss
-    // is known (a round trip more than on the CPU, where they travel with the gradients).
-    DeviceStep::Totals d = m.device->take(model_->grads(), model_->param_count());
-    timer.collect(/*synced=*/true);  // the read-back waited for the stream
-    sums[0] += d.loss_sum;
-    sums[1] += d.correct;
-    m.guard->before_reduce(sums[0]);
-    apply = m.guard->update_ok(std::isfinite(d.grad_norm), state_.global_step, state_.epoch);
-  } else {
-    apply = m.guard->update_ok(model_->grads(), model_->param_count(), state_.global_step,
-                               state_.epoch);
-  }
-  if (!apply) sums[0] = sums[1] = sums[2] = 0;  // a skipped step stays out of the reported loss
-  if (apply && config_.clip_norm > 0) {
-    if (m.device)
-      m.device->clip(model_->grads(), model_->param_count(), config_.clip_norm);
-    else
-      kernels::clip_by_global_norm_cpu(model_->grads(), model_->param_count(), config_.clip_norm);
-  }
-  if (apply) {
-    GpuSpan span(m.device ? &m.device->compute_trace() : nullptr, "optimizer update", "optimizer");
-    optimizer_->step(model_->params(), model_->grads(),
-                     static_cast<float>(lr_at_step(state_.global_step)));
-  }
-  const double t_end = timer.updated();
+  const Step::Outcome o = reduce_gradients(phases);
+  const bool apply = m.guard->check_update(o.grads_finite, state_.global_step, state_.epoch) ==
+                     Verdict::proceed;
+  if (apply) update();
+  const double t_end = m.timer->updated();
   phases.done();
   times_.total += t_end - t_start;
   times_.steps += 1;
@@ -322,63 +203,123 @@ void Trainer::train_step(double sums[3]) {
   state_.step_in_epoch += 1;
   state_.global_step += 1;
   state_.samples_seen += want_valid;
+  return apply ? o.totals : LossTotals{};  // a skipped step stays out of the reported loss
+}
+
+void Trainer::micro_batch(float scale, bool last, NvtxPhases& phases) {
+  Impl& m = *impl_;
+  StepTimer& timer = *m.timer;
+  const float* x = m.step->upload(m.batch);
+  timer.data_ready();
+  phases.next("forward", "forward");
+  timer.forward_begin();
+  const int rows = static_cast<int>(m.batch.rows);
+  const float* out = model_->forward(x, rows);
+  m.step->loss(m.batch, out, scale, model_->output_grad());
+  timer.forward_end();
+  phases.next("backward", "backward");
+  // Only the last micro-batch's backward finishes the gradients, so only it starts reductions.
+  if (last)
+    model_->backward(rows, [&](int layer) {
+      timer.backward_progress();
+      m.reducer->layer_done(layer);
+    });
+  else
+    model_->backward(rows);
+  m.step->release();
+  timer.backward_end();
+}
+
+Step::Outcome Trainer::reduce_gradients(NvtxPhases& phases) {
+  Impl& m = *impl_;
+  // The guard's flags travel with the gradients when the local loss is known before they are
+  // reduced; otherwise they leave after the step's read-back (a round trip more).
+  const LossTotals* early = m.step->totals_before_reduce();
+  if (early != nullptr) m.guard->before_reduce(early->loss_sum);
+  m.reducer->wait_all();
+  m.timer->reduced();
+  phases.next("optimizer", "optimizer");
+  const Step::Outcome o = m.step->finish(model_->grads(), model_->param_count());
+  m.timer->collect(/*synced=*/true);  // on a device, finish() has waited for the stream
+  if (early == nullptr) m.guard->before_reduce(o.totals.loss_sum);
+  return o;
+}
+
+void Trainer::update() {
+  Impl& m = *impl_;
+  if (config_.clip_norm > 0)
+    m.step->clip(model_->grads(), model_->param_count(), config_.clip_norm);
+  GpuSpan span(m.step->trace(), "optimizer update", "optimizer");
+  optimizer_->step(model_->params(), model_->grads(),
+                   static_cast<float>(lr_at_step(state_.global_step)));
 }
 
 EvalResult Trainer::evaluate() {
   TraceSpan span("evaluate", "evaluation");
   Impl& m = *impl_;
-  double sums[3] = {0, 0, 0};
   m.test->start_epoch(0);
   while (m.test->next(m.batch)) {
-    const int rows = static_cast<int>(m.batch.rows);
-    const float* out = model_->forward(m.device ? m.device->upload(m.batch) : m.batch.x.data(), rows);
-    sums[2] += static_cast<double>(m.batch.valid);
-    if (m.device) {  // totals summed on the device, read back once below
-      m.device->loss(out, rows, 0.0f, nullptr);
-      m.device->release();
-      continue;
-    }
-    kernels::LossResult r = host_loss(m.batch, out, m.classification, m.outputs, 0.0f, nullptr);
-    sums[0] += r.loss_sum;
-    sums[1] += r.correct;
+    const float* out = model_->forward(m.step->upload(m.batch), static_cast<int>(m.batch.rows));
+    m.step->loss(m.batch, out, 0.0f, nullptr);
+    m.step->release();
   }
-  if (m.device) {
-    DeviceStep::Totals d = m.device->take();
-    sums[0] = d.loss_sum;
-    sums[1] = d.correct;
-  }
-  comm_.all_reduce_inplace(sums, 3, ReduceOp::sum);
+  LossTotals t = m.step->finish(nullptr, 0).totals;
+  sum_over_ranks(comm_, t);
   EvalResult e;
-  e.samples = static_cast<int64_t>(sums[2]);
-  if (sums[2] > 0) {
-    e.loss = sums[0] / sums[2];
-    e.accuracy = sums[1] / sums[2];
-  }
+  e.samples = static_cast<int64_t>(t.samples);
+  e.loss = t.mean_loss();
+  e.accuracy = t.accuracy();
   m.last_eval_step = static_cast<double>(state_.global_step);
   m.last_eval = e;
   return e;
 }
 
-void Trainer::report(double window[3], const StepTimes& since, int epochs_shown) {
+void Trainer::observe_step(const LossTotals& step) {
+  const int64_t done = state_.global_step;
+  if (config_.check_every > 0 && done % config_.check_every == 0)
+    verify_replicas("at step " + std::to_string(done));
+  impl_->reporter->after_step(state_, step, times_, lr_at_step(done - 1));
+}
+
+bool Trainer::act_on(Verdict v) {
+  StepGuard& guard = *impl_->guard;
+  if (v == Verdict::save || (v == Verdict::stop && guard.keeps_checkpoints())) save_checkpoint();
+  if (v != Verdict::stop) return false;
+  guard.report_stop(state_.global_step);
+  return true;
+}
+
+void Trainer::save_checkpoint() {
+  TraceSpan span("checkpoint", "checkpoint");
+  const int64_t step = state_.global_step;
+  verify_replicas("before the checkpoint at step " + std::to_string(step));
+  const TrainingParts parts{config_, state_, *model_, *optimizer_, steps_per_epoch(),
+                            impl_->info.rows};
+  impl_->guard->saved(step, write_checkpoint(parts, comm_, config_.guard));
+}
+
+bool Trainer::run_epoch(EpochSummary& s) {
   Impl& m = *impl_;
-  comm_.all_reduce_inplace(window, 3, ReduceOp::sum);
-  StepTimes w = times_.minus(since);
-  ProgressReport r;
-  r.epoch = state_.epoch + 1;
-  r.epochs = epochs_shown;
-  r.step_in_epoch = state_.step_in_epoch;
-  r.steps_per_epoch = m.steps_per_epoch;
-  r.global_step = state_.global_step;
-  r.total_steps = total_steps();
-  r.loss = window[2] > 0 ? window[0] / window[2] : 0;
-  r.accuracy = window[2] > 0 ? window[1] / window[2] : 0;
-  r.lr = lr_at_step(state_.global_step - 1);
-  r.samples_per_second = w.total > 0 ? static_cast<double>(w.samples) / w.total : 0;
-  r.data_wait_share = w.total > 0 ? w.data / w.total : 0;
-  double per_step = times_.steps > 0 ? times_.total / static_cast<double>(times_.steps) : 0;
-  r.eta_seconds = per_step * static_cast<double>(total_steps() - state_.global_step);
-  m.progress->report(r);
-  window[0] = window[1] = window[2] = 0;
+  m.train->start_epoch(state_.epoch, state_.step_in_epoch * config_.grad_accum);
+  const StepTimes epoch_start = times_;
+  LossTotals epoch;
+  Stopwatch clock;
+  while (state_.step_in_epoch < m.steps_per_epoch && state_.global_step < total_steps()) {
+    const LossTotals step = train_step();
+    epoch += step;
+    observe_step(step);
+    if (act_on(m.guard->after_step(state_.global_step, total_steps()))) break;
+  }
+  if (m.guard->stopped_early()) return false;
+  s = m.reporter->epoch_summary(state_, epoch, times_.minus(epoch_start));
+  if (config_.eval_every_epoch) s.test = evaluate();
+  s.seconds = clock.seconds();
+  if (config_.eval_every_epoch) m.reporter->epoch_end(s);
+  if (state_.step_in_epoch == m.steps_per_epoch) {
+    state_.epoch += 1;
+    state_.step_in_epoch = 0;
+  }
+  return true;
 }
 
 TrainResult Trainer::run() {
@@ -387,69 +328,18 @@ TrainResult Trainer::run() {
     init_params();
   else
     verify_replicas("when resuming");
-  const int64_t total = total_steps();
-  const int64_t spe = m.steps_per_epoch;
-  const int epochs_shown = static_cast<int>((total + spe - 1) / spe);
   TrainResult result;
   const StepTimes at_start = times_;
-  double window[3] = {0, 0, 0};
-  StepTimes window_start = times_;
-  while (state_.global_step < total) {
-    m.train->start_epoch(state_.epoch, state_.step_in_epoch * config_.grad_accum);
-    const StepTimes epoch_start = times_;
-    double epoch_sums[3] = {0, 0, 0};
-    Stopwatch epoch_clock;
-    while (state_.step_in_epoch < spe && state_.global_step < total) {
-      double step_sums[3] = {0, 0, 0};
-      train_step(step_sums);
-      for (int i = 0; i < 3; ++i) {
-        window[i] += step_sums[i];
-        epoch_sums[i] += step_sums[i];
-      }
-      if (config_.check_every > 0 && state_.global_step % config_.check_every == 0)
-        verify_replicas("at step " + std::to_string(state_.global_step));
-      bool epoch_over = state_.step_in_epoch == spe || state_.global_step == total;
-      if (state_.global_step % config_.log_every == 0 || epoch_over) {
-        report(window, window_start, epochs_shown);
-        window_start = times_;
-      } else {
-        ProgressReport tick;
-        tick.epoch = state_.epoch + 1;
-        tick.epochs = epochs_shown;
-        tick.step_in_epoch = state_.step_in_epoch;
-        tick.steps_per_epoch = spe;
-        double per_step = times_.total / static_cast<double>(times_.steps);
-        tick.eta_seconds = per_step * static_cast<double>(total - state_.global_step);
-        m.progress->tick(tick);
-      }
-      if (config_.straggler_every > 0 && state_.global_step % config_.straggler_every == 0) {
-        StragglerReport s = m.straggler.measure(comm_, times_, state_.global_step);
-        m.progress->note(s.text(), s.json());
-      }
-      if (m.guard->after_step(*this)) break;
-    }
-    if (m.guard->stopped_early()) break;
-    comm_.all_reduce_inplace(epoch_sums, 3, ReduceOp::sum);
-    StepTimes et = times_.minus(epoch_start);
+  m.reporter->start(times_);
+  while (state_.global_step < total_steps()) {
     EpochSummary s;
-    s.epoch = state_.epoch + 1;
-    s.global_step = state_.global_step;
-    s.train_loss = epoch_sums[2] > 0 ? epoch_sums[0] / epoch_sums[2] : 0;
-    s.train_accuracy = epoch_sums[2] > 0 ? epoch_sums[1] / epoch_sums[2] : 0;
-    s.samples_per_second = et.total > 0 ? static_cast<double>(et.samples) / et.total : 0;
-    if (config_.eval_every_epoch) s.test = evaluate();
-    s.seconds = epoch_clock.seconds();
-    if (config_.eval_every_epoch) m.progress->epoch_end(s, epochs_shown);
+    if (!run_epoch(s)) break;
     result.epochs.push_back(s);
-    if (state_.step_in_epoch == spe) {
-      state_.epoch += 1;
-      state_.step_in_epoch = 0;
-    }
   }
-  m.progress->finish_line();
+  m.reporter->finish_line();
   m.timer->flush();  // a GPU's last phases, before the times are read
   verify_replicas("at the end of training");
-  m.guard->at_end(*this);
+  act_on(m.guard->at_end(state_.global_step));
   if (!m.guard->stopped_early())
     result.test = m.last_eval_step == static_cast<double>(state_.global_step) ? m.last_eval
                                                                              : evaluate();

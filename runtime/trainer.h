@@ -15,8 +15,11 @@
 // The state a checkpoint needs is reachable: model() (flat parameters), optimizer() (its state
 // buffers and step count), state() (epoch, step, position), config() (the seed drives both the
 // initialisation and each epoch's shuffle, so nothing else is random). restore() continues a run.
-// Devices (TrainConfig::device): on cuda the model, its gradients, the optimizer state and the
-// loss sums live on the current CUDA device and a DeviceStep (device_step.h) feeds it; the
+// Devices (TrainConfig::device): the device-specific part of every step is a Step (step.h), made
+// once here: a HostStep on the CPU, a DeviceStep on cuda, where the model, its gradients, the
+// optimizer state and the loss totals live on the current CUDA device. The guard (step_guard.h)
+// decides what happens around a step and the trainer acts on its verdicts (it writes the
+// checkpoints, train_checkpoint.h); the
 // gradient buckets are reduced over the communicator given, in place when it takes device buffers
 // (nccl; mpi staging them), else copied through host memory. Loss sums, flags, checksums and
 // agreements are host values: they go over the communicator given when it takes host buffers, and
@@ -40,10 +43,14 @@
 #include "runtime/optimizer.h"
 #include "runtime/precision.h"
 #include "runtime/progress.h"
+#include "runtime/step.h"
 #include "runtime/step_guard.h"
 #include "runtime/step_times.h"
+#include "runtime/train_state.h"
 
 namespace lockstep {
+
+class NvtxPhases;
 
 enum class LossKind { automatic, cross_entropy, mse };
 LossKind parse_loss(const std::string& text);  // auto | cross-entropy | mse; UsageError naming --loss
@@ -90,14 +97,6 @@ struct TrainConfig {
 // ranks (throws UsageError): every option's rule from its row (config_table.h), then the rules
 // across options.
 void validate(const TrainConfig& c, int world_size);
-
-// Where a run is. An epoch has steps_per_epoch() steps; global_step counts all updates.
-struct TrainState {
-  int epoch = 0;              // 0-based
-  int64_t step_in_epoch = 0;  // updates already applied in `epoch`
-  int64_t global_step = 0;
-  int64_t samples_seen = 0;   // valid samples trained on, over all ranks
-};
 
 struct TrainResult {
   std::vector<EpochSummary> epochs;
@@ -149,8 +148,16 @@ class Trainer {
 
  private:
   struct Impl;
-  void train_step(double sums[3]);
-  void report(double window[3], const StepTimes& since, int epochs_shown);
+  void build();
+  void open_loaders();
+  LossTotals train_step();  // one update; its totals (none when skipped)
+  void micro_batch(float scale, bool last, NvtxPhases& phases);
+  Step::Outcome reduce_gradients(NvtxPhases& phases);
+  void update();
+  void observe_step(const LossTotals& step);  // replica check and reports after a step
+  bool act_on(Verdict v);   // true: the run ends
+  void save_checkpoint();
+  bool run_epoch(EpochSummary& s);  // false: stopped early
 
   std::unique_ptr<Communicator> own_host_comm_;  // cuda over a device-buffer communicator only
   Communicator& comm_;                           // host values

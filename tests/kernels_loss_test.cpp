@@ -61,7 +61,7 @@ TEST(SoftmaxCrossEntropy, MatchesReferenceWithWeightsAndScale) {
   const float scale = 1.0f / 29.0f;
   const Reference ref = reference_softmax_ce(logits, labels, weights, classes, scale);
   std::vector<float> d(logits.size());
-  const LossResult r = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(),
+  const LossTotals r = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(),
                                                  batch, classes, scale, d.data());
   EXPECT_NEAR(r.loss_sum, ref.loss_sum, 1e-5 * ref.loss_sum);
   EXPECT_NEAR(r.correct, ref.correct, 1e-6);
@@ -71,7 +71,7 @@ TEST(SoftmaxCrossEntropy, MatchesReferenceWithWeightsAndScale) {
   // Null weights mean 1 for every row.
   const std::vector<float> ones(batch, 1.0f);
   const Reference ref1 = reference_softmax_ce(logits, labels, ones, classes, scale);
-  const LossResult r1 = softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr, batch,
+  const LossTotals r1 = softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr, batch,
                                                   classes, scale, d.data());
   EXPECT_NEAR(r1.loss_sum, ref1.loss_sum, 1e-5 * ref1.loss_sum);
   EXPECT_EQ(r1.correct, ref1.correct);
@@ -85,7 +85,7 @@ TEST(SoftmaxCrossEntropy, ZeroWeightRowsContributeNothing) {
   std::vector<float> weights(batch, 1.0f);
   std::vector<float> d_real(logits.size());
   // The first 5 rows alone...
-  const LossResult real = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(), 5,
+  const LossTotals real = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(), 5,
                                                     classes, 0.5f, d_real.data());
   // ...and the same rows followed by 3 padding rows holding garbage, even inf and NaN.
   for (int i = 5; i < batch; ++i) weights[i] = 0.0f;
@@ -93,7 +93,7 @@ TEST(SoftmaxCrossEntropy, ZeroWeightRowsContributeNothing) {
   logits[6 * classes + 1] = std::nanf("");
   logits[7 * classes + 2] = 1e30f;
   std::vector<float> d(logits.size(), 3.0f);
-  const LossResult padded = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(),
+  const LossTotals padded = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(),
                                                       batch, classes, 0.5f, d.data());
   EXPECT_EQ(padded.loss_sum, real.loss_sum);
   EXPECT_EQ(padded.correct, real.correct);
@@ -108,7 +108,7 @@ TEST(SoftmaxCrossEntropy, HugeLogitsStayFinite) {
                                      0.0f,    0.0f};
   const std::vector<int32_t> labels = {0, 1, 2};
   std::vector<float> d(logits.size());
-  const LossResult r =
+  const LossTotals r =
       softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr, 3, classes, 1.0f, d.data());
   // Row 0 loss 0; row 1 loss 1000; row 2 loss = float max (finite, and it must not be inf).
   const double expect = 1000.0 + std::numeric_limits<float>::max();
@@ -168,7 +168,7 @@ TEST(Mse, MatchesReferenceAndFiniteDifferences) {
       grad[k] = scale * weights[i] * 2.0 * e / dim;
     }
   std::vector<float> d(pred.size());
-  const LossResult r =
+  const LossTotals r =
       mse_cpu(pred.data(), target.data(), weights.data(), batch, dim, scale, d.data());
   EXPECT_NEAR(r.loss_sum, loss, 1e-6 * loss);
   EXPECT_EQ(r.correct, 0.0);
@@ -186,7 +186,7 @@ TEST(Mse, ZeroWeightRowsContributeNothing) {
   const std::vector<float> target = {0, 2, 5, 0, 0, 0};
   const std::vector<float> weights = {1, 0};
   std::vector<float> d(6, 9.0f);
-  const LossResult r = mse_cpu(pred.data(), target.data(), weights.data(), 2, dim, 1.0f, d.data());
+  const LossTotals r = mse_cpu(pred.data(), target.data(), weights.data(), 2, dim, 1.0f, d.data());
   EXPECT_DOUBLE_EQ(r.loss_sum, (1.0 + 0.0 + 4.0) / 3.0);
   EXPECT_EQ(d[3], 0.0f);
   EXPECT_EQ(d[4], 0.0f);

@@ -295,12 +295,12 @@ TEST_F(GpuParity, SoftmaxCrossEntropyLossAccuracyAndGradient) {
     }
     const float scale = 1.0f / c.batch;
     Floats dl(logits.size());
-    const lk::LossResult want = lk::softmax_cross_entropy_cpu(
+    const lk::LossTotals want = lk::softmax_cross_entropy_cpu(
         logits.data(), labels.data(), c.weighted ? weights.data() : nullptr, c.batch, c.classes,
         scale, dl.data());
     DeviceArray<float> glog(logits), gw(weights), gdl(logits.size());
     DeviceArray<int32_t> glab(labels);
-    const lk::LossResult got = lk::softmax_cross_entropy_cuda(
+    const lk::LossTotals got = lk::softmax_cross_entropy_cuda(
         glog.get(), glab.get(), c.weighted ? gw.get() : nullptr, c.batch, c.classes, scale,
         gdl.get(), stream_);
     EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * (1 + std::fabs(want.loss_sum)));
@@ -309,21 +309,21 @@ TEST_F(GpuParity, SoftmaxCrossEntropyLossAccuracyAndGradient) {
   }
 }
 
-TEST_F(GpuParity, LossSumsAccumulateOnTheDeviceAndCountBadLabels) {
+TEST_F(GpuParity, LossTotalsAccumulateOnTheDeviceAndCountBadLabels) {
   const int batch = 16, classes = 10;
   const Floats logits = random_floats(batch * classes, rng_, -4.0f, 4.0f);
   std::vector<int32_t> labels(batch, 3);
-  const lk::LossResult one = lk::softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr,
+  const lk::LossTotals one = lk::softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr,
                                                            batch, classes, 1.0f, nullptr);
   DeviceArray<float> glog(logits), gdl(Floats(batch * classes, 5.0f));
   DeviceArray<int32_t> glab(labels);
-  DeviceArray<lk::LossSums> sums(1);
-  lk::cuda_zero(sums.get(), sizeof(lk::LossSums), stream_);
+  DeviceArray<lk::LossTotals> sums(1);
+  lk::cuda_zero(sums.get(), sizeof(lk::LossTotals), stream_);
   for (int step = 0; step < 3; ++step)
     lk::softmax_cross_entropy_sums_cuda(glog.get(), glab.get(), nullptr, batch, classes, 1.0f,
                                         nullptr, sums.get(), stream_);
   sync();
-  const lk::LossSums three = sums.download()[0];
+  const lk::LossTotals three = sums.download()[0];
   EXPECT_NEAR(three.loss_sum, 3 * one.loss_sum, 1e-5 * (1 + 3 * one.loss_sum));
   EXPECT_EQ(three.correct, 3 * one.correct);
   EXPECT_EQ(three.invalid_labels, 0);
@@ -348,10 +348,10 @@ TEST_F(GpuParity, MseLossAndGradient) {
     Floats weights = random_floats(batch, rng_, 0.0f, 1.0f);
     weights[0] = 0.0f;
     Floats dp(pred.size());
-    const lk::LossResult want = lk::mse_cpu(pred.data(), target.data(), weights.data(), batch, dim,
+    const lk::LossTotals want = lk::mse_cpu(pred.data(), target.data(), weights.data(), batch, dim,
                                             0.25f, dp.data());
     DeviceArray<float> gp(pred), gt(target), gw(weights), gdp(pred.size());
-    const lk::LossResult got =
+    const lk::LossTotals got =
         lk::mse_cuda(gp.get(), gt.get(), gw.get(), batch, dim, 0.25f, gdp.get(), stream_);
     EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-9 * (1 + want.loss_sum));
     EXPECT_TRUE(close(gdp.download(), dp, 1e-6));
@@ -479,7 +479,7 @@ TEST_F(GpuParity, WholeTrainingStepOfASmallCnn) {
     lk::relu_forward_cpu(a1.data(), a1.data(), net.act);
     lk::maxpool_forward_cpu(net.pool, a1.data(), a2.data(), arg.data());
     lk::dense_forward_cpu(net.dense, a2.data(), p + net.dense_w, p + net.dense_b, logits.data());
-    const lk::LossResult want = lk::softmax_cross_entropy_cpu(
+    const lk::LossTotals want = lk::softmax_cross_entropy_cpu(
         logits.data(), labels.data(), nullptr, net.kBatch, net.kClasses, scale, dlogits.data());
     lk::dense_backward_cpu(net.dense, a2.data(), p + net.dense_w, dlogits.data(), d2.data(),
                            g + net.dense_w, g + net.dense_b);
@@ -498,7 +498,7 @@ TEST_F(GpuParity, WholeTrainingStepOfASmallCnn) {
     lk::maxpool_forward_cuda(net.pool, g_a1.get(), g_a2.get(), g_arg.get(), stream_);
     lk::dense_forward_cuda(net.dense, g_a2.get(), p + net.dense_w, p + net.dense_b, g_logits.get(),
                            stream_);
-    const lk::LossResult got = lk::softmax_cross_entropy_cuda(
+    const lk::LossTotals got = lk::softmax_cross_entropy_cuda(
         g_logits.get(), g_labels.get(), nullptr, net.kBatch, net.kClasses, scale, g_dlogits.get(),
         stream_);
     lk::dense_backward_cuda(net.dense, g_a2.get(), p + net.dense_w, g_dlogits.get(), g_d2.get(),

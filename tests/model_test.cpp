@@ -36,7 +36,7 @@ std::vector<float> random_vector(size_t n, uint64_t seed) {
 double loss(Model& m, const std::vector<float>& x, const std::vector<float>& t, int batch,
             bool grads, int offset = 0) {
   const float* out = m.forward(x.data() + offset * m.input_size(), batch);
-  kernels::LossResult r = kernels::mse_cpu(out, t.data() + offset * kOutputs, nullptr, batch,
+  kernels::LossTotals r = kernels::mse_cpu(out, t.data() + offset * kOutputs, nullptr, batch,
                                            kOutputs, 1.0f, grads ? m.output_grad() : nullptr);
   if (grads) m.backward(batch);
   return r.loss_sum;

@@ -14,6 +14,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
 #include "runtime/error.h"
+#include "runtime/host_step.h"
 #include "runtime/signals.h"
 #include "runtime/step_guard.h"
 #include "runtime/trainer.h"
@@ -89,7 +90,7 @@ TEST(StepGuard, StopSignalOnOneRankStopsEveryRankAtTheSameStep) {
   for (int step = 0; step < 3; ++step) {
     if (step == 1 && comm->rank() == last) std::raise(SIGTERM);  // handled: sets the flag
     guard.before_reduce(1.0);
-    EXPECT_TRUE(guard.update_ok(g.data(), g.size(), step, 0));
+    EXPECT_EQ(guard.check_update(all_finite(g.data(), g.size()), step, 0), Verdict::proceed);
     EXPECT_EQ(guard.stopped(), step >= 1) << "step " << step;
   }
   EXPECT_EQ(guard.stop_signal(), SIGTERM);
@@ -105,12 +106,14 @@ TEST(StepGuard, NonFiniteLossOnOneRankIsSkippedEverywhere) {
   for (int step = 0; step < 4; ++step) {
     const bool poisoned = step == 2 && comm->rank() == comm->size() / 2;
     guard.before_reduce(poisoned ? std::nan("") : 1.0);
-    EXPECT_EQ(guard.update_ok(g.data(), g.size(), step, 0), step != 2) << "step " << step;
+    EXPECT_EQ(guard.check_update(all_finite(g.data(), g.size()), step, 0),
+              step != 2 ? Verdict::proceed : Verdict::skip)
+        << "step " << step;
   }
   EXPECT_EQ(guard.skipped_steps(), 1);
   g[777] = INFINITY;  // a non-finite averaged gradient is skipped too
   guard.before_reduce(1.0);
-  EXPECT_FALSE(guard.update_ok(g.data(), g.size(), 4, 0));
+  EXPECT_EQ(guard.check_update(all_finite(g.data(), g.size()), 4, 0), Verdict::skip);
   EXPECT_EQ(guard.skipped_steps(), 2);
   EXPECT_FALSE(guard.stopped());
 }
@@ -121,13 +124,33 @@ TEST(StepGuard, NonFiniteLossStopsEveryRankNamingTheStep) {
   std::vector<float> g = finite_grads();
   guard.before_reduce(comm->rank() == 0 ? INFINITY : 2.0);
   try {
-    guard.update_ok(g.data(), g.size(), 41, 2);
+    guard.check_update(all_finite(g.data(), g.size()), 41, 2);
     ADD_FAILURE() << "an infinite loss on rank 0 did not stop rank " << comm->rank();
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("the loss is not finite (NaN or Inf) at step 42 (epoch 3)"),
               std::string::npos) << e.what();
   }
   comm->barrier();
+}
+
+TEST(StepGuard, VerdictsSaveOnTheCheckpointCadenceAndOnceAtTheEnd) {
+  auto comm = make_mpi_communicator();
+  clear_stop_request();
+  GuardOptions o;
+  o.checkpoint_dir = "unused";  // the guard decides; it never writes
+  o.checkpoint_every = 3;
+  StepGuard guard(*comm, o);
+  for (int64_t step = 1; step <= 6; ++step) {
+    const Verdict v = guard.after_step(step, 10);
+    EXPECT_EQ(v, step % 3 == 0 ? Verdict::save : Verdict::proceed) << "step " << step;
+    if (v == Verdict::save) guard.saved(step, "ck-" + std::to_string(step));
+  }
+  EXPECT_EQ(guard.last_checkpoint(), "ck-6");
+  EXPECT_EQ(guard.at_end(6), Verdict::proceed) << "step 6 is saved already";
+  EXPECT_EQ(guard.at_end(7), Verdict::save);
+  StepGuard without_dir(*comm, GuardOptions{});
+  EXPECT_EQ(without_dir.after_step(3, 10), Verdict::proceed);
+  EXPECT_EQ(without_dir.at_end(10), Verdict::proceed);
 }
 
 TEST(StepGuard, OptionsAreChecked) {
