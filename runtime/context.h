@@ -8,11 +8,9 @@
 
 #include "runtime/bootstrap.h"
 #include "runtime/communicator.h"
+#include "runtime/device_kind.h"
 
 namespace lockstep {
-
-enum class DeviceKind { cpu, cuda };
-const char* device_kind_name(DeviceKind k);
 
 struct Context {
   World world;

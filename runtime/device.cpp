@@ -5,8 +5,6 @@
 
 namespace lockstep {
 
-const char* device_kind_name(DeviceKind k) { return k == DeviceKind::cpu ? "cpu" : "cuda"; }
-
 DeviceChoice choose_device(const std::string& want, const World& world, bool share_allowed) {
   // --device cpu never wakes the CUDA runtime.
   if (want != "cuda" && want != "auto")

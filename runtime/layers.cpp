@@ -6,7 +6,6 @@
 #include "kernels/conv2d.h"
 #include "kernels/dense.h"
 #include "kernels/pool.h"
-#include "runtime/device_copy.h"
 #include "runtime/layer_shapes.h"
 
 namespace lockstep {

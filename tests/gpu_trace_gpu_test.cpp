@@ -23,7 +23,6 @@
 #include "runtime/bootstrap.h"
 #include "runtime/context.h"
 #include "runtime/device.h"
-#include "runtime/device_copy.h"
 #include "runtime/gpu_trace.h"
 #include "runtime/trace.h"
 #include "test_util.h"
@@ -93,9 +92,9 @@ TEST_F(GpuTraceTest, NcclCollectivesAndStreamWorkAreDeviceTimedSpans) {
   // Out of place: on one rank NCCL then copies send to recv, work with a length to time (in place
   // it may have nothing to do).
   const std::vector<size_t> counts = {1 << 12, 1 << 16, 1 << 20, 1 << 22, 3000};
-  void* send = device_alloc((1 << 22) * sizeof(float));
-  void* recv = device_alloc((1 << 22) * sizeof(float));
-  void* scratch = device_alloc(1 << 20);  // for the stream's own work, apart from the collectives'
+  void* send = kernels::cuda_alloc((1 << 22) * sizeof(float));
+  void* recv = kernels::cuda_alloc((1 << 22) * sizeof(float));
+  void* scratch = kernels::cuda_alloc(1 << 20);  // for the stream's own work, apart from the collectives'
   cudaStream_t stream = kernels::cuda_stream_create();
   const std::string path = dir_ + "/trace.json";
   double window_begin = 0, window_end = 0;
@@ -120,9 +119,9 @@ TEST_F(GpuTraceTest, NcclCollectivesAndStreamWorkAreDeviceTimedSpans) {
     write_trace(*ctx.comm, path);
   }
   kernels::cuda_stream_destroy(stream);
-  device_free(scratch);
-  device_free(recv);
-  device_free(send);
+  kernels::cuda_free(scratch);
+  kernels::cuda_free(recv);
+  kernels::cuda_free(send);
 
   const auto events = read_trace_events(path);
   const int nccl = trace_track_named(events, 0, "GPU stream: nccl");

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "kernels/cuda_memory.h"
 #include "runtime/communicator.h"
-#include "runtime/device_copy.h"
 #include "runtime/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
@@ -84,12 +84,12 @@ TEST_F(NcclTrainer, MatchesTheCpuTrainerWithFp32AndBf16Reductions) {
   // The trainers and their compute streams are gone: a communicator still ordered after one of
   // them would record its next event on a destroyed stream.
   const std::vector<float> ones(256, 1.0f);
-  void* buf = device_alloc(ones.size() * sizeof(float));
-  copy_host_to_device(buf, ones.data(), ones.size() * sizeof(float));
+  void* buf = kernels::cuda_alloc(ones.size() * sizeof(float));
+  kernels::cuda_copy_to_device(buf, ones.data(), ones.size() * sizeof(float));
   EXPECT_NO_THROW(nccl->all_reduce(buf, buf, ones.size(), DType::f32, ReduceOp::sum));
   std::vector<float> back(ones.size());
-  copy_device_to_host(back.data(), buf, back.size() * sizeof(float));
-  device_free(buf);
+  kernels::cuda_copy_to_host(back.data(), buf, back.size() * sizeof(float));
+  kernels::cuda_free(buf);
   EXPECT_EQ(back, ones) << "a sum over one rank is the rank's own values";
   EXPECT_NO_THROW(nccl->barrier());
 }
