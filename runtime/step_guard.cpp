@@ -114,10 +114,14 @@ bool StepGuard::update_ok(bool grads_finite, int64_t step, int epoch) {
     std::vector<std::string> all = list_checkpoints(options_.checkpoint_dir);
     if (!all.empty()) keep = all.back();
   }
-  throw UsageError(what + ": training stopped, nothing was applied or saved from this step; " +
-                   (keep.empty() ? std::string("there is no checkpoint to go back to")
-                                 : "the last good checkpoint is " + keep) +
-                   " (lower --lr, clip with --clip-norm, or use --on-nan skip)");
+  // Every rank reached this verdict from the agreed flags; saying so through the agreement makes it
+  // the AgreedUsageError that rank 0 alone prints (run_app).
+  agree_or_throw(comm_, false,
+                 what + ": training stopped, nothing was applied or saved from this step; " +
+                     (keep.empty() ? std::string("there is no checkpoint to go back to")
+                                   : "the last good checkpoint is " + keep) +
+                     " (lower --lr, clip with --clip-norm, or use --on-nan skip)");
+  return false;
 }
 
 std::string StepGuard::save(Trainer& trainer) {

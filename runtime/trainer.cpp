@@ -133,10 +133,9 @@ struct Trainer::Impl {
   StragglerWatch straggler;
 };
 
-Trainer::Trainer(Communicator& comm, const TrainConfig& config)
-    : own_host_comm_(host_comm_for(comm, config.device)),
-      comm_(own_host_comm_ ? *own_host_comm_ : comm),
-      grad_comm_(comm),
+Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& config)
+    : comm_(host),
+      grad_comm_(grads),
       config_(config),
       impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -144,6 +143,11 @@ Trainer::Trainer(Communicator& comm, const TrainConfig& config)
   // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
   // before any collective.
   require_host_buffers(comm_, "the trainer");
+  if (grad_comm_.size() != comm_.size() || grad_comm_.rank() != comm_.rank())
+    throw Error("the trainer's gradient communicator (rank " + std::to_string(grad_comm_.rank()) +
+                " of " + std::to_string(grad_comm_.size()) + ") is not over the ranks of its host "
+                "communicator (rank " + std::to_string(comm_.rank()) + " of " +
+                std::to_string(comm_.size()) + ")");
   const int P = comm_.size(), rank = comm_.rank();
   std::string problem;
   try {

@@ -17,10 +17,10 @@
 // initialisation and each epoch's shuffle, so nothing else is random). restore() continues a run.
 // Devices (TrainConfig::device): on cuda the model, its gradients, the optimizer state and the
 // loss sums live on the current CUDA device and a DeviceStep (device_step.h) feeds it; the
-// gradient buckets are reduced over the communicator given, in place when it takes device buffers
-// (nccl; mpi staging them), else copied through host memory. Loss sums, flags, checksums and
-// agreements are host values: they go over the communicator given when it takes host buffers, and
-// otherwise over an MPI communicator the trainer makes over the same ranks (comm() is that one).
+// gradient buckets are reduced over the gradient communicator, in place when it takes device
+// buffers (nccl; mpi staging them), else copied through host memory. Loss sums, flags, checksums
+// and agreements are host values: they go over the host communicator (comm()), which the caller
+// passes explicitly (Context::host); the trainer makes no communicator of its own.
 // model().params() are then device pointers; params_to_host() copies them down.
 //
 // Used by one thread.
@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "runtime/communicator.h"
-#include "runtime/context.h"
+#include "runtime/device_kind.h"
 #include "runtime/dataset.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/model.h"
@@ -108,9 +108,12 @@ class Trainer {
   // Collective. Validates the configuration against the data and the world, opens the data,
   // builds the model and optimizer; every rank throws the same UsageError when anything does not
   // fit. Does not initialise the parameters yet (run() does, unless restore() was called).
-  // `comm` reduces the gradients; a communicator that takes device buffers only is accepted with
-  // device cuda (see above) and refused on the CPU.
-  Trainer(Communicator& comm, const TrainConfig& config);
+  // `host` carries the host values (loss sums, flags, checksums, agreement) and must take host
+  // buffers; `grads` reduces the gradients, and may take device buffers only (NCCL, MPI staging)
+  // with device cuda. Both span the same ranks (Context::host and Context::grads). The second form
+  // uses one communicator for both (the CPU's case). Both must outlive the Trainer.
+  Trainer(Communicator& host, Communicator& grads, const TrainConfig& config);
+  Trainer(Communicator& comm, const TrainConfig& config) : Trainer(comm, comm, config) {}
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -149,9 +152,8 @@ class Trainer {
   void train_step(double sums[3]);
   void report(double window[3], const StepTimes& since, int epochs_shown);
 
-  std::unique_ptr<Communicator> own_host_comm_;  // cuda over a device-buffer communicator only
-  Communicator& comm_;                           // host values
-  Communicator& grad_comm_;                      // the gradient buckets
+  Communicator& comm_;       // host values
+  Communicator& grad_comm_;  // the gradient buckets
   TrainConfig config_;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<Model> model_;

@@ -126,14 +126,16 @@ TEST_F(NcclCollectives, BroadcastRejectsRootOutsideWorld) {
 
 TEST_F(NcclCollectives, CudaContextUsesNcclOnTheLocalRanksGpu) {
   World world = discover_world();
+  auto host = make_mpi_communicator();
   ContextOptions options;
   options.device = "cuda";
-  Context ctx = make_context(world, options);
+  Context ctx = make_context(world, *host, options);
   EXPECT_EQ(DeviceKind::cuda, ctx.device);
   EXPECT_EQ(0, ctx.device_index);
-  ASSERT_NE(nullptr, ctx.comm);
-  EXPECT_EQ(Backend::nccl, ctx.comm->backend());
-  ctx.comm->barrier();
+  EXPECT_EQ(host.get(), ctx.host) << "host values stay on the world's MPI communicator";
+  ASSERT_NE(nullptr, ctx.grads);
+  EXPECT_EQ(Backend::nccl, ctx.grads->backend());
+  ctx.grads->barrier();
 }
 
 TEST_F(NcclCollectives, CreationHonoursItsTimeout) {

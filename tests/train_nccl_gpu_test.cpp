@@ -50,8 +50,9 @@ TrainConfig steps(const std::string& data, DeviceKind device, Precision wire) {
   return c;
 }
 
-std::vector<float> trained(Communicator& comm, const TrainConfig& c) {
-  Trainer t(comm, c);
+// Host values over `host`, the gradients over `grads` (the same communicator on the CPU).
+std::vector<float> trained(Communicator& host, Communicator& grads, const TrainConfig& c) {
+  Trainer t(host, grads, c);
   t.run();
   EXPECT_EQ(t.state().global_step, c.steps);
   return t.model().params_to_host();
@@ -73,8 +74,8 @@ TEST_F(NcclTrainer, MatchesTheCpuTrainerWithFp32AndBf16Reductions) {
   for (auto [wire, tolerance] :
        {std::pair{Precision::fp32, 1e-4}, std::pair{Precision::bf16, 1e-3}}) {
     SCOPED_TRACE(std::string("--grad-reduce-dtype ") + precision_name(wire));
-    const std::vector<float> want = trained(*mpi, steps(data, DeviceKind::cpu, wire));
-    const std::vector<float> got = trained(*nccl, steps(data, DeviceKind::cuda, wire));
+    const std::vector<float> want = trained(*mpi, *mpi, steps(data, DeviceKind::cpu, wire));
+    const std::vector<float> got = trained(*mpi, *nccl, steps(data, DeviceKind::cuda, wire));
     ASSERT_EQ(got.size(), want.size());
     const double rel = relative_difference(got, want);
     std::printf("NCCL trainer vs CPU trainer, %s on the wire: relative L2 difference %.3g\n",
