@@ -25,11 +25,11 @@
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
 #include "apps/bench_values.h"
+#include "kernels/cuda_memory.h"
 #include "runtime/agree.h"
 #include "runtime/communicator.h"
 #include "runtime/context.h"
 #include "runtime/device.h"
-#include "runtime/device_copy.h"
 #include "runtime/error.h"
 
 namespace lockstep::bench {
@@ -205,8 +205,8 @@ class Buffers {
     try {
       staging_.resize(bytes_);
       if (device_) {
-        send_ = device_alloc(bytes_);
-        recv_ = device_alloc(bytes_);
+        send_ = kernels::cuda_alloc(bytes_);
+        recv_ = kernels::cuda_alloc(bytes_);
       } else {
         host_send_.resize(bytes_);
         host_recv_.resize(bytes_);
@@ -229,20 +229,20 @@ class Buffers {
 
   void upload(void* dst, size_t bytes) {
     if (bytes == 0) return;
-    if (device_) copy_host_to_device(dst, staging_.data(), bytes);
+    if (device_) kernels::cuda_copy_to_device(dst, staging_.data(), bytes);
     else std::memcpy(dst, staging_.data(), bytes);
   }
   void download(const void* src, size_t bytes) {
     if (bytes == 0) return;
-    if (device_) copy_device_to_host(staging_.data(), src, bytes);
+    if (device_) kernels::cuda_copy_to_host(staging_.data(), src, bytes);
     else std::memcpy(staging_.data(), src, bytes);
   }
 
  private:
   void release() {
     if (device_) {
-      device_free(send_);
-      device_free(recv_);
+      kernels::cuda_free(send_);
+      kernels::cuda_free(recv_);
     }
     send_ = recv_ = nullptr;
   }

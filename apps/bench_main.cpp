@@ -31,7 +31,7 @@ constexpr lockstep::apps::Subcommand kCommands[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv, [&](const World& world) {
+  return lockstep::run_app(argc, argv, [&](const World& world, lockstep::Communicator&) {
     return lockstep::apps::dispatch_subcommand("lockstep-bench", kCommands, argc, argv, world);
   });
 }

@@ -149,8 +149,11 @@ int run_train_bench(int argc, char** argv, const World& world) {
     throw UsageError("--device cuda: " + gpu_training_missing() + "; use --device cpu");
   ContextOptions co;
   co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
-  Context ctx = make_context(world, co);
-  Communicator& comm = *ctx.comm;
+  // The subcommands get the World only (bench_commands.h), so this one makes its world's host
+  // communicator; the trainer, the step times and the peak rates use it, the gradients ctx.grads.
+  auto world_comm = make_mpi_communicator();
+  Context ctx = make_context(world, *world_comm, co);
+  Communicator& host = *ctx.host;
   const int threads = o.threads > 0 ? o.threads : default_blas_threads(world);
   set_blas_threads(threads);
 
@@ -185,9 +188,7 @@ int run_train_bench(int argc, char** argv, const World& world) {
   c.print = false;
   c.device = ctx.device;  // the same device step as lockstep-train
   c.precision = precision;
-  Trainer trainer(comm, c);
-  // Host values go over the trainer's host communicator (ctx.comm may take device buffers only).
-  Communicator& host = trainer.comm();
+  Trainer trainer(host, *ctx.grads, c);
   StepLog log;
   trainer.set_phase_hook([&log](Phase p, double b, double e) { log.on_phase(p, b, e); });
   trainer.run();

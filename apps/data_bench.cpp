@@ -75,7 +75,7 @@ int run_bench(int argc, char** argv, const World& world) {
   lo.chunk_cache_bytes = cache_mb << 20;
 
   auto comm = make_mpi_communicator();
-  std::unique_ptr<ShardedLoader> loader = open_sharded_loader(spec, lo, world.rank, world.size);
+  std::unique_ptr<ShardedLoader> loader = open_sharded_loader(spec, lo, *comm);
   const DatasetInfo& info = loader->info();
   const double split_bytes =
       static_cast<double>(info.rows) *

@@ -12,6 +12,7 @@
 
 #include "apps/train_options.h"
 #include "apps/train_report.h"
+#include "runtime/agree.h"
 #include "runtime/blas_threads.h"
 #include "runtime/bootstrap.h"
 #include "runtime/context.h"
@@ -25,7 +26,7 @@
 namespace lockstep {
 namespace {
 
-int train(int argc, char** argv, const World& world) {
+int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   TrainOptions o;
   std::string problem;
   try {
@@ -33,7 +34,7 @@ int train(int argc, char** argv, const World& world) {
   } catch (const UsageError& e) {
     problem = e.what();
   }
-  agree_or_throw(problem.empty(), problem);
+  agree_or_throw(world_comm, problem.empty(), problem);
   if (o.help) {
     if (world.rank == 0) std::fputs(o.help_text.c_str(), stdout);
     return 0;
@@ -48,15 +49,16 @@ int train(int argc, char** argv, const World& world) {
     problem = output_path_problem("--metrics", o.config.metrics_path);
     if (problem.empty()) problem = output_path_problem("--trace", o.trace);
   }
-  agree_or_throw(problem.empty(), problem);
+  agree_or_throw(world_comm, problem.empty(), problem);
   // A build without CUDA refuses --device cuda in words, and --device auto trains on the CPU.
   if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
-    agree_or_throw(false, "--device cuda: " + gpu_training_missing() + "; use --device cpu");
+    agree_or_throw(world_comm, false,
+                   "--device cuda: " + gpu_training_missing() + "; use --device cpu");
   ContextOptions co;
   co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
   co.comm = o.comm;
   co.timeout = Millis(static_cast<int64_t>(o.timeout_seconds * 1000));
-  Context ctx = make_context(world, co);
+  Context ctx = make_context(world, world_comm, co);
 
   const int threads = o.threads > 0 ? o.threads : default_blas_threads(world);
   set_blas_threads(threads);
@@ -66,19 +68,19 @@ int train(int argc, char** argv, const World& world) {
   const bool terminal = isatty(STDERR_FILENO) != 0;
   c.print = o.progress != "none";
   c.progress_bar = o.progress == "bar" || (o.progress == "auto" && terminal);
-  Trainer trainer(*ctx.comm, c);
+  Trainer trainer(*ctx.host, *ctx.grads, c);
   if (world.rank == 0 && c.print)
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
-                     backend_name(ctx.comm->backend()), threads);
+                     backend_name(ctx.grads->backend()), threads);
   if (!o.resume.empty()) resume_from_checkpoint(trainer, o.resume);
   if (!o.trace.empty()) {
-    start_tracing(*ctx.comm);
+    start_tracing(*ctx.host);
     trainer.set_phase_hook(trace_phase_hook(
         static_cast<int64_t>(trainer.model().param_count() * sizeof(float)),
         c.device == DeviceKind::cuda));
   }
   TrainResult result = trainer.run();
-  if (!o.trace.empty()) write_trace(*ctx.comm, o.trace);
+  if (!o.trace.empty()) write_trace(*ctx.host, o.trace);
   // The guard's verdict was agreed by all ranks, and a stopped run has written its checkpoint
   // (with a barrier behind it) before run() returned: every rank returns the same code.
   if (trainer.guard().stopped_early()) return kExitStoppedEarly;
@@ -90,7 +92,8 @@ int train(int argc, char** argv, const World& world) {
 }  // namespace lockstep
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv, [&](const lockstep::World& world) {
-    return lockstep::train(argc, argv, world);
+  return lockstep::run_app(argc, argv, [&](const lockstep::World& world,
+                                          lockstep::Communicator& world_comm) {
+    return lockstep::train(argc, argv, world, world_comm);
   });
 }

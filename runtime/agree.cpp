@@ -1,22 +1,39 @@
 #include "runtime/agree.h"
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/error.h"
 
 namespace lockstep {
 
-void agree_or_throw(Communicator& comm, bool ok, const std::string& message) {
+namespace detail {
+void throw_agreed(const std::string& message) { throw AgreedUsageError(message); }
+}  // namespace detail
+
+std::optional<FirstProblem> first_problem(Communicator& comm, bool ok, const std::string& message) {
   require_host_buffers(comm, "agreeing on a verdict");
-  int32_t first_bad = ok ? INT32_MAX : comm.rank();
-  comm.all_reduce_inplace(&first_bad, 1, ReduceOp::min);
-  if (first_bad == INT32_MAX) return;
-  int64_t len = comm.rank() == first_bad ? static_cast<int64_t>(message.size()) : 0;
-  comm.broadcast(&len, 1, DType::i64, first_bad);
-  std::string text(static_cast<size_t>(len), '\0');
-  if (comm.rank() == first_bad) text = message;
-  comm.broadcast(text.data(), text.size(), DType::u8, first_bad);
-  throw UsageError(text);
+  // One gather gives both the lowest failing rank and the count.
+  int32_t mine = ok ? 0 : 1;
+  std::vector<int32_t> failed(static_cast<size_t>(comm.size()));
+  comm.all_gather(&mine, failed.data(), 1, DType::i32);
+  FirstProblem p;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (failed[static_cast<size_t>(r)] == 0) continue;
+    if (p.rank < 0) p.rank = r;
+    ++p.ranks;
+  }
+  if (p.rank < 0) return std::nullopt;
+  int64_t len = comm.rank() == p.rank ? static_cast<int64_t>(message.size()) : 0;
+  comm.broadcast(&len, 1, DType::i64, p.rank);
+  p.message.assign(static_cast<size_t>(len), '\0');
+  if (comm.rank() == p.rank) p.message = message;
+  comm.broadcast(p.message.data(), p.message.size(), DType::u8, p.rank);
+  return p;
+}
+
+void agree_or_throw(Communicator& comm, bool ok, const std::string& message) {
+  if (auto p = first_problem(comm, ok, message)) detail::throw_agreed(p->message);
 }
 
 void require_host_buffers(const Communicator& comm, const std::string& who) {

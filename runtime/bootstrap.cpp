@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <climits>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -34,10 +33,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   world_ = discover_world();
   set_rank_prefix(world_.rank, world_.size, world_.host);
   init_logging(world_.rank);
-  check_launch_env(&world_);
+  world_comm_ = make_mpi_communicator();
+  check_launch_env(&world_, *world_comm_);
 }
 
 MpiSession::~MpiSession() {
+  world_comm_.reset();  // its progress thread and MPI communicator go before MPI_Finalize
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -59,27 +60,19 @@ World discover_world() {
   return w;
 }
 
-void agree_or_throw(bool ok, const std::string& message) {
-  int rank = 0;
-  LS_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  int mine = ok ? INT_MAX : rank;
-  int first_bad = INT_MAX;
-  LS_CHECK_MPI(MPI_Allreduce(&mine, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (first_bad == INT_MAX) return;
-  int len = rank == first_bad ? static_cast<int>(message.size()) : 0;
-  LS_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, first_bad, MPI_COMM_WORLD));
-  std::string text(static_cast<size_t>(len), '\0');
-  if (rank == first_bad) text = message;
-  LS_CHECK_MPI(MPI_Bcast(text.data(), len, MPI_CHAR, first_bad, MPI_COMM_WORLD));
-  throw UsageError(text);
-}
-
 namespace {
-// How long a rank other than 0 waits for rank 0 to report a SharedInputError and end the job.
+// How long a rank other than 0 waits for rank 0 to report an error that every rank may have found
+// alike (SharedInputError, a rank-local UsageError) and end the job, before it reports its own.
 constexpr std::chrono::milliseconds kSharedErrorGrace{2000};
+
+// Ends the job for an error this rank found, which its peers may have found too (see run_app).
+[[noreturn]] void end_job_for_shared(const World& world, const std::string& message, int code) {
+  if (world.rank != 0) std::this_thread::sleep_for(kSharedErrorGrace);
+  end_job_now(message, code);
+}
 }  // namespace
 
-void end_job_now(const std::string& message) noexcept {
+void end_job_now(const std::string& message, int code) noexcept {
   std::string text = message;
   if (text.rfind("[rank ", 0) != 0) text = rank_prefix() + " " + text;
   std::fprintf(stderr, "error: %s\n", text.c_str());
@@ -89,27 +82,32 @@ void end_job_now(const std::string& message) noexcept {
   MPI_Initialized(&running);
   MPI_Finalized(&finalized);
   if (running && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size > 1) MPI_Abort(MPI_COMM_WORLD, kExitError);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
   // A world of one can leave on its own; skip MPI_Finalize, a collective may still be pending.
-  _exit(kExitError);
+  _exit(code);
 }
 
-int run_app(int argc, char** argv, const std::function<int(const World&)>& body) {
+int run_app(int argc, char** argv,
+            const std::function<int(const World&, Communicator&)>& body) {
   std::unique_ptr<MpiSession> session;
   World world;
   try {
     session = std::make_unique<MpiSession>(&argc, &argv);
     world = session->world();
-    int rc = body(world);
+    int rc = body(world, session->world_comm());
     std::fflush(stdout);
     return rc;
-  } catch (const UsageError& e) {
+  } catch (const AgreedUsageError& e) {
     if (world.rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
     std::fflush(stderr);
     return kExitUsage;
+  } catch (const UsageError& e) {
+    if (world.size > 1) end_job_for_shared(world, e.what(), kExitUsage);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fflush(stderr);
+    return kExitUsage;
   } catch (const SharedInputError& e) {
-    if (world.rank != 0) std::this_thread::sleep_for(kSharedErrorGrace);
-    end_job_now(e.what());
+    end_job_for_shared(world, e.what(), kExitError);
   } catch (const std::exception& e) {
     end_job_now(e.what());
   } catch (...) {

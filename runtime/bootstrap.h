@@ -1,10 +1,13 @@
-// Process bootstrap: MPI start-up and shut-down, and where this process sits in the job.
-// MpiSession is created once per process, first thing in main(). A program started without
-// mpirun is a world of one. Not thread-safe; the main thread owns it.
+// Process bootstrap: MPI start-up and shut-down, where this process sits in the job, and the
+// world's host communicator. MpiSession is created once per process, first thing in main(). A
+// program started without mpirun is a world of one. Not thread-safe; the main thread owns it.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
+
+#include "runtime/communicator.h"
 
 namespace lockstep {
 
@@ -34,38 +37,44 @@ class MpiSession {
 
   const World& world() const { return world_; }
   bool thread_multiple() const { return thread_multiple_; }
+  // Every rank of the job, over host memory (MPI): start-up agreement (agree.h), options, and the
+  // host values of everything that runs on the whole world (Context::host). Made before anything
+  // else, so even the launch environment check agrees through it; lives until MPI_Finalize.
+  Communicator& world_comm() { return *world_comm_; }
 
  private:
   World world_;
   bool thread_multiple_ = false;
+  std::unique_ptr<Communicator> world_comm_;
 };
 
 // Learns rank, size, local rank/size and host from MPI_COMM_WORLD.
 World discover_world();
 
-// Every rank passes its own verdict. If any rank has ok == false, every rank throws UsageError
-// carrying the message of the lowest failing rank, so all ranks leave together and rank 0 can
-// report it once. A collective: every rank must call it at the same point.
-void agree_or_throw(bool ok, const std::string& message);
-
 // Exit codes of the apps, the same on every rank (schedulers and scripts act on them):
 constexpr int kExitDone = 0;          // finished (training completed; --help)
 constexpr int kExitError = 1;         // a runtime error; the job was aborted (MPI_Abort)
-constexpr int kExitUsage = 2;         // a bad input or configuration, reported once by rank 0
+constexpr int kExitUsage = 2;         // a bad input or configuration (see run_app)
 // EX_TEMPFAIL (sysexits.h): a stop signal (SIGTERM, SIGINT, SIGUSR1) ended lockstep-train before
 // its configured epochs or steps, after the checkpoint was written: run again with --resume.
 constexpr int kExitStoppedEarly = 75;
 
 // Prints "error: <message>" (with this rank's prefix unless it has one) and ends the process at
-// once, with kExitError: MPI_Abort, which takes every rank of the job down, where MPI is running
-// with more than one rank; _exit otherwise. Runs no destructors, so it cannot wait on anything:
-// for failures where unwinding could hang (a thread stuck inside NCCL).
-[[noreturn]] void end_job_now(const std::string& message) noexcept;
+// once with `code`: MPI_Abort, which takes every rank of the job down, where MPI is running with
+// more than one rank; _exit otherwise. Runs no destructors, so it cannot wait on anything: for
+// failures where unwinding could hang (a thread stuck inside NCCL).
+[[noreturn]] void end_job_now(const std::string& message, int code = kExitError) noexcept;
 
-// Runs an app's body with the top-level error handling every app shares: a UsageError is printed
-// once (by rank 0) and every rank exits kExitUsage; any other exception is printed by the rank
-// that saw it, with its rank prefix, and the job is aborted (MPI_Abort, kExitError) so no peer
-// waits forever. Otherwise returns what the body returned.
-int run_app(int argc, char** argv, const std::function<int(const World&)>& body);
+// Runs an app's body with the top-level error handling every app shares. The body gets the world
+// and its host communicator (MpiSession::world_comm). Otherwise returns what the body returned.
+//  - AgreedUsageError: every rank has it; rank 0 prints it once and every rank returns kExitUsage.
+//  - UsageError: this rank's own. In a world of one it is printed and kExitUsage returned. With
+//    more ranks, the rank prints it with its rank prefix and aborts the job with kExitUsage, so no
+//    peer waits for it; a rank other than 0 first gives rank 0 a short grace, so an error every
+//    rank found alike (the same command line) is printed once, by rank 0.
+//  - SharedInputError: as UsageError, with kExitError.
+//  - anything else: printed by the rank that saw it, with its prefix, and the job is aborted
+//    (MPI_Abort, kExitError) so no peer waits forever.
+int run_app(int argc, char** argv, const std::function<int(const World&, Communicator&)>& body);
 
 }  // namespace lockstep

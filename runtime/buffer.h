@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "runtime/context.h"
+#include "runtime/device_kind.h"
 
 namespace lockstep {
 

@@ -19,8 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda_memory.h"
 #include "runtime/communicator.h"
-#include "runtime/device_copy.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/nvtx.h"
 #include "runtime/trace.h"
@@ -46,6 +47,19 @@ Backend parse_backend(const std::string& text) {
 }
 
 namespace {
+
+// Staging copies of device buffers (MpiCommOptions::device_buffers). They run on the progress
+// thread, which must first take the GPU the process activated; the copies go through the legacy
+// default stream, so they follow the work of every blocking stream that wrote the buffer.
+void to_host(void* host_dst, const void* device_src, size_t bytes) {
+  use_active_device();
+  kernels::cuda_copy_to_host(host_dst, device_src, bytes);
+}
+
+void to_device(void* device_dst, const void* host_src, size_t bytes) {
+  use_active_device();
+  kernels::cuda_copy_to_device(device_dst, host_src, bytes);
+}
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
@@ -263,12 +277,12 @@ class MpiCommunicator : public Communicator {
         return;
       }
       host_.resize(bytes);
-      if (copy_in && bytes > 0) copy_device_to_host(host_.data(), src, bytes);
+      if (copy_in && bytes > 0) to_host(host_.data(), src, bytes);
       ptr_ = host_.data();
     }
     void* get() const { return ptr_; }
     void copy_out(void* device_dst, size_t bytes) const {
-      if (device_ && bytes > 0) copy_host_to_device(device_dst, host_.data(), bytes);
+      if (device_ && bytes > 0) to_device(device_dst, host_.data(), bytes);
     }
 
    private:
@@ -288,7 +302,7 @@ class MpiCommunicator : public Communicator {
       send = recv.get();
     } else if (dev) {
       send_host.resize(bytes);
-      if (bytes > 0) copy_device_to_host(send_host.data(), send_dev, bytes);
+      if (bytes > 0) to_host(send_host.data(), send_dev, bytes);
       send = send_host.data();
     }
     if (type == DType::bf16 || type == DType::f16) {
@@ -374,7 +388,7 @@ class MpiCommunicator : public Communicator {
     }
     // The output may overlap the input (in place): it is written only now, from `out`.
     if (options_.device_buffers) {
-      if (!out.empty()) copy_host_to_device(recv_dev, out.data(), out.size());
+      if (!out.empty()) to_device(recv_dev, out.data(), out.size());
     } else if (!out.empty()) {
       std::memcpy(recv_dev, out.data(), out.size());
     }

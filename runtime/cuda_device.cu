@@ -40,7 +40,8 @@ void activate_device(const DeviceChoice& choice) {
   g_active_device.store(choice.index);
 }
 
-namespace detail {
+bool cuda_built() { return true; }
+
 void use_active_device() {
   int want = g_active_device.load();
   if (want < 0) return;
@@ -48,6 +49,5 @@ void use_active_device() {
   LS_CHECK_CUDA(cudaGetDevice(&current));
   if (current != want) LS_CHECK_CUDA(cudaSetDevice(want));
 }
-}  // namespace detail
 
 }  // namespace lockstep

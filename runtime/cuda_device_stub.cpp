@@ -9,5 +9,7 @@ int cuda_device_count(std::string* reason) {
 }
 
 void activate_device(const DeviceChoice&) {}
+void use_active_device() {}
+bool cuda_built() { return false; }
 
 }  // namespace lockstep

@@ -1,11 +1,10 @@
 #include "runtime/device.h"
 
+#include "runtime/agree.h"
 #include "runtime/error.h"
 #include "runtime/launch_env.h"
 
 namespace lockstep {
-
-const char* device_kind_name(DeviceKind k) { return k == DeviceKind::cpu ? "cpu" : "cuda"; }
 
 DeviceChoice choose_device(const std::string& want, const World& world, bool share_allowed) {
   // --device cpu never wakes the CUDA runtime.
@@ -35,35 +34,40 @@ DeviceChoice choose_device_given(const std::string& want, const World& world, bo
   return {DeviceKind::cuda, slot.index % count};
 }
 
-Context make_context(const World& world, const ContextOptions& options) {
+Context make_context(const World& world, Communicator& host, const ContextOptions& options) {
   Context ctx;
   ctx.world = world;
+  ctx.host = &host;
+  host.set_timeout(options.timeout);
   bool want_mpi = options.comm == "mpi";
-  if (options.comm != "auto" && options.comm != "mpi" && options.comm != "nccl")
-    throw UsageError("--comm must be auto, mpi or nccl, not '" + options.comm + "'");
   // Every rank must agree on the device, or some would wait in NCCL and others in MPI.
   DeviceChoice choice;
   std::string problem;
-  try {
-    choice = choose_device(options.device, world, want_mpi);
-  } catch (const UsageError& e) {
-    problem = e.what();
+  if (options.comm != "auto" && options.comm != "mpi" && options.comm != "nccl") {
+    problem = "--comm must be auto, mpi or nccl, not '" + options.comm + "'";
+  } else {
+    try {
+      choice = choose_device(options.device, world, want_mpi);
+    } catch (const UsageError& e) {
+      problem = e.what();
+    }
   }
-  agree_or_throw(problem.empty(), problem);
+  agree_or_throw(host, problem.empty(), problem);
   activate_device(choice);
   ctx.device = choice.kind;
   ctx.device_index = choice.index;
   bool use_nccl = choice.kind == DeviceKind::cuda && !want_mpi;
   if (options.comm == "nccl" && choice.kind != DeviceKind::cuda)
-    agree_or_throw(false, "--comm nccl needs --device cuda");
+    agree_or_throw(host, false, "--comm nccl needs --device cuda");
   if (use_nccl) {
-    ctx.comm = make_nccl_communicator(choice.index, options.timeout);
-  } else {
+    ctx.own_grads = make_nccl_communicator(choice.index, options.timeout);
+  } else if (choice.kind == DeviceKind::cuda) {
     MpiCommOptions mo;
-    mo.device_buffers = choice.kind == DeviceKind::cuda;
-    ctx.comm = make_mpi_communicator(mo);
+    mo.device_buffers = true;
+    ctx.own_grads = make_mpi_communicator(mo);
   }
-  ctx.comm->set_timeout(options.timeout);
+  if (ctx.own_grads) ctx.own_grads->set_timeout(options.timeout);
+  ctx.grads = ctx.own_grads ? ctx.own_grads.get() : &host;
   return ctx;
 }
 

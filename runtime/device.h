@@ -35,4 +35,10 @@ DeviceChoice choose_device_given(const std::string& want, const World& world, bo
 // none; no-op on cpu.
 void activate_device(const DeviceChoice& choice);
 
+// CUDA's current device is per thread: a helper thread (the MPI progress thread staging device
+// buffers) calls this before touching device memory, so it works on the GPU activate_device() chose
+// rather than silently opening a context on GPU 0. No-op before any activate_device() and in a
+// build without CUDA.
+void use_active_device();
+
 }  // namespace lockstep

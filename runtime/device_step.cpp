@@ -81,17 +81,6 @@ void stage(void* pinned, const std::vector<T>& v, size_t count, size_t capacity,
 
 }  // namespace
 
-std::unique_ptr<Communicator> host_comm_for(Communicator& comm, DeviceKind device) {
-  if (device != DeviceKind::cuda || !comm.device_buffers()) return nullptr;
-  std::unique_ptr<Communicator> host = make_mpi_communicator();
-  if (host->size() != comm.size() || host->rank() != comm.rank())
-    throw Error("a cuda Trainer over a device-buffer communicator of " + std::to_string(comm.size()) +
-                " ranks needs MPI_COMM_WORLD to be the same ranks (it has " +
-                std::to_string(host->size()) + ")");
-  host->set_timeout(comm.timeout());
-  return host;
-}
-
 void require_cuda_training() {
   if (!layers_available(DeviceKind::cuda)) throw UsageError(gpu_training_missing());
   std::string why;

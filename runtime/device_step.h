@@ -27,16 +27,14 @@
 
 #include "kernels/cuda_stream.h"
 #include "runtime/communicator.h"
-#include "runtime/context.h"
+#include "runtime/device_kind.h"
 #include "runtime/sharded_loader.h"
 #include "runtime/step.h"
 
 namespace lockstep {
 
-// Host values (losses, flags, checksums) need a communicator that takes host buffers. On
-// DeviceKind::cuda, given `comm` that takes device buffers only (nccl, or mpi staging them), an
-// MPI communicator over the same ranks (Error when MPI_COMM_WORLD is not them); else null.
-std::unique_ptr<Communicator> host_comm_for(Communicator& comm, DeviceKind device);
+class DeviceTimer;
+class GpuTrace;
 
 // Throws UsageError, in words, when this build has no CUDA layers or no CUDA device answers.
 void require_cuda_training();

@@ -2,8 +2,11 @@
 //  - Error: something failed on this rank (a library call, a timeout, a dead peer). The top-level
 //    handler prints it with the rank prefix and aborts the whole job (MPI_Abort), because the other
 //    ranks may be waiting in a collective.
-//  - UsageError: a bad input or configuration that every rank has agreed on (see agree_or_throw in
-//    bootstrap.h). Rank 0 prints it once and every rank exits non-zero without an abort.
+//  - UsageError: a bad input or configuration. Two cases, told apart by type:
+//    - AgreedUsageError: every rank knows it (agree_or_throw in agree.h made it so, and is the only
+//      code that makes one). Rank 0 prints it once; every rank exits 2 without an abort.
+//    - a plain UsageError: this rank alone may know it. The top-level handler prints it on the rank
+//      that has it and ends the whole job (run_app in bootstrap.h), so no peer waits for it.
 // Library calls go through one check macro per library (LS_CHECK_MPI here; CUDA, cuBLAS, NCCL and
 // HDF5 have theirs beside their code), which report "[rank r/P host] <call> failed: <reason> at
 // file:line" plus a hint.
@@ -33,10 +36,23 @@ class SharedInputError : public Error {
   using Error::Error;
 };
 
-// Bad input or configuration, known to every rank: printed once, no abort needed.
+// Bad input or configuration, found by this rank (see above).
 class UsageError : public Error {
  public:
   using Error::Error;
+};
+
+namespace detail {
+// The protocol's one thrower (agree.cpp); declared here only to be the class's friend.
+[[noreturn]] void throw_agreed(const std::string& message);
+}  // namespace detail
+
+// A UsageError that every rank of a communicator throws together with the same message, because
+// they agreed on it (agree_or_throw); no other code can make one.
+class AgreedUsageError : public UsageError {
+ private:
+  explicit AgreedUsageError(const std::string& message) : UsageError(message) {}
+  friend void detail::throw_agreed(const std::string& message);
 };
 
 // "[rank r/P host]" for this process, filled in once the world is known ("[rank 0/1 ?]" before).

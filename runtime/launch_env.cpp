@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "runtime/agree.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -279,7 +280,7 @@ std::vector<std::optional<std::string>> gather_local_visible(const World& world)
 
 }  // namespace
 
-void check_launch_env(World* world) {
+void check_launch_env(World* world, Communicator& world_comm) {
   LaunchEnv env = detect_launch_env(process_env());
   auto visible = gather_local_visible(*world);
   GpuSlot slot = gpu_slot(visible, world->local_rank);
@@ -289,20 +290,9 @@ void check_launch_env(World* world) {
   std::vector<std::string> issues = disagreements(env, *world);
   issues.insert(issues.end(), env.problems.begin(), env.problems.end());
   // Rank 0 reports the first rank with an issue and how many there are, so a problem on any rank
-  // is seen once rather than lost (only rank 0 prints warnings).
-  int mine = issues.empty() ? INT_MAX : world->rank;
-  int first = INT_MAX;
-  int bad = issues.empty() ? 0 : 1, bad_total = 0;
-  LS_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  LS_CHECK_MPI(MPI_Allreduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  std::string text;
-  if (first != INT_MAX) {
-    if (world->rank == first) text = join(issues, "; ");
-    int len = static_cast<int>(text.size());
-    LS_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD));
-    text.resize(static_cast<size_t>(len));
-    LS_CHECK_MPI(MPI_Bcast(text.data(), len, MPI_CHAR, first, MPI_COMM_WORLD));
-  }
+  // is seen once rather than lost (only rank 0 prints warnings). A warning, not an error: MPI wins.
+  const std::optional<FirstProblem> first =
+      first_problem(world_comm, issues.empty(), join(issues, "; "));
 
   std::ostringstream summary;
   summary << "launcher: " << describe(env);
@@ -312,9 +302,9 @@ void check_launch_env(World* world) {
             << " rank(s) seeing these GPUs";
   world->launch_summary = summary.str();
   LS_LOG(debug) << world->launch_summary;
-  if (first != INT_MAX) {
-    LS_LOG(warn) << "launch environment and MPI disagree on " << bad_total << " rank(s); rank "
-                 << first << ": " << text << ". Using MPI's numbering.";
+  if (first) {
+    LS_LOG(warn) << "launch environment and MPI disagree on " << first->ranks << " rank(s); rank "
+                 << first->rank << ": " << first->message << ". Using MPI's numbering.";
   }
 }
 

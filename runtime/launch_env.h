@@ -76,10 +76,11 @@ GpuSlot gpu_slot(const std::vector<std::optional<std::string>>& visible_by_local
 // The slot check_launch_env() stored in `world`, or local rank/size when it has not run.
 GpuSlot gpu_slot(const World& world);
 
-// Collective over MPI_COMM_WORLD, called once by MpiSession after the world is known: stores the
+// Collective over `world_comm` (every rank of the job, host memory) and MPI_COMM_WORLD, called once
+// by MpiSession after the world is known: stores the
 // launcher line in world->launch_summary and logs it at debug level (rank 0), warns when the
 // launcher and MPI disagree (MPI wins), and stores this rank's GPU slot in world->gpu_index /
 // world->gpu_peers.
-void check_launch_env(World* world);
+void check_launch_env(World* world, Communicator& world_comm);
 
 }  // namespace lockstep

@@ -7,7 +7,6 @@
 #include "kernels/dense.h"
 #include "kernels/onednn.h"
 #include "kernels/pool.h"
-#include "runtime/device_copy.h"
 #include "runtime/layer_shapes.h"
 
 namespace lockstep {

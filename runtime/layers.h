@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda_stream.h"
-#include "runtime/context.h"
+#include "runtime/device_kind.h"
 #include "runtime/model_spec.h"
 #include "runtime/precision.h"
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "runtime/bootstrap.h"
+#include "runtime/agree.h"
 #include "runtime/error.h"
 #include "runtime/nvtx.h"
 
@@ -254,16 +254,16 @@ std::vector<int64_t> ShardedLoader::permutation(int64_t rows, uint64_t seed, int
 }
 
 std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
-                                                   const LoaderOptions& options, int rank,
-                                                   int size) {
+                                                   const LoaderOptions& options,
+                                                   Communicator& comm) {
   std::unique_ptr<ShardedLoader> loader;
   std::string message;
   try {
-    loader = std::make_unique<ShardedLoader>(spec, options, rank, size);
+    loader = std::make_unique<ShardedLoader>(spec, options, comm.rank(), comm.size());
   } catch (const UsageError& e) {
     message = e.what();
   }
-  agree_or_throw(loader != nullptr, message);
+  agree_or_throw(comm, loader != nullptr, message);
   return loader;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/communicator.h"
 #include "runtime/dataset.h"
 
 namespace lockstep {
@@ -70,12 +71,13 @@ class ShardedLoader {
   std::unique_ptr<Impl> impl_;
 };
 
-// Collective: constructs the loader on every rank; a UsageError on any rank (bad file, bad batch
-// size) is thrown on every rank with the first failing rank's message (agree_or_throw), so all
-// ranks leave together and rank 0 can report it once.
+// Collective over `comm` (host buffers): constructs the loader for comm's rank and size on every
+// rank; a UsageError on any rank (bad file, bad batch size) is thrown on every rank with the first
+// failing rank's message (agree_or_throw), so all ranks leave together and rank 0 can report it
+// once.
 std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
-                                                   const LoaderOptions& options, int rank,
-                                                   int size);
+                                                   const LoaderOptions& options,
+                                                   Communicator& comm);
 
 // The nearest valid global batch sizes around `batch` for `size` ranks, for error messages:
 // "try 126 or 128".

@@ -86,10 +86,14 @@ Verdict StepGuard::check_update(bool grads_finite, int64_t step, int epoch) {
     std::vector<std::string> all = list_checkpoints(options_.checkpoint_dir);
     if (!all.empty()) keep = all.back();
   }
-  throw UsageError(what + ": training stopped, nothing was applied or saved from this step; " +
-                   (keep.empty() ? std::string("there is no checkpoint to go back to")
-                                 : "the last good checkpoint is " + keep) +
-                   " (lower --lr, clip with --clip-norm, or use --on-nan skip)");
+  // Every rank reached this verdict from the agreed flags; saying so through the agreement makes it
+  // the AgreedUsageError that rank 0 alone prints (run_app).
+  agree_or_throw(comm_, false,
+                 what + ": training stopped, nothing was applied or saved from this step; " +
+                     (keep.empty() ? std::string("there is no checkpoint to go back to")
+                                   : "the last good checkpoint is " + keep) +
+                     " (lower --lr, clip with --clip-norm, or use --on-nan skip)");
+  return false;
 }
 
 void StepGuard::saved(int64_t step, const std::string& path) {

@@ -8,8 +8,8 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/cuda_memory.h"
 #include "runtime/communicator.h"
-#include "runtime/device_copy.h"
 #include "runtime/error.h"
 #include "runtime/nvtx.h"
 
@@ -83,16 +83,16 @@ void on_word(Communicator& comm, int32_t* word, Collective&& collective) {
     collective(word);
     return;
   }
-  void* device = device_alloc(sizeof *word);
+  void* device = kernels::cuda_alloc(sizeof *word);
   try {
-    copy_host_to_device(device, word, sizeof *word);
+    kernels::cuda_copy_to_device(device, word, sizeof *word);
     collective(static_cast<int32_t*>(device));
-    copy_device_to_host(word, device, sizeof *word);
+    kernels::cuda_copy_to_host(word, device, sizeof *word);
   } catch (...) {
-    device_free(device);
+    kernels::cuda_free(device);
     throw;
   }
-  device_free(device);
+  kernels::cuda_free(device);
 }
 
 }  // namespace

@@ -50,16 +50,20 @@ struct Trainer::Impl {
   std::unique_ptr<BucketReducer> reducer;
 };
 
-Trainer::Trainer(Communicator& comm, const TrainConfig& config)
-    : own_host_comm_(host_comm_for(comm, config.device)),
-      comm_(own_host_comm_ ? *own_host_comm_ : comm),
-      grad_comm_(comm),
+Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& config)
+    : comm_(host),
+      grad_comm_(grads),
       config_(config),
       impl_(std::make_unique<Impl>()) {
   // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a
   // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
   // before any collective.
   require_host_buffers(comm_, "the trainer");
+  if (grad_comm_.size() != comm_.size() || grad_comm_.rank() != comm_.rank())
+    throw Error("the trainer's gradient communicator (rank " + std::to_string(grad_comm_.rank()) +
+                " of " + std::to_string(grad_comm_.size()) + ") is not over the ranks of its host "
+                "communicator (rank " + std::to_string(comm_.rank()) + " of " +
+                std::to_string(comm_.size()) + ")");
   std::string problem;
   try {
     build();

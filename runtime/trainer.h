@@ -19,11 +19,11 @@
 // once here: a HostStep on the CPU, a DeviceStep on cuda, where the model, its gradients, the
 // optimizer state and the loss totals live on the current CUDA device. The guard (step_guard.h)
 // decides what happens around a step and the trainer acts on its verdicts (it writes the
-// checkpoints, train_checkpoint.h); the
-// gradient buckets are reduced over the communicator given, in place when it takes device buffers
-// (nccl; mpi staging them), else copied through host memory. Loss sums, flags, checksums and
-// agreements are host values: they go over the communicator given when it takes host buffers, and
-// otherwise over an MPI communicator the trainer makes over the same ranks (comm() is that one).
+// checkpoints, train_checkpoint.h); the gradient buckets are reduced over the gradient
+// communicator, in place when it takes device buffers (nccl; mpi staging them), else copied
+// through host memory. Loss sums, flags, checksums and agreements are host values: they go over
+// the host communicator (comm()), which the caller passes explicitly (Context::host); the trainer
+// makes no communicator of its own.
 // model().params() are then device pointers; params_to_host() copies them down.
 //
 // Used by one thread.
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "runtime/communicator.h"
-#include "runtime/context.h"
+#include "runtime/device_kind.h"
 #include "runtime/dataset.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/model.h"
@@ -110,9 +110,12 @@ class Trainer {
   // Collective. Validates the configuration against the data and the world, opens the data,
   // builds the model and optimizer; every rank throws the same UsageError when anything does not
   // fit. Does not initialise the parameters yet (run() does, unless restore() was called).
-  // `comm` reduces the gradients; a communicator that takes device buffers only is accepted with
-  // device cuda (see above) and refused on the CPU.
-  Trainer(Communicator& comm, const TrainConfig& config);
+  // `host` carries the host values (loss sums, flags, checksums, agreement) and must take host
+  // buffers; `grads` reduces the gradients, and may take device buffers only (NCCL, MPI staging)
+  // with device cuda. Both span the same ranks (Context::host and Context::grads). The second form
+  // uses one communicator for both (the CPU's case). Both must outlive the Trainer.
+  Trainer(Communicator& host, Communicator& grads, const TrainConfig& config);
+  Trainer(Communicator& comm, const TrainConfig& config) : Trainer(comm, comm, config) {}
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -159,9 +162,8 @@ class Trainer {
   void save_checkpoint();
   bool run_epoch(EpochSummary& s);  // false: stopped early
 
-  std::unique_ptr<Communicator> own_host_comm_;  // cuda over a device-buffer communicator only
-  Communicator& comm_;                           // host values
-  Communicator& grad_comm_;                      // the gradient buckets
+  Communicator& comm_;       // host values
+  Communicator& grad_comm_;  // the gradient buckets
   TrainConfig config_;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<Model> model_;

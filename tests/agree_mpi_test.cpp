@@ -1,5 +1,6 @@
 // Agreement over a Communicator (agree.h) at 1, 2 and 4 ranks: every rank of the communicator
-// leaves with the lowest failing rank's message, and ranks outside it take no part. Resuming a
+// leaves with the lowest failing rank's message, as an AgreedUsageError (the type the top-level
+// handler prints once, on rank 0), and ranks outside it take no part. Resuming a
 // trainer agrees over the trainer's own communicator, so ranks that each train alone (a world of
 // one) refuse or accept their own checkpoints independently. Host-side collectives refuse a
 // communicator that takes device buffers (NCCL) instead of handing it host pointers.
@@ -66,9 +67,24 @@ TEST(AgreeOverCommunicator, EveryRankGetsTheLowestFailingRanksMessage) {
   try {
     agree_or_throw(*comm, ok, "rank " + std::to_string(comm->rank()) + " found a problem");
     ADD_FAILURE() << "rank " << comm->rank() << " returned although rank " << first_bad << " failed";
-  } catch (const UsageError& e) {
+  } catch (const AgreedUsageError& e) {
     EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(first_bad) + " found a problem");
+  } catch (const UsageError& e) {
+    ADD_FAILURE() << "a plain UsageError, which run_app treats as this rank's alone: " << e.what();
   }
+}
+
+TEST(AgreeOverCommunicator, FirstProblemNamesTheLowestRankAndCountsThem) {
+  auto comm = make_mpi_communicator();
+  EXPECT_FALSE(first_problem(*comm, true, "unused").has_value());
+  // The odd ranks fail (rank 0 alone at 1 rank, so that a problem exists at every size).
+  const bool ok = comm->size() > 1 && comm->rank() % 2 == 0;
+  const auto p = first_problem(*comm, ok, "rank " + std::to_string(comm->rank()));
+  ASSERT_TRUE(p.has_value());
+  const int first = comm->size() > 1 ? 1 : 0;
+  EXPECT_EQ(first, p->rank);
+  EXPECT_EQ(comm->size() > 1 ? comm->size() / 2 : 1, p->ranks);
+  EXPECT_EQ("rank " + std::to_string(first), p->message);
 }
 
 TEST(AgreeOverCommunicator, RanksOutsideTheCommunicatorTakeNoPart) {

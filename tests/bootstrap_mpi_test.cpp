@@ -28,15 +28,3 @@ TEST(Bootstrap, LocalRanksOnOneHost) {
   EXPECT_NE(rank_prefix().find("[rank " + std::to_string(w.rank) + "/" + std::to_string(w.size)),
             std::string::npos);
 }
-
-TEST(Bootstrap, AgreeOrThrowCarriesTheFirstFailingRanksMessage) {
-  World w = discover_world();
-  agree_or_throw(true, "unused");  // all fine: returns
-  const int bad = w.size - 1;
-  try {
-    agree_or_throw(w.rank != bad, "rank " + std::to_string(w.rank) + " found a problem");
-    FAIL() << "agree_or_throw returned although rank " << bad << " failed";
-  } catch (const UsageError& e) {
-    EXPECT_EQ("rank " + std::to_string(bad) + " found a problem", std::string(e.what()));
-  }
-}

@@ -50,11 +50,11 @@ void stall(cudaStream_t stream, milliseconds delay) {
 
 // A device buffer of n bytes, freed at scope end.
 struct DeviceBytes {
-  explicit DeviceBytes(size_t n) : ptr(device_alloc(n)), size(n) {}
-  ~DeviceBytes() { device_free(ptr); }
+  explicit DeviceBytes(size_t n) : ptr(kernels::cuda_alloc(n)), size(n) {}
+  ~DeviceBytes() { kernels::cuda_free(ptr); }
   std::vector<uint8_t> read() const {
     std::vector<uint8_t> host(size);
-    copy_device_to_host(host.data(), ptr, size);
+    kernels::cuda_copy_to_host(host.data(), ptr, size);
     return host;
   }
   void* ptr;
@@ -105,7 +105,7 @@ TEST_F(NcclCollectives, WaitsForComputeStreamWithoutBlockingHost) {
   const size_t n = 4096;
   DeviceBytes send(n), recv(n);
   std::vector<uint8_t> sevens(n, 7);
-  copy_host_to_device(send.ptr, sevens.data(), n);
+  kernels::cuda_copy_to_device(send.ptr, sevens.data(), n);
   cudaStream_t compute = kernels::cuda_stream_create();
   // The compute stream zeroes `send` only after a delay: a collective that did not wait for it
   // would deliver the 7s.
@@ -153,14 +153,16 @@ TEST_F(NcclCollectives, BroadcastRejectsRootOutsideWorld) {
 
 TEST_F(NcclCollectives, CudaContextUsesNcclOnTheLocalRanksGpu) {
   World world = discover_world();
+  auto host = make_mpi_communicator();
   ContextOptions options;
   options.device = "cuda";
-  Context ctx = make_context(world, options);
+  Context ctx = make_context(world, *host, options);
   EXPECT_EQ(DeviceKind::cuda, ctx.device);
   EXPECT_EQ(0, ctx.device_index);
-  ASSERT_NE(nullptr, ctx.comm);
-  EXPECT_EQ(Backend::nccl, ctx.comm->backend());
-  ctx.comm->barrier();
+  EXPECT_EQ(host.get(), ctx.host) << "host values stay on the world's MPI communicator";
+  ASSERT_NE(nullptr, ctx.grads);
+  EXPECT_EQ(Backend::nccl, ctx.grads->backend());
+  ctx.grads->barrier();
 }
 
 TEST_F(NcclCollectives, CreationHonoursItsTimeout) {

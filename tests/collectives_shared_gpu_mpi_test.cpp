@@ -59,25 +59,28 @@ INSTANTIATE_TEST_SUITE_P(Collectives, SharedGpuMpiLarge, testing::ValuesIn(large
 
 TEST_F(SharedGpuMpiCollectives, ContextSharesGpusOnlyWithMpiCommunicator) {
   World world = discover_world();
+  auto host = make_mpi_communicator();
   std::string reason;
   const int gpus = cuda_device_count(&reason);
   ContextOptions options;
   options.device = "cuda";
   options.comm = "mpi";
   {
-    Context ctx = make_context(world, options);
+    Context ctx = make_context(world, *host, options);
     EXPECT_EQ(DeviceKind::cuda, ctx.device);
     EXPECT_GE(ctx.device_index, 0);
     EXPECT_LT(ctx.device_index, gpus);
-    EXPECT_EQ(Backend::mpi, ctx.comm->backend());
-    EXPECT_EQ(world.size, ctx.comm->size());
-    ctx.comm->barrier();
+    EXPECT_EQ(host.get(), ctx.host);
+    EXPECT_EQ(Backend::mpi, ctx.grads->backend());
+    EXPECT_TRUE(ctx.grads->device_buffers());
+    EXPECT_EQ(world.size, ctx.grads->size());
+    ctx.grads->barrier();
   }
   if (world.local_size <= gpus) return;
   // More ranks on this host than GPUs: without --comm mpi every rank refuses, naming the counts.
   options.comm = "auto";
   try {
-    make_context(world, options);
+    make_context(world, *host, options);
     ADD_FAILURE() << world.local_size << " ranks got a context on " << gpus << " GPU(s)";
   } catch (const UsageError& e) {
     std::string msg = e.what();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # lockstep-data end to end: regression generation and inspect; the bench at 2 ranks (each reads
 # half); a small Fashion-MNIST-shaped IDX set made here converts, and damaged ones are refused
-# with a message naming the file; bad inputs give a non-zero exit and one clear message; then the
+# with a message naming the file; bad inputs give a non-zero exit and one clear message (also one
+# that only rank 1 has, which ends the job at once); then the
 # real Fashion-MNIST conversion when Debian's dataset-fashion-mnist is installed (else exit 77,
 # after the other checks have passed).
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
@@ -117,6 +118,18 @@ rc=$?
   fail "bench --global-batch 9 at 2 ranks: not exactly one message naming 8 or 10"$'\n'"$out"
 out=$(timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" inspect "$work/reg.h5" 2>&1)
 [[ $? -ne 0 ]] && grep -q 'runs as one process' <<<"$out" || fail "inspect at 2 ranks was not refused"$'\n'"$out"
+# A usage error that only rank 1 has (an MPMD launch gives it its own command line) was never
+# agreed: rank 1 prints it, naming itself, and ends the whole job with exit 2 at once, while rank 0
+# waits for it in a collective that has no deadline (MPI_Comm_dup).
+start=$SECONDS
+out=$(timeout 120 "$mpiexec" --oversubscribe -n 1 "$bin" bench "$work/reg.h5" --global-batch 64 : \
+  -n 1 "$bin" bench "$work/reg.h5" --global-batch 64 --epochs 0 2>&1)
+rc=$?
+took=$((SECONDS - start))
+[[ $rc -eq 2 ]] || fail "a usage error on rank 1 only: exit $rc, expected 2 (124: the job hung)"$'\n'"$out"
+grep -q '^error: \[rank 1/2 .*\] --epochs must be at least 1' <<<"$out" ||
+  fail "a usage error on rank 1 only: rank 1 did not print it"$'\n'"$out"
+[[ $took -lt 30 ]] || fail "a usage error on rank 1 only took ${took}s to end the job"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"

@@ -108,12 +108,17 @@ TEST(DeviceChoice, ContextForCudaWithoutGpuFailsOnEveryRankWithTheReason) {
   std::string reason;
   if (cuda_device_count(&reason) > 0) GTEST_SKIP() << "this machine has a GPU";
   World world = discover_world();
+  auto host = make_mpi_communicator();
   ContextOptions options;
   options.device = "cuda";
-  std::string msg = usage_message([&] { make_context(world, options); });
+  std::string msg = usage_message([&] { make_context(world, *host, options); });
   EXPECT_EQ(0u, msg.rfind("no CUDA device: ", 0)) << msg;
   options.device = "auto";
-  Context ctx = make_context(world, options);
+  Context ctx = make_context(world, *host, options);
   EXPECT_EQ(DeviceKind::cpu, ctx.device);
-  EXPECT_EQ(Backend::mpi, ctx.comm->backend());
+  // On the CPU the gradients go over the world's host communicator itself: no second one.
+  EXPECT_EQ(host.get(), ctx.host);
+  EXPECT_EQ(host.get(), ctx.grads);
+  EXPECT_EQ(nullptr, ctx.own_grads);
+  EXPECT_EQ(Backend::mpi, ctx.grads->backend());
 }

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "collective_cases.h"
+#include "kernels/cuda_memory.h"
 #include "runtime/device.h"
-#include "runtime/device_copy.h"
 
 namespace lockstep::testing_util {
 
@@ -33,10 +33,11 @@ class OnGpu0 : public ::testing::Test {
 
 inline BufferOps device_buffer_ops() {
   BufferOps ops;
-  ops.alloc = [](size_t bytes) { return device_alloc(bytes); };
-  ops.release = [](void* p) { device_free(p); };
-  ops.upload = [](void* dst, const void* src, size_t n) { copy_host_to_device(dst, src, n); };
-  ops.download = [](void* dst, const void* src, size_t n) { copy_device_to_host(dst, src, n); };
+  // One byte at least: an empty buffer still gets a pointer of its own, as a host vector does.
+  ops.alloc = [](size_t bytes) { return kernels::cuda_alloc(bytes > 0 ? bytes : 1); };
+  ops.release = [](void* p) { kernels::cuda_free(p); };
+  ops.upload = [](void* dst, const void* src, size_t n) { kernels::cuda_copy_to_device(dst, src, n); };
+  ops.download = [](void* dst, const void* src, size_t n) { kernels::cuda_copy_to_host(dst, src, n); };
   return ops;
 }
 

@@ -23,7 +23,6 @@
 #include "runtime/bootstrap.h"
 #include "runtime/context.h"
 #include "runtime/device.h"
-#include "runtime/device_copy.h"
 #include "runtime/gpu_trace.h"
 #include "runtime/trace.h"
 #include "test_util.h"
@@ -88,26 +87,27 @@ class GpuTraceTest : public OnGpu0 {
 TEST_F(GpuTraceTest, NcclCollectivesAndStreamWorkAreDeviceTimedSpans) {
   ContextOptions options;
   options.device = "cuda";
-  Context ctx = make_context(discover_world(), options);
-  ASSERT_EQ(Backend::nccl, ctx.comm->backend());
+  auto host = make_mpi_communicator();
+  Context ctx = make_context(discover_world(), *host, options);
+  ASSERT_EQ(Backend::nccl, ctx.grads->backend());
   // Out of place: on one rank NCCL then copies send to recv, work with a length to time (in place
   // it may have nothing to do).
   const std::vector<size_t> counts = {1 << 12, 1 << 16, 1 << 20, 1 << 22, 3000};
-  void* send = device_alloc((1 << 22) * sizeof(float));
-  void* recv = device_alloc((1 << 22) * sizeof(float));
-  void* scratch = device_alloc(1 << 20);  // for the stream's own work, apart from the collectives'
+  void* send = kernels::cuda_alloc((1 << 22) * sizeof(float));
+  void* recv = kernels::cuda_alloc((1 << 22) * sizeof(float));
+  void* scratch = kernels::cuda_alloc(1 << 20);  // for the stream's own work, apart from the collectives'
   cudaStream_t stream = kernels::cuda_stream_create();
   const std::string path = dir_ + "/trace.json";
   double window_begin = 0, window_end = 0;
   {
     GpuTrace test_track(stream, "GPU stream: test");
-    start_tracing(*ctx.comm);
+    start_tracing(*ctx.host);
     window_begin = trace_now_seconds() * 1e6;
     // Enqueued together, waited for at the end: the spans are resolved partly at later begin()s
     // and partly by write_trace's flush.
     std::vector<WorkHandle> works;
     for (size_t n : counts)
-      works.push_back(ctx.comm->all_reduce_async(send, recv, n, DType::f32, ReduceOp::sum));
+      works.push_back(ctx.grads->all_reduce_async(send, recv, n, DType::f32, ReduceOp::sum));
     test_track.begin("sleep");
     busy(stream);
     test_track.end();
@@ -117,12 +117,12 @@ TEST_F(GpuTraceTest, NcclCollectivesAndStreamWorkAreDeviceTimedSpans) {
     for (auto& w : works) w->wait(std::chrono::seconds(60));
     kernels::cuda_stream_synchronize(stream);
     window_end = trace_now_seconds() * 1e6;
-    write_trace(*ctx.comm, path);
+    write_trace(*ctx.host, path);
   }
   kernels::cuda_stream_destroy(stream);
-  device_free(scratch);
-  device_free(recv);
-  device_free(send);
+  kernels::cuda_free(scratch);
+  kernels::cuda_free(recv);
+  kernels::cuda_free(send);
 
   const auto events = read_trace_events(path);
   const int nccl = trace_track_named(events, 0, "GPU stream: nccl");

@@ -327,8 +327,9 @@ TEST(CheckLaunchEnv, WarnsWhenTheLauncherDisagreesWithMpi) {
   env.set("CUDA_VISIBLE_DEVICES", "3");
   World w = discover_world();
   ASSERT_EQ(1, w.size) << "run this test as a single process";
+  auto world_comm = make_mpi_communicator();
   testing::internal::CaptureStderr();
-  check_launch_env(&w);
+  check_launch_env(&w, *world_comm);
   std::string err = testing::internal::GetCapturedStderr();
   // The launcher line is kept for --verbose, not printed at the default level: start-up is quiet.
   EXPECT_NE(std::string::npos, w.launch_summary.find("launcher: slurm (Slurm job 77 step 0"))
@@ -347,8 +348,9 @@ TEST(CheckLaunchEnv, QuietWhenTheyAgree) {
                         "SLURM_STEPID", "PMI_RANK"})
     env.set(k, nullptr);
   World w = discover_world();
+  auto world_comm = make_mpi_communicator();
   testing::internal::CaptureStderr();
-  check_launch_env(&w);
+  check_launch_env(&w, *world_comm);
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(std::string::npos, err.find("disagree")) << err;
 }

@@ -83,7 +83,7 @@ TEST_F(LoaderMpi, EveryRowOnceAndTheSameGlobalBatchesAtAnyWorldSize) {
   LoaderOptions o;
   o.global_batch = kBatch;
   o.seed = 2024;
-  auto loader = open_sharded_loader(spec_, o, w.rank, w.size);
+  auto loader = open_sharded_loader(spec_, o, *make_mpi_communicator());
   ASSERT_EQ(loader->steps_per_epoch(), 9);
   for (int epoch : {0, 1}) {
     uint64_t bytes = 0;
@@ -112,11 +112,10 @@ TEST_F(LoaderMpi, EveryRowOnceAndTheSameGlobalBatchesAtAnyWorldSize) {
 }
 
 TEST_F(LoaderMpi, DropRemainderRunsTheSameStepsOnEveryRank) {
-  const World2 w = world();
   LoaderOptions o;
   o.global_batch = kBatch;
   o.drop_remainder = true;
-  auto loader = open_sharded_loader(spec_, o, w.rank, w.size);
+  auto loader = open_sharded_loader(spec_, o, *make_mpi_communicator());
   uint64_t bytes = 0;
   const auto global = gather_global_batches(*loader, 0, &bytes);
   ASSERT_EQ(global.size(), 8u);
@@ -133,7 +132,7 @@ TEST_F(LoaderMpi, ABadInputOnOneRankStopsEveryRankWithItsMessage) {
   DatasetSpec spec = spec_;
   if (w.rank == w.size - 1) spec.path = dir_ + "/only-the-last-rank-looks-here.h5";
   try {
-    open_sharded_loader(spec, o, w.rank, w.size);
+    open_sharded_loader(spec, o, *make_mpi_communicator());
     ADD_FAILURE() << "rank " << w.rank << " went on";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("only-the-last-rank-looks-here.h5: no such file"),
@@ -148,7 +147,7 @@ TEST_F(LoaderMpi, ABatchThatDoesNotDivideIsRefusedEverywhere) {
   LoaderOptions o;
   o.global_batch = w.size * 3 + 1;
   try {
-    open_sharded_loader(spec_, o, w.rank, w.size);
+    open_sharded_loader(spec_, o, *make_mpi_communicator());
     ADD_FAILURE() << "accepted";
   } catch (const UsageError& e) {
     const std::string want =

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "kernels/cuda_memory.h"
 #include "runtime/communicator.h"
-#include "runtime/device_copy.h"
 #include "runtime/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
@@ -50,8 +50,9 @@ TrainConfig steps(const std::string& data, DeviceKind device, Precision wire) {
   return c;
 }
 
-std::vector<float> trained(Communicator& comm, const TrainConfig& c) {
-  Trainer t(comm, c);
+// Host values over `host`, the gradients over `grads` (the same communicator on the CPU).
+std::vector<float> trained(Communicator& host, Communicator& grads, const TrainConfig& c) {
+  Trainer t(host, grads, c);
   t.run();
   EXPECT_EQ(t.state().global_step, c.steps);
   return t.model().params_to_host();
@@ -73,8 +74,8 @@ TEST_F(NcclTrainer, MatchesTheCpuTrainerWithFp32AndBf16Reductions) {
   for (auto [wire, tolerance] :
        {std::pair{Precision::fp32, 1e-4}, std::pair{Precision::bf16, 1e-3}}) {
     SCOPED_TRACE(std::string("--grad-reduce-dtype ") + precision_name(wire));
-    const std::vector<float> want = trained(*mpi, steps(data, DeviceKind::cpu, wire));
-    const std::vector<float> got = trained(*nccl, steps(data, DeviceKind::cuda, wire));
+    const std::vector<float> want = trained(*mpi, *mpi, steps(data, DeviceKind::cpu, wire));
+    const std::vector<float> got = trained(*mpi, *nccl, steps(data, DeviceKind::cuda, wire));
     ASSERT_EQ(got.size(), want.size());
     const double rel = relative_difference(got, want);
     std::printf("NCCL trainer vs CPU trainer, %s on the wire: relative L2 difference %.3g\n",
@@ -84,12 +85,12 @@ TEST_F(NcclTrainer, MatchesTheCpuTrainerWithFp32AndBf16Reductions) {
   // The trainers and their compute streams are gone: a communicator still ordered after one of
   // them would record its next event on a destroyed stream.
   const std::vector<float> ones(256, 1.0f);
-  void* buf = device_alloc(ones.size() * sizeof(float));
-  copy_host_to_device(buf, ones.data(), ones.size() * sizeof(float));
+  void* buf = kernels::cuda_alloc(ones.size() * sizeof(float));
+  kernels::cuda_copy_to_device(buf, ones.data(), ones.size() * sizeof(float));
   EXPECT_NO_THROW(nccl->all_reduce(buf, buf, ones.size(), DType::f32, ReduceOp::sum));
   std::vector<float> back(ones.size());
-  copy_device_to_host(back.data(), buf, back.size() * sizeof(float));
-  device_free(buf);
+  kernels::cuda_copy_to_host(back.data(), buf, back.size() * sizeof(float));
+  kernels::cuda_free(buf);
   EXPECT_EQ(back, ones) << "a sum over one rank is the rank's own values";
   EXPECT_NO_THROW(nccl->barrier());
 }

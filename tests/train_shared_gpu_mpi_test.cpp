@@ -73,8 +73,8 @@ TEST_F(SharedGpuTraining, RanksOnOneGpuMatchTheSameRanksOnTheCpu) {
   options.device_buffers = true;
   auto device = make_mpi_communicator(options);
   device->set_timeout(std::chrono::seconds(300));
-  Trainer gpu(*device, config(DeviceKind::cuda));
-  EXPECT_NE(&gpu.comm(), device.get()) << "host values went to the device-buffer communicator";
+  Trainer gpu(*host, *device, config(DeviceKind::cuda));
+  EXPECT_EQ(&gpu.comm(), host.get()) << "host values left the host communicator given";
   TrainResult got = gpu.run();
   const std::vector<float> gpu_params = gpu.model().params_to_host();
 
