@@ -93,7 +93,7 @@ Verdict StepGuard::check_update(bool grads_finite, int64_t step, int epoch) {
                      (keep.empty() ? std::string("there is no checkpoint to go back to")
                                    : "the last good checkpoint is " + keep) +
                      " (lower --lr, clip with --clip-norm, or use --on-nan skip)");
-  return false;
+  return Verdict::stop;  // not reached: a failed agreement throws
 }
 
 void StepGuard::saved(int64_t step, const std::string& path) {
