@@ -44,6 +44,24 @@ rank_pid() {
     done
   done
 }
+# stop_rank1 JOB LOG: stops rank 1 of the mpiexec JOB (SIGSTOP), waits for the job to end, then
+# kills the stopped rank; sets rc, took (ms from the stop to the end) and out (LOG's text). Fails
+# and returns 1 when rank 1 cannot be found.
+stop_rank1() {
+  local victim start
+  victim=$(rank_pid "$1" 1)
+  if [[ -z $victim ]]; then
+    fail "could not find rank 1"
+    return 1
+  fi
+  start=$(date +%s%N)
+  kill -STOP "$victim"
+  wait "$1"
+  rc=$?
+  took=$(( ($(date +%s%N) - start) / 1000000 ))
+  kill -KILL "$victim" 2>/dev/null
+  out=$(cat "$2")
+}
 # Whether a checkpoint's parameters hold a NaN or Inf.
 non_finite() {
   h5dump -b LE -o params.bin -g /params "$1" >/dev/null && od -An -v -f params.bin | grep -Eiq 'nan|inf'
@@ -86,17 +104,7 @@ fi
 # --- rank 1 stalled (SIGSTOP) inside training: the others time out with our message ---
 timeout_s=4
 start_long_run stalled --timeout $timeout_s || fail "the run to stall never wrote its first checkpoint"
-victim=$(rank_pid "$job" 1)
-if [[ -z $victim ]]; then
-  fail "could not find rank 1"
-else
-  start=$(date +%s%N)
-  kill -STOP "$victim"
-  wait "$job"
-  rc=$?
-  took=$(( ($(date +%s%N) - start) / 1000000 ))
-  kill -KILL "$victim" 2>/dev/null
-  out=$(cat stalled.log)
+if stop_rank1 "$job" stalled.log; then
   [[ $rc -ne 0 && $rc -ne 124 ]] || fail "with rank 1 stopped the job exited $rc"$'\n'"$out"
   [[ $took -ge $(( timeout_s * 1000 - 500 )) && $took -le $(( (timeout_s + 15) * 1000 )) ]] ||
     fail "the job ended ${took} ms after rank 1 stalled (timeout ${timeout_s} s)"
@@ -112,17 +120,7 @@ timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data long.h5
   --timeout $timeout_s --checkpoint-timeout $timeout_s >stop_ck.log 2>&1 &
 job=$!
 e2e_wait_for_checkpoint stop_ck || fail "the run to stop never wrote its first checkpoint"
-victim=$(rank_pid "$job" 1)
-if [[ -z $victim ]]; then
-  fail "could not find rank 1"
-else
-  start=$(date +%s%N)
-  kill -STOP "$victim"
-  wait "$job"
-  rc=$?
-  took=$(( ($(date +%s%N) - start) / 1000000 ))
-  kill -KILL "$victim" 2>/dev/null
-  out=$(cat stop_ck.log)
+if stop_rank1 "$job" stop_ck.log; then
   [[ $rc -ne 0 && $rc -ne 124 ]] || fail "rank 1 stopped during checkpointing: the job exited $rc"$'\n'"$out"
   [[ $took -le $(( (timeout_s + 15) * 1000 )) ]] ||
     fail "rank 1 stopped during checkpointing: the job took ${took} ms to end (deadlines ${timeout_s} s)"
