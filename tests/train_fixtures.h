@@ -1,5 +1,6 @@
 // Fixtures shared by the trainer tests: a small learnable image dataset (label-dependent stripes
-// on noise) and the relative difference of two parameter vectors. Header-only.
+// on noise), the GPU trainer tests' configurations on it, and the relative difference of two
+// parameter vectors. Header-only.
 #pragma once
 
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "runtime/h5_writer.h"
 #include "runtime/hdf5_util.h"
+#include "runtime/trainer.h"
 
 namespace lockstep::testing_util {
 
@@ -49,6 +51,41 @@ inline std::string write_striped_images(const std::string& path, const StripedIm
 }
 
 // ||a - b|| / ||b|| in double.
+// One plain SGD step of three micro-batches of 16 on striped images, with a small CNN. SGD moves
+// each weight by lr times its gradient, so the step's update compares the gradients; one Adam step
+// would move every weight by about lr whatever its gradient, and a gradient near 0 whose sign
+// rounding flips would fail the comparison spuriously.
+inline TrainConfig one_step(const std::string& data, DeviceKind device, Precision precision) {
+  TrainConfig c;
+  c.train.path = data;
+  c.model = "conv3x3:8,relu,maxpool2,flatten,dense:16,relu,dense";
+  c.optimizer.kind = OptimizerKind::sgd;
+  c.lr = 0.1;
+  c.global_batch = 48;
+  c.grad_accum = 3;
+  c.steps = 1;
+  c.seed = 4;
+  c.eval_every_epoch = false;
+  c.print = false;
+  c.device = device;
+  c.precision = precision;
+  return c;
+}
+
+// Five updates of three micro-batches each (64 rows make an epoch of a full step and one of 16
+// rows), a bucket per layer (several all-reduces a step, each starting while the backward pass
+// goes on), momentum and clipping: every part of the device step that one plain step leaves out.
+inline TrainConfig several_steps(const std::string& data, DeviceKind device) {
+  TrainConfig c = one_step(data, device, Precision::fp32);
+  c.optimizer.kind = OptimizerKind::momentum;
+  c.lr = 0.05;
+  c.steps = 5;
+  c.bucket_mb = 1e-6;
+  c.clip_norm = 0.5;
+  c.check_every = 2;
+  return c;
+}
+
 inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -29,23 +29,9 @@ std::string write_images() {
   return write_striped_images(local_temp_dir("train_nccl_gpu") + "/images.h5", StripedImages{});
 }
 
-// Five momentum steps of three micro-batches each, a bucket per layer (several NCCL all-reduces a
-// step, each starting while the backward pass goes on) and clipping.
+// several_steps (train_fixtures.h) with `wire` as the gradients' all-reduce type.
 TrainConfig steps(const std::string& data, DeviceKind device, Precision wire) {
-  TrainConfig c;
-  c.train.path = data;
-  c.model = "conv3x3:8,relu,maxpool2,flatten,dense:16,relu,dense";
-  c.optimizer.kind = OptimizerKind::momentum;
-  c.lr = 0.05;
-  c.global_batch = 48;
-  c.grad_accum = 3;
-  c.steps = 5;
-  c.bucket_mb = 1e-6;
-  c.clip_norm = 0.5;
-  c.seed = 4;
-  c.eval_every_epoch = false;
-  c.print = false;
-  c.device = device;
+  TrainConfig c = several_steps(data, device);
   c.grad_reduce_dtype = wire;
   return c;
 }

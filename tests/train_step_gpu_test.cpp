@@ -26,7 +26,9 @@
 #include "train_fixtures.h"
 
 using namespace lockstep;
+using lockstep::testing_util::one_step;
 using lockstep::testing_util::relative_difference;
+using lockstep::testing_util::several_steps;
 
 namespace {
 
@@ -34,41 +36,6 @@ namespace {
 std::string write_images() {
   return testing_util::write_striped_images(
       testing_util::local_temp_dir("train_step_gpu") + "/images.h5", testing_util::StripedImages{});
-}
-
-// One plain SGD step of three micro-batches of 16. SGD moves each weight by lr times its gradient,
-// so the step's update compares the gradients; one Adam step would move every weight by about lr
-// whatever its gradient, and a gradient near 0 whose sign rounding flips would fail the comparison
-// spuriously.
-TrainConfig one_step(const std::string& data, DeviceKind device, Precision precision) {
-  TrainConfig c;
-  c.train.path = data;
-  c.model = "conv3x3:8,relu,maxpool2,flatten,dense:16,relu,dense";
-  c.optimizer.kind = OptimizerKind::sgd;
-  c.lr = 0.1;
-  c.global_batch = 48;
-  c.grad_accum = 3;
-  c.steps = 1;
-  c.seed = 4;
-  c.eval_every_epoch = false;
-  c.print = false;
-  c.device = device;
-  c.precision = precision;
-  return c;
-}
-
-// Five updates of three micro-batches each (64 rows make an epoch of a full step and one of 16
-// rows), a bucket per layer, momentum and clipping: every part of the device step that one plain
-// step leaves out.
-TrainConfig several_steps(const std::string& data, DeviceKind device) {
-  TrainConfig c = one_step(data, device, Precision::fp32);
-  c.optimizer.kind = OptimizerKind::momentum;
-  c.lr = 0.05;
-  c.steps = 5;
-  c.bucket_mb = 1e-6;
-  c.clip_norm = 0.5;
-  c.check_every = 2;
-  return c;
 }
 
 std::vector<float> params_of(Trainer& t) { return t.model().params_to_host(); }
