@@ -5,7 +5,7 @@
 #include <sstream>
 #include <limits>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace lockstep::bench {
 

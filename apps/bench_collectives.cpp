@@ -26,11 +26,11 @@
 #include "apps/bench_commands.h"
 #include "apps/bench_values.h"
 #include "kernels/cuda_memory.h"
-#include "runtime/agree.h"
-#include "runtime/communicator.h"
-#include "runtime/context.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
+#include "runtime/comm/agree.h"
+#include "runtime/process/context.h"
+#include "runtime/process/device.h"
 
 namespace lockstep::bench {
 

@@ -8,7 +8,7 @@
 // executable), and add one row to kCommands in bench_main.cpp.
 #pragma once
 
-#include "runtime/bootstrap.h"
+#include "runtime/process/bootstrap.h"
 
 namespace lockstep::bench {
 

@@ -21,8 +21,8 @@
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
 #include "apps/bench_values.h"
-#include "runtime/communicator.h"
-#include "runtime/error.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
 
 namespace lockstep::bench {
 

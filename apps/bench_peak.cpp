@@ -10,7 +10,7 @@
 #include "kernels/cuda_memory.h"
 #include "kernels/gemm.h"
 #include "kernels/onednn.h"
-#include "runtime/buffer.h"
+#include "runtime/base/buffer.h"
 
 namespace lockstep::bench {
 

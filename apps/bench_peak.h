@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/communicator.h"
-#include "runtime/precision.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/precision.h"
 
 namespace lockstep::bench {
 

@@ -28,13 +28,13 @@
 #include "apps/bench_commands.h"
 #include "apps/bench_peak.h"
 #include "kernels/onednn.h"
-#include "runtime/blas_threads.h"
-#include "runtime/context.h"
-#include "runtime/error.h"
-#include "runtime/h5_writer.h"
-#include "runtime/layers.h"
-#include "runtime/precision.h"
-#include "runtime/trainer.h"
+#include "runtime/base/error.h"
+#include "runtime/base/precision.h"
+#include "runtime/data/h5_writer.h"
+#include "runtime/model/layers.h"
+#include "runtime/process/blas_threads.h"
+#include "runtime/process/context.h"
+#include "runtime/train/trainer.h"
 
 namespace lockstep::bench {
 

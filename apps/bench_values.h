@@ -7,8 +7,8 @@
 
 #include <cstddef>
 
-#include "runtime/communicator.h"
-#include "runtime/dtype.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/dtype.h"
 
 namespace lockstep::bench {
 

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "apps/data_commands.h"
-#include "runtime/communicator.h"
-#include "runtime/error.h"
-#include "runtime/sharded_loader.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
+#include "runtime/data/sharded_loader.h"
 
 namespace lockstep::data {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "runtime/bootstrap.h"
+#include "runtime/process/bootstrap.h"
 
 namespace lockstep::data {
 

@@ -7,9 +7,9 @@
 #include <filesystem>
 
 #include "apps/data_commands.h"
-#include "runtime/error.h"
-#include "runtime/h5_writer.h"
-#include "runtime/idx_reader.h"
+#include "runtime/base/error.h"
+#include "runtime/data/h5_writer.h"
+#include "runtime/data/idx_reader.h"
 
 namespace lockstep::data {
 namespace {

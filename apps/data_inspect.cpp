@@ -6,11 +6,11 @@
 #include <sstream>
 
 #include "apps/data_commands.h"
-#include "runtime/dataset.h"
-#include "runtime/error.h"
-#include "runtime/h5_filters.h"
-#include "runtime/h5_writer.h"
-#include "runtime/hdf5_util.h"
+#include "runtime/base/error.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/h5_filters.h"
+#include "runtime/data/h5_writer.h"
+#include "runtime/data/hdf5_util.h"
 
 namespace lockstep::data {
 namespace {

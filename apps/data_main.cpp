@@ -14,8 +14,8 @@
 
 #include "apps/data_commands.h"
 #include "apps/subcommands.h"
-#include "runtime/bootstrap.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
+#include "runtime/process/bootstrap.h"
 
 namespace lockstep::data {
 

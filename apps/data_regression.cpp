@@ -8,8 +8,8 @@
 #include <random>
 
 #include "apps/data_commands.h"
-#include "runtime/error.h"
-#include "runtime/h5_writer.h"
+#include "runtime/base/error.h"
+#include "runtime/data/h5_writer.h"
 
 namespace lockstep::data {
 namespace {

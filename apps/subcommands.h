@@ -8,8 +8,8 @@
 #include <span>
 #include <string>
 
-#include "runtime/bootstrap.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
+#include "runtime/process/bootstrap.h"
 
 namespace lockstep::apps {
 

@@ -12,16 +12,17 @@
 
 #include "apps/train_options.h"
 #include "apps/train_report.h"
-#include "runtime/agree.h"
-#include "runtime/blas_threads.h"
-#include "runtime/bootstrap.h"
-#include "runtime/context.h"
-#include "runtime/error.h"
-#include "runtime/layers.h"
-#include "runtime/log.h"
-#include "runtime/output_path.h"
-#include "runtime/trace.h"
-#include "runtime/train_checkpoint.h"
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/comm/agree.h"
+#include "runtime/model/layers.h"
+#include "runtime/observe/trace.h"
+#include "runtime/observe/trace_writer.h"
+#include "runtime/process/blas_threads.h"
+#include "runtime/process/bootstrap.h"
+#include "runtime/process/context.h"
+#include "runtime/process/output_path.h"
+#include "runtime/train/train_checkpoint.h"
 
 namespace lockstep {
 namespace {

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/config_table.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
+#include "runtime/train/config_table.h"
 
 namespace lockstep {
 

@@ -1,14 +1,14 @@
 // lockstep-train's options: Boost.Program_options over the command line and an optional INI file
 // (--config FILE: "key = value" lines with the long option names; the command line wins). One
-// table drives --help, parsing and defaults: TrainConfig's rows (runtime/config_table.h) and the
-// rows of what the program itself uses (device, communicator, threads, ...), which live in
+// table drives --help, parsing and defaults: TrainConfig's rows (runtime/train/config_table.h) and
+// the rows of what the program itself uses (device, communicator, threads, ...), which live in
 // train_options.cpp with their defaults here. Every value a user can get wrong is checked by its
 // row or by validate(TrainConfig), and the message names the option. Main thread only.
 #pragma once
 
 #include <string>
 
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 namespace lockstep {
 

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "runtime/h5_writer.h"
-#include "runtime/hdf5_util.h"
-#include "runtime/train_checkpoint.h"
+#include "runtime/data/h5_writer.h"
+#include "runtime/data/hdf5_util.h"
+#include "runtime/train/train_checkpoint.h"
 
 namespace lockstep {
 

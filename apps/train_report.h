@@ -5,7 +5,7 @@
 // of the learned w and b from the truth is printed too. Rank 0 only; main thread.
 #pragma once
 
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 namespace lockstep {
 

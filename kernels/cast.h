@@ -1,5 +1,5 @@
 // Conversions between float32 and bfloat16 for mixed precision (bf16 compute, fp32 master weights).
-// bf16 values are raw 16-bit words (uint16_t), as elsewhere in Lockstep (runtime/dtype.h).
+// bf16 values are raw 16-bit words (uint16_t), as elsewhere in Lockstep (runtime/base/dtype.h).
 // float -> bf16 rounds to nearest, ties to even; a NaN stays a quiet NaN of the same sign; values
 // beyond the bf16 range become infinities. bf16 -> float is exact. The CPU and CUDA twins give
 // identical bits. in and out must not overlap.

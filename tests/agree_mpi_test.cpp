@@ -10,12 +10,12 @@
 
 #include <string>
 
-#include "runtime/agree.h"
-#include "runtime/checkpoint.h"
-#include "runtime/error.h"
-#include "runtime/step_guard.h"
-#include "runtime/train_checkpoint.h"
-#include "runtime/trainer.h"
+#include "runtime/base/error.h"
+#include "runtime/comm/agree.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/step_guard.h"
+#include "runtime/train/train_checkpoint.h"
+#include "runtime/train/trainer.h"
 #include "solo_communicator.h"
 #include "test_util.h"
 #include "train_fixtures.h"

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "runtime/bootstrap.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
+#include "runtime/process/bootstrap.h"
 
 using namespace lockstep;
 

@@ -9,12 +9,12 @@
 #include <cmath>
 #include <random>
 
-#include "runtime/buckets.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/h5_writer.h"
-#include "runtime/hdf5_util.h"
-#include "runtime/trainer.h"
+#include "runtime/base/error.h"
+#include "runtime/comm/buckets.h"
+#include "runtime/data/h5_writer.h"
+#include "runtime/data/hdf5_util.h"
+#include "runtime/process/device.h"
+#include "runtime/train/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
 

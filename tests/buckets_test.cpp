@@ -9,8 +9,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "runtime/buckets.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
+#include "runtime/comm/buckets.h"
 #include "solo_communicator.h"
 
 using namespace lockstep;

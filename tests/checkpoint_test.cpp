@@ -13,9 +13,9 @@
 #include <fstream>
 #include <limits>
 
-#include "runtime/checkpoint.h"
-#include "runtime/error.h"
-#include "runtime/signals.h"
+#include "runtime/base/error.h"
+#include "runtime/process/signals.h"
+#include "runtime/train/checkpoint.h"
 #include "test_util.h"
 
 using namespace lockstep;

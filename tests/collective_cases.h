@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/communicator.h"
-#include "runtime/dtype.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/dtype.h"
 
 namespace lockstep::testing_util {
 

@@ -18,10 +18,10 @@
 #include "collective_cases.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda_memory.h"
-#include "runtime/communicator.h"
-#include "runtime/context.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
+#include "runtime/process/context.h"
+#include "runtime/process/device.h"
 
 using namespace lockstep;
 using namespace lockstep::testing_util;

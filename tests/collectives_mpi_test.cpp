@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "collective_cases.h"
-#include "runtime/communicator.h"
-#include "runtime/error.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
 
 using namespace lockstep;
 using namespace lockstep::testing_util;

@@ -1,4 +1,4 @@
-// The option table (runtime/config_table.h): every option reads back the text it shows as its
+// The option table (runtime/train/config_table.h): every option reads back the text it shows as its
 // default (so a --config file may repeat what --help prints), a row's rule refuses a bad value
 // both from text and in a struct built in code, with a message naming the option, and a
 // checkpoint records each option it recorded before this table, under the same key.
@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/config_table.h"
-#include "runtime/error.h"
-#include "runtime/trainer.h"
+#include "runtime/base/error.h"
+#include "runtime/train/config_table.h"
+#include "runtime/train/trainer.h"
 
 namespace lockstep {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/h5_writer.h"
+#include "runtime/data/h5_writer.h"
 
 namespace lockstep::testing_util {
 

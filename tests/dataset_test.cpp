@@ -1,7 +1,7 @@
 // inspect_dataset and DatasetReader: what a file describes (rows, shapes, classes, normalisation),
 // the rows read back converted and normalised, files written the way h5py writes them, and one
 // clear UsageError for each way a file can be unusable.
-#include "runtime/dataset.h"
+#include "runtime/data/dataset.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "data_fixtures.h"
-#include "runtime/error.h"
-#include "runtime/h5_writer.h"
+#include "runtime/base/error.h"
+#include "runtime/data/h5_writer.h"
 #include "test_util.h"
 
 using namespace lockstep;

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "runtime/deadline_call.h"
+#include "runtime/base/deadline_call.h"
 
 using namespace lockstep;
 using Clock = std::chrono::steady_clock;

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <thread>
 
-#include "runtime/communicator.h"
-#include "runtime/error.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
 
 using namespace lockstep;
 using Clock = std::chrono::steady_clock;

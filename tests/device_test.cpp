@@ -6,10 +6,10 @@
 #include <functional>
 #include <string>
 
-#include "runtime/bootstrap.h"
-#include "runtime/context.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
+#include "runtime/process/bootstrap.h"
+#include "runtime/process/context.h"
+#include "runtime/process/device.h"
 
 using namespace lockstep;
 

@@ -14,8 +14,8 @@
 
 #include "kernels/conv2d.h"
 #include "kernels/cuda_info.h"
-#include "kernels/dense.h"
 #include "kernels/cuda_memory.h"
+#include "kernels/dense.h"
 
 namespace lockstep::testing_util {
 

@@ -9,7 +9,7 @@
 
 #include "collective_cases.h"
 #include "kernels/cuda_memory.h"
-#include "runtime/device.h"
+#include "runtime/process/device.h"
 
 namespace lockstep::testing_util {
 

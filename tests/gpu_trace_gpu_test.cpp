@@ -20,11 +20,12 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cuda_memory.h"
-#include "runtime/bootstrap.h"
-#include "runtime/context.h"
-#include "runtime/device.h"
-#include "runtime/gpu_trace.h"
-#include "runtime/trace.h"
+#include "runtime/observe/gpu_trace.h"
+#include "runtime/observe/trace.h"
+#include "runtime/observe/trace_writer.h"
+#include "runtime/process/bootstrap.h"
+#include "runtime/process/context.h"
+#include "runtime/process/device.h"
 #include "test_util.h"
 #include "trace_events.h"
 

@@ -1,7 +1,7 @@
 // h5_writer and hdf5_util: datasets of every supported type round-trip with and without chunking
 // and gzip, attributes of every kind round-trip and can be replaced, and failures are messages that
 // name the file (never an HDF5 error-stack dump).
-#include "runtime/h5_writer.h"
+#include "runtime/data/h5_writer.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <fstream>
 #include <functional>
 
-#include "runtime/error.h"
-#include "runtime/hdf5_util.h"
+#include "runtime/base/error.h"
+#include "runtime/data/hdf5_util.h"
 #include "test_util.h"
 
 using namespace lockstep;

@@ -1,7 +1,7 @@
 // The IDX reader over files written here: valid ones (gzip and plain) read back exactly; every kind
 // of damage (wrong magic, bad dimensions, truncated header or data, trailing bytes, a broken gzip
 // stream) is a UsageError naming the file. Plus the real Fashion-MNIST label file when installed.
-#include "runtime/idx_reader.h"
+#include "runtime/data/idx_reader.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test_util.h"
 
 using namespace lockstep;

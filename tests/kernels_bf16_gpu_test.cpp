@@ -16,7 +16,7 @@
 #include "kernels/cast.h"
 #include "kernels/conv2d.h"
 #include "kernels/dense.h"
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 
 namespace lk = lockstep::kernels;
 using namespace lockstep::testing_util;

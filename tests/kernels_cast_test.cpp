@@ -1,6 +1,6 @@
 // float32 <-> bfloat16 casts on the CPU (the oracle of the CUDA twins): rounding to nearest even,
 // infinities on overflow, NaNs kept, exact widening, and the same words as the communicator's
-// conversion (runtime/dtype.h), so that bf16 buffers mean the same thing everywhere.
+// conversion (runtime/base/dtype.h), so that bf16 buffers mean the same thing everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/cast.h"
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 
 namespace lk = lockstep::kernels;
 

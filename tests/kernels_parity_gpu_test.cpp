@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_parity.h"
 #include "kernels/activation.h"
 #include "kernels/cast.h"
 #include "kernels/conv2d.h"
@@ -27,7 +28,6 @@
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "kernels/pool.h"
-#include "gpu_parity.h"
 
 namespace lk = lockstep::kernels;
 using namespace lockstep::testing_util;

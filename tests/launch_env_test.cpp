@@ -1,6 +1,6 @@
 // Launch environment detection over synthetic environments of each launcher, the GPU slot rule,
 // and the start-up cross-check against MPI's numbering.
-#include "runtime/launch_env.h"
+#include "runtime/process/launch_env.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
+#include "runtime/process/device.h"
 
 using namespace lockstep;
 

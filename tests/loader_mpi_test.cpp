@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "data_fixtures.h"
-#include "runtime/error.h"
-#include "runtime/sharded_loader.h"
+#include "runtime/base/error.h"
+#include "runtime/data/sharded_loader.h"
 #include "test_util.h"
 
 using namespace lockstep;

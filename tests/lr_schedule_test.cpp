@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "runtime/error.h"
-#include "runtime/lr_schedule.h"
+#include "runtime/base/error.h"
+#include "runtime/model/lr_schedule.h"
 
 using namespace lockstep;
 

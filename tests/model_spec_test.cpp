@@ -2,8 +2,8 @@
 // round-trip, bad specs and models that do not fit the data are refused with the option's name.
 #include <gtest/gtest.h>
 
-#include "runtime/error.h"
-#include "runtime/model_spec.h"
+#include "runtime/base/error.h"
+#include "runtime/model/model_spec.h"
 
 using namespace lockstep;
 

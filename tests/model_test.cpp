@@ -14,8 +14,8 @@
 #include "kernels/loss.h"
 #include "kernels/onednn.h"
 #include "kernels/pool.h"
-#include "runtime/error.h"
-#include "runtime/model.h"
+#include "runtime/base/error.h"
+#include "runtime/model/model.h"
 
 using namespace lockstep;
 

@@ -1,7 +1,7 @@
 // ShardedLoader in one process: the permutation contract, option validation, and P ranks simulated
 // by P loaders (the loader takes rank and size as arguments), so the sharding rules are checked at
 // world sizes mpiexec does not give here; loader_mpi_test.cpp checks the same across real ranks.
-#include "runtime/sharded_loader.h"
+#include "runtime/data/sharded_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "data_fixtures.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test_util.h"
 
 using namespace lockstep;

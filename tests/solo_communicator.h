@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 
-#include "runtime/communicator.h"
+#include "runtime/base/communicator.h"
 
 namespace lockstep::testing_util {
 

@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <vector>
 
-#include "runtime/checkpoint.h"
-#include "runtime/communicator.h"
-#include "runtime/error.h"
-#include "runtime/host_step.h"
-#include "runtime/signals.h"
-#include "runtime/step_guard.h"
-#include "runtime/trainer.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
+#include "runtime/process/signals.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/host_step.h"
+#include "runtime/train/step_guard.h"
+#include "runtime/train/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
 

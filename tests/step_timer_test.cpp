@@ -10,8 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/step_timer.h"
-#include "runtime/trace.h"
+#include "runtime/observe/step_timer.h"
+#include "runtime/observe/trace.h"
+#include "runtime/observe/trace_writer.h"
 #include "solo_communicator.h"
 #include "test_util.h"
 #include "trace_events.h"

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "runtime/bootstrap.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
+#include "runtime/process/bootstrap.h"
 
 namespace {
 

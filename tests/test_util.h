@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/bootstrap.h"
+#include "runtime/process/bootstrap.h"
 
 namespace lockstep::testing_util {
 

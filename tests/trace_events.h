@@ -1,6 +1,6 @@
 // Reads back the trace files that write_trace() writes, for tests: one event object per line
-// (runtime/trace.cpp writes them so), each with ph, name, pid, tid, and ts/dur for spans ("X") or
-// args.name for track names ("M"). Not a general JSON reader.
+// (runtime/observe/trace.cpp writes them so), each with ph, name, pid, tid, and ts/dur for spans
+// ("X") or args.name for track names ("M"). Not a general JSON reader.
 #pragma once
 
 #include <fstream>

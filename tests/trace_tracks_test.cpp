@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/communicator.h"
-#include "runtime/trace.h"
+#include "runtime/base/communicator.h"
+#include "runtime/observe/trace.h"
+#include "runtime/observe/trace_writer.h"
 #include "test_util.h"
 #include "trace_events.h"
 

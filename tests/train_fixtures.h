@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/h5_writer.h"
-#include "runtime/hdf5_util.h"
-#include "runtime/trainer.h"
+#include "runtime/data/h5_writer.h"
+#include "runtime/data/hdf5_util.h"
+#include "runtime/train/trainer.h"
 
 namespace lockstep::testing_util {
 

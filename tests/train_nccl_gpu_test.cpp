@@ -14,8 +14,8 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cuda_memory.h"
-#include "runtime/communicator.h"
-#include "runtime/trainer.h"
+#include "runtime/base/communicator.h"
+#include "runtime/train/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
 

@@ -13,9 +13,10 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "runtime/communicator.h"
-#include "runtime/trace.h"
-#include "runtime/trainer.h"
+#include "runtime/base/communicator.h"
+#include "runtime/observe/trace.h"
+#include "runtime/observe/trace_writer.h"
+#include "runtime/train/trainer.h"
 #include "test_util.h"
 #include "trace_events.h"
 #include "train_fixtures.h"

@@ -13,9 +13,9 @@
 #include <string>
 
 #include "gpu_test_util.h"
-#include "runtime/communicator.h"
-#include "runtime/device.h"
-#include "runtime/trainer.h"
+#include "runtime/base/communicator.h"
+#include "runtime/process/device.h"
+#include "runtime/train/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
 

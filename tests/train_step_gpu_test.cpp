@@ -16,12 +16,12 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cuda_memory.h"
-#include "runtime/communicator.h"
-#include "runtime/error.h"
-#include "runtime/h5_writer.h"
-#include "runtime/hdf5_util.h"
-#include "runtime/train_checkpoint.h"
-#include "runtime/trainer.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
+#include "runtime/data/h5_writer.h"
+#include "runtime/data/hdf5_util.h"
+#include "runtime/train/train_checkpoint.h"
+#include "runtime/train/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
 

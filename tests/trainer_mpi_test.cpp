@@ -11,10 +11,10 @@
 #include <cstring>
 #include <random>
 
-#include "runtime/error.h"
-#include "runtime/h5_writer.h"
-#include "runtime/hdf5_util.h"
-#include "runtime/trainer.h"
+#include "runtime/base/error.h"
+#include "runtime/data/h5_writer.h"
+#include "runtime/data/hdf5_util.h"
+#include "runtime/train/trainer.h"
 #include "solo_communicator.h"
 #include "test_util.h"
 #include "train_fixtures.h"

@@ -1,0 +1,93 @@
+// Gradient buckets (DESIGN.md decision 4): the flat gradient buffer cut into contiguous ranges,
+// taken in reverse layer order, so that each range can be all-reduced as soon as the backward pass
+// has finished the layers it covers, overlapping communication with the rest of the backward pass.
+//
+// assign_buckets() is a pure function of the layer sizes and the bucket size, so every rank
+// computes the same buckets; BucketReducer issues one collective per bucket and all calls must
+// happen in the same order on all ranks. A reducer is used by one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda_stream.h"
+#include "runtime/base/buffer.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/precision.h"
+
+namespace lockstep {
+
+// A range [offset, offset + count) of the flat gradient buffer covering the layers
+// [first_layer, last_layer] (indices into the sizes given to assign_buckets).
+struct Bucket {
+  size_t offset = 0;
+  size_t count = 0;
+  int first_layer = 0;
+  int last_layer = 0;
+};
+
+// `layer_sizes[i]`: elements of layer i's gradients, layers laid out in forward order from offset
+// 0. Returns buckets in reverse layer order (the last layer's first), together covering every
+// element exactly once. Consecutive layers are grouped while the group stays within
+// `bucket_bytes` (of float32 elements); a layer is never split, and a layer that alone exceeds
+// the size gets its own bucket. Layers of size 0 join the bucket of their neighbours; no bucket is
+// empty (no layer with elements: no buckets). bucket_bytes 0 means one bucket for everything.
+std::vector<Bucket> assign_buckets(const std::vector<size_t>& layer_sizes, size_t bucket_bytes);
+
+// Bucket size in bytes for a --bucket-mb value (MiB, fractions allowed; 0 stays 0). UsageError for
+// a negative or non-finite value.
+size_t bucket_bytes_from_mb(double mb);
+
+// Starts an all-reduce SUM per bucket as the backward pass completes the bucket's layers.
+// layer_done(i) is called once per layer index in decreasing order (layers without gradients
+// included); when it reaches a bucket's first layer that bucket's reduction starts, in place on
+// `grads`. wait_all() waits for every started reduction and throws what they throw. With a bf16
+// wire dtype each bucket is cast into a bf16 copy, reduced there and cast back at wait_all (by the
+// CPU for host gradients, on the stream for device gradients).
+//
+// Device gradients (DeviceKind::cuda): a communicator that takes device buffers (nccl, or mpi
+// staging them) reduces them in place, ordered after the stream's work (set_compute_stream); one
+// that takes host buffers gets each bucket copied down into a host mirror when it starts (a
+// synchronous copy, after the stream's work) and copied back up in wait_all.
+//
+// The communicator outlives the reducer. A reducer that orders the communicator after `stream`
+// clears that again when it is destroyed (set_compute_stream(nullptr)), since the stream may be
+// destroyed next while the communicator lives on.
+class BucketReducer {
+ public:
+  BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire = Precision::fp32,
+                DeviceKind grads_on = DeviceKind::cpu, cudaStream_t stream = nullptr);
+  ~BucketReducer();
+  BucketReducer(const BucketReducer&) = delete;
+  BucketReducer& operator=(const BucketReducer&) = delete;
+
+  // Forgets any handles of a previous step (they must have been waited for) and sets the buffer.
+  void start_step(float* grads);
+  void layer_done(int layer);
+  // Starts every bucket not yet started (for a backward pass that reported no layers), then waits.
+  void wait_all();
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  void launch(size_t b);
+
+  // Where bucket b's reduction reads and writes (grads or the bf16 copy), and its element size.
+  void* wire_ptr(const Bucket& k);
+  size_t wire_bytes() const;
+
+  Communicator& comm_;
+  std::vector<Bucket> buckets_;
+  Precision wire_;
+  DeviceKind grads_on_;
+  cudaStream_t stream_;
+  bool staged_ = false;  // device gradients over a host-buffer communicator
+  bool orders_comm_ = false;  // this reducer set the communicator's compute stream
+  float* grads_ = nullptr;
+  size_t next_ = 0;  // buckets [0, next_) have started
+  std::vector<WorkHandle> pending_;
+  Buffer<uint16_t> wire_copy_;               // bf16 wire: the buckets' values in bf16, same offsets
+  std::vector<unsigned char> host_mirror_;   // staged: the wire values on the host, same offsets
+};
+
+}  // namespace lockstep

@@ -1,0 +1,14 @@
+// Stands in for comm_nccl.cu when CUDA/NCCL is not built.
+#include "runtime/base/communicator.h"
+#include "runtime/base/error.h"
+
+namespace lockstep {
+
+bool nccl_available() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(int, Millis) {
+  throw UsageError("the NCCL backend is not built into this binary (configure with "
+                   "LOCKSTEP_CUDA=ON where nvcc and NCCL are installed), use --comm mpi");
+}
+
+}  // namespace lockstep

@@ -1,0 +1,86 @@
+// Per-rank loader of a dataset split (DESIGN.md decisions 5 and 6).
+//
+// Each epoch has one global permutation of the rows, from (seed, epoch); with shuffle off, the file
+// order. Global batch k is perm[k*B, (k+1)*B); rank r of P takes positions [r*B/P, (r+1)*B/P) of
+// it. The sequence of global batches is therefore the same at every P. A last, partial global batch
+// is kept and padded with mask 0 (remainder mask) or dropped (remainder drop); every rank runs the
+// same number of steps either way, so none leaves the others waiting in a collective.
+//
+// A rank reads only its own rows, grouped into contiguous runs, on a background thread that stays
+// `prefetch` batches ahead. Inputs come out as float32 normalised with the file's attributes,
+// labels as int32. Owned and used by one thread (the prefetch thread is internal).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/base/communicator.h"
+#include "runtime/data/dataset.h"
+
+namespace lockstep {
+
+struct LoaderOptions {
+  int64_t global_batch = 0;  // B: must divide by the world size P
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_remainder = false;
+  int prefetch = 2;  // batches read ahead
+  int64_t chunk_cache_bytes = kDefaultChunkCacheBytes;  // see dataset.h; 0: HDF5's 1 MiB
+};
+
+struct Batch {
+  int epoch = 0;
+  int64_t step = 0;          // step within the epoch
+  int64_t rows = 0;          // B/P: rows in this rank's slice, padding included
+  int64_t valid = 0;         // real rows in this rank's slice
+  int64_t global_valid = 0;  // real rows in the whole global batch (same on every rank)
+  std::vector<float> x;      // rows * sample_size, padding rows zero
+  std::vector<int32_t> labels;  // classification: rows (padding 0)
+  std::vector<float> targets;   // regression: rows * target_dim
+  std::vector<float> mask;      // rows: 1 real, 0 padding
+  std::vector<int64_t> index;   // rows: global row number in the file, -1 for padding
+  double wait_seconds = 0;      // time next() waited for this batch
+};
+
+class ShardedLoader {
+ public:
+  // Validates (throws UsageError): B > 0, B divisible by P, B >= P, dataset non-empty.
+  ShardedLoader(const DatasetSpec& spec, const LoaderOptions& options, int rank, int size);
+  ~ShardedLoader();
+  ShardedLoader(const ShardedLoader&) = delete;
+  ShardedLoader& operator=(const ShardedLoader&) = delete;
+
+  const DatasetInfo& info() const;
+  int64_t steps_per_epoch() const;
+
+  // Positions the loader at (epoch, first_step) and starts prefetching.
+  void start_epoch(int epoch, int64_t first_step = 0);
+  // The next batch of the current epoch; false when the epoch is over.
+  bool next(Batch& out);
+
+  uint64_t bytes_read() const;  // bytes this rank has read from the file so far
+  double wait_seconds_total() const;
+
+  // Global row order of an epoch (exposed for tests and resume checks).
+  static std::vector<int64_t> permutation(int64_t rows, uint64_t seed, int epoch, bool shuffle);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Collective over `comm` (host buffers): constructs the loader for comm's rank and size on every
+// rank; a UsageError on any rank (bad file, bad batch size) is thrown on every rank with the first
+// failing rank's message (agree_or_throw), so all ranks leave together and rank 0 can report it
+// once.
+std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
+                                                   const LoaderOptions& options,
+                                                   Communicator& comm);
+
+// The nearest valid global batch sizes around `batch` for `size` ranks, for error messages:
+// "try 126 or 128".
+std::string suggest_batch_sizes(int64_t batch, int size);
+
+}  // namespace lockstep

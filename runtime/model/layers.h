@@ -1,0 +1,86 @@
+// Layers: the pieces a Model stacks (dense, conv2d, maxpool, relu, flatten). A layer knows its
+// shapes (from its LayerPlan) and computes over a batch of NHWC float32 activations; it owns no
+// parameters. Its weights and gradients are views into the model's flat buffers (DESIGN.md
+// decision 4), bound once by the model. Activations and scratch space are also the model's, so a
+// training step allocates nothing. make_cpu_layer() returns the CPU twins (kernels/*_cpu or *_onednn);
+// make_cuda_layer() the device twins (kernels/*_cuda, cuda_layers.cpp) behind the same interface:
+// their pointers are device memory and their work is queued on one CUDA stream. Parameters are
+// initialised on the host by init_layer_params() for both, so a seed gives the same values on
+// either device. A layer is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda_stream.h"
+#include "runtime/base/device_kind.h"
+#include "runtime/base/precision.h"
+#include "runtime/model/model_spec.h"
+
+namespace lockstep {
+
+class Layer {
+ public:
+  explicit Layer(LayerPlan plan) : plan_(std::move(plan)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const LayerPlan& plan() const { return plan_; }
+  size_t param_count() const { return plan_.params; }
+  size_t in_size() const { return shape_size(plan_.in); }    // floats per sample
+  size_t out_size() const { return shape_size(plan_.out); }  // floats per sample
+
+  // Views into the flat parameter and gradient buffers: param_count() floats each.
+  void bind(float* params, float* grads) {
+    params_ = params;
+    grads_ = grads;
+  }
+  // True when the output is the input itself (flatten of NHWC data): the model passes the
+  // pointers through and forward/backward are not called.
+  virtual bool is_view() const { return false; }
+  // Scratch floats forward/backward need at this batch size (shared by all layers of a model).
+  virtual size_t workspace_floats(int batch) const { return 0; }
+  // Per-layer state sized for batches up to max_batch (maxpool's argmax), in the layer's memory.
+  virtual void reserve(int max_batch) {}
+
+  // y[batch, out] from x[batch, in]. Overwrites y.
+  virtual void forward(int batch, const float* x, float* y, float* workspace) = 0;
+  // Given x and y of the last forward and dy = dLoss/dy: parameter gradients are accumulated
+  // (+=) into the bound gradient view; dx is overwritten, or skipped when null (first layer).
+  virtual void backward(int batch, const float* x, const float* y, const float* dy, float* dx,
+                        float* workspace) = 0;
+
+ protected:
+  LayerPlan plan_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+};
+
+// Which kernels the CPU layers run: `best` takes oneDNN for the convolutions and dense products
+// where the build has it (kernels/onednn.h; a convolution with fewer than 8 input channels runs
+// its backward pass on OpenBLAS, faster there), else OpenBLAS; `openblas` always OpenBLAS (the
+// oracle the tests compare against). Pooling and ReLU are the project's own loops either way.
+enum class CpuKernels { best, openblas };
+std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan, CpuKernels kernels = CpuKernels::best);
+// Device twins computing on `stream`. With Precision::bf16 the dense and convolution GEMMs take
+// bf16 copies of their operands (fp32 accumulation, fp32 parameters and gradients).
+std::unique_ptr<Layer> make_cuda_layer(const LayerPlan& plan, cudaStream_t stream,
+                                       Precision precision);
+
+// Whether this build has layers for `kind` (the CPU ones always, the CUDA ones in a CUDA build),
+// so the app can fall back from --device auto and refuse --device cuda in words.
+bool layers_available(DeviceKind kind);
+
+// Writes the initial parameters of a layer planned as `plan` into host[0, plan.params), drawing
+// from `gen` in a fixed order (nothing for layers without parameters).
+void init_layer_params(const LayerPlan& plan, float* host, std::mt19937_64& gen);
+
+// Fills p[0, n) uniformly in [-bound, bound) from gen (24 random bits per value, so the values
+// depend only on the generator's sequence, not on the standard library's distributions).
+void fill_uniform(float* p, size_t n, float bound, std::mt19937_64& gen);
+
+}  // namespace lockstep

@@ -1,0 +1,208 @@
+#include "runtime/model/model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <sstream>
+
+#include "kernels/cuda_memory.h"
+#include "runtime/base/error.h"
+#include "runtime/observe/gpu_trace.h"
+#include "runtime/observe/nvtx.h"
+#include "runtime/observe/trace.h"
+
+namespace lockstep {
+
+namespace {
+
+// One layer's forward or backward pass under --trace and Nsight: on the host (no GpuTrace) a
+// TraceSpan; on a device, the host only enqueues, so the span is the device-timed one of its
+// kernels on the stream, and the host keeps only the NVTX range.
+class LayerSpan {
+ public:
+  LayerSpan(GpuTrace* gpu, const char* kind, const char* category, int index) : gpu_(gpu) {
+    if (gpu_ == nullptr) {
+      host_.emplace(kind, category, index);
+      return;
+    }
+    nvtx_ = nvtx_enabled();
+    if (nvtx_) nvtx_push((kind + std::to_string(index)).c_str(), category);
+    gpu_->begin_span(kind, category, index);
+  }
+  ~LayerSpan() {
+    close_device();
+    if (nvtx_) nvtx_pop();
+  }
+  // Ends the device span at this point of the stream (the host span runs to the scope's end).
+  void close_device() {
+    if (gpu_ != nullptr) gpu_->end();
+    gpu_ = nullptr;
+  }
+  LayerSpan(const LayerSpan&) = delete;
+  LayerSpan& operator=(const LayerSpan&) = delete;
+
+ private:
+  GpuTrace* gpu_;
+  std::optional<TraceSpan> host_;
+  bool nvtx_ = false;
+};
+
+// relu then maxpool equals maxpool then relu (max and relu commute), and so do their gradients:
+// the window's maximum is where the gradient goes either way, and it is blocked when that maximum
+// is not positive. Pooling first runs the ReLU over a quarter of the values (maxpool2) and saves
+// a full-size pass forward and backward.
+std::vector<LayerPlan> pool_before_relu(std::vector<LayerPlan> plan) {
+  for (size_t i = 0; i + 1 < plan.size(); ++i) {
+    if (plan[i].spec.kind != LayerKind::relu || plan[i + 1].spec.kind != LayerKind::maxpool)
+      continue;
+    LayerPlan pool = plan[i + 1], relu = plan[i];
+    pool.in = relu.in;
+    relu.in = relu.out = pool.out;
+    plan[i] = pool;
+    plan[i + 1] = relu;
+    ++i;
+  }
+  return plan;
+}
+
+}  // namespace
+
+Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch,
+             const ModelPlacement& placement)
+    : placement_(placement),
+      plan_(pool_before_relu(plan_model(spec, input, outputs))),
+      max_batch_(max_batch),
+      outputs_(outputs),
+      input_size_(shape_size(input)) {
+  if (max_batch <= 0) throw UsageError("model batch size must be positive");
+  const DeviceKind where = placement_.device;
+  size_t total = 0;
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    layers_.push_back(where == DeviceKind::cuda
+                          ? make_cuda_layer(plan_[i], placement_.stream, placement_.precision)
+                          : make_cpu_layer(plan_[i], placement_.cpu_kernels));
+    if (plan_[i].params == 0) continue;
+    total = (total + kParamAlignFloats - 1) / kParamAlignFloats * kParamAlignFloats;
+    ranges_.push_back({total, plan_[i].params, static_cast<int>(i)});
+    total += plan_[i].params;
+    trainable_ += plan_[i].params;
+  }
+  params_ = Buffer<float>(where, total);
+  grads_ = Buffer<float>(where, total);
+  for (const ParamRange& r : ranges_)
+    layers_[r.layer]->bind(params_.data() + r.offset, grads_.data() + r.offset);
+
+  while (first_compute_ < layers_.size() && layers_[first_compute_]->is_view()) ++first_compute_;
+  size_t workspace = 0, dmax = 0;
+  activations_.resize(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    l.reserve(max_batch);
+    if (l.is_view()) continue;
+    size_t batch = static_cast<size_t>(max_batch);
+    activations_[i] = Buffer<float>(where, batch * l.out_size());
+    workspace = std::max(workspace, l.workspace_floats(max_batch));
+    if (i > first_compute_) dmax = std::max(dmax, batch * l.in_size());
+  }
+  workspace_ = Buffer<float>(where, workspace);
+  dbuf_[0] = Buffer<float>(where, dmax);
+  dbuf_[1] = Buffer<float>(where, dmax);
+  output_grad_ = Buffer<float>(where, static_cast<size_t>(max_batch) * outputs);
+  act_.assign(layers_.size() + 1, nullptr);
+}
+
+Model::~Model() = default;
+
+void Model::init_params(uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::vector<float> host(params_.size());
+  for (const ParamRange& r : ranges_) init_layer_params(plan_[r.layer], host.data() + r.offset, gen);
+  params_.write(host.data(), 0, host.size());
+}
+
+void Model::zero_grads() {
+  if (placement_.device == DeviceKind::cuda)
+    kernels::cuda_zero(grads_.data(), grads_.size() * sizeof(float), placement_.stream);
+  else
+    std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
+}
+
+const float* Model::forward(const float* x, int batch) {
+  if (batch <= 0 || batch > max_batch_)
+    throw Error("Model::forward: batch " + std::to_string(batch) + " outside [1, " +
+                std::to_string(max_batch_) + "]");
+  act_[0] = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->is_view()) {
+      act_[i + 1] = act_[i];
+      continue;
+    }
+    float* y = activations_[i].data();
+    LayerSpan span(placement_.trace, layer_kind_name(plan_[i].spec.kind), "forward",
+                   static_cast<int>(i));
+    layers_[i]->forward(batch, act_[i], y, workspace_.data());
+    act_[i + 1] = y;
+  }
+  return act_.back();
+}
+
+void Model::backward(int batch, const std::function<void(int layer)>& layer_done) {
+  const float* dy = output_grad_.data();
+  int next = 0;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    Layer& l = *layers_[i];
+    if (l.is_view()) continue;  // the gradient passes through unchanged
+    float* dx = nullptr;
+    if (i > first_compute_) {
+      dx = dbuf_[next].data();
+      next ^= 1;
+    }
+    LayerSpan span(placement_.trace, layer_kind_name(plan_[i].spec.kind), "backward",
+                   static_cast<int>(i));
+    l.backward(batch, act_[i], act_[i + 1], dy, dx, workspace_.data());
+    span.close_device();  // what layer_done starts (a reduction, its staging) is not the layer's
+    dy = dx;
+    if (layer_done) layer_done(static_cast<int>(i));
+  }
+}
+
+std::vector<size_t> Model::layer_spans() const {
+  std::vector<size_t> spans(plan_.size(), 0);
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    const size_t end = r + 1 < ranges_.size() ? ranges_[r + 1].offset : params_.size();
+    spans[static_cast<size_t>(ranges_[r].layer)] = end - ranges_[r].offset;
+  }
+  return spans;
+}
+
+std::vector<ParamTensorInfo> Model::param_tensors() const {
+  std::vector<ParamTensorInfo> out;
+  for (const ParamRange& r : ranges_) {
+    const LayerPlan& p = plan_[r.layer];
+    std::string base = (p.spec.kind == LayerKind::conv2d ? "conv" : layer_kind_name(p.spec.kind)) +
+                       std::to_string(r.layer);
+    int64_t cout = p.out.back();
+    std::vector<int64_t> wshape;
+    if (p.spec.kind == LayerKind::conv2d)
+      wshape = {p.spec.kernel, p.spec.kernel, p.in[2], cout};
+    else
+      wshape = {static_cast<int64_t>(shape_size(p.in)), cout};
+    size_t wcount = r.count - static_cast<size_t>(cout);
+    out.push_back({base + ".weight", wshape, r.offset, wcount});
+    out.push_back({base + ".bias", {cout}, r.offset + wcount, static_cast<size_t>(cout)});
+  }
+  return out;
+}
+
+std::string Model::summary() const {
+  std::ostringstream os;
+  for (const LayerPlan& p : plan_) {
+    os << "  " << to_string(p.spec) << " " << to_string(p.in) << " -> " << to_string(p.out);
+    if (p.params) os << ", " << p.params << " params";
+    os << "\n";
+  }
+  os << "  total " << trainable_ << " parameters";
+  return os.str();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,147 @@
+// Model: a stack of layers over one flat parameter buffer and one flat gradient buffer (DESIGN.md
+// decision 4). Layer i's parameters are the range param_ranges()[i] of both buffers, in layer
+// order, so a collective can reduce all gradients at once, or ranges of them (buckets, taken in
+// reverse layer order) as the backward pass finishes each layer.
+//
+// Each layer's range starts at a multiple of kParamAlignFloats (256 bytes), so that a bucket, which
+// starts at a layer, hands NCCL and cuBLAS aligned pointers. The gaps between ranges hold zeros in
+// both buffers, and stay zero: no layer writes them, init_params() and checkpoints (by tensor name)
+// leave them alone, and every optimizer update keeps a parameter with zero gradient and zero state
+// at zero. Whole-buffer operations (reductions, clipping, updates) may include them.
+//
+// The model owns every buffer a step touches (activations, activation gradients, scratch, the
+// output gradient), sized once for batches up to max_batch, so steps do not allocate. forward()
+// keeps its activations for the next backward(). A relu directly followed by a maxpool runs as
+// maxpool then relu (the same function and gradient, less work), so plan() lists them in the
+// order they run; layer indices and parameter names are those of the spec.
+//
+// Placement: on DeviceKind::cuda every buffer is device memory and the layers queue their work on
+// the placement's stream; params(), grads(), forward()'s input and output and output_grad() are
+// then device pointers. Host code reads or writes parameters only through params_to_host() and
+// write_params() (synchronous copies); init_params() draws on the host and copies up, so a seed
+// gives the same parameters on either device. Used by one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/base/buffer.h"
+#include "runtime/model/layers.h"
+#include "runtime/model/model_spec.h"
+
+namespace lockstep {
+
+struct ParamRange {
+  size_t offset = 0;  // into params() / grads()
+  size_t count = 0;
+  int layer = 0;
+};
+
+// A named piece of the flat buffers, for checkpoints and inspection: "conv0.weight" (HWIO),
+// "conv0.bias", "dense6.weight" ((in, out)), ... The number is the layer's index in the stack.
+struct ParamTensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // into params() / grads()
+  size_t count = 0;
+};
+
+class GpuTrace;
+
+// Where a model computes: the CPU, or a CUDA device through one stream (the current device's).
+struct ModelPlacement {
+  DeviceKind device = DeviceKind::cpu;
+  cudaStream_t stream = nullptr;       // cuda: the stream every layer's work goes to
+  Precision precision = Precision::fp32;  // cuda: bf16 GEMMs (layers.h: make_cuda_layer)
+  // cuda: the recorder of `stream`'s spans (gpu_trace.h). With one, each layer's kernels are a
+  // device-timed span under --trace, instead of the host span of their enqueueing (NVTX ranges
+  // stay on the host, for Nsight); it must outlive the model.
+  GpuTrace* trace = nullptr;
+  // cpu: oneDNN or OpenBLAS kernels (layers.h: CpuKernels).
+  CpuKernels cpu_kernels = CpuKernels::best;
+};
+
+// Layer ranges start at multiples of this many floats (256 bytes).
+constexpr size_t kParamAlignFloats = 256 / sizeof(float);
+
+class Model {
+ public:
+  // Plans the model against the data (UsageError when it does not fit) and allocates its buffers.
+  Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch,
+        const ModelPlacement& placement = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Floats in params() and grads(), alignment gaps included: what whole-buffer operations cover.
+  size_t param_count() const { return params_.size(); }
+  // The model's parameters, gaps excluded: what summary() reports.
+  size_t trainable_count() const { return trainable_; }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  DeviceKind device() const { return placement_.device; }
+  cudaStream_t stream() const { return placement_.stream; }
+  // A host copy of the parameters (synchronous: after the work queued so far).
+  std::vector<float> params_to_host() const { return params_.to_host(); }
+  // Overwrites params[offset, offset + count) from host memory.
+  void write_params(size_t offset, const float* host, size_t count) {
+    params_.write(host, offset, count);
+  }
+  // One range per layer that has parameters, in layer order.
+  const std::vector<ParamRange>& param_ranges() const { return ranges_; }
+  // Per layer of plan(): the floats of the flat buffers from the start of its range to the start
+  // of the next one (its parameters and the gap after them; 0 for a layer without parameters).
+  // They add up to param_count(): the layer sizes to give assign_buckets (buckets.h), so that every
+  // bucket starts at an aligned layer and the buckets cover the whole buffer.
+  std::vector<size_t> layer_spans() const;
+  // Weights and biases of every layer, in buffer order; together they cover every parameter (the
+  // buffer less its alignment gaps).
+  std::vector<ParamTensorInfo> param_tensors() const;
+
+  int max_batch() const { return max_batch_; }
+  int outputs() const { return outputs_; }
+  size_t input_size() const { return input_size_; }  // floats per sample
+  const std::vector<LayerPlan>& plan() const { return plan_; }
+
+  // Fills params() from a generator seeded with `seed`, layer by layer (deterministic, drawn on
+  // the host whatever the placement).
+  void init_params(uint64_t seed);
+  void zero_grads();
+
+  // Runs the layers on x[batch, input_size()] (batch <= max_batch); returns the outputs
+  // [batch, outputs()], valid until the next forward.
+  const float* forward(const float* x, int batch);
+  // Where the caller writes dLoss/doutputs [batch, outputs()] before backward().
+  float* output_grad() { return output_grad_.data(); }
+  // Back-propagates output_grad() through the activations of the last forward (same batch),
+  // accumulating into grads().
+  // layer_done(i), when set, is called once layer i's gradients are final (views are skipped), in
+  // decreasing i: the trainer starts bucket reductions from it.
+  void backward(int batch, const std::function<void(int layer)>& layer_done = nullptr);
+
+  // "conv3x3:32 (28, 28, 1) -> (28, 28, 32), 320 params" per layer, and the total.
+  std::string summary() const;
+
+ private:
+  ModelPlacement placement_;
+  std::vector<LayerPlan> plan_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<ParamRange> ranges_;
+  size_t trainable_ = 0;
+  int max_batch_ = 0;
+  int outputs_ = 0;
+  size_t input_size_ = 0;
+  size_t first_compute_ = 0;  // first layer that is not a view: it needs no input gradient
+  Buffer<float> params_, grads_, workspace_, output_grad_;
+  std::vector<Buffer<float>> activations_;  // activations_[i]: output of layer i (empty for views)
+  std::vector<const float*> act_;           // act_[0]: the input; act_[i + 1]: layer i's output
+  Buffer<float> dbuf_[2];                   // ping-pong activation gradients
+};
+
+}  // namespace lockstep

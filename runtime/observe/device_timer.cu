@@ -1,0 +1,96 @@
+// DeviceTimer (device_timer.h) for the CUDA build; device_timer_stub.cpp stands in without CUDA.
+#include "runtime/observe/device_timer.h"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "runtime/base/error.h"
+#include "runtime/observe/device_clock.cuh"
+#include "runtime/observe/step_times.h"
+
+namespace lockstep {
+
+struct DeviceTimer::State {
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> events;  // by id
+  std::vector<int> free_ids;
+  int outstanding = 0;
+  DeviceClock clock;  // on steady_seconds()
+
+  cudaEvent_t& event(int id) {
+    if (id < 0 || static_cast<size_t>(id) >= events.size())
+      throw Error("DeviceTimer: no event " + std::to_string(id));
+    return events[static_cast<size_t>(id)];
+  }
+
+  void give_back(int id) {
+    free_ids.push_back(id);
+    --outstanding;
+  }
+};
+
+DeviceTimer::DeviceTimer(cudaStream_t stream) : state_(std::make_unique<State>()) {
+  state_->stream = stream;
+}
+
+DeviceTimer::~DeviceTimer() {
+  // Destroying an event whose work is still queued is allowed: CUDA frees it once it completes.
+  for (cudaEvent_t e : state_->events) (void)cudaEventDestroy(e);
+}
+
+int DeviceTimer::record() {
+  State& st = *state_;
+  // Recalibrate only with nothing outstanding: every event read later lies after its reference.
+  if (st.outstanding == 0 && st.clock.stale(steady_seconds()))
+    LS_CHECK_CUDA(st.clock.calibrate(&steady_seconds));
+  int id;
+  if (!st.free_ids.empty()) {
+    id = st.free_ids.back();
+    st.free_ids.pop_back();
+  } else {
+    cudaEvent_t e = nullptr;
+    LS_CHECK_CUDA(cudaEventCreate(&e));
+    st.events.push_back(e);
+    id = static_cast<int>(st.events.size() - 1);
+  }
+  ++st.outstanding;
+  try {
+    LS_CHECK_CUDA(cudaEventRecord(st.event(id), st.stream));
+  } catch (...) {
+    st.give_back(id);
+    throw;
+  }
+  return id;
+}
+
+void DeviceTimer::record_again(int id) {
+  LS_CHECK_CUDA(cudaEventRecord(state_->event(id), state_->stream));
+}
+
+bool DeviceTimer::done(int id) {
+  const cudaError_t rc = cudaEventQuery(state_->event(id));
+  if (rc == cudaErrorNotReady) return false;
+  LS_CHECK_CUDA(rc);
+  return true;
+}
+
+void DeviceTimer::wait(int id) { LS_CHECK_CUDA(cudaEventSynchronize(state_->event(id))); }
+
+double DeviceTimer::seconds(int id) {
+  State& st = *state_;
+  double seconds = 0;
+  const cudaError_t rc = st.clock.host_seconds(st.event(id), &seconds);
+  st.give_back(id);
+  LS_CHECK_CUDA(rc);
+  return seconds;
+}
+
+void DeviceTimer::drop(int id) {
+  state_->event(id);
+  state_->give_back(id);
+}
+
+}  // namespace lockstep

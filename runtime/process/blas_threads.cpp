@@ -1,0 +1,45 @@
+#include "runtime/process/blas_threads.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "kernels/onednn.h"
+
+// OpenBLAS's thread controls (declared in its cblas.h). Weak: null when another BLAS is linked.
+extern "C" {
+void openblas_set_num_threads(int num_threads) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
+}
+
+namespace lockstep {
+
+namespace {
+int host_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+}  // namespace
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return host_cores();
+}
+
+int default_blas_threads(const World& world) {
+  int mine = usable_cores();
+  // A binding narrower than the host already is this rank's share of the cores.
+  if (mine < host_cores()) return mine;
+  return std::max(1, mine / std::max(1, world.local_size));
+}
+
+bool set_blas_threads(int threads) {
+  kernels::onednn_set_threads(threads);
+  if (!openblas_set_num_threads) return false;
+  openblas_set_num_threads(std::max(1, threads));
+  return true;
+}
+
+int blas_threads() { return openblas_get_num_threads ? openblas_get_num_threads() : -1; }
+
+}  // namespace lockstep

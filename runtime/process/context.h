@@ -1,0 +1,39 @@
+// The per-process state of a Lockstep job, in one plain struct passed explicitly (no globals):
+// where the process sits (World), which device it computes on, and its two communicators: `host`
+// for host values (agreement, loss sums, flags, checksums, traces) and `grads` for the gradient
+// buckets. On the CPU they are the same object; on CUDA `grads` takes device buffers (NCCL, or MPI
+// staging them) while `host` stays an MPI communicator over host memory. Created by make_context()
+// after MpiSession; owned by main(); used from the main thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/base/communicator.h"
+#include "runtime/base/device_kind.h"
+#include "runtime/process/bootstrap.h"
+
+namespace lockstep {
+
+struct Context {
+  World world;
+  DeviceKind device = DeviceKind::cpu;
+  int device_index = -1;           // CUDA ordinal when device == cuda
+  Communicator* host = nullptr;    // the world over host memory; not owned (MpiSession's)
+  Communicator* grads = nullptr;   // == host on the CPU; else own_grads
+  std::unique_ptr<Communicator> own_grads;
+  void* compute_stream = nullptr;  // cudaStream_t of the CUDA build; null on CPU
+};
+
+struct ContextOptions {
+  std::string device = "cpu";  // cpu | cuda | auto
+  std::string comm = "auto";   // auto (nccl on cuda, mpi on cpu) | mpi | nccl
+  Millis timeout = kDefaultCollectiveTimeout;
+};
+
+// Picks the device (device.h rules), agreeing on it over `host`, then builds the gradient
+// communicator. `host`: every rank of `world` over host memory (MpiSession::world_comm()); it must
+// outlive the Context, and takes options.timeout too. Collective: all ranks call it.
+Context make_context(const World& world, Communicator& host, const ContextOptions& options);
+
+}  // namespace lockstep

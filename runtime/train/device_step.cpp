@@ -1,0 +1,223 @@
+#include "runtime/train/device_step.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda_memory.h"
+#include "kernels/loss.h"
+#include "kernels/optimizer.h"
+#include "runtime/base/buffer.h"
+#include "runtime/base/error.h"
+#include "runtime/base/precision.h"
+#include "runtime/model/layers.h"
+#include "runtime/observe/device_timer.h"
+#include "runtime/observe/gpu_trace.h"
+#include "runtime/process/device.h"
+
+namespace lockstep {
+namespace {
+
+// Page-locked host memory for count values of T.
+template <class T>
+class Pinned {
+ public:
+  explicit Pinned(size_t count)
+      : ptr_(static_cast<T*>(kernels::cuda_host_alloc(count * sizeof(T)))), count_(count) {}
+  ~Pinned() { kernels::cuda_host_free(ptr_); }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  T* data() const { return ptr_; }
+  size_t size() const { return count_; }
+
+ private:
+  T* ptr_;
+  size_t count_;
+};
+
+// A CUDA handle made by Create with this object and destroyed with it.
+template <class Handle, Handle (*Create)(), void (*Destroy)(Handle) noexcept>
+class Owned {
+ public:
+  Owned() : h_(Create()) {}
+  ~Owned() { Destroy(h_); }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  Handle get() const { return h_; }
+
+ private:
+  Handle h_;
+};
+
+using Event = Owned<cudaEvent_t, kernels::cuda_event_create, kernels::cuda_event_destroy>;
+using Stream = Owned<cudaStream_t, kernels::cuda_stream_create, kernels::cuda_stream_destroy>;
+
+// One batch's worth of page-locked staging and device memory. copied: recorded on the copy stream
+// after the upload; consumed: on the compute stream after the last work that reads the slot.
+struct Slot {
+  Slot(size_t x, size_t y, size_t rows)
+      : host_x(x), host_y(y * sizeof(float)), host_mask(rows),
+        x(DeviceKind::cuda, x), y(DeviceKind::cuda, y), mask(DeviceKind::cuda, rows) {}
+  Pinned<float> host_x;
+  Pinned<unsigned char> host_y;  // int32 labels or float targets: both 4 bytes per value
+  Pinned<float> host_mask;
+  Buffer<float> x, y, mask;      // y holds the labels' or targets' bytes
+  Event copied, consumed;
+  bool used = false;
+};
+
+// Device scalars: a LossTotals (4 doubles) then the gradient norm.
+constexpr size_t kNorm = 4;
+static_assert(sizeof(LossTotals) == kNorm * sizeof(double));
+
+template <class T>
+void stage(void* pinned, const std::vector<T>& v, size_t count, size_t capacity, const char* what) {
+  if (v.size() != count || count > capacity)
+    throw Error(std::string("DeviceStep::upload: the batch's ") + what + " hold " +
+                std::to_string(v.size()) + " values, expected " + std::to_string(count) +
+                " (room for " + std::to_string(capacity) + ")");
+  std::memcpy(pinned, v.data(), count * sizeof(T));
+}
+
+}  // namespace
+
+void require_cuda_training() {
+  if (!layers_available(DeviceKind::cuda)) throw UsageError(gpu_training_missing());
+  std::string why;
+  if (cuda_device_count(&why) == 0) throw UsageError("--device cuda: no CUDA device: " + why);
+}
+
+struct DeviceStep::Impl {
+  explicit Impl(const StepShape& shape)
+      : input_size(shape.input_size), outputs(shape.outputs),
+        classification(shape.classification),
+        y_width(classification ? 1 : static_cast<size_t>(outputs)),
+        scalars(DeviceKind::cuda, kNorm + 1), timer(compute.get()),
+        compute_trace(compute.get(), "GPU stream: compute"),
+        copy_trace(copy.get(), "GPU stream: copy") {
+    const size_t rows = static_cast<size_t>(shape.max_rows);
+    for (auto& s : slots) s = std::make_unique<Slot>(rows * input_size, rows * y_width, rows);
+  }
+  size_t input_size;
+  int outputs;
+  bool classification;
+  size_t y_width;  // values of y per row
+  Stream compute, copy;
+  std::unique_ptr<Slot> slots[2];
+  int next = 0, current = -1;
+  int current_rows = 0;
+  double samples = 0;  // the host's count of the valid rows since the last finish()
+  Buffer<double> scalars;
+  DeviceTimer timer;
+  GpuTrace compute_trace, copy_trace;
+  LossTotals* sums() { return reinterpret_cast<LossTotals*>(scalars.data()); }
+};
+
+DeviceStep::DeviceStep(const StepShape& shape) : impl_(std::make_unique<Impl>(shape)) {}
+
+DeviceStep::~DeviceStep() {
+  // The device buffers are freed after the queued work that reads them.
+  if (impl_) {
+    try {
+      kernels::cuda_stream_synchronize(impl_->compute.get());
+      kernels::cuda_stream_synchronize(impl_->copy.get());
+    } catch (...) {
+      // A broken context has already been reported by the call that broke it.
+    }
+  }
+}
+
+ModelPlacement DeviceStep::placement(Precision precision) {
+  return {DeviceKind::cuda, impl_->compute.get(), precision, &impl_->compute_trace};
+}
+DeviceTimer* DeviceStep::timer() { return &impl_->timer; }
+GpuTrace* DeviceStep::trace() { return &impl_->compute_trace; }
+
+const float* DeviceStep::upload(const Batch& b) {
+  Impl& m = *impl_;
+  Slot& s = *m.slots[m.next];
+  const size_t rows = static_cast<size_t>(b.rows);
+  // The slot's pinned memory may still feed its previous copy; its device memory may still be
+  // read by the compute work queued before (the copy stream waits for that, not the host).
+  if (s.used) kernels::cuda_event_synchronize(s.copied.get());
+  stage(s.host_x.data(), b.x, rows * m.input_size, s.host_x.size(), "inputs");
+  if (m.classification)
+    stage(s.host_y.data(), b.labels, rows, s.host_y.size() / sizeof(int32_t), "labels");
+  else
+    stage(s.host_y.data(), b.targets, rows * m.y_width, s.host_y.size() / sizeof(float), "targets");
+  stage(s.host_mask.data(), b.mask, rows, s.host_mask.size(), "mask");
+  cudaStream_t copy = m.copy.get();
+  if (s.used) kernels::cuda_stream_wait_event(copy, s.consumed.get());
+  m.copy_trace.begin_span("batch copy", "data", -1,
+                          static_cast<int64_t>(rows * (m.input_size + m.y_width + 1) * sizeof(float)));
+  kernels::cuda_copy_to_device_async(s.x.data(), s.host_x.data(), rows * m.input_size * sizeof(float),
+                                     copy);
+  kernels::cuda_copy_to_device_async(s.y.data(), s.host_y.data(), rows * m.y_width * sizeof(float),
+                                     copy);
+  kernels::cuda_copy_to_device_async(s.mask.data(), s.host_mask.data(), rows * sizeof(float), copy);
+  m.copy_trace.end();
+  kernels::cuda_event_record(s.copied.get(), copy);
+  kernels::cuda_stream_wait_event(m.compute.get(), s.copied.get());
+  s.used = true;
+  m.current = m.next;
+  m.current_rows = static_cast<int>(rows);
+  m.next ^= 1;
+  return s.x.data();
+}
+
+void DeviceStep::loss(const Batch& b, const float* out, float scale, float* dout) {
+  Impl& m = *impl_;
+  const int rows = static_cast<int>(b.rows);
+  if (m.current < 0 || rows > m.current_rows)
+    throw Error("DeviceStep::loss: " + std::to_string(rows) + " rows, but the last upload had " +
+                std::to_string(m.current_rows));
+  Slot& s = *m.slots[m.current];
+  m.compute_trace.begin_span("loss", "forward");
+  if (m.classification)
+    kernels::softmax_cross_entropy_sums_cuda(out, reinterpret_cast<const int32_t*>(s.y.data()),
+                                             s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
+                                             m.compute.get());
+  else
+    kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
+                           m.compute.get());
+  m.compute_trace.end();
+  m.samples += static_cast<double>(b.valid);
+}
+
+void DeviceStep::release() {
+  Impl& m = *impl_;
+  if (m.current >= 0) kernels::cuda_event_record(m.slots[m.current]->consumed.get(), m.compute.get());
+}
+
+Step::Outcome DeviceStep::finish(const float* grads, size_t n) {
+  Impl& m = *impl_;
+  double* norm = m.scalars.data() + kNorm;
+  if (grads != nullptr) {
+    m.compute_trace.begin_span("gradient norm", "optimizer");
+    kernels::global_norm_device_cuda(grads, n, norm, m.compute.get());
+    m.compute_trace.end();
+  }
+  double host[kNorm + 1] = {};
+  // A synchronous copy through the legacy default stream: it runs after the compute stream's work.
+  m.scalars.read(host, 0, kNorm + 1);
+  kernels::cuda_zero(m.scalars.data(), kNorm * sizeof(double), m.compute.get());
+  Outcome o;
+  std::memcpy(&o.totals, host, sizeof o.totals);
+  if (o.totals.invalid_labels > 0)
+    throw Error(std::to_string(static_cast<int64_t>(o.totals.invalid_labels)) +
+                " sample(s) of a batch have a label outside [0, " + std::to_string(m.outputs) +
+                "): the dataset's labels do not match its num_classes");
+  o.totals.samples = m.samples;
+  m.samples = 0;
+  o.grads_finite = grads == nullptr || std::isfinite(host[kNorm]);
+  return o;
+}
+
+void DeviceStep::clip(float* grads, size_t n, double max_norm) {
+  Impl& m = *impl_;
+  m.compute_trace.begin_span("clip", "optimizer");
+  kernels::clip_by_device_norm_cuda(grads, n, m.scalars.data() + kNorm, max_norm, m.compute.get());
+  m.compute_trace.end();
+}
+
+}  // namespace lockstep

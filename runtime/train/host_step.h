@@ -1,0 +1,34 @@
+// HostStep: the Step (step.h) of a model whose layers compute on the CPU. Inputs are read where
+// the loader left them, the loss is the kernels' CPU form, totals add up on the host per
+// micro-batch (so the guard's flags can travel with the gradient reduction), and finite-ness and
+// clipping scan the reduced gradient in host memory.
+// Used by the training thread only.
+#pragma once
+
+#include "runtime/train/step.h"
+
+namespace lockstep {
+
+// True when none of x[0, n) is NaN or Inf.
+bool all_finite(const float* x, size_t n);
+
+class HostStep final : public Step {
+ public:
+  explicit HostStep(const StepShape& shape) : shape_(shape) {}
+
+  ModelPlacement placement(Precision precision) override;
+  DeviceTimer* timer() override { return nullptr; }
+  GpuTrace* trace() override { return nullptr; }
+  const float* upload(const Batch& b) override { return b.x.data(); }
+  void loss(const Batch& b, const float* out, float scale, float* dout) override;
+  void release() override {}
+  const LossTotals* totals_before_reduce() const override { return &totals_; }
+  Outcome finish(const float* grads, size_t n) override;
+  void clip(float* grads, size_t n, double max_norm) override;
+
+ private:
+  StepShape shape_;
+  LossTotals totals_;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,79 @@
+// Step: the part of a training or evaluation step that depends on where the model computes,
+// twinned as the kernels are: HostStep (host_step.h) for CPU layers, DeviceStep (device_step.h)
+// for CUDA layers. The Trainer makes one at construction (make_step) and calls the same methods in
+// the same order on either, so it has no device branches:
+//
+//   each micro-batch  x = upload(batch); model forward of x; loss(batch, out, scale, dout);
+//                     model backward; release()
+//   each step         guard flags with totals_before_reduce() when the step has them (the host:
+//                     they travel with the gradient reduction), the reduction, finish(grads)
+//                     (the totals, and whether the reduced gradient is finite), clip(grads)
+//                     when asked, the update on placement()'s stream
+//   evaluation        the micro-batch calls with scale 0 and no dout, then finish(nullptr, 0)
+//
+// Loss totals gather from the first loss() after a finish() up to the next finish(), in the
+// order of the calls; samples counts each batch's valid rows (Batch::valid).
+// Used by the training thread only.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "kernels/loss_totals.h"
+#include "runtime/base/precision.h"
+#include "runtime/data/sharded_loader.h"
+#include "runtime/model/model.h"
+#include "runtime/process/context.h"
+
+namespace lockstep {
+
+using kernels::LossTotals;
+
+class DeviceTimer;
+class GpuTrace;
+
+// What a step's batches hold: rows of input_size floats, `outputs` classes (classification: int32
+// labels) or target values (regression: float targets), at most max_rows rows.
+struct StepShape {
+  size_t input_size = 0;
+  int outputs = 0;
+  int max_rows = 0;
+  bool classification = true;
+};
+
+class Step {
+ public:
+  struct Outcome {
+    LossTotals totals;          // since the last finish()
+    bool grads_finite = true;   // the gradient given to finish() holds no NaN or Inf
+  };
+
+  virtual ~Step() = default;
+
+  // Where the model, its optimizer and the gradient buckets compute and queue their work.
+  virtual ModelPlacement placement(Precision precision) = 0;
+  virtual DeviceTimer* timer() = 0;  // the phases' device clock (step_timer.h); null: host clock
+  virtual GpuTrace* trace() = 0;     // the compute stream's spans (gpu_trace.h); null: none
+
+  // The inputs of `b` [b.rows, input_size] where the model reads them.
+  virtual const float* upload(const Batch& b) = 0;
+  // Adds the loss of `out` [b.rows, outputs] against `b` (the last batch uploaded), weighted by
+  // its mask, to the totals; writes scale * dLoss/dout into dout unless it is null.
+  virtual void loss(const Batch& b, const float* out, float scale, float* dout) = 0;
+  // The work that reads the last uploaded batch is queued: its memory may be reused.
+  virtual void release() = 0;
+  // The totals so far, when they are known on the host before the gradient reduction; null when
+  // they are known only at finish() (on a device, read back once per step).
+  virtual const LossTotals* totals_before_reduce() const = 0;
+  // The totals, and whether grads[0, n) is finite (null grads: nothing to check); starts new
+  // totals. Throws Error when a label was outside [0, outputs).
+  virtual Outcome finish(const float* grads, size_t n) = 0;
+  // Scales grads[0, n) to L2 norm max_norm when its norm exceeds it (the gradient of the last
+  // finish()).
+  virtual void clip(float* grads, size_t n, double max_norm) = 0;
+};
+
+// The twin for `device`: a DeviceStep on cuda (needs a current CUDA device), else a HostStep.
+std::unique_ptr<Step> make_step(DeviceKind device, const StepShape& shape);
+
+}  // namespace lockstep

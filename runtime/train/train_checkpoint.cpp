@@ -1,0 +1,195 @@
+#include "runtime/train/train_checkpoint.h"
+
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/comm/agree.h"
+#include "runtime/train/config_table.h"
+#include "runtime/train/trainer.h"
+
+namespace lockstep {
+namespace {
+
+// Scalars that must match for the resumed run to see the same global batches.
+struct Pinned {
+  const char* scalar;
+  const char* option;
+  double value;
+  const char* words[2];  // how 0 and 1 read for a switch; null for a number
+};
+
+TrainingParts parts_of(Trainer& t) {
+  return {t.config(), t.state(), t.model(), t.optimizer(), t.steps_per_epoch(),
+          t.train_info().rows};
+}
+
+std::vector<Pinned> pinned_options(const TrainingParts& t) {
+  const TrainConfig& c = t.config;
+  return {{"global_batch", "--global-batch", static_cast<double>(c.global_batch), {}},
+          {"shuffle", "shuffling", c.shuffle ? 1.0 : 0.0, {"off", "on"}},
+          {"drop_remainder", "--remainder", c.drop_remainder ? 1.0 : 0.0, {"mask", "drop"}},
+          {"train_rows", "training rows", static_cast<double>(t.train_rows), {}}};
+}
+
+std::string canonical_spec(const TrainConfig& c) { return to_string(parse_model_spec(c.model)); }
+
+// Optimizer buffers are as long as the parameter buffer and share its layout: split them by the
+// same tensors, named "<buffer>/<tensor>".
+template <class F>
+void for_each_state_tensor(const TrainingParts& t, F&& f) {
+  std::vector<ParamTensorInfo> tensors = t.model.param_tensors();
+  for (StateBuffer& buf : t.optimizer.state())
+    for (const ParamTensorInfo& p : tensors) f(buf, p);
+}
+
+std::string shown(const Pinned& p, double v) {
+  if (p.words[0] != nullptr) return p.words[v != 0 ? 1 : 0];
+  std::ostringstream os;
+  os << static_cast<int64_t>(v);
+  return os.str();
+}
+
+void check_resumable(Trainer& t, const CheckpointState& s, const std::string& path) {
+  check_compatible(s, expected_checkpoint(t), path);
+  if (s.seed != t.config().seed)
+    throw UsageError("checkpoint " + path + " was written with --seed " + std::to_string(s.seed) +
+                     ", this run has --seed " + std::to_string(t.config().seed) +
+                     ": the seed fixes every epoch's shuffle, so a resumed run must keep it");
+  for (const Pinned& p : pinned_options(parts_of(t))) {
+    double saved = s.scalars.at(p.scalar);
+    if (saved != p.value)
+      throw UsageError("checkpoint " + path + " was written with " + p.option + " " +
+                       shown(p, saved) + ", this run has " + shown(p, p.value) +
+                       ": it decides which samples each step sees, so a resumed run must keep it");
+  }
+  if (s.step_in_epoch >= t.steps_per_epoch())
+    throw UsageError("checkpoint " + path + " is at step " + std::to_string(s.step_in_epoch) +
+                     " of an epoch that has only " + std::to_string(t.steps_per_epoch()) + " steps");
+}
+
+void restore_into(Trainer& t, const CheckpointState& s) {
+  // write(): a copy up when the model computes on a GPU.
+  for (const ParamTensorInfo& p : t.model().param_tensors()) {
+    const NamedTensor* saved = find_tensor(s.params, p.name);
+    t.model().write_params(p.offset, saved->data.data(), p.count);
+  }
+  for_each_state_tensor(parts_of(t), [&](StateBuffer& buf, const ParamTensorInfo& p) {
+    const NamedTensor* saved = find_tensor(s.optimizer, buf.name + "/" + p.name);
+    buf.data->write(saved->data.data(), p.offset, p.count);
+  });
+  t.optimizer().set_steps(static_cast<int64_t>(s.scalars.at("optimizer_steps")));
+  TrainState state;
+  state.epoch = s.epoch;
+  state.step_in_epoch = s.step_in_epoch;
+  state.global_step = s.global_step;
+  state.samples_seen = static_cast<int64_t>(s.scalars.at("samples_seen"));
+  t.restore(state);
+}
+
+std::string seconds_text(Millis t) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(t.count()) / 1000.0);
+  return text;
+}
+
+}  // namespace
+
+CheckpointState capture_checkpoint(const TrainingParts& t, int world_size) {
+  CheckpointState s;
+  const TrainConfig& c = t.config;
+  s.model_spec = canonical_spec(c);
+  s.config = config_record(c);
+  s.world_size = world_size;
+  const TrainState& now = t.state;
+  s.epoch = now.epoch;
+  s.step_in_epoch = now.step_in_epoch;
+  if (s.step_in_epoch >= t.steps_per_epoch) {
+    s.epoch += 1;
+    s.step_in_epoch = 0;
+  }
+  s.global_step = now.global_step;
+  s.seed = c.seed;
+  s.rng_state = {c.seed, static_cast<uint64_t>(s.epoch)};  // the next shuffle's inputs
+  // Host copies of the parameters and optimizer state (copied down when they live on a GPU).
+  const std::vector<float> params = t.model.params_to_host();
+  for (const ParamTensorInfo& p : t.model.param_tensors())
+    s.params.push_back({p.name, p.shape,
+                        std::vector<float>(params.begin() + static_cast<ptrdiff_t>(p.offset),
+                                           params.begin() + static_cast<ptrdiff_t>(p.offset + p.count))});
+  for (StateBuffer& buf : t.optimizer.state()) {
+    const std::vector<float> state = buf.data->to_host();
+    for (const ParamTensorInfo& p : t.model.param_tensors()) {
+      const float* d = state.data() + p.offset;
+      s.optimizer.push_back({buf.name + "/" + p.name, p.shape, std::vector<float>(d, d + p.count)});
+    }
+  }
+  s.scalars["optimizer_steps"] = static_cast<double>(t.optimizer.steps());
+  s.scalars["samples_seen"] = static_cast<double>(now.samples_seen);
+  for (const Pinned& p : pinned_options(t)) s.scalars[p.scalar] = p.value;
+  return s;
+}
+
+CheckpointState capture_checkpoint(Trainer& t, int world_size) {
+  return capture_checkpoint(parts_of(t), world_size);
+}
+
+uint64_t checkpoint_bytes(const TrainingParts& t) {
+  return t.model.param_count() * sizeof(float) * (1 + t.optimizer.state().size());
+}
+
+uint64_t checkpoint_bytes(Trainer& t) { return checkpoint_bytes(parts_of(t)); }
+
+std::string write_checkpoint(const TrainingParts& run, Communicator& comm, const GuardOptions& o) {
+  const int64_t step = run.state.global_step;
+  std::string path = checkpoint_file_name(o.checkpoint_dir, step);
+  if (comm.rank() == 0) {
+    path = save_checkpoint(o.checkpoint_dir, capture_checkpoint(run, comm.size()),
+                           o.keep_checkpoints);
+    LS_LOG(info) << "checkpoint at step " << step << ": " << path;
+  }
+  const Millis deadline = checkpoint_deadline(o, comm.timeout(), checkpoint_bytes(run));
+  try {
+    comm.barrier_async()->wait(deadline);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(std::string(e.what()) + " (waiting for rank 0 to write " + path +
+                       "; the checkpoint deadline is " + seconds_text(deadline) +
+                       ": --checkpoint-timeout sets it)");
+  }
+  return path;
+}
+
+CheckpointExpectation expected_checkpoint(Trainer& t) {
+  CheckpointExpectation e;
+  e.model_spec = canonical_spec(t.config());
+  for (const ParamTensorInfo& p : t.model().param_tensors()) e.params.push_back({p.name, p.shape, {}});
+  for_each_state_tensor(parts_of(t), [&](StateBuffer& buf, const ParamTensorInfo& p) {
+    e.optimizer.push_back({buf.name + "/" + p.name, p.shape, {}});
+  });
+  e.scalars = {"optimizer_steps", "samples_seen"};
+  for (const Pinned& p : pinned_options(parts_of(t))) e.scalars.push_back(p.scalar);
+  return e;
+}
+
+std::string resume_from_checkpoint(Trainer& t, const std::string& path) {
+  std::string problem, file;
+  CheckpointState s;
+  try {
+    file = resolve_checkpoint(path);
+    s = load_checkpoint(file);
+    check_resumable(t, s, file);
+  } catch (const UsageError& e) {
+    problem = e.what();
+  }
+  // Over the trainer's communicator: its ranks, and only they, leave together.
+  agree_or_throw(t.comm(), problem.empty(), problem);
+  restore_into(t, s);
+  LS_LOG(info) << "resuming from " << file << ": step " << s.global_step << " (epoch "
+               << s.epoch + 1 << ", step " << s.step_in_epoch << " of " << t.steps_per_epoch()
+               << "), written at " << s.world_size << " rank(s)";
+  return file;
+}
+
+}  // namespace lockstep

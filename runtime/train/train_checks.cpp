@@ -1,0 +1,124 @@
+#include "runtime/train/train_checks.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/train/trainer.h"
+
+namespace lockstep {
+namespace {
+
+std::string split_name(const DatasetInfo& i) { return i.path + ":/" + i.group + "/" + i.y_name; }
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+// What a rank allocates for the model on the CPU: floats per row of a micro-batch (the layers'
+// outputs and their gradients, and the im2col matrix a convolution builds) and parameter floats.
+// Zero when the model does not fit the data: its own check names that problem when it is built.
+struct ModelFloats {
+  double per_row = 0, params = 0;
+};
+
+ModelFloats model_floats(const DatasetInfo& info, const TrainConfig& c, int outputs) {
+  SampleShape input;
+  for (int64_t d : info.sample_shape) {
+    if (d <= 0 || d > INT_MAX / 2) return {};
+    input.push_back(static_cast<int>(d));
+  }
+  std::vector<LayerPlan> plan;
+  try {
+    plan = plan_model(parse_model_spec(c.model), input, outputs);
+  } catch (const UsageError&) {
+    return {};
+  }
+  ModelFloats f;
+  for (const LayerPlan& p : plan) {
+    f.per_row += 2.0 * static_cast<double>(shape_size(p.out));
+    if (p.spec.kind == LayerKind::conv2d)
+      f.per_row +=
+          static_cast<double>(p.spec.kernel) * p.spec.kernel * p.in[2] * p.out[0] * p.out[1];
+    f.params += static_cast<double>(p.params);
+  }
+  return f;
+}
+
+}  // namespace
+
+DatasetInfo inspect_training_data(TrainConfig& c) {
+  c.train.targets = c.loss == LossKind::cross_entropy ? TargetKind::labels
+                    : c.loss == LossKind::mse         ? TargetKind::values
+                                                      : TargetKind::automatic;
+  DatasetInfo info = inspect_dataset(c.train);
+  DatasetSpec test_spec = c.train;
+  test_spec.group = c.test_group;
+  const DatasetInfo test = inspect_dataset(test_spec);
+  if (test.sample_shape != info.sample_shape)
+    throw UsageError(c.train.path + ": the " + c.test_group + " split's samples differ in shape " +
+                     "from the " + c.train.group + " split's");
+  if (test.classification != info.classification)
+    throw UsageError(c.train.path + ": the " + c.test_group + " split's targets are " +
+                     (test.classification ? "class labels" : "regression values") + " but the " +
+                     c.train.group + " split's are not; use the same kind in both");
+  if (c.loss == LossKind::mse && info.classification)
+    throw UsageError("--loss mse needs float targets, but " + split_name(info) +
+                     " holds integer class labels (use --loss cross-entropy)");
+  if (c.loss == LossKind::automatic) {
+    c.loss = info.classification ? LossKind::cross_entropy : LossKind::mse;
+    if (info.classification && info.y_type.rfind("float", 0) == 0) {
+      LS_LOG(info) << split_name(info) << " holds " << info.y_type
+                   << " whole numbers and the file declares num_classes = " << info.num_classes
+                   << ": training a classifier (--loss mse trains a regression on them instead)";
+    }
+  }
+  return info;
+}
+
+void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs,
+                      int64_t micro_rows) {
+  const int64_t B = c.global_batch;
+  if (B > info.rows)
+    throw UsageError("--global-batch " + std::to_string(B) + " is larger than the " +
+                     std::to_string(info.rows) + " training samples of " + info.path + ":/" +
+                     info.group + ": use at most " + std::to_string(info.rows));
+  // Batches in flight: the training loader's prefetch queue, the one in use, an evaluation batch.
+  // The model's buffers count on the CPU only: on a GPU they are device memory. Parameters,
+  // gradients and up to two optimizer buffers are as large as the parameters.
+  const double rows = static_cast<double>(micro_rows);
+  const double batches =
+      4.0 * rows * (c.prefetch + 2.0) * (static_cast<double>(info.sample_size) + 3.0);
+  const ModelFloats m =
+      c.device == DeviceKind::cpu ? model_floats(info, c, outputs) : ModelFloats{};
+  const double activations = 4.0 * rows * m.per_row, params = 4.0 * 4.0 * m.params;
+  const double need = batches + activations + params;
+  const uint64_t have = available_host_memory();
+  if (have > 0 && need > static_cast<double>(have))
+    throw UsageError("--global-batch " + std::to_string(B) + " with --model " + c.model +
+                     " needs about " + gib(need) + " per rank (" + gib(batches + activations) +
+                     " for batches and activations at " + std::to_string(micro_rows) +
+                     " rows per rank and micro-batch, " + gib(params) +
+                     " for parameters, gradients and optimizer state), more than the " +
+                     gib(static_cast<double>(have)) +
+                     " of memory this host has available: lower --global-batch, raise "
+                     "--grad-accum or use a smaller --model");
+}
+
+uint64_t available_host_memory() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) return std::stoull(line.substr(13)) * 1024;
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+}  // namespace lockstep

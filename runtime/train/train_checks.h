@@ -1,0 +1,31 @@
+// What the trainer checks of the data against its configuration before it builds anything, so
+// that a mismatch is one UsageError naming the option or the file, never a crash or a surprise
+// later. Both run on every rank with the same inputs, so every rank reaches the same verdict.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/data/dataset.h"
+
+namespace lockstep {
+
+struct TrainConfig;
+
+// Opens and validates the training and test splits (dataset.h). Reads float targets by the label
+// rule for c.loss (cross-entropy: labels; mse: values; auto: the file decides), resolves
+// LossKind::automatic to cross-entropy (class labels) or mse (values), and refuses --loss mse on
+// integer labels and splits whose samples or targets differ in kind or shape. Returns the
+// training split.
+DatasetInfo inspect_training_data(TrainConfig& c);
+
+// Refuses a global batch larger than the training split, and one whose buffers on a rank
+// (batches in flight, activations and their gradients, convolution workspace, at `micro_rows`
+// rows per micro-batch) would not fit in the memory this host has available, before any of them
+// is allocated. The message names --global-batch and both sizes.
+void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs,
+                      int64_t micro_rows);
+
+// The memory this host has available now (MemAvailable in /proc/meminfo), in bytes; 0 when unknown.
+uint64_t available_host_memory();
+
+}  // namespace lockstep

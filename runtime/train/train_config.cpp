@@ -1,0 +1,57 @@
+// TrainConfig's parsing helpers and its check (declared in trainer.h).
+#include <cmath>
+#include <string>
+
+#include "runtime/base/error.h"
+#include "runtime/comm/buckets.h"
+#include "runtime/data/sharded_loader.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/train/config_table.h"
+#include "runtime/train/train_checks.h"
+#include "runtime/train/trainer.h"
+
+namespace lockstep {
+
+LossKind parse_loss(const std::string& text) {
+  if (text == "auto") return LossKind::automatic;
+  if (text == "cross-entropy") return LossKind::cross_entropy;
+  if (text == "mse") return LossKind::mse;
+  throw UsageError("--loss must be auto, cross-entropy or mse, not '" + text + "'");
+}
+
+const char* loss_name(LossKind k) {
+  switch (k) {
+    case LossKind::automatic: return "auto";
+    case LossKind::cross_entropy: return "cross-entropy";
+    case LossKind::mse: return "mse";
+  }
+  return "?";
+}
+
+void validate(const TrainConfig& c, int world_size) {
+  check_config_options(c);  // each option's own rule (config_table.h); then those across options
+  if (c.global_batch % c.grad_accum != 0)
+    throw UsageError("--global-batch " + std::to_string(c.global_batch) +
+                     " does not split into --grad-accum " + std::to_string(c.grad_accum) +
+                     " equal micro-batches");
+  int64_t micro = c.global_batch / c.grad_accum;
+  if (micro % world_size != 0) {
+    if (c.grad_accum == 1)
+      throw UsageError("--global-batch " + std::to_string(c.global_batch) +
+                       " is not divisible by the " + std::to_string(world_size) +
+                       " ranks: " + suggest_batch_sizes(c.global_batch, world_size));
+    throw UsageError("--global-batch " + std::to_string(c.global_batch) + " with --grad-accum " +
+                     std::to_string(c.grad_accum) + " gives micro-batches of " +
+                     std::to_string(micro) + ", not divisible by the " +
+                     std::to_string(world_size) + " ranks: use a multiple of " +
+                     std::to_string(int64_t{c.grad_accum} * world_size));
+  }
+  if (c.steps == 0 && c.epochs < 1)
+    throw UsageError("--epochs must be >= 1 (or set --steps), not " + std::to_string(c.epochs));
+  if (c.precision == Precision::bf16 && c.device != DeviceKind::cuda)
+    throw UsageError("--precision bf16 needs --device cuda (the CPU layers compute in fp32)");
+  validate(c.optimizer);
+  validate(c.guard);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,356 @@
+#include "runtime/train/trainer.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "runtime/base/error.h"
+#include "runtime/comm/agree.h"
+#include "runtime/comm/buckets.h"
+#include "runtime/comm/replica_check.h"
+#include "runtime/data/sharded_loader.h"
+#include "runtime/observe/gpu_trace.h"
+#include "runtime/observe/nvtx.h"
+#include "runtime/observe/step_timer.h"
+#include "runtime/observe/trace.h"
+#include "runtime/train/checkpoint_dir.h"
+#include "runtime/train/device_step.h"
+#include "runtime/train/run_reporter.h"
+#include "runtime/train/step.h"
+#include "runtime/train/train_checkpoint.h"
+#include "runtime/train/train_checks.h"
+
+namespace lockstep {
+
+namespace {
+
+int to_int_dim(int64_t d, const DatasetInfo& info) {
+  if (d <= 0 || d > INT32_MAX / 2)
+    throw UsageError(info.path + ": sample dimension " + std::to_string(d) + " of " + info.x_name +
+                     " is out of range");
+  return static_cast<int>(d);
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  std::unique_ptr<Step> step;  // first, so that it outlives what uses its stream
+  DatasetInfo info;
+  bool classification = true;
+  int outputs = 0;
+  int64_t micro_rows = 0;  // rows per rank per micro-batch
+  int64_t steps_per_epoch = 0;
+  LrSchedule schedule;
+  std::unique_ptr<ShardedLoader> train, test;
+  std::unique_ptr<RunReporter> reporter;
+  Batch batch;
+  std::unique_ptr<StepTimer> timer;  // after `step`: it may hold the step's DeviceTimer
+  double last_eval_step = -1;  // global step of the last evaluation
+  EvalResult last_eval;
+  std::unique_ptr<StepGuard> guard;
+  std::unique_ptr<BucketReducer> reducer;
+};
+
+Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& config)
+    : comm_(host),
+      grad_comm_(grads),
+      config_(config),
+      impl_(std::make_unique<Impl>()) {
+  // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a
+  // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
+  // before any collective.
+  require_host_buffers(comm_, "the trainer");
+  if (grad_comm_.size() != comm_.size() || grad_comm_.rank() != comm_.rank())
+    throw Error("the trainer's gradient communicator (rank " + std::to_string(grad_comm_.rank()) +
+                " of " + std::to_string(grad_comm_.size()) + ") is not over the ranks of its host "
+                "communicator (rank " + std::to_string(comm_.rank()) + " of " +
+                std::to_string(comm_.size()) + ")");
+  std::string problem;
+  try {
+    build();
+  } catch (const UsageError& e) {
+    problem = e.what();
+  }
+  agree_or_throw(comm_, problem.empty(), problem);
+  prepare_checkpoint_dir(config_.guard, comm_);
+}
+
+void Trainer::build() {
+  Impl& m = *impl_;
+  validate(config_, comm_.size());
+  if (config_.device == DeviceKind::cuda) require_cuda_training();
+  ModelSpec spec = parse_model_spec(config_.model);
+  m.info = inspect_training_data(config_);  // resolves --loss auto (train_checks.h)
+  m.classification = m.info.classification;
+  m.outputs = m.classification ? m.info.num_classes : m.info.target_dim;
+  const int64_t B = config_.global_batch;
+  m.micro_rows = B / config_.grad_accum / comm_.size();
+  m.steps_per_epoch = config_.drop_remainder ? m.info.rows / B : (m.info.rows + B - 1) / B;
+  check_batch_fits(config_, m.info, m.outputs, m.micro_rows);
+
+  SampleShape input;
+  for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
+  const int rows = static_cast<int>(m.micro_rows);
+  m.step = make_step(config_.device, {shape_size(input), m.outputs, rows, m.classification});
+  const ModelPlacement place = m.step->placement(config_.precision);
+  m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
+  model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place);
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
+                                           place.device, place.stream);
+  m.reducer = std::make_unique<BucketReducer>(
+      grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
+      config_.grad_reduce_dtype, place.device, place.stream);
+  open_loaders();
+
+  m.schedule.kind = config_.lr_schedule;
+  m.schedule.peak_lr = scaled_lr(config_.lr, config_.lr_scaling, B, config_.base_batch);
+  m.schedule.warmup_steps = config_.warmup_steps;
+  m.schedule.total_steps = total_steps();
+  m.schedule.min_lr = config_.min_lr;
+  ReportOptions ro;
+  ro.print = config_.print && comm_.rank() == 0;
+  ro.progress_bar = config_.progress_bar;
+  ro.classification = m.classification;
+  ro.metrics_path = config_.metrics_path;
+  ro.log_every = config_.log_every;
+  ro.straggler_every = config_.straggler_every;
+  ro.steps_per_epoch = m.steps_per_epoch;
+  ro.total_steps = total_steps();
+  m.reporter = std::make_unique<RunReporter>(comm_, ro);
+  m.guard = std::make_unique<StepGuard>(comm_, config_.guard);
+}
+
+void Trainer::open_loaders() {
+  Impl& m = *impl_;
+  const int P = comm_.size(), rank = comm_.rank();
+  LoaderOptions lo;
+  lo.global_batch = config_.global_batch / config_.grad_accum;
+  lo.seed = config_.seed;
+  lo.shuffle = config_.shuffle;
+  lo.drop_remainder = config_.drop_remainder;
+  lo.prefetch = config_.prefetch;
+  m.train = std::make_unique<ShardedLoader>(config_.train, lo, rank, P);
+  DatasetSpec test_spec = config_.train;
+  test_spec.group = config_.test_group;
+  LoaderOptions eo = lo;
+  eo.global_batch = m.micro_rows * P;
+  eo.shuffle = false;
+  eo.drop_remainder = false;
+  m.test = std::make_unique<ShardedLoader>(test_spec, eo, rank, P);
+}
+
+Trainer::~Trainer() = default;
+
+const DatasetInfo& Trainer::train_info() const { return impl_->info; }
+const StepGuard& Trainer::guard() const { return *impl_->guard; }
+int64_t Trainer::steps_per_epoch() const { return impl_->steps_per_epoch; }
+
+int64_t Trainer::total_steps() const {
+  return config_.steps > 0 ? config_.steps : config_.epochs * impl_->steps_per_epoch;
+}
+
+double Trainer::lr_at_step(int64_t global_step) const {
+  return lr_at(impl_->schedule, global_step);
+}
+
+void Trainer::init_params() {
+  if (comm_.rank() == 0) model_->init_params(config_.seed);
+  // Through host memory, where the communicator of host values reads (a copy on the CPU).
+  std::vector<float> host = model_->params_to_host();
+  comm_.broadcast(host.data(), host.size(), DType::f32, 0);
+  model_->write_params(0, host.data(), host.size());
+  initialized_ = true;
+  verify_replicas("after the initial broadcast");
+}
+
+void Trainer::restore(const TrainState& state) {
+  state_ = state;
+  initialized_ = true;
+}
+
+void Trainer::verify_replicas(const std::string& when) {
+  check_replicas(comm_, model_->params_to_host(), when);  // a copy down from a GPU
+}
+
+LossTotals Trainer::train_step() {
+  Impl& m = *impl_;
+  const double t_start = m.timer->start_step();  // device phases on a GPU (step_times.h)
+  const int64_t B = config_.global_batch;
+  const int64_t first_row = state_.step_in_epoch * B;
+  const int64_t want_valid = config_.drop_remainder ? B : std::min(B, m.info.rows - first_row);
+  const float scale = 1.0f / static_cast<float>(want_valid);
+  // Nsight sees the same phases as the trace and the step-time breakdown (nvtx.h).
+  NvtxRange step_range("step", "step");
+  NvtxPhases phases;
+  model_->zero_grads();
+  m.reducer->start_step(model_->grads());
+  int64_t got_valid = 0;
+  for (int j = 0; j < config_.grad_accum; ++j) {
+    phases.next("data wait", "data");
+    if (!m.train->next(m.batch)) break;
+    micro_batch(scale, j + 1 == config_.grad_accum, phases);
+    got_valid += m.batch.global_valid;
+  }
+  if (got_valid != want_valid)
+    throw Error("step " + std::to_string(state_.global_step) + " of epoch " +
+                std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
+                " samples from the loader, expected " + std::to_string(want_valid));
+  phases.next("all_reduce", "collective");
+  const Step::Outcome o = reduce_gradients(phases);
+  const bool apply = m.guard->check_update(o.grads_finite, state_.global_step, state_.epoch) ==
+                     Verdict::proceed;
+  if (apply) update();
+  const double t_end = m.timer->updated();
+  phases.done();
+  times_.total += t_end - t_start;
+  times_.steps += 1;
+  times_.samples += want_valid;
+  state_.step_in_epoch += 1;
+  state_.global_step += 1;
+  state_.samples_seen += want_valid;
+  return apply ? o.totals : LossTotals{};  // a skipped step stays out of the reported loss
+}
+
+void Trainer::micro_batch(float scale, bool last, NvtxPhases& phases) {
+  Impl& m = *impl_;
+  StepTimer& timer = *m.timer;
+  const float* x = m.step->upload(m.batch);
+  timer.data_ready();
+  phases.next("forward", "forward");
+  timer.forward_begin();
+  const int rows = static_cast<int>(m.batch.rows);
+  const float* out = model_->forward(x, rows);
+  m.step->loss(m.batch, out, scale, model_->output_grad());
+  timer.forward_end();
+  phases.next("backward", "backward");
+  // Only the last micro-batch's backward finishes the gradients, so only it starts reductions.
+  if (last)
+    model_->backward(rows, [&](int layer) {
+      timer.backward_progress();
+      m.reducer->layer_done(layer);
+    });
+  else
+    model_->backward(rows);
+  m.step->release();
+  timer.backward_end();
+}
+
+Step::Outcome Trainer::reduce_gradients(NvtxPhases& phases) {
+  Impl& m = *impl_;
+  // The guard's flags travel with the gradients when the local loss is known before they are
+  // reduced; otherwise they leave after the step's read-back (a round trip more).
+  const LossTotals* early = m.step->totals_before_reduce();
+  if (early != nullptr) m.guard->before_reduce(early->loss_sum);
+  m.reducer->wait_all();
+  m.timer->reduced();
+  phases.next("optimizer", "optimizer");
+  const Step::Outcome o = m.step->finish(model_->grads(), model_->param_count());
+  m.timer->collect(/*synced=*/true);  // on a device, finish() has waited for the stream
+  if (early == nullptr) m.guard->before_reduce(o.totals.loss_sum);
+  return o;
+}
+
+void Trainer::update() {
+  Impl& m = *impl_;
+  if (config_.clip_norm > 0)
+    m.step->clip(model_->grads(), model_->param_count(), config_.clip_norm);
+  GpuSpan span(m.step->trace(), "optimizer update", "optimizer");
+  optimizer_->step(model_->params(), model_->grads(),
+                   static_cast<float>(lr_at_step(state_.global_step)));
+}
+
+EvalResult Trainer::evaluate() {
+  TraceSpan span("evaluate", "evaluation");
+  Impl& m = *impl_;
+  m.test->start_epoch(0);
+  while (m.test->next(m.batch)) {
+    const float* out = model_->forward(m.step->upload(m.batch), static_cast<int>(m.batch.rows));
+    m.step->loss(m.batch, out, 0.0f, nullptr);
+    m.step->release();
+  }
+  LossTotals t = m.step->finish(nullptr, 0).totals;
+  sum_over_ranks(comm_, t);
+  EvalResult e;
+  e.samples = static_cast<int64_t>(t.samples);
+  e.loss = t.mean_loss();
+  e.accuracy = t.accuracy();
+  m.last_eval_step = static_cast<double>(state_.global_step);
+  m.last_eval = e;
+  return e;
+}
+
+void Trainer::observe_step(const LossTotals& step) {
+  const int64_t done = state_.global_step;
+  if (config_.check_every > 0 && done % config_.check_every == 0)
+    verify_replicas("at step " + std::to_string(done));
+  impl_->reporter->after_step(state_, step, times_, lr_at_step(done - 1));
+}
+
+bool Trainer::act_on(Verdict v) {
+  StepGuard& guard = *impl_->guard;
+  if (v == Verdict::save || (v == Verdict::stop && guard.keeps_checkpoints())) save_checkpoint();
+  if (v != Verdict::stop) return false;
+  guard.report_stop(state_.global_step);
+  return true;
+}
+
+void Trainer::save_checkpoint() {
+  TraceSpan span("checkpoint", "checkpoint");
+  const int64_t step = state_.global_step;
+  verify_replicas("before the checkpoint at step " + std::to_string(step));
+  const TrainingParts parts{config_, state_, *model_, *optimizer_, steps_per_epoch(),
+                            impl_->info.rows};
+  impl_->guard->saved(step, write_checkpoint(parts, comm_, config_.guard));
+}
+
+bool Trainer::run_epoch(EpochSummary& s) {
+  Impl& m = *impl_;
+  m.train->start_epoch(state_.epoch, state_.step_in_epoch * config_.grad_accum);
+  const StepTimes epoch_start = times_;
+  LossTotals epoch;
+  Stopwatch clock;
+  while (state_.step_in_epoch < m.steps_per_epoch && state_.global_step < total_steps()) {
+    const LossTotals step = train_step();
+    epoch += step;
+    observe_step(step);
+    if (act_on(m.guard->after_step(state_.global_step, total_steps()))) break;
+  }
+  if (m.guard->stopped_early()) return false;
+  s = m.reporter->epoch_summary(state_, epoch, times_.minus(epoch_start));
+  if (config_.eval_every_epoch) s.test = evaluate();
+  s.seconds = clock.seconds();
+  if (config_.eval_every_epoch) m.reporter->epoch_end(s);
+  if (state_.step_in_epoch == m.steps_per_epoch) {
+    state_.epoch += 1;
+    state_.step_in_epoch = 0;
+  }
+  return true;
+}
+
+TrainResult Trainer::run() {
+  Impl& m = *impl_;
+  if (!initialized_)
+    init_params();
+  else
+    verify_replicas("when resuming");
+  TrainResult result;
+  const StepTimes at_start = times_;
+  m.reporter->start(times_);
+  while (state_.global_step < total_steps()) {
+    EpochSummary s;
+    if (!run_epoch(s)) break;
+    result.epochs.push_back(s);
+  }
+  m.reporter->finish_line();
+  m.timer->flush();  // a GPU's last phases, before the times are read
+  verify_replicas("at the end of training");
+  act_on(m.guard->at_end(state_.global_step));
+  if (!m.guard->stopped_early())
+    result.test = m.last_eval_step == static_cast<double>(state_.global_step) ? m.last_eval
+                                                                             : evaluate();
+  result.times = times_.minus(at_start);
+  result.samples_per_second =
+      result.times.total > 0 ? static_cast<double>(result.times.samples) / result.times.total : 0;
+  return result;
+}
+
+}  // namespace lockstep
