@@ -20,9 +20,11 @@ namespace {
 using kernel_test::max_rel_error;
 using kernel_test::random_floats;
 
-// Both twins sum in float in different orders; the CPU kernels' own tests against a double
-// reference use the same bound.
-constexpr double kTolerance = 1e-5;
+// Both twins sum in float in different orders, over up to 64 x 28 x 28 terms (conv1's bias
+// gradient); the bound is the GPU parity tests' for gemm-based ops (kernels_parity_gpu_test.cpp).
+// 1e-5 held on an AVX2 machine and failed at 2e-5 on an AVX-512 one, where both libraries block
+// their sums differently.
+constexpr double kTolerance = 1e-4;
 
 #define SKIP_WITHOUT_ONEDNN()                                                                   \
   if (!onednn_built())                                                                          \
