@@ -31,7 +31,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/precision.h"
 #include "runtime/data/h5_writer.h"
-#include "runtime/model/layers.h"
+#include "runtime/model/layer_registry.h"
 #include "runtime/process/blas_threads.h"
 #include "runtime/process/context.h"
 #include "runtime/train/trainer.h"
@@ -103,12 +103,8 @@ void write_synthetic(const std::string& path, int64_t train_rows, int64_t test_r
 double forward_flops_per_sample(const Model& model) {
   double flops = 0;
   for (const LayerPlan& p : model.plan()) {
-    if (p.spec.kind == LayerKind::conv2d) {
-      const double k = p.spec.kernel;
-      flops += 2.0 * p.out[0] * p.out[1] * p.out[2] * k * k * p.in.back();
-    } else if (p.spec.kind == LayerKind::dense) {
-      flops += 2.0 * static_cast<double>(shape_size(p.in)) * static_cast<double>(shape_size(p.out));
-    }
+    const LayerType& type = find_layer_type(p.spec.type);
+    if (type.forward_flops) flops += type.forward_flops(p);
   }
   return flops;
 }

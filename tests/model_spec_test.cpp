@@ -40,10 +40,8 @@ TEST(ModelSpec, LayerListsRoundTripAndIgnoreSpaces) {
   EXPECT_EQ("conv3x3:32,relu,dense", to_string(parse_model_spec(" conv3x3: 32 , relu, dense ")));
   ModelSpec c = parse_model_spec("conv5x5:8:2");
   ASSERT_EQ(1u, c.layers.size());
-  EXPECT_EQ(LayerKind::conv2d, c.layers[0].kind);
-  EXPECT_EQ(5, c.layers[0].kernel);
-  EXPECT_EQ(8, c.layers[0].units);
-  EXPECT_EQ(2, c.layers[0].stride);
+  EXPECT_EQ("conv", c.layers[0].type);
+  EXPECT_EQ((std::vector<int>{5, 8, 2}), c.layers[0].args);  // kernel, channels, stride
 }
 
 TEST(ModelSpec, BadSpecsNameTheOptionAndTheToken) {

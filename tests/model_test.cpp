@@ -77,8 +77,8 @@ TEST(Model, ReluThenPoolGivesWhatTheSpecSays) {
   // here with the kernels in the spec's order (the OpenBLAS ones, so the model uses them too).
   Model m(parse_model_spec("conv3x3:3,relu,maxpool2,dense"), kInput, kOutputs, kBatch,
           {.cpu_kernels = CpuKernels::openblas});
-  ASSERT_EQ(LayerKind::maxpool, m.plan()[1].spec.kind);
-  ASSERT_EQ(LayerKind::relu, m.plan()[2].spec.kind);
+  ASSERT_EQ("maxpool", m.plan()[1].spec.type);
+  ASSERT_EQ("relu", m.plan()[2].spec.type);
   m.init_params(3);
   auto x = random_vector(kBatch * m.input_size(), 6);
   const float* y = m.forward(x.data(), kBatch);

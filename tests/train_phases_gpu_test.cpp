@@ -14,6 +14,7 @@
 
 #include "gpu_test_util.h"
 #include "runtime/base/communicator.h"
+#include "runtime/model/layer_registry.h"
 #include "runtime/observe/trace.h"
 #include "runtime/observe/trace_writer.h"
 #include "runtime/train/trainer.h"
@@ -127,8 +128,8 @@ TEST_F(TrainPhasesGpu, TraceHasEachLayersKernelsOnTheComputeStreamAndEachCopyOnT
   {
     Trainer t(*comm, config(steps));
     for (size_t i = 0; i < t.model().plan().size(); ++i) {
-      const LayerKind k = t.model().plan()[i].spec.kind;
-      if (k != LayerKind::flatten) forward_names.push_back(layer_kind_name(k) + std::to_string(i));
+      const LayerType& type = find_layer_type(t.model().plan()[i].spec.type);
+      if (type.name != "flatten") forward_names.push_back(type.span() + std::to_string(i));
     }
     const size_t rows = 256;  // one rank, no accumulation
     copy_bytes = rows * (t.model().input_size() + 2) * sizeof(float);  // images, labels, mask

@@ -1,12 +1,12 @@
-// Layers: the pieces a Model stacks (dense, conv2d, maxpool, relu, flatten). A layer knows its
-// shapes (from its LayerPlan) and computes over a batch of NHWC float32 activations; it owns no
-// parameters. Its weights and gradients are views into the model's flat buffers (DESIGN.md
-// decision 4), bound once by the model. Activations and scratch space are also the model's, so a
-// training step allocates nothing. make_cpu_layer() returns the CPU twins (kernels/*_cpu or *_onednn);
-// make_cuda_layer() the device twins (kernels/*_cuda, cuda_layers.cpp) behind the same interface:
-// their pointers are device memory and their work is queued on one CUDA stream. Parameters are
-// initialised on the host by init_layer_params() for both, so a seed gives the same values on
-// either device. A layer is used by one thread at a time.
+// Layers: the pieces a Model stacks. A layer knows its shapes (from its LayerPlan) and computes
+// over a batch of NHWC float32 activations; it owns no parameters. Its weights and gradients are
+// views into the model's flat buffers (DESIGN.md decision 4), bound once by the model. Activations
+// and scratch space are also the model's, so a training step allocates nothing. Each layer type
+// (layer_registry.h) makes a CPU layer (runtime/model/layers/NAME.cpp, over kernels/*_cpu or
+// *_onednn) and, usually, a CUDA twin (NAME_cuda.cu, over kernels/*_cuda) behind this interface:
+// the twin's pointers are device memory and its work is queued on one CUDA stream. Parameters are
+// initialised on the host for both, so a seed gives the same values on either device. A layer is
+// used by one thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -15,9 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda_stream.h"
 #include "runtime/base/device_kind.h"
-#include "runtime/base/precision.h"
 #include "runtime/model/model_spec.h"
 
 namespace lockstep {
@@ -65,22 +63,23 @@ class Layer {
 // its backward pass on OpenBLAS, faster there), else OpenBLAS; `openblas` always OpenBLAS (the
 // oracle the tests compare against). Pooling and ReLU are the project's own loops either way.
 enum class CpuKernels { best, openblas };
-std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan, CpuKernels kernels = CpuKernels::best);
-// Device twins computing on `stream`. With Precision::bf16 the dense and convolution GEMMs take
-// bf16 copies of their operands (fp32 accumulation, fp32 parameters and gradients).
-std::unique_ptr<Layer> make_cuda_layer(const LayerPlan& plan, cudaStream_t stream,
-                                       Precision precision);
 
 // Whether this build has layers for `kind` (the CPU ones always, the CUDA ones in a CUDA build),
 // so the app can fall back from --device auto and refuse --device cuda in words.
 bool layers_available(DeviceKind kind);
 
-// Writes the initial parameters of a layer planned as `plan` into host[0, plan.params), drawing
-// from `gen` in a fixed order (nothing for layers without parameters).
-void init_layer_params(const LayerPlan& plan, float* host, std::mt19937_64& gen);
-
 // Fills p[0, n) uniformly in [-bound, bound) from gen (24 random bits per value, so the values
 // depend only on the generator's sequence, not on the standard library's distributions).
 void fill_uniform(float* p, size_t n, float bound, std::mt19937_64& gen);
+
+// PyTorch's default initialisation for Linear and Conv2d (Kaiming-uniform with a = sqrt(5)):
+// `weights` then `bias` values uniform in +-1/sqrt(fan_in), for dense and conv layers.
+void init_weights_and_bias(float* params, size_t weights, size_t bias, size_t fan_in,
+                           std::mt19937_64& gen);
+
+// Offset of the bias within a dense or conv layer's parameters: its c_out values come last.
+inline size_t bias_offset(const LayerPlan& p) {
+  return p.params - static_cast<size_t>(p.out.back());
+}
 
 }  // namespace lockstep

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "kernels/cuda_memory.h"
 #include "runtime/base/error.h"
@@ -53,7 +54,7 @@ class LayerSpan {
 // a full-size pass forward and backward.
 std::vector<LayerPlan> pool_before_relu(std::vector<LayerPlan> plan) {
   for (size_t i = 0; i + 1 < plan.size(); ++i) {
-    if (plan[i].spec.kind != LayerKind::relu || plan[i + 1].spec.kind != LayerKind::maxpool)
+    if (plan[i].spec.type != "relu" || plan[i + 1].spec.type != "maxpool")
       continue;
     LayerPlan pool = plan[i + 1], relu = plan[i];
     pool.in = relu.in;
@@ -76,11 +77,13 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
       input_size_(shape_size(input)) {
   if (max_batch <= 0) throw UsageError("model batch size must be positive");
   const DeviceKind where = placement_.device;
+  if (where == DeviceKind::cuda) check_cuda_layers(plan_);
   size_t total = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {
     layers_.push_back(where == DeviceKind::cuda
-                          ? make_cuda_layer(plan_[i], placement_.stream, placement_.precision)
+                          ? make_cuda_layer(plan_[i], {placement_.stream, placement_.precision})
                           : make_cpu_layer(plan_[i], placement_.cpu_kernels));
+    span_names_.push_back(find_layer_type(plan_[i].spec.type).span());
     if (plan_[i].params == 0) continue;
     total = (total + kParamAlignFloats - 1) / kParamAlignFloats * kParamAlignFloats;
     ranges_.push_back({total, plan_[i].params, static_cast<int>(i)});
@@ -138,7 +141,7 @@ const float* Model::forward(const float* x, int batch) {
       continue;
     }
     float* y = activations_[i].data();
-    LayerSpan span(placement_.trace, layer_kind_name(plan_[i].spec.kind), "forward",
+    LayerSpan span(placement_.trace, span_names_[i].c_str(), "forward",
                    static_cast<int>(i));
     layers_[i]->forward(batch, act_[i], y, workspace_.data());
     act_[i + 1] = y;
@@ -157,7 +160,7 @@ void Model::backward(int batch, const std::function<void(int layer)>& layer_done
       dx = dbuf_[next].data();
       next ^= 1;
     }
-    LayerSpan span(placement_.trace, layer_kind_name(plan_[i].spec.kind), "backward",
+    LayerSpan span(placement_.trace, span_names_[i].c_str(), "backward",
                    static_cast<int>(i));
     l.backward(batch, act_[i], act_[i + 1], dy, dx, workspace_.data());
     span.close_device();  // what layer_done starts (a reduction, its staging) is not the layer's
@@ -179,17 +182,19 @@ std::vector<ParamTensorInfo> Model::param_tensors() const {
   std::vector<ParamTensorInfo> out;
   for (const ParamRange& r : ranges_) {
     const LayerPlan& p = plan_[r.layer];
-    std::string base = (p.spec.kind == LayerKind::conv2d ? "conv" : layer_kind_name(p.spec.kind)) +
-                       std::to_string(r.layer);
-    int64_t cout = p.out.back();
-    std::vector<int64_t> wshape;
-    if (p.spec.kind == LayerKind::conv2d)
-      wshape = {p.spec.kernel, p.spec.kernel, p.in[2], cout};
-    else
-      wshape = {static_cast<int64_t>(shape_size(p.in)), cout};
-    size_t wcount = r.count - static_cast<size_t>(cout);
-    out.push_back({base + ".weight", wshape, r.offset, wcount});
-    out.push_back({base + ".bias", {cout}, r.offset + wcount, static_cast<size_t>(cout)});
+    const LayerType& type = find_layer_type(p.spec.type);
+    const std::string base = type.name + std::to_string(r.layer);
+    size_t offset = r.offset;
+    for (LayerTensor& t : type.tensors(p)) {
+      size_t count = 1;
+      for (int64_t d : t.shape) count *= static_cast<size_t>(d);
+      out.push_back({base + "." + t.name, std::move(t.shape), offset, count});
+      offset += count;
+    }
+    if (offset != r.offset + r.count)
+      throw std::logic_error("the '" + type.name + "' layer type's tensors cover " +
+                             std::to_string(offset - r.offset) + " of its " +
+                             std::to_string(r.count) + " parameters");
   }
   return out;
 }

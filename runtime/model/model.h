@@ -15,6 +15,9 @@
 // maxpool then relu (the same function and gradient, less work), so plan() lists them in the
 // order they run; layer indices and parameter names are those of the spec.
 //
+// Each layer is its type's (layer_registry.h) CPU layer or CUDA twin; a spec naming a CPU-only
+// type is refused on CUDA before any device work.
+//
 // Placement: on DeviceKind::cuda every buffer is device memory and the layers queue their work on
 // the placement's stream; params(), grads(), forward()'s input and output and output_grad() are
 // then device pointers. Host code reads or writes parameters only through params_to_host() and
@@ -30,7 +33,7 @@
 #include <vector>
 
 #include "runtime/base/buffer.h"
-#include "runtime/model/layers.h"
+#include "runtime/model/layer_registry.h"
 #include "runtime/model/model_spec.h"
 
 namespace lockstep {
@@ -56,7 +59,7 @@ class GpuTrace;
 struct ModelPlacement {
   DeviceKind device = DeviceKind::cpu;
   cudaStream_t stream = nullptr;       // cuda: the stream every layer's work goes to
-  Precision precision = Precision::fp32;  // cuda: bf16 GEMMs (layers.h: make_cuda_layer)
+  Precision precision = Precision::fp32;  // cuda: bf16 GEMMs (layer_registry.h: make_cuda_layer)
   // cuda: the recorder of `stream`'s spans (gpu_trace.h). With one, each layer's kernels are a
   // device-timed span under --trace, instead of the host span of their enqueueing (NVTX ranges
   // stay on the host, for Nsight); it must outlive the model.
@@ -132,6 +135,7 @@ class Model {
   ModelPlacement placement_;
   std::vector<LayerPlan> plan_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<std::string> span_names_;  // per layer: its type's span name, for --trace
   std::vector<ParamRange> ranges_;
   size_t trainable_ = 0;
   int max_batch_ = 0;

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "runtime/base/error.h"
+#include "runtime/model/layer_registry.h"
 
 namespace lockstep {
 
@@ -12,14 +13,16 @@ namespace {
 // Sizes beyond this are refused: kernel shapes are int and a typo like dense:10000000 should be
 // reported, not attempted.
 constexpr long kMaxWidth = 1 << 20;
-constexpr size_t kMaxLayerParams = size_t{1} << 31;
 
-const char* kGrammarHint =
-    "layers: dense[:units], convKxK:channels[:stride], maxpoolK, relu, flatten, joined by ','; "
-    "presets: linear, mlp[:w1,w2,...], cnn";
+// The grammar in one line, from the registered layer types (their syntax, in registration order).
+std::string grammar_hint() {
+  std::string layers;
+  for (const std::string& s : layer_type_syntaxes()) layers += (layers.empty() ? "" : ", ") + s;
+  return "layers: " + layers + ", joined by ','; presets: linear, mlp[:w1,w2,...], cnn";
+}
 
 [[noreturn]] void bad_spec(const std::string& text, const std::string& why) {
-  throw UsageError("--model '" + text + "': " + why + " (" + kGrammarHint + ")");
+  throw UsageError("--model '" + text + "': " + why + " (" + grammar_hint() + ")");
 }
 
 // A positive integer written with digits only, at most kMaxWidth.
@@ -55,65 +58,44 @@ int positive_arg(const std::string& text, const std::string& token, const std::s
 
 LayerSpec parse_layer(const std::string& text, const std::string& token) {
   std::vector<std::string> parts = split(token, ':');
-  const std::string& name = parts[0];
-  auto expect_args = [&](size_t lo, size_t hi) {
-    size_t n = parts.size() - 1;
-    if (n < lo || n > hi)
-      bad_spec(text, "'" + token + "' takes " +
-                         (hi == 0 ? std::string("no arguments")
-                                  : std::to_string(lo) + " to " + std::to_string(hi) +
-                                        " ':' arguments"));
-  };
-  LayerSpec l;
-  if (name == "dense") {
-    expect_args(0, 1);
-    l.kind = LayerKind::dense;
-    if (parts.size() == 2) l.units = positive_arg(text, token, "units", parts[1]);
-    return l;
-  }
-  if (name == "relu" || name == "flatten") {
-    expect_args(0, 0);
-    l.kind = name == "relu" ? LayerKind::relu : LayerKind::flatten;
-    return l;
-  }
-  if (name.rfind("maxpool", 0) == 0) {
-    expect_args(0, 0);
-    l.kind = LayerKind::maxpool;
-    l.kernel = positive_arg(text, token, "the pool size", name.substr(7));
-    return l;
-  }
-  if (name.rfind("conv", 0) == 0) {
-    expect_args(1, 2);
-    std::vector<std::string> k = split(name.substr(4), 'x');
-    if (k.size() != 2) bad_spec(text, "'" + token + "': write the kernel as convKxK, e.g. conv3x3");
-    int kh = positive_arg(text, token, "the kernel size", k[0]);
-    int kw = positive_arg(text, token, "the kernel size", k[1]);
-    if (kh != kw) bad_spec(text, "'" + token + "': only square kernels are supported");
-    l.kind = LayerKind::conv2d;
-    l.kernel = kh;
-    l.units = positive_arg(text, token, "channels", parts[1]);
-    if (parts.size() == 3) l.stride = positive_arg(text, token, "the stride", parts[2]);
-    return l;
-  }
-  bad_spec(text, "unknown layer '" + token + "'");
+  std::string suffix;
+  const LayerType* type = match_layer_type(parts[0], &suffix);
+  if (type == nullptr) bad_spec(text, "unknown layer '" + token + "'");
+  LayerToken t(text, token, std::move(suffix),
+               std::vector<std::string>(parts.begin() + 1, parts.end()));
+  return {type->name, type->parse(t)};
 }
 
-LayerSpec dense(int units) { return {LayerKind::dense, units, 0, 1}; }
-LayerSpec relu() { return {LayerKind::relu, 0, 0, 1}; }
-LayerSpec conv3x3(int channels) { return {LayerKind::conv2d, channels, 3, 1}; }
-LayerSpec maxpool(int k) { return {LayerKind::maxpool, 0, k, 1}; }
+LayerSpec dense(int units) { return {"dense", {units}}; }
+LayerSpec relu() { return {"relu", {}}; }
+LayerSpec conv3x3(int channels) { return {"conv", {3, channels, 1}}; }
+LayerSpec maxpool(int k) { return {"maxpool", {k}}; }
 
 }  // namespace
 
-const char* layer_kind_name(LayerKind k) {
-  switch (k) {
-    case LayerKind::dense: return "dense";
-    case LayerKind::conv2d: return "conv2d";
-    case LayerKind::maxpool: return "maxpool";
-    case LayerKind::relu: return "relu";
-    case LayerKind::flatten: return "flatten";
-  }
-  return "?";
+LayerToken::LayerToken(const std::string& text, const std::string& token, std::string suffix,
+                       std::vector<std::string> args)
+    : text_(text), token_(token), suffix_(std::move(suffix)), args_(std::move(args)) {}
+
+void LayerToken::expect_args(size_t lo, size_t hi) const {
+  const size_t n = args_.size();
+  if (n < lo || n > hi)
+    fail("'" + token_ + "' takes " +
+         (hi == 0 ? std::string("no arguments")
+                  : std::to_string(lo) + " to " + std::to_string(hi) + " ':' arguments"));
+}
+
+int LayerToken::positive(const std::string& what, const std::string& value) const {
+  return positive_arg(text_, token_, what, value);
+}
+
+void LayerToken::fail(const std::string& why) const { bad_spec(text_, why); }
+
+void LayerCheck::fail(const std::string& why) const { throw UsageError(where + why); }
+
+void LayerCheck::need_image(const SampleShape& in) const {
+  if (in.size() != 3)
+    fail(" needs image samples (H, W, C) but its input has shape " + to_string(in));
 }
 
 ModelSpec parse_model_spec(const std::string& raw) {
@@ -122,7 +104,7 @@ ModelSpec parse_model_spec(const std::string& raw) {
   std::string text;
   for (char c : raw)
     if (!std::isspace(static_cast<unsigned char>(c))) text += c;
-  if (text.empty()) throw UsageError(std::string("--model is empty (") + kGrammarHint + ")");
+  if (text.empty()) throw UsageError("--model is empty (" + grammar_hint() + ")");
 
   if (text == "linear") {
     m.layers = {dense(0)};
@@ -149,20 +131,7 @@ ModelSpec parse_model_spec(const std::string& raw) {
   return m;
 }
 
-std::string to_string(const LayerSpec& l) {
-  switch (l.kind) {
-    case LayerKind::dense: return l.units ? "dense:" + std::to_string(l.units) : "dense";
-    case LayerKind::conv2d: {
-      std::string k = std::to_string(l.kernel);
-      std::string s = "conv" + k + "x" + k + ":" + std::to_string(l.units);
-      return l.stride == 1 ? s : s + ":" + std::to_string(l.stride);
-    }
-    case LayerKind::maxpool: return "maxpool" + std::to_string(l.kernel);
-    case LayerKind::relu: return "relu";
-    case LayerKind::flatten: return "flatten";
-  }
-  return "?";
-}
+std::string to_string(const LayerSpec& l) { return find_layer_type(l.type).format(l); }
 
 std::string to_string(const ModelSpec& m) {
   std::string s;
@@ -229,44 +198,8 @@ std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& inp
     p.in = shape;
     const std::string where = "--model '" + spec.text + "': layer " + std::to_string(i + 1) +
                               " (" + to_string(p.spec) + ")";
-    auto need_image = [&] {
-      if (shape.size() != 3)
-        throw UsageError(where + " needs image samples (H, W, C) but its input has shape " +
-                         to_string(shape));
-    };
-    switch (p.spec.kind) {
-      case LayerKind::dense: {
-        int out = p.spec.units ? p.spec.units : outputs;
-        size_t in = shape_size(shape);
-        p.out = {out};
-        p.params = in * static_cast<size_t>(out) + static_cast<size_t>(out);
-        break;
-      }
-      case LayerKind::conv2d: {
-        need_image();
-        int k = p.spec.kernel, s = p.spec.stride, pad = k / 2;
-        int oh = (shape[0] + 2 * pad - k) / s + 1, ow = (shape[1] + 2 * pad - k) / s + 1;
-        if (shape[0] + 2 * pad < k || shape[1] + 2 * pad < k || oh <= 0 || ow <= 0)
-          throw UsageError(where + ": the kernel is larger than its input " + to_string(shape));
-        p.out = {oh, ow, p.spec.units};
-        p.params = static_cast<size_t>(k) * k * shape[2] * p.spec.units + p.spec.units;
-        break;
-      }
-      case LayerKind::maxpool: {
-        need_image();
-        int k = p.spec.kernel;
-        if (shape[0] < k || shape[1] < k)
-          throw UsageError(where + ": the window is larger than its input " + to_string(shape));
-        p.out = {shape[0] / k, shape[1] / k, shape[2]};
-        break;
-      }
-      case LayerKind::relu: p.out = shape; break;
-      case LayerKind::flatten:
-        if (shape_size(shape) >= kMaxLayerParams) throw UsageError(where + " is too large");
-        p.out = {static_cast<int>(shape_size(shape))};
-        break;
-    }
-    if (p.params >= kMaxLayerParams || shape_size(p.out) >= kMaxLayerParams)
+    find_layer_type(p.spec.type).plan(p, LayerCheck{outputs, where});
+    if (p.params >= kMaxLayerSize || shape_size(p.out) >= kMaxLayerSize)
       throw UsageError(where + " is too large (" + std::to_string(p.params) + " parameters)");
     shape = p.out;
     plan.push_back(p);

@@ -7,7 +7,8 @@
 //           | "mlp" [":" width ("," width)*]  dense:width,relu per width, then dense; "mlp" alone
 //                                             is mlp:256,128
 //           | "cnn"                           conv3x3:32,relu,maxpool2,conv3x3:64,relu,maxpool2,dense
-//   layer  := "dense" [":" units]             fully connected; without units it gives the data's
+//   layer  := name [suffix] (":" arg)*        a registered layer type (layer_registry.h); built in:
+//           | "dense" [":" units]             fully connected; without units it gives the data's
 //                                             outputs (classes, or the regression target width).
 //                                             Image inputs are flattened first (NHWC order).
 //           | "conv" K "x" K ":" channels [":" stride]
@@ -16,7 +17,9 @@
 //           | "maxpool" K                     K x K max pooling, stride K
 //           | "relu" | "flatten"
 // The model's last layer must produce the data's outputs. Parsing is pure and throws UsageError
-// naming --model and the offending token; plan_model() adds the shape checks.
+// naming --model and the offending token; plan_model() adds the shape checks. Each layer type
+// reads its own arguments and plans its own shapes (runtime/model/layers/*.cpp); this file holds
+// the grammar around them and the words of its errors (LayerToken, LayerCheck).
 #pragma once
 
 #include <cstddef>
@@ -25,14 +28,12 @@
 
 namespace lockstep {
 
-enum class LayerKind { dense, conv2d, maxpool, relu, flatten };
-const char* layer_kind_name(LayerKind k);
-
+// One layer of a spec: its registered type ("dense", "conv", "maxpool") and the integer arguments
+// that type's parser read, in the order the type documents (conv: kernel, channels, stride).
 struct LayerSpec {
-  LayerKind kind = LayerKind::dense;
-  int units = 0;     // dense: outputs (0 = the data's outputs); conv2d: output channels
-  int kernel = 0;    // conv2d, maxpool: window side
-  int stride = 1;    // conv2d
+  std::string type;
+  std::vector<int> args;
+  bool operator==(const LayerSpec&) const = default;
 };
 
 struct ModelSpec {
@@ -52,6 +53,10 @@ using SampleShape = std::vector<int>;
 std::string to_string(const SampleShape& shape);  // "(28, 28, 1)"
 size_t shape_size(const SampleShape& shape);
 
+// Layers with this many parameters or output values per sample, or more, are refused: kernel
+// shapes are int.
+constexpr size_t kMaxLayerSize = size_t{1} << 31;
+
 // One layer with its shapes resolved.
 struct LayerPlan {
   LayerSpec spec;
@@ -63,5 +68,40 @@ struct LayerPlan {
 // throws UsageError (naming --model, the layer and both shapes) when a layer cannot take its
 // input or the last layer does not give `outputs` values.
 std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& input, int outputs);
+
+// What a layer type's parser sees of one token, "conv3x3:32:2": the word after the type's name
+// ("3x3"), the ':' arguments ({"32", "2"}), and the parser's ways to refuse it, which all throw
+// UsageError naming --model, the token and the grammar.
+class LayerToken {
+ public:
+  LayerToken(const std::string& text, const std::string& token, std::string suffix,
+             std::vector<std::string> args);
+  const std::string& token() const { return token_; }
+  const std::string& suffix() const { return suffix_; }
+  const std::vector<std::string>& args() const { return args_; }
+  // Refuses the token unless it has lo..hi ':' arguments.
+  void expect_args(size_t lo, size_t hi) const;
+  // `value` as a positive integer (digits only, at most 2^20); `what` names it in the error.
+  int positive(const std::string& what, const std::string& value) const;
+  // "--model '<text>': <why> (<grammar>)".
+  [[noreturn]] void fail(const std::string& why) const;
+
+ private:
+  const std::string& text_;
+  const std::string& token_;
+  std::string suffix_;
+  std::vector<std::string> args_;
+};
+
+// What a layer type's planner gets besides the plan it fills: the data's output width and the
+// words that name the layer in an error ("--model 'cnn': layer 1 (conv3x3:32)").
+struct LayerCheck {
+  int outputs = 0;
+  std::string where;
+  // Throws UsageError(where + why): `why` starts with its own separator (": ..." or " ...").
+  [[noreturn]] void fail(const std::string& why) const;
+  // Refuses an input that is not an image (H, W, C).
+  void need_image(const SampleShape& in) const;
+};
 
 }  // namespace lockstep

@@ -9,6 +9,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/model/layer_registry.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/train/trainer.h"
 
@@ -45,9 +46,8 @@ ModelFloats model_floats(const DatasetInfo& info, const TrainConfig& c, int outp
   ModelFloats f;
   for (const LayerPlan& p : plan) {
     f.per_row += 2.0 * static_cast<double>(shape_size(p.out));
-    if (p.spec.kind == LayerKind::conv2d)
-      f.per_row +=
-          static_cast<double>(p.spec.kernel) * p.spec.kernel * p.in[2] * p.out[0] * p.out[1];
+    const LayerType& type = find_layer_type(p.spec.type);
+    if (type.scratch_floats) f.per_row += type.scratch_floats(p);
     f.params += static_cast<double>(p.params);
   }
   return f;

@@ -1,0 +1,24 @@
+// Stands in for conv2d.cu when CUDA is not built: every *_cuda function throws.
+#include "kernels/conv2d.h"
+#include "kernels/cuda_stub.h"
+
+namespace lockstep::kernels {
+
+void conv2d_forward_cuda(const Conv2dShape&, const float*, const float*, const float*, float*,
+                         float*, cudaStream_t) {
+  cuda_not_built("conv2d_forward_cuda");
+}
+void conv2d_backward_cuda(const Conv2dShape&, const float*, const float*, const float*, float*,
+                          float*, float*, float*, cudaStream_t) {
+  cuda_not_built("conv2d_backward_cuda");
+}
+void conv2d_forward_bf16_cuda(const Conv2dShape&, const float*, const uint16_t*, const float*,
+                              float*, float*, cudaStream_t) {
+  cuda_not_built("conv2d_forward_bf16_cuda");
+}
+void conv2d_backward_bf16_cuda(const Conv2dShape&, const float*, const uint16_t*, const float*,
+                               float*, float*, float*, float*, cudaStream_t) {
+  cuda_not_built("conv2d_backward_bf16_cuda");
+}
+
+}  // namespace lockstep::kernels

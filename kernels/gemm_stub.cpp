@@ -1,0 +1,14 @@
+// Stands in for gemm.cu when CUDA is not built: every *_cuda function throws.
+#include "kernels/cuda_stub.h"
+#include "kernels/gemm.h"
+
+namespace lockstep::kernels {
+
+void gemm_cuda(const GemmShape&, const float*, const float*, float*, cudaStream_t) {
+  cuda_not_built("gemm_cuda");
+}
+void gemm_bf16_cuda(const GemmShape&, const uint16_t*, const uint16_t*, float*, cudaStream_t) {
+  cuda_not_built("gemm_bf16_cuda");
+}
+
+}  // namespace lockstep::kernels

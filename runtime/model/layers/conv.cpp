@@ -1,0 +1,115 @@
+#include "runtime/model/layers/conv.h"
+
+#include "kernels/onednn.h"
+
+namespace lockstep {
+namespace {
+
+// Splits s at each `sep` ("3x3" -> {"3", "3"}).
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) return parts;
+    start = pos + 1;
+  }
+}
+
+// With oneDNN, the forward pass runs on it; so does the backward pass unless the layer has fewer
+// input channels than oneDNN's AVX2 kernels block them by (8): there it pads the channels and its
+// backward passes ran 3-4x slower than im2col + sgemm (the CNN's first layer, 64 x 28x28x1 -> 32:
+// 13.5 ms against 4.5 ms for the weight gradient, one thread), so those stay on OpenBLAS. oneDNN's
+// scratch belongs to its cached primitives (onednn.h); the OpenBLAS passes take the workspace.
+class Conv2dLayer : public Layer {
+ public:
+  static constexpr int kOnednnBackwardMinChannels = 8;
+  Conv2dLayer(const LayerPlan& plan, bool onednn)
+      : Layer(plan),
+        onednn_forward_(onednn),
+        onednn_backward_(onednn && plan.in[2] >= kOnednnBackwardMinChannels) {}
+  size_t workspace_floats(int batch) const override {
+    return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
+  }
+  void forward(int batch, const float* x, float* y, float* workspace) override {
+    if (onednn_forward_)
+      kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y);
+    else
+      kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
+  }
+  void backward(int batch, const float* x, const float*, const float* dy, float* dx,
+                float* workspace) override {
+    if (onednn_backward_)
+      kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+    else
+      kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
+                                   workspace);
+  }
+
+ private:
+  float* bias(float* base) const { return base + bias_offset(plan_); }
+  kernels::Conv2dShape shape(int batch) const { return conv2d_shape(plan_, batch); }
+  bool onednn_forward_, onednn_backward_;
+};
+
+}  // namespace
+
+LayerType conv_layer_type() {
+  LayerType t;
+  t.name = "conv";
+  t.syntax = "convKxK:channels[:stride]";
+  t.name_takes_suffix = true;
+  t.span_name = "conv2d";
+  t.parse = [](const LayerToken& tok) {
+    tok.expect_args(1, 2);
+    std::vector<std::string> k = split(tok.suffix(), 'x');
+    if (k.size() != 2) tok.fail("'" + tok.token() + "': write the kernel as convKxK, e.g. conv3x3");
+    const int kh = tok.positive("the kernel size", k[0]);
+    const int kw = tok.positive("the kernel size", k[1]);
+    if (kh != kw) tok.fail("'" + tok.token() + "': only square kernels are supported");
+    const int channels = tok.positive("channels", tok.args()[0]);
+    const int stride = tok.args().size() == 2 ? tok.positive("the stride", tok.args()[1]) : 1;
+    return std::vector<int>{kh, channels, stride};
+  };
+  t.format = [](const LayerSpec& s) {
+    const std::string k = std::to_string(s.args[0]);
+    const std::string text = "conv" + k + "x" + k + ":" + std::to_string(s.args[1]);
+    return s.args[2] == 1 ? text : text + ":" + std::to_string(s.args[2]);
+  };
+  t.plan = [](LayerPlan& p, const LayerCheck& check) {
+    check.need_image(p.in);
+    const SampleShape& in = p.in;
+    const int k = p.spec.args[0], channels = p.spec.args[1], s = p.spec.args[2], pad = k / 2;
+    const int oh = (in[0] + 2 * pad - k) / s + 1, ow = (in[1] + 2 * pad - k) / s + 1;
+    if (in[0] + 2 * pad < k || in[1] + 2 * pad < k || oh <= 0 || ow <= 0)
+      check.fail(": the kernel is larger than its input " + to_string(in));
+    p.out = {oh, ow, channels};
+    p.params = static_cast<size_t>(k) * k * in[2] * channels + channels;
+  };
+  t.init = [](const LayerPlan& p, float* host, std::mt19937_64& gen) {
+    const size_t k = static_cast<size_t>(p.spec.args[0]);
+    const size_t fan_in = k * k * static_cast<size_t>(p.in[2]);
+    const size_t out = static_cast<size_t>(p.spec.args[1]);
+    init_weights_and_bias(host, fan_in * out, out, fan_in, gen);
+  };
+  t.tensors = [](const LayerPlan& p) {
+    const int64_t k = p.spec.args[0], out = p.out.back();
+    return std::vector<LayerTensor>{{"weight", {k, k, p.in[2], out}}, {"bias", {out}}};
+  };
+  t.make_cpu = [](const LayerPlan& p, CpuKernels k) -> std::unique_ptr<Layer> {
+    return std::make_unique<Conv2dLayer>(p, k == CpuKernels::best && kernels::onednn_built());
+  };
+  t.make_cuda = make_conv_cuda;
+  t.forward_flops = [](const LayerPlan& p) {
+    const double k = p.spec.args[0];
+    return 2.0 * p.out[0] * p.out[1] * p.out[2] * k * k * p.in.back();
+  };
+  // The im2col matrix of one sample.
+  t.scratch_floats = [](const LayerPlan& p) {
+    return static_cast<double>(p.spec.args[0]) * p.spec.args[0] * p.in[2] * p.out[0] * p.out[1];
+  };
+  return t;
+}
+
+}  // namespace lockstep

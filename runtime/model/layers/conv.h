@@ -1,0 +1,33 @@
+// The convolution layer type: "convKxK:channels[:stride]", a K x K convolution over NHWC images
+// with zero padding K/2 and weights HWIO then a bias per output channel. Its args are {K, channels,
+// stride}. conv.cpp holds the CPU layer (OpenBLAS im2col + GEMM, or oneDNN) and the type's record;
+// conv_cuda.cu the CUDA twin (fp32, or bf16 GEMMs), conv_cuda_stub.cpp its stand-in in a build
+// without CUDA. Stateless functions; the layers are used by one thread at a time.
+#pragma once
+
+#include <memory>
+
+#include "kernels/conv2d.h"
+#include "runtime/model/layer_registry.h"
+
+namespace lockstep {
+
+LayerType conv_layer_type();
+
+// The kernels' shape of a planned convolution at a batch size (both twins call the kernels so).
+inline kernels::Conv2dShape conv2d_shape(const LayerPlan& p, int batch) {
+  kernels::Conv2dShape s;
+  s.n = batch;
+  s.h = p.in[0];
+  s.w = p.in[1];
+  s.c_in = p.in[2];
+  s.c_out = p.spec.args[1];
+  s.kh = s.kw = p.spec.args[0];
+  s.stride = p.spec.args[2];
+  s.pad_h = s.pad_w = p.spec.args[0] / 2;
+  return s;
+}
+
+std::unique_ptr<Layer> make_conv_cuda(const LayerPlan& plan, const CudaLayerPlacement& where);
+
+}  // namespace lockstep

@@ -1,0 +1,53 @@
+#include "runtime/model/layers/maxpool.h"
+
+#include <cstdint>
+
+namespace lockstep {
+namespace {
+
+class MaxPoolLayer : public Layer {
+ public:
+  using Layer::Layer;
+  void reserve(int max_batch) override {
+    argmax_.resize(static_cast<size_t>(max_batch) * out_size());
+  }
+  void forward(int batch, const float* x, float* y, float*) override {
+    kernels::maxpool_forward_cpu(shape(batch), x, y, argmax_.data());
+  }
+  void backward(int batch, const float*, const float*, const float* dy, float* dx,
+                float*) override {
+    if (dx) kernels::maxpool_backward_cpu(shape(batch), dy, argmax_.data(), dx);
+  }
+
+ private:
+  kernels::PoolShape shape(int batch) const { return pool_shape(plan_, batch); }
+  std::vector<int32_t> argmax_;
+};
+
+}  // namespace
+
+LayerType maxpool_layer_type() {
+  LayerType t;
+  t.name = "maxpool";
+  t.syntax = "maxpoolK";
+  t.name_takes_suffix = true;
+  t.parse = [](const LayerToken& tok) {
+    tok.expect_args(0, 0);
+    return std::vector<int>{tok.positive("the pool size", tok.suffix())};
+  };
+  t.format = [](const LayerSpec& s) { return "maxpool" + std::to_string(s.args[0]); };
+  t.plan = [](LayerPlan& p, const LayerCheck& check) {
+    check.need_image(p.in);
+    const int k = p.spec.args[0];
+    if (p.in[0] < k || p.in[1] < k)
+      check.fail(": the window is larger than its input " + to_string(p.in));
+    p.out = {p.in[0] / k, p.in[1] / k, p.in[2]};
+  };
+  t.make_cpu = [](const LayerPlan& p, CpuKernels) -> std::unique_ptr<Layer> {
+    return std::make_unique<MaxPoolLayer>(p);
+  };
+  t.make_cuda = make_maxpool_cuda;
+  return t;
+}
+
+}  // namespace lockstep
