@@ -30,18 +30,21 @@ string(CONCAT CPACK_DEBIAN_PACKAGE_DEPENDS ${deb_depends})
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "hdf5-plugin-lzf, hdf5-filter-plugin")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "${deb_suggests}")
 set(deb_summary "synchronous data-parallel training on MPI ranks")
+# CPack indents the body under the summary and turns an empty line into " .".
 set(deb_body "Lockstep trains models on MPI ranks, CPU or GPU, with all-reduced gradients:
- lockstep-train, lockstep-data and lockstep-bench, and the static libraries, headers,
- CMake package (find_package(Lockstep)) and pkg-config file (lockstep.pc) to build
- programs against the runtime.")
+lockstep-train, lockstep-data and lockstep-bench, and the static libraries, headers,
+CMake package (find_package(Lockstep)) and pkg-config file (lockstep.pc) to build
+programs against the runtime.")
 if(LOCKSTEP_HAVE_CUDA)
+  set(cuda_dirs ${CUDAToolkit_LIBRARY_DIR} ${LOCKSTEP_NCCL_DIR})
+  list(REMOVE_DUPLICATES cuda_dirs)
+  string(REPLACE ";" ", " cuda_dirs "${cuda_dirs}")
   string(APPEND deb_body "
- .
- Built with CUDA and NCCL: needs the CUDA Toolkit's run-time libraries (libcudart,
- libcublas, libcublasLt) and NCCL 2.x from NVIDIA, which are not Debian packages,
- at the paths the programs were linked with (${CUDAToolkit_LIBRARY_DIR}, ${LOCKSTEP_NCCL_DIR})
- or on the library path.")
+
+Built with CUDA and NCCL: needs the CUDA Toolkit's run-time libraries (libcudart,
+libcublas, libcublasLt) and NCCL 2.x from NVIDIA, which are not Debian packages,
+in the folders the programs were linked with (${cuda_dirs}) or on the library path.")
 endif()
-set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "${deb_summary}\n${deb_body}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${deb_summary}")
+set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "${deb_body}")
 include(CPack)
