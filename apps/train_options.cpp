@@ -88,7 +88,7 @@ std::vector<Row> build_table() {
   t.push_back(own_switch("help", 'h', G::general, "print this list of options and exit",
                          &TrainOptions::help));
   t.push_back(own_switch("version", 0, G::general,
-                         "print the version and the build's parts (CUDA, NCCL, oneDNN, BLAS) and exit",
+                         "print the version and the build's parts (CUDA, NCCL, oneDNN, BLAS); exit",
                          &TrainOptions::version));
   t.push_back(own(
       "config", 0, G::general,

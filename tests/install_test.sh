@@ -5,9 +5,10 @@
 # the private ones are absent) and each compiles on its own with lockstep.pc's flags; the version
 # file accepts 0.2 and refuses 0.1 and 0.3; the example apps/examples/linear_regression builds as
 # its own CMake project with find_package(Lockstep) and runs at 1, 2 and 4 ranks, and builds with
-# its Makefile and pkg-config and runs at 2 ranks, learning w and b within 0.05. The include check
-# first runs on a fixture holding a dangling and a quoted include and must refuse it, so a broken
-# pattern cannot pass silently.
+# its Makefile and pkg-config and runs at 2 ranks, learning w and b within 0.05; `cpack -G DEB`
+# makes a package holding the install under /usr that depends on the run-time Debian packages.
+# The include check first runs on a fixture holding a dangling and a quoted include and must refuse
+# it, so a broken pattern cannot pass silently.
 # ctest sets LOCKSTEP_BIN (the apps build folder), LOCKSTEP_SRC and MPIEXEC.
 set -u
 
@@ -113,6 +114,26 @@ for want in "${version%.*}" 0.1 0.3; do
   grep -q "compatible=$expect" <<<"$got" ||
     fail "find_package(Lockstep $want): expected compatible=$expect, got: $got"
 done
+
+# ---- the Debian package: the install under /usr, with its run-time Depends ----
+if command -v dpkg-deb >/dev/null && [[ -f $build/CPackConfig.cmake ]]; then
+  if (cd "$work" && cpack -G DEB -B "$work/deb" --config "$build/CPackConfig.cmake") >"$work/cpack.log" 2>&1; then
+    deb=$(ls "$work"/deb/lockstep_"$version"_*.deb 2>/dev/null | head -1)
+    depends=$(dpkg-deb -f "$deb" Depends 2>&1)
+    for pkg in libopenmpi3 libhdf5-103-1 libboost-program-options1.74.0 zlib1g; do
+      grep -qw -- "$pkg" <<<"$depends" || fail "the .deb does not depend on $pkg: $depends"
+    done
+    contents=$(dpkg-deb -c "$deb" 2>&1)
+    for f in usr/bin/lockstep-train usr/lib/liblockstep_runtime.a usr/lib/cmake/Lockstep/LockstepConfig.cmake \
+             usr/lib/pkgconfig/lockstep.pc usr/include/lockstep/comm/agree.h; do
+      grep -q -- " \./$f\$" <<<"$contents" || fail "the .deb does not hold /$f"
+    done
+  else
+    fail "cpack -G DEB failed: $(tail -20 "$work/cpack.log")"
+  fi
+else
+  echo "the Debian package is not checked: no dpkg-deb or no $build/CPackConfig.cmake"
+fi
 
 # run_example NAME BINARY NP: runs the example at NP ranks; it must exit 0 and say ok.
 run_example() {

@@ -44,10 +44,11 @@ int train(const ls::World& world, ls::Communicator& comm) {
     std::fill(grads.begin(), grads.end(), 0.f);
     float loss = 0.f;  // mean squared error over this rank's rows, then over all ranks
     for (int i = 0; i < kRowsPerRank; ++i) {
+      const float* xi = &x[i * kFeatures];
       float err = params[kFeatures] - y[i];
-      for (int j = 0; j < kFeatures; ++j) err += params[j] * x[i * kFeatures + j];
+      for (int j = 0; j < kFeatures; ++j) err += params[j] * xi[j];
       loss += err * err / kRowsPerRank;
-      for (int j = 0; j < kFeatures; ++j) grads[j] += 2.f * err * x[i * kFeatures + j] / kRowsPerRank;
+      for (int j = 0; j < kFeatures; ++j) grads[j] += 2.f * err * xi[j] / kRowsPerRank;
       grads[kFeatures] += 2.f * err / kRowsPerRank;
     }
     // pmean: every rank receives the mean of all ranks' gradients (equal shards: the global mean).
