@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include "runtime/base/build_info.h"
 #include "runtime/base/error.h"
 #include "runtime/process/bootstrap.h"
 
@@ -21,7 +22,8 @@ struct Subcommand {
 
 inline std::string subcommand_usage(const std::string& program, std::span<const Subcommand> table) {
   std::string text = "usage: " + program + " <command> [options]   (" + program +
-                     " <command> --help)\ncommands:\n";
+                     " <command> --help; " + program +
+                     " --version)\ncommands:\n";
   for (const Subcommand& c : table) {
     char line[240];
     std::snprintf(line, sizeof line, "  %-14s %s\n", c.name, c.summary);
@@ -36,6 +38,10 @@ inline int dispatch_subcommand(const std::string& program, std::span<const Subco
   const std::string word = argv[1];
   if (word == "--help" || word == "-h" || word == "help") {
     if (world.rank == 0) std::fputs(subcommand_usage(program, table).c_str(), stdout);
+    return 0;
+  }
+  if (word == "--version") {
+    if (world.rank == 0) std::fputs(version_text(program).c_str(), stdout);
     return 0;
   }
   for (const Subcommand& c : table)

@@ -12,6 +12,7 @@
 
 #include "apps/train_options.h"
 #include "apps/train_report.h"
+#include "runtime/base/build_info.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/comm/agree.h"
@@ -38,6 +39,10 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   agree_or_throw(world_comm, problem.empty(), problem);
   if (o.help) {
     if (world.rank == 0) std::fputs(o.help_text.c_str(), stdout);
+    return 0;
+  }
+  if (o.version) {
+    if (world.rank == 0) std::fputs(version_text("lockstep-train").c_str(), stdout);
     return 0;
   }
   // Start-up was quiet; the launcher line was logged only if debug logging was already on.

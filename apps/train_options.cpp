@@ -87,6 +87,9 @@ std::vector<Row> build_table() {
   std::vector<Row> t;
   t.push_back(own_switch("help", 'h', G::general, "print this list of options and exit",
                          &TrainOptions::help));
+  t.push_back(own_switch("version", 0, G::general,
+                         "print the version and the build's parts (CUDA, NCCL, oneDNN, BLAS); exit",
+                         &TrainOptions::version));
   t.push_back(own(
       "config", 0, G::general,
       "INI file of option=value lines (long names, no dashes); command-line values win",
@@ -220,6 +223,10 @@ TrainOptions parse_train_options(int argc, char** argv) {
       os << "usage: [mpiexec -n P] lockstep-train --data FILE|NAME [options]\n\n" << all;
       o.help = true;
       o.help_text = os.str();
+      return o;
+    }
+    if (vm.count("version") && vm["version"].as<bool>()) {
+      o.version = true;
       return o;
     }
     if (vm.count("config") && !vm["config"].as<std::string>().empty()) {

@@ -25,6 +25,7 @@ struct TrainOptions {
   std::string trace;            // --trace: Chrome trace-event JSON of every rank (trace.h)
   bool verbose = false;         // --verbose: debug logging, the launcher line included
   bool help = false;
+  bool version = false;  // --version: print version_text (runtime/base/build_info.h) and exit
   std::string help_text;  // every option with its default
 };
 

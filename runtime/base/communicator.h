@@ -72,7 +72,7 @@ class Communicator {
   // From now on each collective starts only after the work queued on `stream` before it was issued
   // (the cudaStream_t that computes the buffers, e.g. Context::compute_stream; null: none). The
   // NCCL backend orders its stream by an event, without blocking the host; host backends ignore it.
-  virtual void set_compute_stream(void* stream) {}
+  virtual void set_compute_stream(void* /*stream*/) {}
 
   void all_reduce(const void* send, void* recv, size_t count, DType type, ReduceOp op) {
     all_reduce_async(send, recv, count, type, op)->wait(timeout_);
