@@ -36,7 +36,8 @@ void to_heads(const AttentionShape& s, int parts, const float* packed, float* he
       for (int h = 0; h < s.heads; ++h)
         for (int t = 0; t < T; ++t) {
           const float* src = packed + (static_cast<size_t>(b) * T + t) * parts * C + p * C + h * Dh;
-          float* dst = heads + (((static_cast<size_t>(p) * s.batch + b) * s.heads + h) * T + t) * Dh;
+          float* dst =
+              heads + (((static_cast<size_t>(p) * s.batch + b) * s.heads + h) * T + t) * Dh;
           std::copy_n(src, Dh, dst);
         }
 }
@@ -58,7 +59,8 @@ void from_heads(const AttentionShape& s, int parts, const float* heads, float* p
 void gemm_per_head(const AttentionShape& s, const GemmShape& g, const float* a, size_t stride_a,
                    const float* b, size_t stride_b, float* c, size_t stride_c) {
   const size_t count = static_cast<size_t>(s.batch) * s.heads;
-  for (size_t i = 0; i < count; ++i) gemm_cpu(g, a + i * stride_a, b + i * stride_b, c + i * stride_c);
+  for (size_t i = 0; i < count; ++i)
+    gemm_cpu(g, a + i * stride_a, b + i * stride_b, c + i * stride_c);
 }
 
 // Row t of a [T, T] score matrix: softmax over columns 0..t, zeros after.
@@ -118,8 +120,8 @@ void attention_backward_cpu(const AttentionShape& s, const float* dout, const fl
   const float* q = heads;
   const float* k = heads + part;
   const float* v = heads + 2 * part;
-  float* dyh = workspace;        // [B, H, T, Dh]
-  float* dheads = dyh + part;    // [3, B, H, T, Dh]: dq, dk, dv
+  float* dyh = workspace;             // [B, H, T, Dh]
+  float* dheads = dyh + part;         // [3, B, H, T, Dh]: dq, dk, dv
   float* dprobs = dheads + 3 * part;  // [B, H, T, T]
   to_heads(s, 1, dout, dyh);
   // dprobs = dy v^T;  dv = att^T dy

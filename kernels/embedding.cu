@@ -55,7 +55,7 @@ void embedding_forward_cuda(const EmbeddingShape& s, const int32_t* tokens, cons
   const size_t n = static_cast<size_t>(s.batch) * s.seq * s.dim;
   if (n == 0) return;
   embedding_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(s, tokens, wte, wpe,
-                                                                              out);
+                                                                             out);
   LS_CHECK_LAUNCH("embedding_forward_kernel");
 }
 

@@ -101,8 +101,8 @@ TEST_P(AttentionCase, OutputAtTDependsOnlyOnPositionsUpToT) {
   if (s.seq < 2) GTEST_SKIP() << "one position: no future to change";
   const auto qkv = random_floats(size_t(s.batch) * s.seq * 3 * s.channels(), 2);
   Buffers before(s), after(s);
-  attention_forward_cpu(s, qkv.data(), before.out.data(), before.heads.data(),
-                        before.probs.data(), before.work.data());
+  attention_forward_cpu(s, qkv.data(), before.out.data(), before.heads.data(), before.probs.data(),
+                        before.work.data());
   const int C = s.channels();
   for (int t = 0; t + 1 < s.seq; ++t) {
     auto changed = qkv;
@@ -117,7 +117,8 @@ TEST_P(AttentionCase, OutputAtTDependsOnlyOnPositionsUpToT) {
         for (int j = 0; j < C; ++j) {
           const size_t i = (size_t(b) * s.seq + u) * C + j;
           if (u <= t)
-            ASSERT_EQ(after.out[i], before.out[i]) << "position " << u << " saw a change at > " << t;
+            ASSERT_EQ(after.out[i], before.out[i])
+                << "position " << u << " saw a change at > " << t;
           else
             later_moved |= after.out[i] != before.out[i];
         }
@@ -155,7 +156,8 @@ TEST(Attention, OnePositionPassesVThrough) {
                         buf.work.data());
   for (int b = 0; b < s.batch; ++b)
     for (int j = 0; j < s.channels(); ++j)
-      EXPECT_EQ(buf.out[size_t(b) * s.channels() + j], qkv[size_t(b) * 3 * s.channels() + 2 * s.channels() + j]);
+      EXPECT_EQ(buf.out[size_t(b) * s.channels() + j],
+                qkv[size_t(b) * 3 * s.channels() + 2 * s.channels() + j]);
 }
 
 TEST(Attention, RejectsBadShapes) {

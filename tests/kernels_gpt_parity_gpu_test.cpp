@@ -24,12 +24,13 @@ using namespace lockstep::testing_util;
 namespace {
 
 TEST_F(GpuParity, EmbeddingForwardExactBackwardScatterAdds) {
-  const lk::EmbeddingShape shapes[] = {{.batch = 1, .seq = 1, .vocab = 1, .max_seq = 1, .dim = 1},
-                                       {.batch = 3, .seq = 7, .vocab = 11, .max_seq = 9, .dim = 5},
-                                       {.batch = 8, .seq = 64, .vocab = 256, .max_seq = 64, .dim = 384}};
+  const lk::EmbeddingShape shapes[] = {
+      {.batch = 1, .seq = 1, .vocab = 1, .max_seq = 1, .dim = 1},
+      {.batch = 3, .seq = 7, .vocab = 11, .max_seq = 9, .dim = 5},
+      {.batch = 8, .seq = 64, .vocab = 256, .max_seq = 64, .dim = 384}};
   for (const auto& s : shapes) {
-    SCOPED_TRACE(testing::Message() << "B=" << s.batch << " T=" << s.seq << " V=" << s.vocab
-                                    << " C=" << s.dim);
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << s.batch << " T=" << s.seq << " V=" << s.vocab << " C=" << s.dim);
     std::uniform_int_distribution<int32_t> token(0, s.vocab - 1);
     std::vector<int32_t> tok(size_t(s.batch) * s.seq);
     for (auto& t : tok) t = token(rng_);
@@ -39,7 +40,8 @@ TEST_F(GpuParity, EmbeddingForwardExactBackwardScatterAdds) {
     Floats out(dout.size()), dwte = random_floats(wte.size(), rng_),
                              dwpe = random_floats(wpe.size(), rng_);
     DeviceArray<int32_t> gtok(tok);
-    DeviceArray<float> gwte(wte), gwpe(wpe), gdout(dout), gout(out.size()), gdwte(dwte), gdwpe(dwpe);
+    DeviceArray<float> gwte(wte), gwpe(wpe), gdout(dout), gout(out.size()), gdwte(dwte),
+        gdwpe(dwpe);
     lk::embedding_forward_cpu(s, tok.data(), wte.data(), wpe.data(), out.data());
     lk::embedding_backward_cpu(s, tok.data(), dout.data(), dwte.data(), dwpe.data());
     lk::embedding_forward_cuda(s, gtok.get(), gwte.get(), gwpe.get(), gout.get(), stream_);
@@ -102,17 +104,21 @@ TEST_F(GpuParity, GeluAndResidualElementwise) {
 }
 
 TEST_F(GpuParity, CausalAttentionForwardAndBackward) {
-  const lk::AttentionShape shapes[] = {{1, 1, 1, 1}, {2, 5, 3, 2}, {3, 33, 2, 16},
+  const lk::AttentionShape shapes[] = {{1, 1, 1, 1},
+                                       {2, 5, 3, 2},
+                                       {3, 33, 2, 16},
                                        {4, 128, 6, 64}};  // the last: a GPT-2-small-like head slice
   for (const auto& s : shapes) {
-    SCOPED_TRACE(testing::Message() << "B=" << s.batch << " T=" << s.seq << " H=" << s.heads
-                                    << " Dh=" << s.head_dim);
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << s.batch << " T=" << s.seq << " H=" << s.heads << " Dh=" << s.head_dim);
     const size_t packed = size_t(s.batch) * s.seq * s.channels();
-    const Floats qkv = random_floats(3 * packed, rng_, -2.0f, 2.0f), dout = random_floats(packed, rng_);
+    const Floats qkv = random_floats(3 * packed, rng_, -2.0f, 2.0f),
+                 dout = random_floats(packed, rng_);
     Floats out(packed), heads(lk::attention_heads_floats(s)), probs(lk::attention_probs_floats(s)),
         work(lk::attention_workspace_floats(s)), dqkv(3 * packed);
     lk::attention_forward_cpu(s, qkv.data(), out.data(), heads.data(), probs.data(), work.data());
-    lk::attention_backward_cpu(s, dout.data(), heads.data(), probs.data(), dqkv.data(), work.data());
+    lk::attention_backward_cpu(s, dout.data(), heads.data(), probs.data(), dqkv.data(),
+                               work.data());
     DeviceArray<float> gqkv(qkv), gdout(dout), gout(packed), gheads(heads.size()),
         gprobs(probs.size()), gwork(work.size()), gdqkv(Floats(dqkv.size(), 7.0f));  // overwritten
     lk::attention_forward_cuda(s, gqkv.get(), gout.get(), gheads.get(), gprobs.get(), gwork.get(),
@@ -125,7 +131,8 @@ TEST_F(GpuParity, CausalAttentionForwardAndBackward) {
     EXPECT_TRUE(close(got_probs, probs, 1e-5)) << "probs";
     size_t above = 0;
     for (size_t r = 0; r < got_probs.size() / s.seq; ++r)
-      for (int u = static_cast<int>(r % s.seq) + 1; u < s.seq; ++u) above += got_probs[r * s.seq + u] != 0.0f;
+      for (int u = static_cast<int>(r % s.seq) + 1; u < s.seq; ++u)
+        above += got_probs[r * s.seq + u] != 0.0f;
     EXPECT_EQ(above, 0u) << "probabilities above the diagonal must be exactly 0";
     EXPECT_TRUE(close(gout.download(), out, 1e-4)) << "out";
     EXPECT_TRUE(close(gdqkv.download(), dqkv, 1e-4)) << "dqkv";
