@@ -24,6 +24,10 @@ int run_fashion_mnist(int argc, char** argv, const World& world);
 // (data_regression.cpp).
 int run_regression(int argc, char** argv, const World& world);
 
+// Text files -> byte-level sequences (tokens uint8 (N, T + 1)) in train/ and test/
+// (data_text.cpp).
+int run_text(int argc, char** argv, const World& world);
+
 // Groups, datasets, shapes, types, chunking and attributes, then what the loader sees
 // (data_inspect.cpp).
 int run_inspect(int argc, char** argv, const World& world);

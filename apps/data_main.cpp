@@ -3,6 +3,7 @@
 //
 //   lockstep-data fashion-mnist --out fmnist.h5
 //   lockstep-data regression --out reg.h5 --samples 10000 --features 8 --noise 0.1 --seed 1
+//   lockstep-data text --in /usr/share/common-licenses/GPL-3 --out gpl3.h5 --seq-len 64
 //   lockstep-data inspect fmnist.h5
 //   mpiexec -n 4 lockstep-data bench fmnist.h5 --global-batch 256 --epochs 2
 #include <cctype>
@@ -90,6 +91,8 @@ constexpr lockstep::apps::Subcommand kCommands[] = {
      &lockstep::data::run_fashion_mnist},
     {"regression", "generate y = Xw + b + noise (train/ and test/), true w and b as attributes",
      &lockstep::data::run_regression},
+    {"text", "byte-level language-model corpus: text files -> sequences of seq_len + 1 bytes",
+     &lockstep::data::run_text},
     {"inspect", "groups, datasets, shapes, types, chunking, attributes; what the loader sees",
      &lockstep::data::run_inspect},
     {"bench", "loader throughput per rank (samples/s), bytes read, data wait; runs under mpiexec",

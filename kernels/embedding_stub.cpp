@@ -1,0 +1,17 @@
+// Stands in for embedding.cu when CUDA is not built: every *_cuda function throws
+// (cuda_stub.h).
+#include "kernels/cuda_stub.h"
+#include "kernels/embedding.h"
+
+namespace lockstep::kernels {
+
+void embedding_forward_cuda(const EmbeddingShape&, const int32_t*, const float*, const float*,
+                            float*, cudaStream_t) {
+  cuda_not_built("embedding_forward_cuda");
+}
+void embedding_backward_cuda(const EmbeddingShape&, const int32_t*, const float*, float*, float*,
+                             cudaStream_t) {
+  cuda_not_built("embedding_backward_cuda");
+}
+
+}  // namespace lockstep::kernels

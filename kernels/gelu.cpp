@@ -1,0 +1,16 @@
+#include "kernels/gelu.h"
+
+#include "kernels/gelu_math.h"
+
+namespace lockstep::kernels {
+
+// No __restrict: the header allows in-place use; each element depends only on its own index.
+void gelu_forward_cpu(const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = gelu_math::forward(x[i]);
+}
+
+void gelu_backward_cpu(const float* x, const float* dy, float* dx, size_t n) {
+  for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * gelu_math::derivative(x[i]);
+}
+
+}  // namespace lockstep::kernels

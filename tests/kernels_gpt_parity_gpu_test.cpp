@@ -1,0 +1,142 @@
+// Parity of the GPT kernels' CUDA twins (embedding, layer norm, GELU, attention, residual) with
+// their CPU twins, the oracle: random inputs at a few shapes including a GPT-2-small-like block
+// slice, forward and backward, parameter gradients starting non-zero (they accumulate). Tolerances
+// follow the arithmetic: copies and selects exactly (the embedding forward, the zeros above the
+// attention diagonal, the residual add); elementwise transcendental functions within a few ulps
+// (1e-6: CUDA's tanhf and expf are not glibc's); sums in another order 1e-5, GEMM-based products
+// 1e-4 of the result's scale. Every test skips, with the reason, where no GPU answers or the build
+// has no CUDA.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "gpu_parity.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/residual.h"
+
+namespace lk = lockstep::kernels;
+using namespace lockstep::testing_util;
+
+namespace {
+
+TEST_F(GpuParity, EmbeddingForwardExactBackwardScatterAdds) {
+  const lk::EmbeddingShape shapes[] = {
+      {.batch = 1, .seq = 1, .vocab = 1, .max_seq = 1, .dim = 1},
+      {.batch = 3, .seq = 7, .vocab = 11, .max_seq = 9, .dim = 5},
+      {.batch = 8, .seq = 64, .vocab = 256, .max_seq = 64, .dim = 384}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << s.batch << " T=" << s.seq << " V=" << s.vocab << " C=" << s.dim);
+    std::uniform_int_distribution<int32_t> token(0, s.vocab - 1);
+    std::vector<int32_t> tok(size_t(s.batch) * s.seq);
+    for (auto& t : tok) t = token(rng_);
+    const Floats wte = random_floats(size_t(s.vocab) * s.dim, rng_);
+    const Floats wpe = random_floats(size_t(s.max_seq) * s.dim, rng_);
+    const Floats dout = random_floats(tok.size() * s.dim, rng_);
+    Floats out(dout.size()), dwte = random_floats(wte.size(), rng_),
+                             dwpe = random_floats(wpe.size(), rng_);
+    DeviceArray<int32_t> gtok(tok);
+    DeviceArray<float> gwte(wte), gwpe(wpe), gdout(dout), gout(out.size()), gdwte(dwte),
+        gdwpe(dwpe);
+    lk::embedding_forward_cpu(s, tok.data(), wte.data(), wpe.data(), out.data());
+    lk::embedding_backward_cpu(s, tok.data(), dout.data(), dwte.data(), dwpe.data());
+    lk::embedding_forward_cuda(s, gtok.get(), gwte.get(), gwpe.get(), gout.get(), stream_);
+    lk::embedding_backward_cuda(s, gtok.get(), gdout.get(), gdwte.get(), gdwpe.get(), stream_);
+    sync();
+    EXPECT_EQ(gout.download(), out);
+    EXPECT_TRUE(close(gdwte.download(), dwte, 1e-5)) << "dwte";
+    EXPECT_TRUE(close(gdwpe.download(), dwpe, 1e-5)) << "dwpe";
+  }
+}
+
+TEST_F(GpuParity, LayerNormForwardAndBackward) {
+  const lk::LayerNormShape shapes[] = {{1, 1}, {7, 33}, {512, 384}, {3, 2000}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "rows=" << s.rows << " dim=" << s.dim);
+    const Floats x = random_floats(size_t(s.rows) * s.dim, rng_, -3.0f, 5.0f);
+    const Floats gamma = random_floats(s.dim, rng_), beta = random_floats(s.dim, rng_);
+    const Floats dy = random_floats(x.size(), rng_);
+    Floats y(x.size()), mean(s.rows), rstd(s.rows), dx(x.size()),
+        dgamma = random_floats(s.dim, rng_), dbeta = random_floats(s.dim, rng_);
+    DeviceArray<float> gx(x), ggamma(gamma), gbeta(beta), gdy(dy), gy(y.size()), gmean(s.rows),
+        grstd(s.rows), gdx(x.size()), gdgamma(dgamma), gdbeta(dbeta);
+    lk::layernorm_forward_cpu(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                              rstd.data());
+    lk::layernorm_backward_cpu(s, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(),
+                               dx.data(), dgamma.data(), dbeta.data());
+    lk::layernorm_forward_cuda(s, gx.get(), ggamma.get(), gbeta.get(), gy.get(), gmean.get(),
+                               grstd.get(), stream_);
+    lk::layernorm_backward_cuda(s, gx.get(), ggamma.get(), gmean.get(), grstd.get(), gdy.get(),
+                                gdx.get(), gdgamma.get(), gdbeta.get(), stream_);
+    sync();
+    EXPECT_TRUE(close(gy.download(), y, 1e-5)) << "y";
+    EXPECT_TRUE(close(gmean.download(), mean, 1e-5)) << "mean";
+    EXPECT_TRUE(close(grstd.download(), rstd, 1e-5)) << "rstd";
+    EXPECT_TRUE(close(gdx.download(), dx, 1e-4)) << "dx";
+    EXPECT_TRUE(close(gdgamma.download(), dgamma, 1e-4)) << "dgamma";
+    EXPECT_TRUE(close(gdbeta.download(), dbeta, 1e-5)) << "dbeta";
+  }
+}
+
+TEST_F(GpuParity, GeluAndResidualElementwise) {
+  for (size_t n : {size_t(1), size_t(1000), size_t(1) << 20}) {
+    const Floats x = random_floats(n, rng_, -8.0f, 8.0f), dy = random_floats(n, rng_);
+    Floats y(n), dx(n), sum(n), acc = random_floats(n, rng_);
+    lk::gelu_forward_cpu(x.data(), y.data(), n);
+    lk::gelu_backward_cpu(x.data(), dy.data(), dx.data(), n);
+    lk::residual_add_cpu(x.data(), dy.data(), sum.data(), n);
+    DeviceArray<float> gx(x), gdy(dy), gy(n), gdx(n), gsum(n), gacc(acc);
+    lk::residual_accumulate_cpu(dy.data(), acc.data(), n);
+    lk::gelu_forward_cuda(gx.get(), gy.get(), n, stream_);
+    lk::gelu_backward_cuda(gx.get(), gdy.get(), gdx.get(), n, stream_);
+    lk::residual_add_cuda(gx.get(), gdy.get(), gsum.get(), n, stream_);
+    lk::residual_accumulate_cuda(gdy.get(), gacc.get(), n, stream_);
+    sync();
+    EXPECT_TRUE(close(gy.download(), y, 1e-6)) << "gelu y, n=" << n;
+    EXPECT_TRUE(close(gdx.download(), dx, 1e-6)) << "gelu dx, n=" << n;
+    EXPECT_EQ(gsum.download(), sum) << "n=" << n;
+    EXPECT_EQ(gacc.download(), acc) << "n=" << n;
+  }
+}
+
+TEST_F(GpuParity, CausalAttentionForwardAndBackward) {
+  const lk::AttentionShape shapes[] = {{1, 1, 1, 1},
+                                       {2, 5, 3, 2},
+                                       {3, 33, 2, 16},
+                                       {4, 128, 6, 64}};  // the last: a GPT-2-small-like head slice
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << s.batch << " T=" << s.seq << " H=" << s.heads << " Dh=" << s.head_dim);
+    const size_t packed = size_t(s.batch) * s.seq * s.channels();
+    const Floats qkv = random_floats(3 * packed, rng_, -2.0f, 2.0f),
+                 dout = random_floats(packed, rng_);
+    Floats out(packed), heads(lk::attention_heads_floats(s)), probs(lk::attention_probs_floats(s)),
+        work(lk::attention_workspace_floats(s)), dqkv(3 * packed);
+    lk::attention_forward_cpu(s, qkv.data(), out.data(), heads.data(), probs.data(), work.data());
+    lk::attention_backward_cpu(s, dout.data(), heads.data(), probs.data(), dqkv.data(),
+                               work.data());
+    DeviceArray<float> gqkv(qkv), gdout(dout), gout(packed), gheads(heads.size()),
+        gprobs(probs.size()), gwork(work.size()), gdqkv(Floats(dqkv.size(), 7.0f));  // overwritten
+    lk::attention_forward_cuda(s, gqkv.get(), gout.get(), gheads.get(), gprobs.get(), gwork.get(),
+                               stream_);
+    lk::attention_backward_cuda(s, gdout.get(), gheads.get(), gprobs.get(), gdqkv.get(),
+                                gwork.get(), stream_);
+    sync();
+    EXPECT_EQ(gheads.download(), heads) << "the head rearrangement is a copy";
+    const Floats got_probs = gprobs.download();
+    EXPECT_TRUE(close(got_probs, probs, 1e-5)) << "probs";
+    size_t above = 0;
+    for (size_t r = 0; r < got_probs.size() / s.seq; ++r)
+      for (int u = static_cast<int>(r % s.seq) + 1; u < s.seq; ++u)
+        above += got_probs[r * s.seq + u] != 0.0f;
+    EXPECT_EQ(above, 0u) << "probabilities above the diagonal must be exactly 0";
+    EXPECT_TRUE(close(gout.download(), out, 1e-4)) << "out";
+    EXPECT_TRUE(close(gdqkv.download(), dqkv, 1e-4)) << "dqkv";
+  }
+}
+
+}  // namespace

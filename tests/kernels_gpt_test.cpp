@@ -1,0 +1,212 @@
+// The GPT building blocks other than attention (kernels_attention_test.cpp): GELU (tanh), layer
+// norm, token + position embedding, the residual add, and the cross-entropy of loss.h over every
+// position of a byte-level sequence batch. Each against a double-precision reference or a known
+// value, and its backward pass against finite differences of its own forward kernel.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "kernel_reference.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/loss.h"
+#include "kernels/residual.h"
+
+namespace lockstep::kernels {
+namespace {
+
+using kernel_test::max_rel_error;
+using kernel_test::random_floats;
+
+double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST(Gelu, ForwardMatchesTheTanhFormulaAndKnownValues) {
+  auto x = random_floats(1000, 1, -6.0f, 6.0f);
+  x.insert(x.end(), {0.0f, 1.0f, -1.0f, 10.0f, -10.0f});
+  std::vector<float> y(x.size());
+  gelu_forward_cpu(x.data(), y.data(), x.size());
+  std::vector<double> ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = gelu_ref(x[i]);
+  EXPECT_LT(max_rel_error(y, ref), 1e-6);
+  // gelu(0) = 0; gelu(1) = 0.841192 (PyTorch's gelu(1.0, approximate='tanh')); large |x|: x or 0.
+  EXPECT_EQ(y[1000], 0.0f);
+  EXPECT_NEAR(y[1001], 0.8411920, 1e-6);
+  EXPECT_NEAR(y[1002], -0.1588080, 1e-6);
+  EXPECT_FLOAT_EQ(y[1003], 10.0f);
+  EXPECT_NEAR(y[1004], 0.0f, 1e-6);
+}
+
+TEST(Gelu, BackwardMatchesFiniteDifferencesAndRunsInPlace) {
+  auto x = random_floats(200, 2, -4.0f, 4.0f);
+  const auto r = kernel_test::to_double(random_floats(x.size(), 3));
+  const std::vector<float> rf(r.begin(), r.end());
+  std::vector<float> y(x.size()), dx(x.size());
+  gelu_backward_cpu(x.data(), rf.data(), dx.data(), x.size());
+  auto objective = [&] {
+    gelu_forward_cpu(x.data(), y.data(), x.size());
+    return kernel_test::dot(r, y.data(), y.size());
+  };
+  kernel_test::expect_gradient(x, dx, objective, {.step = 1e-3, .samples = 200}, "dx");
+  std::vector<float> inplace = rf;  // dx aliases dy
+  gelu_backward_cpu(x.data(), inplace.data(), inplace.data(), x.size());
+  EXPECT_EQ(inplace, dx);
+}
+
+struct LnCase {
+  const char* name;
+  LayerNormShape s;
+};
+const LnCase kLnCases[] = {{"one", {1, 1}}, {"odd", {5, 7}}, {"gpt_small", {6, 64}}};
+class LayerNormCase : public ::testing::TestWithParam<LnCase> {};
+
+TEST_P(LayerNormCase, UnitGammaZeroBetaGivesMeanZeroVarianceOnePerRow) {
+  const LayerNormShape s = GetParam().s;
+  auto x = random_floats(size_t(s.rows) * s.dim, 4, -3.0f, 5.0f);
+  std::vector<float> gamma(s.dim, 1.0f), beta(s.dim, 0.0f), y(x.size()), mean(s.rows), rstd(s.rows);
+  layernorm_forward_cpu(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data());
+  if (s.dim == 1) {  // one column: the row is its own mean, so every output is beta = 0
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+    return;
+  }
+  for (int r = 0; r < s.rows; ++r) {
+    double m = 0, v = 0, xm = 0, xv = 0;
+    for (int j = 0; j < s.dim; ++j) m += y[size_t(r) * s.dim + j], xm += x[size_t(r) * s.dim + j];
+    m /= s.dim, xm /= s.dim;
+    for (int j = 0; j < s.dim; ++j) {
+      v += std::pow(y[size_t(r) * s.dim + j] - m, 2);
+      xv += std::pow(x[size_t(r) * s.dim + j] - xm, 2);
+    }
+    v /= s.dim, xv /= s.dim;
+    EXPECT_NEAR(m, 0.0, 1e-6) << "row " << r;
+    // Variance 1 up to eps: var(y) = var(x) / (var(x) + eps).
+    EXPECT_NEAR(v, xv / (xv + kLayerNormEps), 1e-5) << "row " << r;
+    EXPECT_NEAR(mean[r], xm, 1e-6);
+    EXPECT_NEAR(rstd[r], 1.0 / std::sqrt(xv + kLayerNormEps), 1e-5 * rstd[r]);
+  }
+}
+
+TEST_P(LayerNormCase, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  const LayerNormShape s = GetParam().s;
+  auto x = random_floats(size_t(s.rows) * s.dim, 5, -2.0f, 2.0f);
+  auto gamma = random_floats(s.dim, 6, 0.5f, 1.5f), beta = random_floats(s.dim, 7);
+  const auto r = kernel_test::to_double(random_floats(x.size(), 8));
+  const std::vector<float> rf(r.begin(), r.end());
+  std::vector<float> y(x.size()), mean(s.rows), rstd(s.rows);
+  auto objective = [&] {
+    layernorm_forward_cpu(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                          rstd.data());
+    return kernel_test::dot(r, y.data(), y.size());
+  };
+  objective();
+  const auto dg0 = random_floats(s.dim, 9), db0 = random_floats(s.dim, 10);
+  std::vector<float> dx(x.size()), dgamma = dg0, dbeta = db0;
+  layernorm_backward_cpu(s, x.data(), gamma.data(), mean.data(), rstd.data(), rf.data(), dx.data(),
+                         dgamma.data(), dbeta.data());
+  std::vector<float> dg(s.dim), db(s.dim);  // the accumulated part alone, for the check
+  for (int j = 0; j < s.dim; ++j) dg[j] = dgamma[j] - dg0[j], db[j] = dbeta[j] - db0[j];
+  const kernel_test::GradCheck check{.step = 1e-3};
+  kernel_test::expect_gradient(x, dx, objective, check, "dx");
+  kernel_test::expect_gradient(gamma, dg, objective, check, "dgamma");
+  kernel_test::expect_gradient(beta, db, objective, check, "dbeta");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerNormCase, ::testing::ValuesIn(kLnCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Embedding, ForwardAddsTokenAndPositionRows) {
+  const EmbeddingShape s{.batch = 2, .seq = 3, .vocab = 5, .max_seq = 4, .dim = 2};
+  const std::vector<int32_t> tok = {4, 0, 4, 1, 1, 3};
+  const auto wte = random_floats(size_t(s.vocab) * s.dim, 11);
+  const auto wpe = random_floats(size_t(s.max_seq) * s.dim, 12);
+  std::vector<float> out(size_t(s.batch) * s.seq * s.dim);
+  embedding_forward_cpu(s, tok.data(), wte.data(), wpe.data(), out.data());
+  for (int b = 0; b < s.batch; ++b)
+    for (int t = 0; t < s.seq; ++t)
+      for (int j = 0; j < s.dim; ++j)
+        EXPECT_EQ(out[(size_t(b) * s.seq + t) * s.dim + j],
+                  wte[size_t(tok[b * s.seq + t]) * s.dim + j] + wpe[size_t(t) * s.dim + j]);
+}
+
+TEST(Embedding, BackwardScatterAddsRepeatedTokensAndMatchesFiniteDifferences) {
+  const EmbeddingShape s{.batch = 3, .seq = 4, .vocab = 6, .max_seq = 5, .dim = 3};
+  const std::vector<int32_t> tok = {1, 1, 5, 0, 2, 1, 1, 1, 5, 5, 0, 3};  // repeats, token 4 unused
+  auto wte = random_floats(size_t(s.vocab) * s.dim, 13),
+       wpe = random_floats(size_t(s.max_seq) * s.dim, 14);
+  const auto r = kernel_test::to_double(random_floats(tok.size() * s.dim, 15));
+  const std::vector<float> rf(r.begin(), r.end());
+  std::vector<float> out(r.size());
+  auto objective = [&] {
+    embedding_forward_cpu(s, tok.data(), wte.data(), wpe.data(), out.data());
+    return kernel_test::dot(r, out.data(), out.size());
+  };
+  std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
+  embedding_backward_cpu(s, tok.data(), rf.data(), dwte.data(), dwpe.data());
+  kernel_test::expect_gradient(wte, dwte, objective, {}, "dwte");
+  kernel_test::expect_gradient(wpe, dwpe, objective, {}, "dwpe");
+  for (int j = 0; j < s.dim; ++j) {
+    EXPECT_EQ(dwte[4 * s.dim + j], 0.0f) << "an unused token got a gradient";
+    EXPECT_EQ(dwpe[4 * s.dim + j], 0.0f) << "a position past seq got a gradient";
+  }
+  // Accumulates: a second pass doubles the gradient.
+  std::vector<float> twice = dwte;
+  embedding_backward_cpu(s, tok.data(), rf.data(), twice.data(), nullptr);
+  for (size_t i = 0; i < dwte.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * dwte[i]);
+}
+
+TEST(Embedding, RefusesTokensOutsideTheVocabularyAndBadShapes) {
+  const EmbeddingShape s{.batch = 1, .seq = 2, .vocab = 4, .max_seq = 2, .dim = 1};
+  const std::vector<int32_t> tok = {3, 4};
+  std::vector<float> w(8), out(2);
+  try {
+    embedding_forward_cpu(s, tok.data(), w.data(), w.data(), out.data());
+    FAIL() << "token 4 of a vocabulary of 4 was accepted";
+  } catch (const std::out_of_range& e) {
+    EXPECT_STREQ(e.what(), "embedding_forward_cpu: token 4 at row 0, position 1 is outside [0, 4)");
+  }
+  EXPECT_THROW(embedding_forward_cpu({1, 3, 4, 2, 1}, tok.data(), w.data(), w.data(), out.data()),
+               std::invalid_argument);  // seq > max_seq
+  EXPECT_THROW(embedding_backward_cpu({1, 2, 0, 2, 1}, tok.data(), w.data(), w.data(), w.data()),
+               std::invalid_argument);
+}
+
+TEST(Residual, AddsInPlaceAndAccumulates) {
+  const auto a = random_floats(100, 16), b = random_floats(100, 17);
+  std::vector<float> y = a;
+  residual_add_cpu(y.data(), b.data(), y.data(), y.size());
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], a[i] + b[i]);
+  residual_accumulate_cpu(b.data(), y.data(), y.size());
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], (a[i] + b[i]) + b[i]);
+}
+
+// loss.h's fused softmax cross-entropy serves the language model unchanged: logits [B*T, 256],
+// the next bytes as int32 labels [B*T], scale 1/(B*T) for the mean over every position.
+TEST(CrossEntropyOverPositions, LossH_FitsByteLogitsOfEveryPosition) {
+  const int positions = 2 * 5, vocab = 256;
+  const auto logits = random_floats(size_t(positions) * vocab, 18, -3.0f, 3.0f);
+  std::vector<int32_t> next(positions);
+  for (int i = 0; i < positions; ++i) next[i] = (i * 37 + 11) % vocab;
+  std::vector<float> dlogits(logits.size());
+  const float scale = 1.0f / positions;
+  const LossTotals t = softmax_cross_entropy_cpu(logits.data(), next.data(), nullptr, positions,
+                                                 vocab, scale, dlogits.data());
+  double want = 0;
+  for (int i = 0; i < positions; ++i) {
+    double m = -1e30, z = 0;
+    for (int c = 0; c < vocab; ++c) m = std::max(m, double(logits[size_t(i) * vocab + c]));
+    for (int c = 0; c < vocab; ++c) z += std::exp(logits[size_t(i) * vocab + c] - m);
+    want += m + std::log(z) - logits[size_t(i) * vocab + next[i]];
+    double row_sum = 0;
+    for (int c = 0; c < vocab; ++c) row_sum += dlogits[size_t(i) * vocab + c];
+    EXPECT_NEAR(row_sum, 0.0, 1e-6) << "softmax - onehot sums to 0 in every row";
+  }
+  EXPECT_NEAR(t.loss_sum, want, 1e-4 * want);
+}
+
+}  // namespace
+}  // namespace lockstep::kernels
