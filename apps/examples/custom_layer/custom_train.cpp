@@ -3,6 +3,7 @@
 // --trace, --metrics, exit codes) is lockstep-train's:
 //
 //   mpiexec -n 2 ./custom_train --data fashion-mnist --model "flatten,layernorm,dense:32,relu,dense"
+//       --steps 200 --checkpoint-dir ckpt
 #include <lockstep/train_cli.h>
 
 #include "layer_norm.h"

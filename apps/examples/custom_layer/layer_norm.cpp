@@ -50,7 +50,8 @@ class LayerNorm : public ls::Layer {
         gx_sum += g * xhat;
       }
       if (dx == nullptr) continue;  // the first layer: nothing below wants dx
-      const double g_mean = g_sum / static_cast<double>(w), gx_mean = gx_sum / static_cast<double>(w);
+      const double g_mean = g_sum / static_cast<double>(w);
+      const double gx_mean = gx_sum / static_cast<double>(w);
       for (size_t j = 0; j < w; ++j) {
         const double xhat = (xr[j] - s.mean) * s.rstd;
         const double g = static_cast<double>(dyr[j]) * gamma[j];
