@@ -99,6 +99,7 @@ std::vector<Row> build_table() {
     r.short_name = c.short_name;
     r.group = c.group;
     r.help = c.help;
+    r.help_more = c.help_more;
     r.is_switch = c.is_switch;
     r.required = c.required;
     r.get = [get = c.get](const TrainOptions& o) { return get(o.config); };
@@ -183,26 +184,28 @@ std::string shown_default(std::string d) {
 
 // --help's sections from the table; every value is text, parsed by its row, and shows the default
 // of a default-constructed TrainOptions (an empty one as "").
-po::options_description describe() {
+po::options_description describe(const std::string& program) {
   const TrainOptions defaults;
-  po::options_description all("lockstep-train options");
+  po::options_description all(program + " options");
   for (int g = 0; g <= static_cast<int>(G::faults); ++g) {
     po::options_description section(option_group_title(static_cast<G>(g)));
     for (const Row& r : table()) {
       if (r.group != static_cast<G>(g)) continue;
       std::string spelled = r.name;
       if (r.short_name != 0) spelled += std::string(",") + r.short_name;
+      // Boost copies the text, so a computed one need not outlive this call.
+      const std::string help = std::string(r.help) + (r.help_more ? r.help_more() : "");
       if (r.is_switch && r.name == std::string("help")) {
-        section.add_options()(spelled.c_str(), r.help);
+        section.add_options()(spelled.c_str(), help.c_str());
       } else if (r.is_switch) {
-        section.add_options()(spelled.c_str(), po::bool_switch(), r.help);
+        section.add_options()(spelled.c_str(), po::bool_switch(), help.c_str());
       } else if (r.required) {
-        section.add_options()(spelled.c_str(), po::value<std::string>(), r.help);
+        section.add_options()(spelled.c_str(), po::value<std::string>(), help.c_str());
       } else {
         const std::string d = r.get(defaults);
         section.add_options()(spelled.c_str(),
                               po::value<std::string>()->default_value(d, shown_default(d)),
-                              r.help);
+                              help.c_str());
       }
     }
     all.add(section);
@@ -212,15 +215,21 @@ po::options_description describe() {
 
 }  // namespace
 
+std::string program_name(const char* argv0) {
+  if (argv0 == nullptr || *argv0 == '\0') return "lockstep-train";
+  return std::filesystem::path(argv0).filename().string();
+}
+
 TrainOptions parse_train_options(int argc, char** argv) {
-  po::options_description all = describe();
+  const std::string program = program_name(argc > 0 ? argv[0] : nullptr);
+  po::options_description all = describe(program);
   TrainOptions o;
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, all), vm);
     if (vm.count("help")) {
       std::ostringstream os;
-      os << "usage: [mpiexec -n P] lockstep-train --data FILE|NAME [options]\n\n" << all;
+      os << "usage: [mpiexec -n P] " << program << " --data FILE|NAME [options]\n\n" << all;
       o.help = true;
       o.help_text = os.str();
       return o;
@@ -241,7 +250,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw UsageError(std::string(e.what()) + " (see lockstep-train --help)");
+    throw UsageError(std::string(e.what()) + " (see " + program + " --help)");
   }
 
   // Only what was given is set: a default stays the struct's own value.

@@ -29,8 +29,12 @@ struct TrainOptions {
   std::string help_text;  // every option with its default
 };
 
-// Throws UsageError naming the option (or the config file) on anything it cannot accept.
+// Throws UsageError naming the option (or the config file) on anything it cannot accept. --help
+// and the errors name the program as argv[0]'s file name (a user's program that calls train_main).
 TrainOptions parse_train_options(int argc, char** argv);
+
+// The file name of argv[0] ("lockstep-train", "custom_train"); "lockstep-train" when it is empty.
+std::string program_name(const char* argv0);
 
 // --data: an existing file as is; otherwise a dataset name ("fashion-mnist") looked up as
 // <dir>/<name>.h5 in $LOCKSTEP_DATA_DIR, then data/. Throws UsageError saying how to create it.

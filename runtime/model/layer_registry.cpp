@@ -111,11 +111,17 @@ std::unique_ptr<Layer> make_cuda_layer(const LayerPlan& plan, const CudaLayerPla
 }
 
 void check_cuda_layers(const std::vector<LayerPlan>& plan) {
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const LayerType& t = find_layer_type(plan[i].spec.type);
+  ModelSpec spec;
+  for (const LayerPlan& p : plan) spec.layers.push_back(p.spec);
+  check_cuda_layers(spec);
+}
+
+void check_cuda_layers(const ModelSpec& spec) {
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerType& t = find_layer_type(spec.layers[i].type);
     if (!t.make_cuda)
-      throw UsageError("--model: layer " + std::to_string(i + 1) + " (" + to_string(plan[i].spec) +
-                       ") has no CUDA implementation (the '" + t.name +
+      throw UsageError("--model: layer " + std::to_string(i + 1) + " (" +
+                       to_string(spec.layers[i]) + ") has no CUDA implementation (the '" + t.name +
                        "' layer type is CPU-only); train this model with --device cpu");
   }
 }

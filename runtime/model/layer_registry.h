@@ -88,8 +88,10 @@ std::vector<std::string> layer_type_syntaxes();
 // CPU-only (check_cuda_layers() finds that for a whole plan first).
 std::unique_ptr<Layer> make_cpu_layer(const LayerPlan& plan, CpuKernels kernels = CpuKernels::best);
 std::unique_ptr<Layer> make_cuda_layer(const LayerPlan& plan, const CudaLayerPlacement& where);
-// Throws UsageError naming the first layer of `plan` whose type has no CUDA layer.
+// Throws UsageError naming the first layer of `plan` whose type has no CUDA layer. The spec's
+// overload needs no data shape, so a program can refuse --device cuda before it opens a device.
 void check_cuda_layers(const std::vector<LayerPlan>& plan);
+void check_cuda_layers(const ModelSpec& spec);
 
 // Writes the initial parameters of a layer planned as `plan` into host[0, plan.params), drawing
 // from `gen` in the type's fixed order (nothing for layers without parameters).

@@ -14,11 +14,9 @@ namespace {
 // reported, not attempted.
 constexpr long kMaxWidth = 1 << 20;
 
-// The grammar in one line, from the registered layer types (their syntax, in registration order).
+// The grammar in one line.
 std::string grammar_hint() {
-  std::string layers;
-  for (const std::string& s : layer_type_syntaxes()) layers += (layers.empty() ? "" : ", ") + s;
-  return "layers: " + layers + ", joined by ','; presets: linear, mlp[:w1,w2,...], cnn";
+  return "layers: " + layer_grammar() + ", joined by ','; presets: linear, mlp[:w1,w2,...], cnn";
 }
 
 [[noreturn]] void bad_spec(const std::string& text, const std::string& why) {
@@ -96,6 +94,12 @@ void LayerCheck::fail(const std::string& why) const { throw UsageError(where + w
 void LayerCheck::need_image(const SampleShape& in) const {
   if (in.size() != 3)
     fail(" needs image samples (H, W, C) but its input has shape " + to_string(in));
+}
+
+std::string layer_grammar() {
+  std::string layers;
+  for (const std::string& s : layer_type_syntaxes()) layers += (layers.empty() ? "" : ", ") + s;
+  return layers;
 }
 
 ModelSpec parse_model_spec(const std::string& raw) {

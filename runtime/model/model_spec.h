@@ -43,6 +43,10 @@ struct ModelSpec {
 
 ModelSpec parse_model_spec(const std::string& text);
 
+// The layer words a spec may use, from the layer registry at the time of the call (built-ins, then
+// registered ones): "dense[:units], convKxK:channels[:stride], maxpoolK, relu, flatten, ...".
+std::string layer_grammar();
+
 // The canonical token of a layer ("conv3x3:32", "dense:10", "maxpool2") and of a whole model
 // (layers joined by ","; parse_model_spec(to_string(m)) gives m's layers back).
 std::string to_string(const LayerSpec& layer);

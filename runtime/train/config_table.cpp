@@ -194,9 +194,9 @@ std::vector<Row> build() {
   Row model = text(
       "model", G::model,
       "linear | mlp[:w1,w2,...] | cnn | a layer list such as conv3x3:32,relu,"
-      "maxpool2,dense (layers: dense[:units], convKxK:channels[:stride], maxpoolK, "
-      "relu, flatten)",
+      "maxpool2,dense",
       "model", +[](TrainConfig & c) -> auto& { return c.model; });
+  model.help_more = [] { return " (layers: " + layer_grammar() + ")"; };
   model.check = [](const TrainConfig& c) { parse_model_spec(c.model); };
   t.push_back(model);
   t.push_back(choice<LossKind>(

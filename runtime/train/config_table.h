@@ -35,6 +35,9 @@ struct OptionRow {
   char short_name = 0;  // 0: none
   OptionGroup group = OptionGroup::general;
   const char* help = "";
+  // Text --help appends to `help`, computed each time --help is built: --model's layer words come
+  // from the layer registry, so a program's own layers are listed. Empty: nothing.
+  std::function<std::string()> help_more = {};
   bool is_switch = false;  // takes no value: present means on
   bool required = false;   // no default: the program refuses a run without it
   std::function<std::string(const T&)> get = {};         // the value as an option's text
