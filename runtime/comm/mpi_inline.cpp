@@ -1,0 +1,102 @@
+// Small blocking collectives on the calling thread: MPI's nonblocking collective, polled against
+// the deadline (mpi_inline.h says when they are used and why this keeps the ordering).
+#include "runtime/comm/mpi_inline.h"
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <utility>
+
+#include "runtime/base/error.h"
+#include "runtime/comm/mpi_ops.h"
+#include "runtime/observe/trace.h"
+
+namespace lockstep::mpi_detail {
+
+namespace {
+
+// How a wait polls. A peer that is moments behind is met fastest by spinning on MPI_Test; one
+// that is far behind (a straggler, a checkpoint, a dead rank) should not hold a core its siblings
+// need: after kYieldAfter each poll yields the core, after kNapAfter it sleeps kNap between polls
+// (at most about 1% added to a wait that long).
+constexpr auto kYieldAfter = std::chrono::microseconds(50);
+constexpr auto kNapAfter = std::chrono::milliseconds(10);
+constexpr auto kNap = std::chrono::microseconds(50);
+
+}  // namespace
+
+template <class Name>
+void InlineCollectives::finish(Started& s, const Deadline& deadline, const Name& what) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int flag = 0;
+    LS_CHECK_MPI(MPI_Test(&s.request, &flag, MPI_STATUS_IGNORE));
+    if (flag) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline.at) {
+      // MPI cannot cancel a started collective: keep its request and buffer until it completes.
+      abandoned_.push_back(std::move(s));
+      throw missed_deadline(what(), deadline.timeout);
+    }
+    if (now - start > kNapAfter) std::this_thread::sleep_for(kNap);
+    else if (now - start > kYieldAfter) std::this_thread::yield();
+  }
+}
+
+bool InlineCollectives::abandoned_pending() {
+  for (auto it = abandoned_.begin(); it != abandoned_.end();) {
+    int flag = 0;
+    if (MPI_Test(&it->request, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag)
+      it = abandoned_.erase(it);
+    else
+      ++it;
+  }
+  return !abandoned_.empty();
+}
+
+void InlineCollectives::all_reduce(const void* send, void* recv, size_t count, DType type,
+                                   ReduceOp op, const Deadline& deadline) {
+  if (!abandoned_.empty()) abandoned_pending();
+  TraceSpan span("mpi all_reduce", "collective", -1,
+                 static_cast<int64_t>(count * dtype_size(type)));
+  auto what = [&] { return describe("all_reduce", count, type, reduce_op_name(op)); };
+  const int n = static_cast<int>(count);  // count * element size <= kInlineMaxBytes
+  Started s;
+  if (type == DType::bf16 || type == DType::f16) {
+    // Reduce as numbers: widen to float32, reduce, narrow once (as the progress thread does).
+    s.wide.resize(count);
+    half_to_float(type, static_cast<const uint16_t*>(send), s.wide.data(), count);
+    LS_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, s.wide.data(), n, MPI_FLOAT, mpi_op(op), comm_,
+                                &s.request));
+    finish(s, deadline, what);
+    if (op == ReduceOp::mean) divide<float>(s.wide.data(), count, size_);
+    float_to_half(type, s.wide.data(), static_cast<uint16_t*>(recv), count);
+    return;
+  }
+  LS_CHECK_MPI(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi_type(type),
+                              mpi_op(op), comm_, &s.request));
+  finish(s, deadline, what);
+  if (op == ReduceOp::mean) sum_to_mean(recv, count, type, size_);
+}
+
+void InlineCollectives::broadcast(void* buf, size_t count, DType type, int root,
+                                  const Deadline& deadline) {
+  if (!abandoned_.empty()) abandoned_pending();
+  TraceSpan span("mpi broadcast", "collective", -1,
+                 static_cast<int64_t>(count * dtype_size(type)));
+  auto what = [&] {
+    return describe("broadcast", count, type, ("root " + std::to_string(root)).c_str());
+  };
+  Started s;
+  LS_CHECK_MPI(MPI_Ibcast(buf, static_cast<int>(count), mpi_type(type), root, comm_, &s.request));
+  finish(s, deadline, what);
+}
+
+void InlineCollectives::barrier(const Deadline& deadline) {
+  if (!abandoned_.empty()) abandoned_pending();
+  Started s;
+  LS_CHECK_MPI(MPI_Ibarrier(comm_, &s.request));
+  finish(s, deadline, [] { return std::string("barrier"); });
+}
+
+}  // namespace lockstep::mpi_detail
