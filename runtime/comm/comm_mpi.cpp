@@ -203,7 +203,7 @@ class MpiCommunicator : public Communicator {
   // what() past the deadline.
   template <class Name>
   void drain(const Deadline& deadline, const Name& what) {
-    if (!threaded_) return;
+    if (!threaded_ || in_flight_.load(std::memory_order_acquire) == 0) return;
     std::unique_lock<std::mutex> lock(mutex_);
     if (idle_cv_.wait_until(lock, deadline.at, [&] { return in_flight_ == 0; })) return;
     stuck_ = true;
@@ -409,7 +409,9 @@ class MpiCommunicator : public Communicator {
   std::condition_variable cv_;
   std::condition_variable idle_cv_;  // in_flight_ dropped to 0
   std::deque<Task> queue_;
-  size_t in_flight_ = 0;  // tasks queued or running on the progress thread (under mutex_)
+  // Tasks queued or running on the progress thread: changed under mutex_ (for idle_cv_), read
+  // without it by drain(); it drops only after the task's MPI calls have returned.
+  std::atomic<size_t> in_flight_{0};
   bool stop_ = false;
   std::unique_ptr<InlineCollectives> inline_;
   std::atomic<bool> stuck_{false};  // a wait gave up on a collective
