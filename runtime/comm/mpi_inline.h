@@ -44,7 +44,11 @@ struct Deadline {
   std::chrono::steady_clock::time_point at;
   Millis timeout;
   static Deadline after(Millis timeout) {
-    return {std::chrono::steady_clock::now() + timeout, timeout};
+    using Clock = std::chrono::steady_clock;
+    const auto now = Clock::now();
+    if (timeout >= std::chrono::duration_cast<Millis>(Clock::time_point::max() - now))
+      return {Clock::time_point::max(), timeout};  // beyond the clock's range: never
+    return {now + timeout, timeout};
   }
   static Deadline none() { return {std::chrono::steady_clock::time_point::max(), Millis::max()}; }
 };
