@@ -2,6 +2,10 @@
 // size mpiexec gives (ctest runs 1, 2 and 4 ranks, each as several entries: see CMakeLists.txt).
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
+#include <vector>
+
 #include "collective_cases.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
@@ -97,4 +101,27 @@ TEST(MpiCollectives, SmallCollectivesKeepOrderAndMixForms) {
   EXPECT_EQ(42, word);
   if (rank == 0) comm->barrier();
   else comm->barrier_async()->wait(limit);
+}
+
+// The small all_reduce is an exchange of our own (comm/mpi_inline.h): every rank must end with the
+// same bits, also where the order of operands matters (max with a NaN on one rank), so that
+// replicas stay identical.
+TEST(MpiCollectives, SmallAllReduceGivesEveryRankTheSameBits) {
+  auto comm = make_mpi_communicator();
+  const int rank = comm->rank();
+  std::vector<float> sums(7), tops(7);
+  for (size_t i = 0; i < sums.size(); ++i) {
+    sums[i] = 1.0f / static_cast<float>(3 + rank + 7 * i);
+    tops[i] = static_cast<float>(rank) + 0.5f * i;
+  }
+  if (rank == 0) tops[3] = std::numeric_limits<float>::quiet_NaN();
+  comm->all_reduce(sums.data(), sums.data(), sums.size(), DType::f32, ReduceOp::sum);
+  comm->all_reduce(tops.data(), tops.data(), tops.size(), DType::f32, ReduceOp::max);
+  std::vector<float> sums0 = sums, tops0 = tops;
+  comm->broadcast(sums0.data(), sums0.size(), DType::f32, 0);
+  comm->broadcast(tops0.data(), tops0.size(), DType::f32, 0);
+  EXPECT_EQ(0, std::memcmp(sums0.data(), sums.data(), sums.size() * sizeof(float)))
+      << "rank " << rank << "'s sum differs from rank 0's";
+  EXPECT_EQ(0, std::memcmp(tops0.data(), tops.data(), tops.size() * sizeof(float)))
+      << "rank " << rank << "'s max differs from rank 0's";
 }

@@ -111,9 +111,10 @@ struct MpiCommOptions {
 
 // MPI backend over a duplicate of MPI_COMM_WORLD. Collectives run in order on a progress thread
 // (MPI_THREAD_MULTIPLE), so the host is free while they run and waits can have deadlines. A
-// blocking all_reduce, broadcast or barrier of at most 64 KiB of host memory issued while nothing
-// is in flight runs on the calling thread instead (MPI's nonblocking collective polled against the
-// deadline: about 1 us instead of several for 8 bytes; comm/mpi_inline.h).
+// blocking all_reduce, broadcast or barrier of at most 64 KiB of host memory runs on the calling
+// thread instead, once the collectives issued before it have completed (nonblocking MPI calls
+// polled against the deadline: about as fast as a plain MPI_Allreduce for 8 bytes, instead of
+// several times slower; comm/mpi_inline.h).
 std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommOptions& options = {});
 
 // NCCL backend on CUDA device `device`: rank 0's ncclGetUniqueId reaches every rank by MPI_Bcast,

@@ -5,8 +5,8 @@
 // compute meanwhile and lets wait() give up at a deadline instead of sitting inside MPI forever.
 // Needs MPI_THREAD_MULTIPLE; where the library gives less, collectives run on the caller's thread
 // (no overlap, and a deadline can only be checked after the call returns). Small host collectives
-// (at most 64 KiB) take MPI's nonblocking calls instead, and their blocking form skips the
-// hand-off: mpi_inline.h runs it on the calling thread, with its deadline, at any thread level.
+// (at most 64 KiB) run as nonblocking MPI calls instead (mpi_inline.h), and their blocking form
+// skips the hand-off: it runs on the calling thread, with its deadline, at any thread level.
 #include <mpi.h>
 
 #include <algorithm>
@@ -107,7 +107,7 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     LS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     LS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
-    inline_ = std::make_unique<InlineCollectives>(comm_, size_);
+    inline_ = std::make_unique<InlineCollectives>(comm_, rank_, size_);
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
     threaded_ = provided >= MPI_THREAD_MULTIPLE;

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <thread>
@@ -20,11 +19,6 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    // Small collectives run as MPI_Iallreduce (comm/mpi_inline.h). For them Open MPI's libnbc
-    // takes a binomial reduce then broadcast, two message latencies where recursive doubling needs
-    // one per doubling: 8 B at 2 ranks, 1.4 us against 1.0 us (plain MPI_Allreduce: 0.6 us).
-    // Every rank must make the same choice; one the user set for the job wins. Other MPIs ignore it.
-    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "4", /*overwrite=*/0);
     int provided = MPI_THREAD_SINGLE;
     LS_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
