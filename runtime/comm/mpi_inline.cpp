@@ -1,5 +1,6 @@
-// Small blocking collectives on the calling thread: MPI's nonblocking collective, polled against
-// the deadline (mpi_inline.h says when they are used and why this keeps the ordering).
+// Small collectives: nonblocking MPI calls (a recursive-doubling exchange for all_reduce,
+// MPI_Ibcast, MPI_Ibarrier) polled against the deadline (mpi_inline.h says when they are used, why
+// the exchange is our own, and why this keeps the ordering).
 #include "runtime/comm/mpi_inline.h"
 
 #include <chrono>
