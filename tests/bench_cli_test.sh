@@ -55,12 +55,15 @@ for args in "--dtype bfloat16 --op mean" "--dtype int32 --op max" "--dtype uint8
   [[ $bad -eq 0 && $(rows "$out" | wc -l) -eq 8 ]] || fail "collectives $args:"$'\n'"$out"
 done
 
-# --- overhead: both medians, a ratio, correct results ---
-out=$(run2 overhead -b 1M -w 1 -n 2 -r 2 2>/dev/null)
+# --- overhead: both medians, a ratio per size (a small one on the calling thread, a large one
+# through the progress thread), correct results ---
+out=$(run2 overhead -b 8,1M -w 1 -n 2 --small-iters 2 -r 2 2>/dev/null)
 rc=$?
 [[ $rc -eq 0 ]] || fail "overhead exited $rc"$'\n'"$out"
-grep -Eq '^# overhead ratio \(lockstep / mpi medians\): [0-9]+\.[0-9]+$' <<<"$out" ||
-  fail "overhead prints no ratio"$'\n'"$out"
+grep -Eq '^# overhead ratio \(lockstep / mpi medians\): 8 B [0-9]+\.[0-9]+, 1 MiB [0-9]+\.[0-9]+$' \
+  <<<"$out" || fail "overhead prints no ratio per size"$'\n'"$out"
+[[ $(grep -Ec '^ +(8 B|1 MiB) +4 ' <<<"$out") -eq 2 ]] ||
+  fail "overhead's summary has no row of 4 samples per size"$'\n'"$out"
 grep -q '^# wrong values: lockstep 0, mpi 0$' <<<"$out" || fail "overhead results wrong"$'\n'"$out"
 
 # --- bad input: one error line naming the problem, non-zero exit, every rank leaves ---
@@ -94,6 +97,8 @@ expect_error "unrecognised option\|unrecognized option" collectives --bogus
 expect_error "unknown command 'frobnicate'" frobnicate
 expect_error "too many positional options" collectives 64M
 expect_error "rounds must be 1 or more" overhead -r 0
+expect_error "is not a byte size" overhead -b 8,64Q
+expect_error "at least one float32" overhead -b 8,2
 if ! "$bin" collectives --backend all -b 8 -e 8 -n 1 -w 0 2>/dev/null | grep -q '^# backend nccl ('; then
   expect_error "--backend nccl: " collectives --backend nccl -b 8 -e 8
 fi

@@ -39,3 +39,41 @@ TEST(Deadline, SkippedCollectiveTimesOutWithMessage) {
   }
   comm->barrier();
 }
+
+// A small blocking collective runs on the calling thread (comm/mpi_inline.h), not on the progress
+// thread: it keeps the same deadline and the same message, naming the collective, the rank and
+// the deadline.
+TEST(Deadline, SmallBlockingCollectiveTimesOutOnCallingThread) {
+  auto comm = make_mpi_communicator();
+  if (comm->size() < 2) GTEST_SKIP() << "needs 2 or more ranks: one rank must skip the collective";
+  const auto deadline = std::chrono::milliseconds(1500);
+  comm->set_timeout(deadline);
+  const int skipper = comm->size() - 1;
+  double value = 1.0;  // 8 bytes
+  if (comm->rank() != skipper) {
+    auto start = Clock::now();
+    try {
+      comm->all_reduce(&value, &value, 1, DType::f64, ReduceOp::sum);
+      ADD_FAILURE() << "all_reduce returned although rank " << skipper << " never joined";
+    } catch (const TimeoutError& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find("all_reduce (1 x float64, sum)"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("[rank " + std::to_string(comm->rank()) + "/"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("within 1.5 s"), std::string::npos) << msg;
+    }
+    auto waited = Clock::now() - start;
+    EXPECT_GE(waited, deadline);
+    EXPECT_LT(waited, deadline + std::chrono::seconds(3)) << "the timeout fired late";
+  } else {
+    std::this_thread::sleep_for(deadline + std::chrono::milliseconds(1500));
+    comm->all_reduce(&value, &value, 1, DType::f64, ReduceOp::sum);
+    EXPECT_EQ(value, static_cast<double>(comm->size()));
+  }
+  // The collective given up on is still started; the late rank completes it, and the communicator
+  // goes on in order (the next collective drives the abandoned one too).
+  comm->set_timeout(std::chrono::seconds(60));
+  comm->barrier();
+  double after = 1.0;
+  comm->all_reduce(&after, &after, 1, DType::f64, ReduceOp::sum);
+  EXPECT_EQ(after, static_cast<double>(comm->size()));
+}

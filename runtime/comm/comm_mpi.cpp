@@ -4,7 +4,9 @@
 // the blocking calls (not MPI_I*) keeps Open MPI's tuned algorithms; the thread lets the caller
 // compute meanwhile and lets wait() give up at a deadline instead of sitting inside MPI forever.
 // Needs MPI_THREAD_MULTIPLE; where the library gives less, collectives run on the caller's thread
-// (no overlap, and a deadline can only be checked after the call returns).
+// (no overlap, and a deadline can only be checked after the call returns). Small host collectives
+// (at most 64 KiB) run as nonblocking MPI calls instead (mpi_inline.h), and their blocking form
+// skips the hand-off: it runs on the calling thread, with its deadline, at any thread level.
 #include <mpi.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -23,6 +24,8 @@
 #include "runtime/base/communicator.h"
 #include "runtime/base/cuda_device.h"
 #include "runtime/base/error.h"
+#include "runtime/comm/mpi_inline.h"
+#include "runtime/comm/mpi_ops.h"
 #include "runtime/observe/nvtx.h"
 #include "runtime/observe/trace.h"
 
@@ -48,6 +51,8 @@ Backend parse_backend(const std::string& text) {
 
 namespace {
 
+using namespace mpi_detail;
+
 // Staging copies of device buffers (MpiCommOptions::device_buffers). They run on the progress
 // thread, which must first take the GPU the process activated; the copies go through the legacy
 // default stream, so they follow the work of every blocking stream that wrote the buffer.
@@ -59,48 +64,6 @@ void to_host(void* host_dst, const void* device_src, size_t bytes) {
 void to_device(void* device_dst, const void* host_src, size_t bytes) {
   use_active_device();
   kernels::cuda_copy_to_device(device_dst, host_src, bytes);
-}
-
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    case DType::u8: return MPI_UINT8_T;
-    case DType::bf16:
-    case DType::f16: return MPI_UINT16_T;  // moved as raw words; reduced through float32
-  }
-  return MPI_DATATYPE_NULL;
-}
-
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::mean: return MPI_SUM;
-    case ReduceOp::max: return MPI_MAX;
-    case ReduceOp::min: return MPI_MIN;
-  }
-  return MPI_OP_NULL;
-}
-
-template <class T>
-void divide(void* buf, size_t n, int by) {
-  T* p = static_cast<T*>(buf);
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(by));
-}
-
-// After a sum, turns it into a mean in place (the float32 staging buffer for 16-bit types).
-void sum_to_mean(void* buf, size_t n, DType t, int size) {
-  switch (t) {
-    case DType::f32: divide<float>(buf, n, size); break;
-    case DType::f64: divide<double>(buf, n, size); break;
-    case DType::i32: divide<int32_t>(buf, n, size); break;
-    case DType::i64: divide<int64_t>(buf, n, size); break;
-    case DType::u8: divide<uint8_t>(buf, n, size); break;
-    case DType::bf16:
-    case DType::f16: break;  // handled on the float32 staging buffer
-  }
 }
 
 constexpr size_t kMaxChunk = size_t{1} << 30;  // elements per MPI call (MPI counts are int)
@@ -121,11 +84,7 @@ class MpiWork : public Work {
     std::unique_lock<std::mutex> lock(state_->mutex);
     if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
       on_timeout_();
-      std::ostringstream os;
-      os << rank_prefix() << " " << what_ << " did not complete within "
-         << std::chrono::duration<double>(timeout).count()
-         << " s: a peer rank has died, stalled, or skipped this collective";
-      throw TimeoutError(os.str());
+      throw missed_deadline(what_, timeout);
     }
     if (!state_->error.empty()) throw Error(state_->error);
   }
@@ -148,6 +107,7 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     LS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     LS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+    inline_ = std::make_unique<InlineCollectives>(comm_, rank_, size_);
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
     threaded_ = provided >= MPI_THREAD_MULTIPLE;
@@ -166,7 +126,8 @@ class MpiCommunicator : public Communicator {
       if (stuck_ && busy_) worker_.detach();
       else worker_.join();
     }
-    if (!(stuck_ && busy_)) MPI_Comm_free(&comm_);
+    // Likewise a collective the calling thread gave up on (mpi_inline.h) may still be pending.
+    if (!(stuck_ && busy_) && !inline_->abandoned_pending()) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -198,7 +159,33 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkHandle barrier_async() override {
-    return submit("barrier", [this] { LS_CHECK_MPI(MPI_Barrier(comm_)); });
+    return submit("barrier", [this] { inline_->barrier(Deadline::none()); });
+  }
+
+  // Blocking forms of small collectives: on the calling thread, once every collective issued
+  // before has completed (so starting this one now keeps the issue order); mpi_inline.h.
+  void all_reduce(const void* send, void* recv, size_t count, DType type, ReduceOp op) override {
+    if (!small(count * dtype_size(type)))
+      return Communicator::all_reduce(send, recv, count, type, op);
+    const Deadline deadline = Deadline::after(timeout());
+    drain(deadline, [&] { return describe("all_reduce", count, type, reduce_op_name(op)); });
+    inline_->all_reduce(send, recv, count, type, op, deadline);
+  }
+
+  void broadcast(void* buf, size_t count, DType type, int root) override {
+    check_root(root);
+    if (!small(count * dtype_size(type))) return Communicator::broadcast(buf, count, type, root);
+    const Deadline deadline = Deadline::after(timeout());
+    drain(deadline, [&] {
+      return describe("broadcast", count, type, ("root " + std::to_string(root)).c_str());
+    });
+    inline_->broadcast(buf, count, type, root, deadline);
+  }
+
+  void barrier() override {
+    const Deadline deadline = Deadline::after(timeout());
+    drain(deadline, [] { return std::string("barrier"); });
+    inline_->barrier(deadline);
   }
 
  private:
@@ -207,12 +194,20 @@ class MpiCommunicator : public Communicator {
     std::shared_ptr<WorkState> state;
   };
 
-  static std::string describe(const char* name, size_t count, DType type, const char* extra) {
-    std::ostringstream os;
-    os << name << " (" << count << " x " << dtype_name(type);
-    if (extra != nullptr) os << ", " << extra;
-    os << ")";
-    return os.str();
+  // Whether a collective moving `bytes` is small (mpi_inline.h); the same answer on every rank.
+  bool small(size_t bytes) const {
+    return bytes <= kInlineMaxBytes && !options_.device_buffers;
+  }
+
+  // Waits until the progress thread has nothing queued or running, or throws TimeoutError naming
+  // what() past the deadline.
+  template <class Name>
+  void drain(const Deadline& deadline, const Name& what) {
+    if (!threaded_ || in_flight_.load(std::memory_order_acquire) == 0) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (idle_cv_.wait_until(lock, deadline.at, [&] { return in_flight_ == 0; })) return;
+    stuck_ = true;
+    throw missed_deadline(what(), deadline.timeout);
   }
 
   void check_root(int root) const {
@@ -231,18 +226,20 @@ class MpiCommunicator : public Communicator {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(Task{std::move(fn), state});
+      ++in_flight_;
     }
     cv_.notify_one();
     return std::make_unique<MpiWork>(state, std::move(what), on_timeout);
   }
 
-  static void execute(const Task& task) {
+  static void execute(const Task& task, const std::function<void()>& after_run = {}) {
     std::string error;
     try {
       task.run();
     } catch (const std::exception& e) {
       error = e.what();
     }
+    if (after_run) after_run();
     {
       std::lock_guard<std::mutex> lock(task.state->mutex);
       task.state->done = true;
@@ -263,7 +260,12 @@ class MpiCommunicator : public Communicator {
         queue_.pop_front();
       }
       busy_ = true;
-      execute(task);
+      // The task's MPI calls have returned: count it out of flight before its waiter wakes, so a
+      // small collective issued right after the wait can already run inline.
+      execute(task, [this] {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (--in_flight_ == 0) idle_cv_.notify_all();
+      });
       busy_ = false;
     }
   }
@@ -293,6 +295,8 @@ class MpiCommunicator : public Communicator {
 
   void all_reduce_now(const void* send_dev, void* recv_dev, size_t count, DType type, ReduceOp op) {
     const size_t bytes = count * dtype_size(type);
+    if (small(bytes))
+      return inline_->all_reduce(send_dev, recv_dev, count, type, op, Deadline::none());
     TraceSpan span("mpi all_reduce", "collective", -1, static_cast<int64_t>(bytes));
     const bool dev = options_.device_buffers;
     Staged recv(dev, recv_dev, bytes, /*copy_in=*/send_dev == recv_dev);
@@ -334,6 +338,7 @@ class MpiCommunicator : public Communicator {
 
   void broadcast_now(void* buf_dev, size_t count, DType type, int root) {
     const size_t bytes = count * dtype_size(type);
+    if (small(bytes)) return inline_->broadcast(buf_dev, count, type, root, Deadline::none());
     TraceSpan span("mpi broadcast", "collective", -1, static_cast<int64_t>(bytes));
     Staged buf(options_.device_buffers, buf_dev, bytes, /*copy_in=*/rank_ == root);
     MPI_Datatype t = mpi_type(type);
@@ -402,8 +407,13 @@ class MpiCommunicator : public Communicator {
   std::thread worker_;
   std::mutex mutex_;
   std::condition_variable cv_;
+  std::condition_variable idle_cv_;  // in_flight_ dropped to 0
   std::deque<Task> queue_;
+  // Tasks queued or running on the progress thread: changed under mutex_ (for idle_cv_), read
+  // without it by drain(); it drops only after the task's MPI calls have returned.
+  std::atomic<size_t> in_flight_{0};
   bool stop_ = false;
+  std::unique_ptr<InlineCollectives> inline_;
   std::atomic<bool> stuck_{false};  // a wait gave up on a collective
   std::atomic<bool> busy_{false};   // the worker is inside a collective
 };

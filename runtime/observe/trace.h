@@ -7,7 +7,8 @@
 // spans, each appended under a mutex. When off, TraceSpan and trace_span cost one relaxed atomic
 // load. Every rank records its own events with pid = its rank and tid = a small per-thread number
 // (0: the thread that started recording; the MPI backend's progress thread records each
-// collective it runs, with its bytes, on its own track); write_trace() merges all ranks into one
+// collective it runs, with its bytes, on its own track, and the calling thread the small blocking
+// ones it runs itself); write_trace() merges all ranks into one
 // file. Times are microseconds since the start, which start_tracing() takes after a barrier, so
 // the ranks' tracks line up to within that barrier's skew.
 //
