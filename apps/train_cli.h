@@ -9,7 +9,8 @@
 //
 // It gets every option of lockstep-train (--help lists the registered layer words), checkpoints,
 // resume, trace, metrics and exit codes. Library target lockstep_train_cli; installed as
-// <lockstep/train_cli.h> (apps/examples/custom_layer/ is such a program).
+// <lockstep/train_cli.h> and Lockstep::train_cli (find_package(Lockstep 0.2 COMPONENTS train_cli),
+// or lockstep-train-cli.pc); apps/examples/custom_layer/ is such a program.
 //
 // Collective: every rank of the job calls it once, with the same arguments. It starts MPI (a world
 // of one without mpiexec) and finalises it, so a program calls it at most once, from its main

@@ -19,33 +19,13 @@ mpiexec="${MPIEXEC:-mpiexec}"
 . "$(dirname "$0")/helpers/e2e.sh"
 e2e_require_apps lockstep-data examples/custom_layer/custom_train
 e2e_require_commands python3 h5ls
-idx=/usr/share/datasets/fashion-mnist
-[[ -e $idx/train-images-idx3-ubyte.gz ]] ||
-  { echo "skipped: no Fashion-MNIST IDX files in $idx (dataset-fashion-mnist)"; exit 77; }
 train=$bin/examples/custom_layer/custom_train
 
 e2e_workdir custom-layer
 cd "$work" || exit 1
 
-# idx_head NAME ROWS: the first ROWS records of $idx/NAME.gz as an IDX file of its own (the header's
-# count rewritten), so that the set is small: 2048 training and 512 test images.
-idx_head() {
-  local name=$1 rows=$2 dims record
-  if [[ $name == *images* ]]; then dims=2 record=784; else dims=0 record=1; fi
-  {
-    zcat "$idx/$name.gz" | head -c 4
-    printf "$(printf '\\x%02x' $((rows >> 24 & 255)) $((rows >> 16 & 255)) $((rows >> 8 & 255)) \
-              $((rows & 255)))"
-    zcat "$idx/$name.gz" | tail -c +9 | head -c $((dims * 4 + rows * record))
-  } >"small/$name"
-}
-mkdir small
-idx_head train-images-idx3-ubyte 2048
-idx_head train-labels-idx1-ubyte 2048
-idx_head t10k-images-idx3-ubyte 512
-idx_head t10k-labels-idx1-ubyte 512
-"$bin/lockstep-data" fashion-mnist --source small --out fmnist.h5 >/dev/null 2>&1 ||
-  { echo "FAIL: lockstep-data fashion-mnist --source small"; exit 1; }
+# 2048 training and 512 test images.
+e2e_small_fashion_mnist "$bin/lockstep-data" "$work/fmnist.h5" 2048 512 || exit $?
 
 model="flatten,layernorm,dense:32,relu,dense"
 # 64 per global batch: 32 steps per epoch, so step 20 is inside the first epoch.

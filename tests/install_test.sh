@@ -5,8 +5,12 @@
 # the private ones are absent) and each compiles on its own with lockstep.pc's flags; the version
 # file accepts 0.2 and refuses 0.1 and 0.3; the example apps/examples/linear_regression builds as
 # its own CMake project with find_package(Lockstep) and runs at 1, 2 and 4 ranks, and builds with
-# its Makefile and pkg-config and runs at 2 ranks, learning w and b within 0.05; `cpack -G DEB`
-# makes a package holding the install under /usr that depends on the run-time Debian packages.
+# its Makefile and pkg-config and runs at 2 ranks, learning w and b within 0.05; the example
+# apps/examples/custom_layer (a layer of its own, then train_main) builds as its own CMake project
+# with find_package(Lockstep COMPONENTS train_cli), lists layernorm in --help, trains 10 steps at 2
+# ranks with a checkpoint and resumes from it to step 20, and builds with lockstep-train-cli.pc;
+# `cpack -G DEB` makes a package holding the install under /usr that depends on the run-time Debian
+# packages.
 # The include check first runs on a fixture holding a dangling and a quoted include and must refuse
 # it, so a broken pattern cannot pass silently.
 # ctest sets LOCKSTEP_BIN (the apps build folder), LOCKSTEP_SRC and MPIEXEC.
@@ -22,6 +26,7 @@ e2e_require_commands cmake make pkg-config g++
 e2e_workdir install
 prefix=$work/prefix
 example=$src/apps/examples/linear_regression
+custom=$src/apps/examples/custom_layer
 version=$(sed -nE 's/^project\(lockstep VERSION ([0-9.]+).*/\1/p' "$src/CMakeLists.txt")
 [[ -n $version ]] || { echo "FAIL: no project(lockstep VERSION ...) in $src/CMakeLists.txt"; exit 1; }
 
@@ -59,7 +64,8 @@ for f in bin/lockstep-train bin/lockstep-data bin/lockstep-bench lib/liblockstep
          lib/cmake/Lockstep/LockstepConfigVersion.cmake lib/cmake/Lockstep/LockstepTargets.cmake \
          lib/pkgconfig/lockstep.pc include/lockstep/version.h include/lockstep/comm/agree.h \
          include/lockstep/process/bootstrap.h include/lockstep/train/trainer.h \
-         include/lockstep/kernels/dense.h; do
+         include/lockstep/kernels/dense.h lib/liblockstep_train_cli.a include/lockstep/train_cli.h \
+         lib/cmake/Lockstep/LockstepTrainCliTargets.cmake lib/pkgconfig/lockstep-train-cli.pc; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
 for f in base/cuda_check.h comm/nccl_watchdog.h kernels/onednn_util.h; do
@@ -125,7 +131,9 @@ if command -v dpkg-deb >/dev/null && [[ -f $build/CPackConfig.cmake ]]; then
     done
     contents=$(dpkg-deb -c "$deb" 2>&1)
     for f in usr/bin/lockstep-train usr/lib/liblockstep_runtime.a usr/lib/cmake/Lockstep/LockstepConfig.cmake \
-             usr/lib/pkgconfig/lockstep.pc usr/include/lockstep/comm/agree.h; do
+             usr/lib/pkgconfig/lockstep.pc usr/include/lockstep/comm/agree.h \
+             usr/lib/liblockstep_train_cli.a usr/include/lockstep/train_cli.h \
+             usr/lib/pkgconfig/lockstep-train-cli.pc; do
       grep -q -- " \./$f\$" <<<"$contents" || fail "the .deb does not hold /$f"
     done
   else
@@ -162,5 +170,47 @@ else
   fail "the example does not build with make and pkg-config: $(tail -30 "$work/make.log")"
 fi
 
-[[ $failures -eq 0 ]] && echo "install_test: $count headers ($checked includes) and the example at 1, 2, 4 ranks (CMake) and 2 (make)"
+# ---- the custom-layer example: find_package(Lockstep COMPONENTS train_cli), trained and resumed ----
+custom_ran="not trained"
+if cmake -S "$custom" -B "$work/custom" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+     >"$work/custom.log" 2>&1 && cmake --build "$work/custom" >>"$work/custom.log" 2>&1; then
+  train=$work/custom/custom_train
+  help=$("$train" --help 2>&1) || fail "the installed custom_train --help exits non-zero"
+  tr -s ' \n' ' ' <<<"$help" | grep -q "flatten, layernorm)" ||
+    fail "the installed custom_train's --help does not list layernorm: $help"
+  e2e_small_fashion_mnist "$prefix/bin/lockstep-data" "$work/fmnist.h5" 512 128
+  case $? in
+    0)
+      args=(--data "$work/fmnist.h5" --model "flatten,layernorm,dense:32,relu,dense" --global-batch 64
+            --threads 1 --progress lines --checkpoint-dir "$work/ckpt")
+      out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$train" "${args[@]}" --steps 10 2>&1)
+      rc=$?
+      [[ $rc -eq 0 ]] || fail "the installed custom_train's 10 steps at 2 ranks exit $rc: $out"
+      [[ -f $work/ckpt/ckpt-000000010.h5 ]] || fail "custom_train wrote no checkpoint at step 10: $out"
+      out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$train" "${args[@]}" --steps 20 \
+            --resume "$work/ckpt" 2>&1)
+      rc=$?
+      [[ $rc -eq 0 ]] || fail "the installed custom_train's resumed run exits $rc: $out"
+      grep -q "resuming from .*ckpt-000000010.h5: step 10" <<<"$out" ||
+        fail "the resumed custom_train does not say it resumes at step 10: $out"
+      [[ -f $work/ckpt/ckpt-000000020.h5 ]] || fail "custom_train wrote no checkpoint at step 20: $out"
+      custom_ran="trained 10 steps at 2 ranks and resumed to 20" ;;
+    77) ;;
+    *) fail "no small Fashion-MNIST file for the custom-layer example" ;;
+  esac
+else
+  fail "the custom-layer example does not configure and build with find_package(Lockstep COMPONENTS train_cli): $(tail -30 "$work/custom.log")"
+fi
+
+# ---- the custom-layer example with lockstep-train-cli.pc ----
+if (cd "$work" && g++ -std=c++20 -O1 $(pkg-config --cflags lockstep-train-cli) -o custom_pc \
+      "$custom/custom_train.cpp" "$custom/layer_norm.cpp" $(pkg-config --libs lockstep-train-cli)) \
+     >"$work/custom_pc.log" 2>&1; then
+  "$work/custom_pc" --help 2>&1 | tr -s ' \n' ' ' | grep -q "flatten, layernorm)" ||
+    fail "custom_train built with lockstep-train-cli.pc does not list layernorm in --help"
+else
+  fail "the custom-layer example does not build with lockstep-train-cli.pc: $(tail -30 "$work/custom_pc.log")"
+fi
+
+[[ $failures -eq 0 ]] && echo "install_test: $count headers ($checked includes), the example at 1, 2, 4 ranks (CMake) and 2 (make), the custom-layer example built with CMake ($custom_ran) and pkg-config"
 exit $((failures > 0))

@@ -14,7 +14,8 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(deb_depends "libc6 (>= 2.36), libstdc++6 (>= 12), libgcc-s1, libopenmpi3, openmpi-bin,"
                 " libhdf5-103-1, libboost-program-options1.74.0, zlib1g")
-set(deb_suggests "cmake, pkg-config, g++, libopenmpi-dev, libhdf5-dev, zlib1g-dev")
+set(deb_suggests "cmake, pkg-config, g++, libopenmpi-dev, libhdf5-dev, zlib1g-dev,"
+                 " libboost-program-options-dev")
 if(LOCKSTEP_BLAS_VENDOR STREQUAL "OpenBLAS")
   string(APPEND deb_depends ", libopenblas0 | libopenblas0-pthread")
   string(APPEND deb_suggests ", libopenblas-dev")
@@ -28,13 +29,14 @@ if(LOCKSTEP_HAVE_ONEDNN)
 endif()
 string(CONCAT CPACK_DEBIAN_PACKAGE_DEPENDS ${deb_depends})
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "hdf5-plugin-lzf, hdf5-filter-plugin")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "${deb_suggests}")
+string(CONCAT CPACK_DEBIAN_PACKAGE_SUGGESTS ${deb_suggests})
 set(deb_summary "synchronous data-parallel training on MPI ranks")
 # CPack indents the body under the summary and turns an empty line into " .".
 set(deb_body "Lockstep trains models on MPI ranks, CPU or GPU, with all-reduced gradients:
 lockstep-train, lockstep-data and lockstep-bench, and the static libraries, headers,
-CMake package (find_package(Lockstep)) and pkg-config file (lockstep.pc) to build
-programs against the runtime.")
+CMake package (find_package(Lockstep)) and pkg-config files (lockstep.pc,
+lockstep-train-cli.pc) to build programs against the runtime, or lockstep-train
+with layers of their own (train_main).")
 if(LOCKSTEP_HAVE_CUDA)
   set(cuda_dirs ${CUDAToolkit_LIBRARY_DIR} ${LOCKSTEP_NCCL_DIR})
   list(REMOVE_DUPLICATES cuda_dirs)

@@ -1,7 +1,8 @@
-# Lockstep as a library (DESIGN.md decision 17): `cmake --install` puts the programs, the two static
-# libraries, the public headers under include/lockstep/<wing>/, a CMake package (Lockstep::lockstep,
-# Lockstep::runtime, Lockstep::kernels) and lockstep.pc; `cpack -G DEB` makes a Debian package of
-# the same. Included from the top CMakeLists.txt after the targets exist.
+# Lockstep as a library (DESIGN.md decision 17): `cmake --install` puts the programs, the three
+# static libraries, the public headers under include/lockstep/<wing>/, a CMake package
+# (Lockstep::lockstep, Lockstep::runtime, Lockstep::kernels, and Lockstep::train_cli as a component)
+# with lockstep.pc and lockstep-train-cli.pc; `cpack -G DEB` makes a Debian package of the same.
+# Included from the top CMakeLists.txt after the targets exist.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 set(package_dir ${PROJECT_SOURCE_DIR}/scripts/package)
@@ -10,19 +11,21 @@ set(cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/Lockstep)
 # ---- Public headers ----
 # Every header of runtime/'s wings and of kernels/, except the few that include CUDA, NCCL or oneDNN
 # headers (they serve the twins' implementation files only) and the MPI backend's internals
-# (mpi_inline.h, mpi_ops.h: comm_mpi.cpp's own). Each is staged with its includes
-# rewritten from "runtime/<wing>/x.h" and "kernels/x.h" to <lockstep/<wing>/x.h> and
-# <lockstep/kernels/x.h>, the paths they have once installed (stage_header.cmake).
+# (mpi_inline.h, mpi_ops.h: comm_mpi.cpp's own); and apps/train_cli.h, train_main's, as
+# <lockstep/train_cli.h>. Each is staged with its includes rewritten from "runtime/<wing>/x.h" and
+# "kernels/x.h" to <lockstep/<wing>/x.h> and <lockstep/kernels/x.h>, the paths they have once
+# installed (stage_header.cmake). tests/public_headers_test.sh reads this list too.
 set(LOCKSTEP_PRIVATE_HEADERS runtime/base/cuda_check.h runtime/comm/nccl_watchdog.h
     runtime/comm/mpi_inline.h runtime/comm/mpi_ops.h
     kernels/cuda_check.h kernels/cublas_handle.h kernels/onednn_util.h)
 file(GLOB_RECURSE public_headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
      ${PROJECT_SOURCE_DIR}/runtime/*.h ${PROJECT_SOURCE_DIR}/kernels/*.h)
 list(REMOVE_ITEM public_headers ${LOCKSTEP_PRIVATE_HEADERS})
+list(APPEND public_headers apps/train_cli.h)
 set(stage ${PROJECT_BINARY_DIR}/package/include)
 set(staged "")
 foreach(header ${public_headers})
-  string(REGEX REPLACE "^runtime/" "" installed ${header})
+  string(REGEX REPLACE "^(runtime|apps)/" "" installed ${header})
   set(out ${stage}/lockstep/${installed})
   add_custom_command(OUTPUT ${out}
     COMMAND ${CMAKE_COMMAND} -DIN=${PROJECT_SOURCE_DIR}/${header} -DOUT=${out}
@@ -47,6 +50,11 @@ set_target_properties(lockstep_runtime PROPERTIES EXPORT_NAME runtime)
 set_target_properties(lockstep_kernels PROPERTIES EXPORT_NAME kernels)
 install(TARGETS lockstep lockstep_runtime lockstep_kernels EXPORT LockstepTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# train_main, the whole of lockstep-train (<lockstep/train_cli.h>), in an export set of its own: its
+# library links Boost.Program_options, which the config looks for only when train_cli is asked for.
+set_target_properties(lockstep_train_cli PROPERTIES EXPORT_NAME train_cli)
+install(TARGETS lockstep_train_cli EXPORT LockstepTrainCliTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 # ---- CMake package ----
 # Facts the config needs to find again what the static libraries link: the BLAS vendor, and the
@@ -61,6 +69,7 @@ if(LOCKSTEP_HAVE_CUDA)
   get_filename_component(LOCKSTEP_NCCL_DIR "${NCCL_LIBRARY}" DIRECTORY)
 endif()
 install(EXPORT LockstepTargets NAMESPACE Lockstep:: DESTINATION ${cmake_dir})
+install(EXPORT LockstepTrainCliTargets NAMESPACE Lockstep:: DESTINATION ${cmake_dir})
 configure_package_config_file(${package_dir}/LockstepConfig.cmake.in
   ${PROJECT_BINARY_DIR}/package/LockstepConfig.cmake INSTALL_DESTINATION ${cmake_dir})
 # 0.x: a minor release may change the API, so find_package(Lockstep 0.2) accepts 0.2.* only.
@@ -91,6 +100,12 @@ endif()
 string(APPEND LOCKSTEP_PC_LIBS " -ldl -pthread")
 file(RELATIVE_PATH LOCKSTEP_PC_UP /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${package_dir}/lockstep.pc.in ${PROJECT_BINARY_DIR}/package/lockstep.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/package/lockstep.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# train_main's library: lockstep's flags and libraries after its own, and Boost.Program_options,
+# which has no .pc file on Debian.
+configure_file(${package_dir}/lockstep-train-cli.pc.in
+               ${PROJECT_BINARY_DIR}/package/lockstep-train-cli.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/package/lockstep.pc
+        ${PROJECT_BINARY_DIR}/package/lockstep-train-cli.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 include(${package_dir}/deb.cmake)

@@ -36,3 +36,28 @@ e2e_wait_for_checkpoint() {
   done
   return 1
 }
+
+# e2e_small_fashion_mnist DATA_APP OUT TRAIN TEST: OUT, a Fashion-MNIST HDF5 file made by DATA_APP
+# (a lockstep-data) from the first TRAIN training and TEST test records of Debian's IDX files, for a
+# model that must train in seconds. Returns 77, saying why, when the IDX files are not installed.
+e2e_small_fashion_mnist() {
+  local data_app=$1 out=$2 idx=/usr/share/datasets/fashion-mnist small name rows dims record
+  [[ -e $idx/train-images-idx3-ubyte.gz ]] ||
+    { echo "skipped: no Fashion-MNIST IDX files in $idx (dataset-fashion-mnist)"; return 77; }
+  small=$(mktemp -d "$(dirname "$out")/idx-XXXXXX") || return 1
+  for name in train-images-idx3-ubyte:$3 train-labels-idx1-ubyte:$3 t10k-images-idx3-ubyte:$4 \
+              t10k-labels-idx1-ubyte:$4; do
+    rows=${name#*:}
+    name=${name%:*}
+    if [[ $name == *images* ]]; then dims=2 record=784; else dims=0 record=1; fi
+    # The magic, the count rewritten to ROWS, the other dimensions, the first ROWS records.
+    {
+      zcat "$idx/$name.gz" | head -c 4
+      printf "$(printf '\\x%02x' $((rows >> 24 & 255)) $((rows >> 16 & 255)) $((rows >> 8 & 255)) \
+                $((rows & 255)))"
+      zcat "$idx/$name.gz" | tail -c +9 | head -c $((dims * 4 + rows * record))
+    } >"$small/$name"
+  done
+  "$data_app" fashion-mnist --source "$small" --out "$out" >/dev/null 2>&1 ||
+    { echo "FAIL: lockstep-data fashion-mnist --source $small"; return 1; }
+}
