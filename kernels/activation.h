@@ -2,6 +2,7 @@
 // unchanged: NaN stays NaN (a diverging run shows NaN, not zeros), -0 stays -0, +Inf stays +Inf.
 // relu_backward uses the forward output y (y > 0 <=> x > 0), so the input need not be kept; the
 // gradient is 0 where y is NaN or zero. dx may alias dy. Both twins give the same bits.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstddef>

@@ -19,6 +19,7 @@
 // Backward: given dout [batch, seq, C], overwrites dqkv [batch, seq, 3C] (attention has no
 // parameters; nothing accumulates). `workspace` is scratch of attention_workspace_floats(s) floats
 // for either pass, owned by the caller so steps do not allocate. No buffer may alias another.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,7 @@
 // float -> bf16 rounds to nearest, ties to even; a NaN stays a quiet NaN of the same sign; values
 // beyond the bf16 range become infinities. bf16 -> float is exact. The CPU and CUDA twins give
 // identical bits. in and out must not overlap.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstddef>

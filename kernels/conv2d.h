@@ -2,6 +2,7 @@
 // size, stride and zero padding. Forward overwrites y[n, out_h, out_w, c_out]. Backward: dx
 // overwritten (skipped when null), dw and db accumulated (+=). `workspace` is scratch of at least
 // conv2d_workspace_floats(s) floats (im2col buffer), owned by the caller so steps do not allocate.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstddef>

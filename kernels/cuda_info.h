@@ -1,6 +1,7 @@
 // Whether a CUDA device answers, and if not, why: for GPU tests that must skip with a reason and
 // for benchmarks that pick a device. No CUDA header needed. In a build without CUDA the count is 0
 // and the reason says so. Thread-safe.
+// No collective calls.
 #pragma once
 
 #include <string>

@@ -2,6 +2,7 @@
 // (tests, benchmarks): device memory on the current device, copies, streams. Failures throw
 // std::runtime_error (LS_CHECK_CUDA); in a build without CUDA every function except the frees and
 // destroys throws saying so. Thread-safe as the CUDA runtime is.
+// No collective calls.
 #pragma once
 
 #include <cstddef>

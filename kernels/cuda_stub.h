@@ -1,5 +1,6 @@
 // For the stand-ins (*_stub.cpp) of the CUDA twins (*.cu) in a build without CUDA: one way to say
 // that a CUDA function was called there. Header-only, stateless.
+// Thread-safe; no collective calls.
 #pragma once
 
 #include <stdexcept>

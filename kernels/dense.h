@@ -1,6 +1,7 @@
 // Dense (fully connected) layer on row-major float32: y[batch, out] = x[batch, in] . w[in, out] + b[out].
 // Backward: dx = dy . w^T (overwritten; skipped when dx is null), dw += x^T . dy, db += sum_rows(dy)
 // (accumulated, so micro-batches can add into one gradient buffer).
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstdint>

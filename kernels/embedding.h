@@ -6,6 +6,7 @@
 // [0, vocab) throws std::out_of_range on the CPU, naming it and its position; the GPU cannot throw
 // and gives its row no token embedding (out = wpe only) and no dwte term; callers validate tokens
 // when they load them (lockstep-data text writes bytes, always below 256).
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstddef>

@@ -2,6 +2,7 @@
 //   y = 0.5 x (1 + tanh(s (x + 0.044715 x^3))),  s = sqrt(2 / pi).
 // Backward reads the forward input x (not y: GELU is not monotonic, y does not give x back) and
 // overwrites dx = dy * gelu'(x). dx may alias dy; y may alias x. Elementwise over n floats.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 // The GELU formula and its derivative, shared by gelu.cpp and gelu.cu so that both twins evaluate
 // the same expression in the same order (host and device). Internal to the twins.
+// Pure inline functions: thread-safe, no collective calls.
 #pragma once
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // General matrix multiply on row-major float32 matrices: C = alpha * op(A) op(B) + beta * C,
 // where op(X) is X or its transpose. op(A) is m x k, op(B) is k x n, C is m x n. The CPU twin goes
 // through the optimised BLAS (cblas_sgemm); the CUDA twin (gemm_cuda) through cuBLAS.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstddef>

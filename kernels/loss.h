@@ -2,6 +2,7 @@
 // batch; null means all 1). Each returns the weighted SUM of per-sample losses and writes the
 // gradient of (scale * that sum) into dlogits/dpred, so a caller that passes scale = 1/(valid
 // samples in the global batch) gets the gradient of the global mean loss after an all-reduce sum.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,8 @@
 // memory (its layout is the device layout: four doubles, in this order), and the training step,
 // evaluation, the progress window and the epoch summary add them up. Kept free of other includes
 // so that kernels/ and runtime/ can both use it.
+// Plain data: one thread uses a value at a time. No collective calls (sum_over_ranks in
+// run_reporter.h adds them up over the ranks).
 #pragma once
 
 namespace lockstep::kernels {

@@ -10,6 +10,7 @@
 // and reuses them on every later call with that shape: a training step creates nothing after its
 // first step. A cache lives as long as its thread; it holds a few entries per layer shape and
 // batch size. Calls from several threads are safe (each thread has its own primitives and stream).
+// No collective calls.
 #pragma once
 
 namespace lockstep::kernels {

@@ -3,6 +3,7 @@
 //   backward dst += src            (the gradient of the residual stream gains the branch's dx)
 // The backward pass of y = a + b hands dy to both a and b unchanged; residual_accumulate is the
 // one arithmetic step that needs, where a branch's kernel overwrote its own dx.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 // explicit copies below, which are synchronous. Device copies go through the legacy default
 // stream, so they wait for the work already queued on every blocking stream (the trainer's compute
 // stream is one), and a value read back is the one the kernels wrote. Used by one thread.
+// No collective calls.
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,7 @@
 // fixed when the library is compiled (CMake passes them to build_info.cpp alone), so they describe
 // the library a program linked, not the headers it was compiled against (<lockstep/version.h>).
 // Thread-safe: the values are constants.
+// No collective calls.
 #pragma once
 
 #include <string>

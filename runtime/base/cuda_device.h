@@ -2,6 +2,7 @@
 // one current, and letting helper threads use it. process/device.h decides which GPU a rank takes
 // (choose_device); this header is what lower wings (the MPI backend's staging) need. Twins:
 // cuda_device.cu, cuda_device_stub.cpp (a build without CUDA sees no GPU).
+// Thread-safe as the CUDA runtime is (the current device is per thread). No collective calls.
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 // run_within: a call that may block for ever (inside a library that waits on other processes), run
 // on a helper thread that the caller waits for with a deadline instead of joining blindly. Used by
 // the NCCL backend for ncclCommAbort, which can wait on the other ranks of a node (comm_nccl.cu).
+// Thread-safe; no collective calls of its own (the call it runs may be one).
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,6 @@
 // Where a computation runs: the host CPU or a CUDA device. Its own header so that buffers, layers
 // and steps name a device without pulling in the bootstrap and the communicators (context.h).
+// An enum only: thread-safe, no collective calls.
 #pragma once
 
 namespace lockstep {

@@ -1,6 +1,7 @@
 // Element types a communicator moves and reduces. bf16 and f16 are stored as raw 16-bit words here
 // (uint16_t) and converted to and from float32 for arithmetic: reductions over them accumulate in
 // float32, never on the raw bits.
+// Types and pure functions: thread-safe, no collective calls.
 #pragma once
 
 #include <cstddef>

@@ -10,6 +10,8 @@
 // Library calls go through one check macro per library (LS_CHECK_MPI here; CUDA, cuBLAS, NCCL and
 // HDF5 have theirs beside their code), which report "[rank r/P host] <call> failed: <reason> at
 // file:line" plus a hint.
+// Thread-safe once set_rank_prefix() has run (at start-up, before other threads start). No
+// collective calls: run_app (bootstrap.h) decides which errors end the job.
 #pragma once
 
 #include <stdexcept>

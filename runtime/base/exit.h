@@ -1,6 +1,7 @@
 // Exit codes and the emergency exit. Every app ends with one of these codes on every rank, so
 // schedulers and scripts can act on them; end_job_now is for failures where unwinding could hang.
 // Thread-safe: end_job_now may be called from any thread (a watchdog, a helper).
+// No collective calls: end_job_now aborts the job without waiting for other ranks.
 #pragma once
 
 #include <string>

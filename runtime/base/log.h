@@ -4,6 +4,7 @@
 // LOCKSTEP_LOG_RANKS=all). Lines go to stderr, so stdout stays for results. Thread-safe per line.
 //
 //   LS_LOG(info) << "epoch " << e << " done";
+// No collective calls: each rank decides alone whether it prints.
 #pragma once
 
 #include <sstream>

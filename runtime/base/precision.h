@@ -4,6 +4,7 @@
 // state, and casts activations and weights for the bf16 GEMMs (a CUDA path). A bf16 reduction
 // casts each gradient bucket to bf16, all-reduces it (summed in float32 by the backends, rounded
 // to bf16 on the wire) and casts the result back: half the bytes, about 3 significant digits.
+// Types and pure functions: thread-safe, no collective calls.
 #pragma once
 
 #include <string>

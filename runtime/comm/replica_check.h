@@ -1,5 +1,7 @@
 // The replica check: every rank holds the same parameters (DESIGN.md decision 7). A checksum of the
 // flat parameter buffer is gathered from every rank and compared with rank 0's.
+// Collective: every rank calls check_replicas at the same point. Not thread-safe: the
+// communicator's calls are ordered by the one thread that drives them.
 #pragma once
 
 #include <string>

@@ -11,6 +11,8 @@
 // split is refused naming the value and --loss. Otherwise float targets are regression values.
 // inspect_dataset opens the file read-only, checks it and describes it; every problem is a
 // UsageError naming the file, the dataset and what is wrong.
+// Thread-safe: it reads under the process-wide Hdf5Lock (hdf5_util.h). No collective calls:
+// every rank inspects the file itself.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 // LZF and Bitshuffle (bitshuffle), LZ4 and bzip2 (hdf5-filter-plugin), Blosc
 // (hdf5-filter-plugin-blosc-serial), installed by scripts/setup.sh; Zstandard is not. Callers
 // hold the Hdf5Lock.
+// Thread-safe under that lock. No collective calls.
 #pragma once
 
 #include <hdf5.h>

@@ -9,6 +9,7 @@
 // Every function takes the process-wide Hdf5Lock (hdf5_util.h), so any thread may call them.
 // Failures of the library are Error (LS_CHECK_HDF5); a path that cannot be created, or an
 // attribute of the wrong kind, is a UsageError naming the file and the object.
+// No collective calls: a file is written by the one rank that calls.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,7 @@
 // one process-wide recursive mutex behind Hdf5Lock (the loader's prefetch thread and the main
 // thread's checkpoint code may both touch HDF5). Taking an Hdf5Lock also switches off HDF5's own
 // printing of its error stack on that thread: users see our message, not an HDF5 dump.
+// No collective calls.
 #pragma once
 
 #include <hdf5.h>

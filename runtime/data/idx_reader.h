@@ -9,6 +9,7 @@
 // file that fails is a UsageError naming it and saying what is wrong; the reader never reads past
 // what the file holds, and a lying header cannot make it allocate more than the file delivers.
 // Stateless; any thread.
+// No collective calls.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 // Adding a layer: runtime/model/layers/NAME.{h,cpp} (the CPU layer and its LayerType),
 // NAME_cuda.cu and NAME_cuda_stub.cpp (its CUDA twin, when it has one), one line in builtin.cpp,
 // and its test. runtime/README.md walks through it.
+// No collective calls; a program registers the same types on every rank.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 // the twin's pointers are device memory and its work is queued on one CUDA stream. Parameters are
 // initialised on the host for both, so a seed gives the same values on either device. A layer is
 // used by one thread at a time.
+// No collective calls: the gradient reduction is the trainer's.
 #pragma once
 
 #include <cstddef>

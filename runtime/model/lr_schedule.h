@@ -9,6 +9,7 @@
 //
 // The linear scaling rule (Goyal et al., 2017) sets peak = lr * global_batch / base_batch, so a
 // learning rate tuned at base_batch carries over to larger global batches.
+// Pure functions: thread-safe, no collective calls.
 #pragma once
 
 #include <cstdint>

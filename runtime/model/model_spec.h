@@ -20,6 +20,8 @@
 // naming --model and the offending token; plan_model() adds the shape checks. Each layer type
 // reads its own arguments and plans its own shapes (runtime/model/layers/*.cpp); this file holds
 // the grammar around them and the words of its errors (LayerToken, LayerCheck).
+// Pure functions over values: thread-safe once the layer types are registered. No collective
+// calls: every rank parses the same spec alike.
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 // set_steps(). The state lives where the model computes: with DeviceKind::cuda it is device
 // memory, the update runs through the kernels' CUDA twins on the given stream, and state() gives
 // buffers that host code reads and writes only through their copies (buffer.h). Used by one thread.
+// No collective calls: it updates from a gradient that is already reduced.
 #pragma once
 
 #include <cstddef>

@@ -13,6 +13,7 @@
 // Errors are CUDA errors of the step (std::runtime_error from LS_CHECK_CUDA). Used by one thread,
 // on the stream's device; the stream must outlive this object. The CPU build links
 // device_timer_stub.cpp, whose constructor throws (there is no stream to time).
+// No collective calls.
 #pragma once
 
 #include <memory>

@@ -19,6 +19,7 @@
 // next begin(). begin/end come from one thread at a time (the one that enqueues on the stream, on
 // the stream's device); the flush hook may run on another. The stream must outlive this object.
 // The CPU build links gpu_trace_stub.cpp, which records nothing.
+// Used by one thread, on the stream's device. No collective calls.
 #pragma once
 
 #include <cstddef>

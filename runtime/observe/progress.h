@@ -6,6 +6,7 @@
 // and every evaluation is also one JSON object per line (JSON Lines), flushed as written.
 // Only the rank that constructs it with enabled == true prints; others make a silent one.
 // Used by one thread.
+// No collective calls: it prints figures already reduced (run_reporter.h).
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 // rest (the end of a run). device_step_phases() is the pure part: marks to phases.
 //
 // Used by the training thread only.
+// No collective calls.
 #pragma once
 
 #include <deque>

@@ -17,6 +17,7 @@
 // order; total, steps and samples are counted as each step ends. The host's data wait may overlap
 // the device's update of the step before, so on a GPU the phases may add up to a little more than
 // total.
+// Plain data and pure functions: one thread uses a value at a time. No collective calls.
 #pragma once
 
 #include <chrono>

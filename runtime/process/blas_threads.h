@@ -3,6 +3,8 @@
 // than the host has, the rank's own affinity set is its share. OpenBLAS is reached through weak
 // symbols, so another BLAS links too and is simply left alone. Call from the main thread before
 // the first BLAS call.
+// No collective calls: each rank reads its own affinity and the
+// launcher's counts.
 #pragma once
 
 #include "runtime/process/bootstrap.h"

@@ -1,6 +1,8 @@
 // Process bootstrap: MPI start-up and shut-down, where this process sits in the job, and the
 // world's host communicator. MpiSession is created once per process, first thing in main(). A
 // program started without mpirun is a world of one. Not thread-safe; the main thread owns it.
+// Collective: every rank constructs MpiSession (MPI_Init, then a check of the launcher's
+// view over the world) and calls run_app at the same point.
 #pragma once
 
 #include <functional>

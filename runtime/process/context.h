@@ -4,6 +4,8 @@
 // buckets. On the CPU they are the same object; on CUDA `grads` takes device buffers (NCCL, or MPI
 // staging them) while `host` stays an MPI communicator over host memory. Created by make_context()
 // after MpiSession; owned by main(); used from the main thread.
+// Collective: every rank calls make_context() once, at the same point (it bootstraps NCCL
+// over `host`).
 #pragma once
 
 #include <memory>

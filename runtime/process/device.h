@@ -3,6 +3,8 @@
 // without per-rank CUDA_VISIBLE_DEVICES, its local rank). More such ranks than GPUs is an error
 // naming the host and both counts, unless the communicator is MPI, where ranks may share a GPU
 // (round robin).
+// Called from the main thread at start-up. No collective calls: each rank decides alone, from
+// the world's facts that every rank shares.
 #pragma once
 
 #include <string>

@@ -10,6 +10,8 @@
 // each takes index 0 of its own set;
 // gpu_slot() says which visible index a rank takes and how many ranks compete for the same set.
 // Not thread-safe; called from the main thread during start-up.
+// Collective: check_launch_env, over the world (MpiSession calls it); the rest reads the
+// environment only.
 #pragma once
 
 #include <map>

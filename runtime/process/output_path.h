@@ -1,6 +1,8 @@
 // Files a run writes when it ends or as it goes (--metrics, --trace, ...), checked before any
 // training: a folder that does not exist or cannot be written would otherwise be found only when
 // the file is opened, possibly after hours of training. Nothing is created by the check.
+// Thread-safe; no collective calls (train_main has rank 0 check and agrees on the verdict,
+// agree.h).
 #pragma once
 
 #include <string>

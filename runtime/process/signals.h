@@ -8,6 +8,7 @@
 // re-raises it: a user who presses Ctrl-C twice gets the immediate exit they expect.
 //
 // Thread-safety: the flag is a lock-free atomic; install once from the main thread.
+// No collective calls: the trainer agrees on the flag (step_guard.h).
 #pragma once
 
 namespace lockstep {

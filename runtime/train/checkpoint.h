@@ -18,6 +18,7 @@
 // parameter of another shape, a missing optimizer buffer. Nothing in a file can crash the reader.
 //
 // Thread-safety: the functions take the process-wide HDF5 lock; call them from one thread at a time.
+// No collective calls: rank 0 saves, each rank loads alone (train_checkpoint.h agrees).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 // it in --resume and in pruning). So a fresh run refuses them, naming the files; --resume keeps
 // them (the run continues where they end); --overwrite-checkpoints deletes them first.
 // Used by the training thread.
+// Collective: every rank calls prepare_checkpoint_dir at the same point.
 #pragma once
 
 #include "runtime/base/communicator.h"

@@ -12,6 +12,7 @@
 // not checksum) is found too.
 //
 // Thread-safety: both functions hold the process-wide HDF5 lock (hdf5_util.h) while they run.
+// No collective calls.
 #pragma once
 
 #include <string>

@@ -13,6 +13,7 @@
 // validate(TrainConfig). Every other rule is in its row, and nowhere else.
 //
 // The rows are built once, on first use; any thread may read them afterwards.
+// No collective calls: every rank checks the same options alike.
 #pragma once
 
 #include <functional>

@@ -19,6 +19,7 @@
 //
 // Used by the training thread only; the host blocks only in finish() and in upload() when a slot's
 // previous copy is still running.
+// No collective calls: the Trainer runs the gradient reduction between loss() and finish().
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,7 @@
 // micro-batch (so the guard's flags can travel with the gradient reduction), and finite-ness and
 // clipping scan the reduced gradient in host memory.
 // Used by the training thread only.
+// No collective calls: the Trainer runs the gradient reduction between loss() and finish().
 #pragma once
 
 #include "runtime/train/step.h"

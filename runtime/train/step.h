@@ -14,6 +14,7 @@
 // Loss totals gather from the first loss() after a finish() up to the next finish(), in the
 // order of the calls; samples counts each batch's valid rows (Batch::valid).
 // Used by the training thread only.
+// No collective calls: the Trainer runs the gradient reduction between them.
 #pragma once
 
 #include <cstddef>

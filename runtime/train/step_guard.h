@@ -27,6 +27,8 @@
 // ends the job in bounded time; the timeout's message names the file and the option.
 // Constructing a StepGuard installs the stop-signal handlers.
 // Used by the training thread only.
+// Collective: every rank calls its methods at the same points of every step, in the same
+// order (before_reduce() queues an all-reduce).
 #pragma once
 
 #include <cstdint>

@@ -16,6 +16,8 @@
 // The Trainer saves through write_checkpoint() over its TrainingParts, so this file calls nothing
 // of the Trainer's to write one; the Trainer& forms are for the code above it (resuming, reports).
 // Used by the training thread.
+// Collective: write_checkpoint() and the resume, on every rank at the same point; the rest
+// is rank-local.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // What the trainer checks of the data against its configuration before it builds anything, so
 // that a mismatch is one UsageError naming the option or the file, never a crash or a surprise
 // later. Both run on every rank with the same inputs, so every rank reaches the same verdict.
+// Not thread-safe: one thread checks a TrainConfig. No collective calls.
 #pragma once
 
 #include <cstdint>

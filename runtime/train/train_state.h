@@ -1,4 +1,5 @@
 // TrainState: where a training run is, as the Trainer, its checkpoints and its reports see it.
+// Plain data: one thread uses it at a time. No collective calls.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 // stride}. conv.cpp holds the CPU layer (OpenBLAS im2col + GEMM, or oneDNN) and the type's record;
 // conv_cuda.cu the CUDA twin (fp32, or bf16 GEMMs), conv_cuda_stub.cpp its stand-in in a build
 // without CUDA. Stateless functions; the layers are used by one thread at a time.
+// No collective calls.
 #pragma once
 
 #include <memory>

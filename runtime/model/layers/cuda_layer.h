@@ -8,6 +8,7 @@
 // gradients and activations between layers stay fp32 (master weights: the optimizer and the
 // all-reduce see fp32 only). Storing activations in bf16 (relu and maxpool writing bf16) would save
 // the cast pass of each dense input and halve activation traffic.
+// No collective calls.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 // are {units}, 0 for that. dense.cpp holds the CPU layer (OpenBLAS or oneDNN) and the type's
 // record; dense_cuda.cu the CUDA twin (fp32, or bf16 GEMMs), dense_cuda_stub.cpp its stand-in in a
 // build without CUDA. Stateless functions; the layers are used by one thread at a time.
+// No collective calls.
 #pragma once
 
 #include <memory>

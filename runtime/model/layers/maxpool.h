@@ -3,6 +3,7 @@
 // maxpool_cuda.cu the CUDA twin, maxpool_cuda_stub.cpp its stand-in in a build without CUDA. Each
 // layer keeps the argmax of its last forward for the backward pass. Stateless functions; the
 // layers are used by one thread at a time.
+// No collective calls.
 #pragma once
 
 #include <memory>

@@ -2,6 +2,7 @@
 // relu.cpp holds the CPU layer and the type's record; relu_cuda.cu the CUDA twin,
 // relu_cuda_stub.cpp its stand-in in a build without CUDA. The backward pass reads the output
 // (y > 0), not the input. Stateless functions; the layers are used by one thread at a time.
+// No collective calls.
 #pragma once
 
 #include <memory>
