@@ -8,6 +8,17 @@
 
 namespace lockstep {
 
+std::vector<std::string> split_spec(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) return parts;
+    start = pos + 1;
+  }
+}
+
 namespace {
 
 // Sizes beyond this are refused: kernel shapes are int and a typo like dense:10000000 should be
@@ -34,16 +45,6 @@ bool parse_positive(const std::string& s, int* out) {
   return true;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    size_t pos = s.find(sep, start);
-    parts.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
-    if (pos == std::string::npos) return parts;
-    start = pos + 1;
-  }
-}
 
 int positive_arg(const std::string& text, const std::string& token, const std::string& what,
                  const std::string& value) {
@@ -55,7 +56,7 @@ int positive_arg(const std::string& text, const std::string& token, const std::s
 }
 
 LayerSpec parse_layer(const std::string& text, const std::string& token) {
-  std::vector<std::string> parts = split(token, ':');
+  std::vector<std::string> parts = split_spec(token, ':');
   std::string suffix;
   const LayerType* type = match_layer_type(parts[0], &suffix);
   if (type == nullptr) bad_spec(text, "unknown layer '" + token + "'");
@@ -118,7 +119,7 @@ ModelSpec parse_model_spec(const std::string& raw) {
     std::vector<int> widths = {256, 128};
     if (text != "mlp") {
       widths.clear();
-      for (const std::string& w : split(text.substr(4), ','))
+      for (const std::string& w : split_spec(text.substr(4), ','))
         widths.push_back(positive_arg(raw, text, "each mlp width", w));
     }
     for (int w : widths) {
@@ -127,7 +128,7 @@ ModelSpec parse_model_spec(const std::string& raw) {
     }
     m.layers.push_back(dense(0));
   } else {
-    for (const std::string& token : split(text, ',')) {
+    for (const std::string& token : split_spec(text, ',')) {
       if (token.empty()) bad_spec(raw, "empty layer (two ',' in a row, or one at an end)");
       m.layers.push_back(parse_layer(raw, token));
     }

@@ -45,6 +45,10 @@ struct ModelSpec {
 
 ModelSpec parse_model_spec(const std::string& text);
 
+// Splits s at each `sep` ("3x3" -> {"3", "3"}; "a,,b" -> {"a", "", "b"}): the spec parser's and
+// the layer types' word splitting.
+std::vector<std::string> split_spec(const std::string& s, char sep);
+
 // The layer words a spec may use, from the layer registry at the time of the call (built-ins, then
 // registered ones): "dense[:units], convKxK:channels[:stride], maxpoolK, relu, flatten, ...".
 std::string layer_grammar();

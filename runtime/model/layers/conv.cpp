@@ -1,21 +1,10 @@
 #include "runtime/model/layers/conv.h"
 
 #include "kernels/onednn.h"
+#include "runtime/model/model_spec.h"
 
 namespace lockstep {
 namespace {
-
-// Splits s at each `sep` ("3x3" -> {"3", "3"}).
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    size_t pos = s.find(sep, start);
-    parts.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
-    if (pos == std::string::npos) return parts;
-    start = pos + 1;
-  }
-}
 
 // With oneDNN, the forward pass runs on it; so does the backward pass unless the layer has fewer
 // input channels than oneDNN's AVX2 kernels block them by (8): there it pads the channels and its
@@ -63,7 +52,7 @@ LayerType conv_layer_type() {
   t.span_name = "conv2d";
   t.parse = [](const LayerToken& tok) {
     tok.expect_args(1, 2);
-    std::vector<std::string> k = split(tok.suffix(), 'x');
+    std::vector<std::string> k = split_spec(tok.suffix(), 'x');
     if (k.size() != 2) tok.fail("'" + tok.token() + "': write the kernel as convKxK, e.g. conv3x3");
     const int kh = tok.positive("the kernel size", k[0]);
     const int kw = tok.positive("the kernel size", k[1]);
