@@ -38,6 +38,12 @@ class Layer {
     params_ = params;
     grads_ = grads;
   }
+  // For a layer planned with a tie (LayerPlan::tied): the start of the tied layer's parameters and
+  // gradients. Its first tensor is read from there and its gradient added there (+=).
+  void bind_tied(const float* params, float* grads) {
+    tied_params_ = params;
+    tied_grads_ = grads;
+  }
   // True when the output is the input itself (flatten of NHWC data): the model passes the
   // pointers through and forward/backward are not called.
   virtual bool is_view() const { return false; }
@@ -57,6 +63,8 @@ class Layer {
   LayerPlan plan_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
+  const float* tied_params_ = nullptr;
+  float* tied_grads_ = nullptr;
 };
 
 // Which kernels the CPU layers run: `best` takes oneDNN for the convolutions and dense products

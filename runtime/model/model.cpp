@@ -69,11 +69,12 @@ std::vector<LayerPlan> pool_before_relu(std::vector<LayerPlan> plan) {
 }  // namespace
 
 Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch,
-             const ModelPlacement& placement)
+             const ModelPlacement& placement, int positions)
     : placement_(placement),
-      plan_(pool_before_relu(plan_model(spec, input, outputs))),
+      plan_(pool_before_relu(plan_model(spec, input, outputs, positions))),
       max_batch_(max_batch),
-      outputs_(outputs),
+      outputs_(outputs * positions),
+      positions_(positions),
       input_size_(shape_size(input)) {
   if (max_batch <= 0) throw UsageError("model batch size must be positive");
   const DeviceKind where = placement_.device;
@@ -94,6 +95,12 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   grads_ = Buffer<float>(where, total);
   for (const ParamRange& r : ranges_)
     layers_[r.layer]->bind(params_.data() + r.offset, grads_.data() + r.offset);
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    if (plan_[i].tied < 0) continue;
+    for (const ParamRange& r : ranges_)
+      if (r.layer == plan_[i].tied)
+        layers_[i]->bind_tied(params_.data() + r.offset, grads_.data() + r.offset);
+  }
 
   while (first_compute_ < layers_.size() && layers_[first_compute_]->is_view()) ++first_compute_;
   size_t workspace = 0, dmax = 0;
@@ -110,7 +117,7 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   workspace_ = Buffer<float>(where, workspace);
   dbuf_[0] = Buffer<float>(where, dmax);
   dbuf_[1] = Buffer<float>(where, dmax);
-  output_grad_ = Buffer<float>(where, static_cast<size_t>(max_batch) * outputs);
+  output_grad_ = Buffer<float>(where, static_cast<size_t>(max_batch) * outputs_);
   act_.assign(layers_.size() + 1, nullptr);
 }
 

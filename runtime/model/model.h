@@ -74,8 +74,10 @@ constexpr size_t kParamAlignFloats = 256 / sizeof(float);
 class Model {
  public:
   // Plans the model against the data (UsageError when it does not fit) and allocates its buffers.
+  // `outputs` values at each of `positions` positions per sample (plan_model); outputs() is their
+  // product.
   Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch,
-        const ModelPlacement& placement = {});
+        const ModelPlacement& placement = {}, int positions = 1);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -108,7 +110,8 @@ class Model {
   std::vector<ParamTensorInfo> param_tensors() const;
 
   int max_batch() const { return max_batch_; }
-  int outputs() const { return outputs_; }
+  int outputs() const { return outputs_; }  // floats per sample: positions() * classes
+  int positions() const { return positions_; }
   size_t input_size() const { return input_size_; }  // floats per sample
   const std::vector<LayerPlan>& plan() const { return plan_; }
 
@@ -140,6 +143,7 @@ class Model {
   size_t trainable_ = 0;
   int max_batch_ = 0;
   int outputs_ = 0;
+  int positions_ = 1;
   size_t input_size_ = 0;
   size_t first_compute_ = 0;  // first layer that is not a view: it needs no input gradient
   Buffer<float> params_, grads_, workspace_, output_grad_;

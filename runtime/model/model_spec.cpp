@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <stdexcept>
 
 #include "runtime/base/error.h"
 #include "runtime/model/layer_registry.h"
@@ -175,13 +176,15 @@ std::string layout_hint(const SampleShape& in) {
          "x.transpose(0, 2, 3, 1))";
 }
 
-std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& input, int outputs);
+std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& input, int outputs,
+                                   int positions);
 
 }  // namespace
 
-std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& input, int outputs) {
+std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& input, int outputs,
+                                  int positions) {
   try {
-    return plan_layers(spec, input, outputs);
+    return plan_layers(spec, input, outputs, positions);
   } catch (const UsageError& e) {
     throw UsageError(e.what() + layout_hint(input));
   }
@@ -189,12 +192,14 @@ std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& inpu
 
 namespace {
 
-std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& input, int outputs) {
+std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& input, int outputs,
+                                   int positions) {
   if (input.empty() || input.size() == 2 || input.size() > 3 ||
       std::any_of(input.begin(), input.end(), [](int d) { return d <= 0; }))
     throw UsageError("--model '" + spec.text + "': samples of shape " + to_string(input) +
                      " are not supported (need (D) vectors or (H, W, C) images)");
-  if (outputs <= 0) throw UsageError("--model: the data has no outputs to predict");
+  if (outputs <= 0 || positions <= 0)
+    throw UsageError("--model: the data has no outputs to predict");
   std::vector<LayerPlan> plan;
   SampleShape shape = input;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
@@ -203,14 +208,24 @@ std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& inp
     p.in = shape;
     const std::string where = "--model '" + spec.text + "': layer " + std::to_string(i + 1) +
                               " (" + to_string(p.spec) + ")";
-    find_layer_type(p.spec.type).plan(p, LayerCheck{outputs, where});
+    find_layer_type(p.spec.type).plan(p, LayerCheck{outputs, positions, where, &plan});
+    if (p.tied >= static_cast<int>(i) || (p.tied >= 0 && plan[p.tied].params == 0))
+      throw std::logic_error(where + ": tied to layer " + std::to_string(p.tied + 1) +
+                             ", which is not an earlier layer with parameters");
     if (p.params >= kMaxLayerSize || shape_size(p.out) >= kMaxLayerSize)
       throw UsageError(where + " is too large (" + std::to_string(p.params) + " parameters)");
     shape = p.out;
     plan.push_back(p);
   }
   if (plan.empty()) throw UsageError("--model '" + spec.text + "' has no layers");
-  if (shape.size() != 1 || shape[0] != outputs)
+  if (positions > 1) {
+    if (shape != SampleShape{positions, outputs})
+      throw UsageError("--model '" + spec.text + "': the model gives " + to_string(shape) +
+                       " values per sample but the data needs (" + std::to_string(positions) +
+                       ", " + std::to_string(outputs) + "): " + std::to_string(outputs) +
+                       " predictions at each of its " + std::to_string(positions) +
+                       " positions; end a language model with 'lmhead'");
+  } else if (shape.size() != 1 || shape[0] != outputs)
     throw UsageError("--model '" + spec.text + "': the model gives " + to_string(shape) +
                      " values per sample but the data needs " + std::to_string(outputs) +
                      " outputs; end the model with 'dense' (it takes the data's output width)");

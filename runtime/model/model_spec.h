@@ -72,12 +72,18 @@ struct LayerPlan {
   LayerSpec spec;
   SampleShape in, out;
   size_t params = 0;  // weights + biases
+  // The index of an earlier layer whose first parameter tensor this layer also reads and adds its
+  // gradient to (a language model's output head tied to its token embedding); -1: none. The
+  // planner of the type sets it (LayerCheck::earlier); the model binds it (Layer::bind_tied).
+  int tied = -1;
 };
 
 // Resolves shapes through the layers for an input sample shape and the data's output width;
 // throws UsageError (naming --model, the layer and both shapes) when a layer cannot take its
-// input or the last layer does not give `outputs` values.
-std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& input, int outputs);
+// input or the last layer does not give `outputs` values. With positions > 1 (a language model:
+// one prediction per input token) the last layer gives (positions, outputs) per sample.
+std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& input, int outputs,
+                                  int positions = 1);
 
 // What a layer type's parser sees of one token, "conv3x3:32:2": the word after the type's name
 // ("3x3"), the ':' arguments ({"32", "2"}), and the parser's ways to refuse it, which all throw
@@ -106,8 +112,11 @@ class LayerToken {
 // What a layer type's planner gets besides the plan it fills: the data's output width and the
 // words that name the layer in an error ("--model 'cnn': layer 1 (conv3x3:32)").
 struct LayerCheck {
-  int outputs = 0;
+  int outputs = 0;    // per position
+  int positions = 1;  // predictions per sample (tokens of a sequence; 1 otherwise)
   std::string where;
+  // The plans of the layers before this one (a tied layer finds the one it shares with).
+  const std::vector<LayerPlan>* earlier = nullptr;
   // Throws UsageError(where + why): `why` starts with its own separator (": ..." or " ...").
   [[noreturn]] void fail(const std::string& why) const;
   // Refuses an input that is not an image (H, W, C).
