@@ -55,12 +55,13 @@ void from_heads(const AttentionShape& s, int parts, const float* heads, float* p
         }
 }
 
+using GemmFn = void (*)(const GemmShape&, const float*, const float*, float*);
+
 // One GEMM per head: the B * H matrices of each operand lie `stride_*` floats apart.
-void gemm_per_head(const AttentionShape& s, const GemmShape& g, const float* a, size_t stride_a,
-                   const float* b, size_t stride_b, float* c, size_t stride_c) {
+void gemm_per_head(GemmFn gemm, const AttentionShape& s, const GemmShape& g, const float* a,
+                   size_t stride_a, const float* b, size_t stride_b, float* c, size_t stride_c) {
   const size_t count = static_cast<size_t>(s.batch) * s.heads;
-  for (size_t i = 0; i < count; ++i)
-    gemm_cpu(g, a + i * stride_a, b + i * stride_b, c + i * stride_c);
+  for (size_t i = 0; i < count; ++i) gemm(g, a + i * stride_a, b + i * stride_b, c + i * stride_c);
 }
 
 // Row t of a [T, T] score matrix: softmax over columns 0..t, zeros after.
@@ -87,11 +88,8 @@ void causal_softmax_backward_row(const float* p, float* dp, int t, int T, float 
   std::fill(dp + t + 1, dp + T, 0.0f);
 }
 
-}  // namespace
-
-void attention_forward_cpu(const AttentionShape& s, const float* qkv, float* out, float* heads,
-                           float* probs, float* workspace) {
-  check_attention_shape(s, "attention_forward_cpu");
+void forward(GemmFn gemm, const AttentionShape& s, const float* qkv, float* out, float* heads,
+             float* probs, float* workspace) {
   if (s.batch == 0) return;
   const int T = s.seq, Dh = s.head_dim;
   const size_t mat = static_cast<size_t>(T) * Dh, sq = static_cast<size_t>(T) * T;
@@ -102,17 +100,16 @@ void attention_forward_cpu(const AttentionShape& s, const float* qkv, float* out
   float* yh = workspace;  // [B, H, T, Dh]
   to_heads(s, 3, qkv, heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
-  gemm_per_head(s, {.m = T, .n = T, .k = Dh, .trans_b = true, .alpha = scale}, q, mat, k, mat,
+  gemm_per_head(gemm, s, {.m = T, .n = T, .k = Dh, .trans_b = true, .alpha = scale}, q, mat, k, mat,
                 probs, sq);
   const size_t rows = static_cast<size_t>(s.batch) * s.heads * T;
   for (size_t r = 0; r < rows; ++r) causal_softmax_row(probs + r * T, static_cast<int>(r % T), T);
-  gemm_per_head(s, {.m = T, .n = Dh, .k = T}, probs, sq, v, mat, yh, mat);
+  gemm_per_head(gemm, s, {.m = T, .n = Dh, .k = T}, probs, sq, v, mat, yh, mat);
   from_heads(s, 1, yh, out);
 }
 
-void attention_backward_cpu(const AttentionShape& s, const float* dout, const float* heads,
-                            const float* probs, float* dqkv, float* workspace) {
-  check_attention_shape(s, "attention_backward_cpu");
+void backward(GemmFn gemm, const AttentionShape& s, const float* dout, const float* heads,
+              const float* probs, float* dqkv, float* workspace) {
   if (s.batch == 0) return;
   const int T = s.seq, Dh = s.head_dim;
   const size_t mat = static_cast<size_t>(T) * Dh, sq = static_cast<size_t>(T) * T;
@@ -125,18 +122,44 @@ void attention_backward_cpu(const AttentionShape& s, const float* dout, const fl
   float* dprobs = dheads + 3 * part;  // [B, H, T, T]
   to_heads(s, 1, dout, dyh);
   // dprobs = dy v^T;  dv = att^T dy
-  gemm_per_head(s, {.m = T, .n = T, .k = Dh, .trans_b = true}, dyh, mat, v, mat, dprobs, sq);
-  gemm_per_head(s, {.m = T, .n = Dh, .k = T, .trans_a = true}, probs, sq, dyh, mat,
+  gemm_per_head(gemm, s, {.m = T, .n = T, .k = Dh, .trans_b = true}, dyh, mat, v, mat, dprobs, sq);
+  gemm_per_head(gemm, s, {.m = T, .n = Dh, .k = T, .trans_a = true}, probs, sq, dyh, mat,
                 dheads + 2 * part, mat);
   const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
   const size_t rows = static_cast<size_t>(s.batch) * s.heads * T;
   for (size_t r = 0; r < rows; ++r)
     causal_softmax_backward_row(probs + r * T, dprobs + r * T, static_cast<int>(r % T), T, scale);
   // dq = dscores k;  dk = dscores^T q  (dscores already carries the 1/sqrt(Dh))
-  gemm_per_head(s, {.m = T, .n = Dh, .k = T}, dprobs, sq, k, mat, dheads, mat);
-  gemm_per_head(s, {.m = T, .n = Dh, .k = T, .trans_a = true}, dprobs, sq, q, mat, dheads + part,
+  gemm_per_head(gemm, s, {.m = T, .n = Dh, .k = T}, dprobs, sq, k, mat, dheads, mat);
+  gemm_per_head(gemm, s, {.m = T, .n = Dh, .k = T, .trans_a = true}, dprobs, sq, q, mat, dheads + part,
                 mat);
   from_heads(s, 3, dheads, dqkv);
+}
+
+}  // namespace
+
+void attention_forward_cpu(const AttentionShape& s, const float* qkv, float* out, float* heads,
+                           float* probs, float* workspace) {
+  check_attention_shape(s, "attention_forward_cpu");
+  forward(gemm_cpu, s, qkv, out, heads, probs, workspace);
+}
+
+void attention_backward_cpu(const AttentionShape& s, const float* dout, const float* heads,
+                            const float* probs, float* dqkv, float* workspace) {
+  check_attention_shape(s, "attention_backward_cpu");
+  backward(gemm_cpu, s, dout, heads, probs, dqkv, workspace);
+}
+
+void attention_forward_onednn(const AttentionShape& s, const float* qkv, float* out, float* heads,
+                              float* probs, float* workspace) {
+  check_attention_shape(s, "attention_forward_onednn");
+  forward(gemm_onednn, s, qkv, out, heads, probs, workspace);
+}
+
+void attention_backward_onednn(const AttentionShape& s, const float* dout, const float* heads,
+                               const float* probs, float* dqkv, float* workspace) {
+  check_attention_shape(s, "attention_backward_onednn");
+  backward(gemm_onednn, s, dout, heads, probs, dqkv, workspace);
 }
 
 }  // namespace lockstep::kernels

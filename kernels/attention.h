@@ -46,6 +46,12 @@ void attention_forward_cpu(const AttentionShape& s, const float* qkv, float* out
 void attention_backward_cpu(const AttentionShape& s, const float* dout, const float* heads,
                             const float* probs, float* dqkv, float* workspace);
 
+// The same with the per-head products through oneDNN (gemm_onednn; onednn.h): the CPU layers' choice
+// where the build has it (OpenBLAS's sgemm on these small matrices is the slower one).
+void attention_forward_onednn(const AttentionShape& s, const float* qkv, float* out, float* heads,
+                              float* probs, float* workspace);
+void attention_backward_onednn(const AttentionShape& s, const float* dout, const float* heads,
+                               const float* probs, float* dqkv, float* workspace);
 // CUDA twins (attention.cu): device pointers, same contract, enqueued on `stream`. Softmax rows
 // reduce in a fixed order: identical inputs give identical bits.
 void attention_forward_cuda(const AttentionShape& s, const float* qkv, float* out, float* heads,

@@ -44,11 +44,17 @@ struct CpuGptOps {
   }
   void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
                          float* heads, float* probs, float* ws) {
-    kernels::attention_forward_cpu(s, qkv, out, heads, probs, ws);
+    if (onednn)
+      kernels::attention_forward_onednn(s, qkv, out, heads, probs, ws);
+    else
+      kernels::attention_forward_cpu(s, qkv, out, heads, probs, ws);
   }
   void attention_backward(const kernels::AttentionShape& s, const float* dout, const float* heads,
                           const float* probs, float* dqkv, float* ws) {
-    kernels::attention_backward_cpu(s, dout, heads, probs, dqkv, ws);
+    if (onednn)
+      kernels::attention_backward_onednn(s, dout, heads, probs, dqkv, ws);
+    else
+      kernels::attention_backward_cpu(s, dout, heads, probs, dqkv, ws);
   }
   void gelu_forward(const float* x, float* y, size_t n) { kernels::gelu_forward_cpu(x, y, n); }
   void gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
