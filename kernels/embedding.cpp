@@ -11,6 +11,19 @@ void check_embedding_shape(const EmbeddingShape& s, const char* who) {
                                 ": batch must be >= 0, 0 < seq <= max_seq and vocab, dim > 0");
 }
 
+void tokens_from_floats_cpu(const float* x, int32_t* tokens, size_t n, int vocab) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const bool whole = v >= 0.0f && v < static_cast<float>(vocab) &&
+                       v == static_cast<float>(static_cast<int32_t>(v));
+    if (!whole)
+      throw std::out_of_range("tokens_from_floats_cpu: input " + std::to_string(v) + " at " +
+                              std::to_string(i) + " is not a token id in [0, " +
+                              std::to_string(vocab) + ")");
+    tokens[i] = static_cast<int32_t>(v);
+  }
+}
+
 namespace {
 
 int32_t checked_token(const EmbeddingShape& s, const int32_t* tokens, size_t i, const char* who) {

@@ -17,6 +17,14 @@ __global__ void embedding_forward_kernel(EmbeddingShape s, const int32_t* tokens
   }
 }
 
+__global__ void tokens_from_floats_kernel(const float* x, int32_t* tokens, size_t n, int vocab) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+    const float v = x[i];
+    const bool ok = v >= 0.0f && v < static_cast<float>(vocab) && v == floorf(v);
+    tokens[i] = ok ? static_cast<int32_t>(v) : -1;
+  }
+}
+
 // Grid: (column blocks, vocab). Each thread owns dwte[v, j] and adds the positions holding token v
 // in order: the same order, and bits, every call. The token reads are the same for every thread
 // of a block (a broadcast from cache).
@@ -48,6 +56,13 @@ __global__ void embedding_dwpe_kernel(EmbeddingShape s, const float* dout, float
 }
 
 }  // namespace
+
+void tokens_from_floats_cuda(const float* x, int32_t* tokens, size_t n, int vocab,
+                             cudaStream_t stream) {
+  if (n == 0) return;
+  tokens_from_floats_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(x, tokens, n, vocab);
+  LS_CHECK_LAUNCH("tokens_from_floats_kernel");
+}
 
 void embedding_forward_cuda(const EmbeddingShape& s, const int32_t* tokens, const float* wte,
                             const float* wpe, float* out, cudaStream_t stream) {

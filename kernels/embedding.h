@@ -24,6 +24,14 @@ struct EmbeddingShape {
 // > 0 (both twins call it).
 void check_embedding_shape(const EmbeddingShape& s, const char* who);
 
+// Token ids carried as floats (the model's input buffer holds them so: whole numbers, exact in
+// fp32) into int32 tokens[n]. The CPU form throws std::out_of_range naming the value and its index
+// when one is not a whole number in [0, vocab); the CUDA form writes -1 for such a value (the
+// embedding then gives that position no token embedding, as above).
+void tokens_from_floats_cpu(const float* x, int32_t* tokens, size_t n, int vocab);
+void tokens_from_floats_cuda(const float* x, int32_t* tokens, size_t n, int vocab,
+                             cudaStream_t stream);
+
 void embedding_forward_cpu(const EmbeddingShape& s, const int32_t* tokens, const float* wte,
                            const float* wpe, float* out);
 void embedding_backward_cpu(const EmbeddingShape& s, const int32_t* tokens, const float* dout,

@@ -35,7 +35,7 @@ args=(--data fmnist.h5 --model "$model" --global-batch 64 --lr 0.003 --threads 1
 # ---- --help names the program and lists the registered layer ----
 help=$("$train" --help 2>&1) || fail "custom_train --help exits non-zero"
 grep -q "usage: .*custom_train --data" <<<"$help" || fail "--help does not name custom_train: $help"
-tr -s ' \n' ' ' <<<"$help" | grep -q "flatten, layernorm)" ||
+tr -s ' \n' ' ' <<<"$help" | grep -q "lmhead, layernorm)" ||
   fail "--help's --model text does not list layernorm after the built-in layers: $help"
 
 # ---- 20 steps with a checkpoint, then resumed to 40 with metrics and trace ----

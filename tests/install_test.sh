@@ -176,7 +176,7 @@ if cmake -S "$custom" -B "$work/custom" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BU
      >"$work/custom.log" 2>&1 && cmake --build "$work/custom" >>"$work/custom.log" 2>&1; then
   train=$work/custom/custom_train
   help=$("$train" --help 2>&1) || fail "the installed custom_train --help exits non-zero"
-  tr -s ' \n' ' ' <<<"$help" | grep -q "flatten, layernorm)" ||
+  tr -s ' \n' ' ' <<<"$help" | grep -q "lmhead, layernorm)" ||
     fail "the installed custom_train's --help does not list layernorm: $help"
   e2e_small_fashion_mnist "$prefix/bin/lockstep-data" "$work/fmnist.h5" 512 128
   case $? in
@@ -206,7 +206,7 @@ fi
 if (cd "$work" && g++ -std=c++20 -O1 $(pkg-config --cflags lockstep-train-cli) -o custom_pc \
       "$custom/custom_train.cpp" "$custom/layer_norm.cpp" $(pkg-config --libs lockstep-train-cli)) \
      >"$work/custom_pc.log" 2>&1; then
-  "$work/custom_pc" --help 2>&1 | tr -s ' \n' ' ' | grep -q "flatten, layernorm)" ||
+  "$work/custom_pc" --help 2>&1 | tr -s ' \n' ' ' | grep -q "lmhead, layernorm)" ||
     fail "custom_train built with lockstep-train-cli.pc does not list layernorm in --help"
 else
   fail "the custom-layer example does not build with lockstep-train-cli.pc: $(tail -30 "$work/custom_pc.log")"

@@ -81,6 +81,10 @@ bool layers_available(DeviceKind kind);
 // depend only on the generator's sequence, not on the standard library's distributions).
 void fill_uniform(float* p, size_t n, float bound, std::mt19937_64& gen);
 
+// Fills p[0, n) with normal values of mean 0 and standard deviation `stddev` from gen (Box-Muller
+// over two 24-bit uniforms per pair, so again independent of the standard library).
+void fill_normal(float* p, size_t n, float stddev, std::mt19937_64& gen);
+
 // PyTorch's default initialisation for Linear and Conv2d (Kaiming-uniform with a = sqrt(5)):
 // `weights` then `bias` values uniform in +-1/sqrt(fan_in), for dense and conv layers.
 void init_weights_and_bias(float* params, size_t weights, size_t bias, size_t fan_in,

@@ -28,7 +28,8 @@ constexpr long kMaxWidth = 1 << 20;
 
 // The grammar in one line.
 std::string grammar_hint() {
-  return "layers: " + layer_grammar() + ", joined by ','; presets: linear, mlp[:w1,w2,...], cnn";
+  return "layers: " + layer_grammar() + ", joined by ','; presets: linear, mlp[:w1,w2,...], cnn, " +
+         "gpt[:tiny|small][,layers=L][,heads=H][,dim=D][,ctx=T]";
 }
 
 [[noreturn]] void bad_spec(const std::string& text, const std::string& why) {
@@ -70,6 +71,42 @@ LayerSpec dense(int units) { return {"dense", {units}}; }
 LayerSpec relu() { return {"relu", {}}; }
 LayerSpec conv3x3(int channels) { return {"conv", {3, channels, 1}}; }
 LayerSpec maxpool(int k) { return {"maxpool", {k}}; }
+
+// The gpt preset: "gpt", "gpt:tiny", "gpt:small", then key=value overrides, "gpt:layers=4,heads=4,
+// dim=128,ctx=128" (tiny's values; small is GPT-2 small's shape).
+std::vector<LayerSpec> gpt_layers(const std::string& raw, const std::string& text) {
+  int layers = 4, heads = 4, dim = 128, ctx = 128;
+  if (text != "gpt") {
+    for (const std::string& item : split_spec(text.substr(4), ',')) {
+      if (item == "tiny") {
+        layers = 4, heads = 4, dim = 128, ctx = 128;
+        continue;
+      }
+      if (item == "small") {
+        layers = 12, heads = 12, dim = 768, ctx = 1024;
+        continue;
+      }
+      const size_t eq = item.find('=');
+      const std::string key = item.substr(0, eq);
+      int* slot = key == "layers" ? &layers
+                  : key == "heads" ? &heads
+                  : key == "dim"   ? &dim
+                  : key == "ctx"   ? &ctx
+                                   : nullptr;
+      if (slot == nullptr || eq == std::string::npos)
+        bad_spec(raw, "'" + item + "' in the gpt preset is not tiny, small or one of layers=, " +
+                          "heads=, dim=, ctx=");
+      *slot = positive_arg(raw, item, key, item.substr(eq + 1));
+    }
+  }
+  if (dim % heads != 0)
+    bad_spec(raw, "gpt: " + std::to_string(heads) + " heads do not divide dim " +
+                      std::to_string(dim));
+  std::vector<LayerSpec> out = {{"embed", {dim, ctx}}};
+  for (int i = 0; i < layers; ++i) out.push_back({"block", {heads}});
+  out.push_back({"lmhead", {}});
+  return out;
+}
 
 }  // namespace
 
@@ -128,6 +165,8 @@ ModelSpec parse_model_spec(const std::string& raw) {
       m.layers.push_back(relu());
     }
     m.layers.push_back(dense(0));
+  } else if (text == "gpt" || text.rfind("gpt:", 0) == 0) {
+    m.layers = gpt_layers(raw, text);
   } else {
     for (const std::string& token : split_spec(text, ',')) {
       if (token.empty()) bad_spec(raw, "empty layer (two ',' in a row, or one at an end)");

@@ -7,6 +7,11 @@
 //           | "mlp" [":" width ("," width)*]  dense:width,relu per width, then dense; "mlp" alone
 //                                             is mlp:256,128
 //           | "cnn"                           conv3x3:32,relu,maxpool2,conv3x3:64,relu,maxpool2,dense
+//           | "gpt" [":" item ("," item)*]    a GPT-2 style language model (layers/gpt.h):
+//                                             embed:D:T, L x block:H, lmhead; items "tiny" (L=4,
+//                                             H=4, D=128, T=128: the default), "small" (GPT-2
+//                                             small: 12, 12, 768, 1024) and layers=, heads=, dim=,
+//                                             ctx= overrides, later items winning
 //   layer  := name [suffix] (":" arg)*        a registered layer type (layer_registry.h); built in:
 //           | "dense" [":" units]             fully connected; without units it gives the data's
 //                                             outputs (classes, or the regression target width).
@@ -16,6 +21,7 @@
 //                                             K at stride 1), stride 1 by default
 //           | "maxpool" K                     K x K max pooling, stride K
 //           | "relu" | "flatten"
+//           | "embed:" dim ":" ctx | "block:" heads | "lmhead"   the gpt preset's layers
 // The model's last layer must produce the data's outputs. Parsing is pure and throws UsageError
 // naming --model and the offending token; plan_model() adds the shape checks. Each layer type
 // reads its own arguments and plans its own shapes (runtime/model/layers/*.cpp); this file holds

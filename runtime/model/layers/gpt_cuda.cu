@@ -1,0 +1,117 @@
+// The CUDA twins of the GPT layers (gpt.cpp): gpt_layers.h over the kernels' CUDA launchers, on the
+// model's stream and in device memory. With Precision::bf16 a block's four dense products run as
+// bf16 GEMMs with fp32 accumulation (the weight copy cast at every forward, as cuda_layer.h
+// explains; each input's bf16 copy kept for its backward pass); layer norms, attention, GELU, the
+// embedding and the tied head stay fp32. Plain C++ over the launchers: a .cu only so that it is
+// built with CUDA and gpt_cuda_stub.cpp without.
+#include <array>
+
+#include "kernels/cast.h"
+#include "kernels/gelu.h"
+#include "kernels/residual.h"
+#include "runtime/model/layers/gpt.h"
+#include "runtime/model/layers/gpt_layers.h"
+
+namespace lockstep {
+namespace {
+
+class CudaGptOps {
+ public:
+  explicit CudaGptOps(const CudaLayerPlacement& where)
+      : stream_(where.stream), bf16_(where.precision == Precision::bf16) {}
+
+  DeviceKind device() const { return DeviceKind::cuda; }
+  void reserve_dense(int slot, size_t rows, int in, int out) {
+    if (!bf16_) return;
+    const size_t i = static_cast<size_t>(slot);
+    w16_[i] = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(in) * out);
+    x16_[i] = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(in));
+  }
+  // dy in bf16 (2 per float).
+  size_t dense_scratch_floats(size_t rows, int out) const {
+    return bf16_ ? (rows * static_cast<size_t>(out) + 1) / 2 : 0;
+  }
+
+  void tokens(const float* x, int32_t* t, size_t n, int vocab) {
+    kernels::tokens_from_floats_cuda(x, t, n, vocab, stream_);
+  }
+  void embedding_forward(const kernels::EmbeddingShape& s, const int32_t* t, const float* wte,
+                         const float* wpe, float* out) {
+    kernels::embedding_forward_cuda(s, t, wte, wpe, out, stream_);
+  }
+  void embedding_backward(const kernels::EmbeddingShape& s, const int32_t* t, const float* dout,
+                          float* dwte, float* dwpe) {
+    kernels::embedding_backward_cuda(s, t, dout, dwte, dwpe, stream_);
+  }
+  void layernorm_forward(const kernels::LayerNormShape& s, const float* x, const float* gamma,
+                         const float* beta, float* y, float* mean, float* rstd) {
+    kernels::layernorm_forward_cuda(s, x, gamma, beta, y, mean, rstd, stream_);
+  }
+  void layernorm_backward(const kernels::LayerNormShape& s, const float* x, const float* gamma,
+                          const float* mean, const float* rstd, const float* dy, float* dx,
+                          float* dgamma, float* dbeta) {
+    kernels::layernorm_backward_cuda(s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, stream_);
+  }
+  void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
+                         float* heads, float* probs, float* ws) {
+    kernels::attention_forward_cuda(s, qkv, out, heads, probs, ws, stream_);
+  }
+  void attention_backward(const kernels::AttentionShape& s, const float* dout, const float* heads,
+                          const float* probs, float* dqkv, float* ws) {
+    kernels::attention_backward_cuda(s, dout, heads, probs, dqkv, ws, stream_);
+  }
+  void gelu_forward(const float* x, float* y, size_t n) {
+    kernels::gelu_forward_cuda(x, y, n, stream_);
+  }
+  void gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
+    kernels::gelu_backward_cuda(x, dy, dx, n, stream_);
+  }
+  void residual_add(const float* a, const float* b, float* y, size_t n) {
+    kernels::residual_add_cuda(a, b, y, n, stream_);
+  }
+  void residual_accumulate(const float* src, float* dst, size_t n) {
+    kernels::residual_accumulate_cuda(src, dst, n, stream_);
+  }
+  void gemm(const kernels::GemmShape& s, const float* a, const float* b, float* c) {
+    kernels::gemm_cuda(s, a, b, c, stream_);
+  }
+  void dense_forward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
+                     const float* b, float* y) {
+    if (!bf16_) {
+      kernels::dense_forward_cuda(s, x, w, b, y, stream_);
+      return;
+    }
+    const size_t i = static_cast<size_t>(slot);
+    kernels::cast_f32_to_bf16_cuda(w, w16_[i].data(), w16_[i].size(), stream_);
+    kernels::dense_forward_bf16_cuda(s, x, w16_[i].data(), b, y, x16_[i].data(), stream_);
+  }
+  void dense_backward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
+                      const float* dy, float* dx, float* dw, float* db, float* scratch) {
+    if (!bf16_) {
+      kernels::dense_backward_cuda(s, x, w, dy, dx, dw, db, stream_);
+      return;
+    }
+    const size_t i = static_cast<size_t>(slot);
+    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), dy, dx, dw, db,
+                                      reinterpret_cast<uint16_t*>(scratch), stream_);
+  }
+
+ private:
+  cudaStream_t stream_;
+  bool bf16_;
+  std::array<Buffer<uint16_t>, 4> w16_, x16_;  // per dense slot of a block (bf16 only)
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_embed_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
+  return std::make_unique<EmbedLayer<CudaGptOps>>(plan, CudaGptOps(where));
+}
+std::unique_ptr<Layer> make_block_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
+  return std::make_unique<BlockLayer<CudaGptOps>>(plan, CudaGptOps(where));
+}
+std::unique_ptr<Layer> make_lmhead_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
+  return std::make_unique<LmHeadLayer<CudaGptOps>>(plan, CudaGptOps(where));
+}
+
+}  // namespace lockstep

@@ -1,0 +1,225 @@
+// The three layer types of a GPT-style language model (gpt.h), written once over a kernel set so
+// that the CPU layers and their CUDA twins are the same code: EmbedLayer<Ops>, BlockLayer<Ops> and
+// LmHeadLayer<Ops>, instantiated with the CPU kernels in gpt.cpp and with the CUDA ones in
+// gpt_cuda.cu. An Ops value provides device() (where its buffers live), the kernels (the
+// kernels/*.h contracts; its dense_forward/dense_backward take a slot, 0-3 within a block, for a
+// twin that keeps per-product state such as bf16 copies), reserve_dense(slot, rows, in, out) and
+// dense_scratch_floats(rows, out) (scratch of one dense backward pass).
+//
+// A block keeps what its backward pass reads (layer-norm outputs and statistics, attention heads
+// and probabilities, the MLP's pre- and post-GELU values, the residual stream between its halves)
+// in its own buffers, sized by reserve(); the model's shared workspace holds only what one pass
+// needs (BlockLayer::workspace_floats lays it out). Used by one thread at a time. No collective calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/dense.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/layernorm.h"
+#include "runtime/base/buffer.h"
+#include "runtime/model/layer_registry.h"
+#include "runtime/model/layers.h"
+
+namespace lockstep {
+
+// Offsets of a block's tensors (gpt.h: block_tensors) within its parameters, for D channels.
+struct BlockOffsets {
+  size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mproj_w, mproj_b;
+  explicit BlockOffsets(size_t d) {
+    size_t at = 0;
+    auto next = [&at](size_t n) { return std::exchange(at, at + n); };
+    ln1_w = next(d), ln1_b = next(d);
+    qkv_w = next(3 * d * d), qkv_b = next(3 * d);
+    proj_w = next(d * d), proj_b = next(d);
+    ln2_w = next(d), ln2_b = next(d);
+    fc_w = next(4 * d * d), fc_b = next(4 * d);
+    mproj_w = next(4 * d * d), mproj_b = next(d);
+  }
+};
+
+// The vocabulary of an embed layer: its parameters are wte (V, D) then wpe (ctx, D).
+inline int embed_vocab(const LayerPlan& p) {
+  const size_t d = static_cast<size_t>(p.spec.args[0]), ctx = static_cast<size_t>(p.spec.args[1]);
+  return static_cast<int>(p.params / d - ctx);
+}
+
+template <class Ops>
+class EmbedLayer : public Layer {
+ public:
+  EmbedLayer(const LayerPlan& plan, Ops ops) : Layer(plan), ops_(std::move(ops)) {}
+  void reserve(int max_batch) override {
+    tokens_ = Buffer<int32_t>(ops_.device(), static_cast<size_t>(max_batch) * plan_.in[0]);
+  }
+  void forward(int batch, const float* x, float* y, float*) override {
+    const kernels::EmbeddingShape s = shape(batch);
+    ops_.tokens(x, tokens_.data(), static_cast<size_t>(batch) * s.seq, s.vocab);
+    ops_.embedding_forward(s, tokens_.data(), params_, params_ + wpe_offset(), y);
+  }
+  // The first layer: no input gradient.
+  void backward(int batch, const float*, const float*, const float* dy, float*,
+                float*) override {
+    ops_.embedding_backward(shape(batch), tokens_.data(), dy, grads_, grads_ + wpe_offset());
+  }
+
+ private:
+  kernels::EmbeddingShape shape(int batch) const {
+    return {batch, plan_.in[0], embed_vocab(plan_), plan_.spec.args[1], plan_.spec.args[0]};
+  }
+  size_t wpe_offset() const {
+    return static_cast<size_t>(embed_vocab(plan_)) * static_cast<size_t>(plan_.spec.args[0]);
+  }
+  Ops ops_;
+  Buffer<int32_t> tokens_;
+};
+
+template <class Ops>
+class BlockLayer : public Layer {
+ public:
+  BlockLayer(const LayerPlan& plan, Ops ops)
+      : Layer(plan),
+        ops_(std::move(ops)),
+        t_(plan.in[0]),
+        d_(plan.in[1]),
+        heads_(plan.spec.args[0]),
+        at_(static_cast<size_t>(d_)) {}
+
+  // Workspace: the backward pass's gradients R1 [N, 4D] (MLP hidden, then qkv), R2 [N, D] and
+  // R3 [N, D] (the residual stream's gradient between the halves), the attention's scratch, and
+  // one dense backward's scratch; the forward pass uses less (qkv [N, 3D] and the attention's).
+  size_t workspace_floats(int batch) const override {
+    const size_t nd = rows(batch) * static_cast<size_t>(d_);
+    return 6 * nd + kernels::attention_workspace_floats(attention(batch)) +
+           ops_.dense_scratch_floats(rows(batch), 4 * d_);
+  }
+  void reserve(int max_batch) override {
+    const size_t n = rows(max_batch), nd = n * static_cast<size_t>(d_);
+    const DeviceKind where = ops_.device();
+    ln1_ = Buffer<float>(where, nd);
+    ln2_ = Buffer<float>(where, nd);
+    stats_ = Buffer<float>(where, 4 * n);
+    heads_buf_ = Buffer<float>(where, kernels::attention_heads_floats(attention(max_batch)));
+    probs_ = Buffer<float>(where, kernels::attention_probs_floats(attention(max_batch)));
+    att_ = Buffer<float>(where, nd);
+    x2_ = Buffer<float>(where, nd);
+    h_ = Buffer<float>(where, 4 * nd);
+    g_ = Buffer<float>(where, 4 * nd);
+    ops_.reserve_dense(0, n, d_, 3 * d_);
+    ops_.reserve_dense(1, n, d_, d_);
+    ops_.reserve_dense(2, n, d_, 4 * d_);
+    ops_.reserve_dense(3, n, 4 * d_, d_);
+  }
+
+  void forward(int batch, const float* x, float* y, float* ws) override {
+    const int n = static_cast<int>(rows(batch));
+    const size_t nd = rows(batch) * static_cast<size_t>(d_);
+    const float* p = params_;
+    float* qkv = ws;
+    float* scratch = ws + 3 * nd;
+    ops_.layernorm_forward({n, d_}, x, p + at_.ln1_w, p + at_.ln1_b, ln1_.data(), mean(0),
+                           rstd(0));
+    ops_.dense_forward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, p + at_.qkv_b, qkv);
+    ops_.attention_forward(attention(batch), qkv, att_.data(), heads_buf_.data(), probs_.data(),
+                           scratch);
+    ops_.dense_forward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, p + at_.proj_b, x2_.data());
+    ops_.residual_add(x, x2_.data(), x2_.data(), nd);
+    ops_.layernorm_forward({n, d_}, x2_.data(), p + at_.ln2_w, p + at_.ln2_b, ln2_.data(),
+                           mean(1), rstd(1));
+    ops_.dense_forward(2, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, p + at_.fc_b, h_.data());
+    ops_.gelu_forward(h_.data(), g_.data(), 4 * nd);
+    ops_.dense_forward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, p + at_.mproj_b, y);
+    ops_.residual_add(x2_.data(), y, y, nd);
+  }
+
+  void backward(int batch, const float* x, const float*, const float* dy, float* dx,
+                float* ws) override {
+    const int n = static_cast<int>(rows(batch));
+    const size_t nd = rows(batch) * static_cast<size_t>(d_);
+    const float* p = params_;
+    float* g = grads_;
+    float* r1 = ws;           // [N, 4D]: the MLP hidden gradient, later dqkv
+    float* r2 = ws + 4 * nd;  // [N, D]: dln2, later the attention output's, later dln1
+    float* r3 = ws + 5 * nd;  // [N, D]: the residual stream's gradient between the halves
+    float* att_ws = ws + 6 * nd;
+    float* dense_ws = att_ws + kernels::attention_workspace_floats(attention(batch));
+    ops_.dense_backward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, dy, r1, g + at_.mproj_w,
+                        g + at_.mproj_b, dense_ws);
+    ops_.gelu_backward(h_.data(), r1, r1, 4 * nd);
+    ops_.dense_backward(2, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, r1, r2, g + at_.fc_w,
+                        g + at_.fc_b, dense_ws);
+    ops_.layernorm_backward({n, d_}, x2_.data(), p + at_.ln2_w, mean(1), rstd(1), r2,
+                            r3, g + at_.ln2_w, g + at_.ln2_b);
+    ops_.residual_accumulate(dy, r3, nd);
+    ops_.dense_backward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, r3, r2, g + at_.proj_w,
+                        g + at_.proj_b, dense_ws);
+    ops_.attention_backward(attention(batch), r2, heads_buf_.data(), probs_.data(), r1, att_ws);
+    ops_.dense_backward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, r1, r2, g + at_.qkv_w,
+                        g + at_.qkv_b, dense_ws);
+    ops_.layernorm_backward({n, d_}, x, p + at_.ln1_w, mean(0), rstd(0), r2, dx,
+                            g + at_.ln1_w, g + at_.ln1_b);
+    if (dx != nullptr) ops_.residual_accumulate(r3, dx, nd);
+  }
+
+ private:
+  size_t rows(int batch) const { return static_cast<size_t>(batch) * static_cast<size_t>(t_); }
+  kernels::AttentionShape attention(int batch) const {
+    return {batch, t_, heads_, d_ / heads_};
+  }
+  // Layer norm k's statistics (k = 0, 1) for the rows of the current batch.
+  float* mean(int k) { return stats_.data() + static_cast<size_t>(2 * k) * (stats_.size() / 4); }
+  float* rstd(int k) {
+    return stats_.data() + static_cast<size_t>(2 * k + 1) * (stats_.size() / 4);
+  }
+
+  Ops ops_;
+  int t_, d_, heads_;
+  BlockOffsets at_;
+  Buffer<float> ln1_, ln2_, stats_, heads_buf_, probs_, att_, x2_, h_, g_;
+};
+
+// Final layer norm, then logits = ln(x) wte^T with the embedding's wte (V, D) tied in: one GEMM
+// each way, fp32 in both precisions (V = 256 makes it a few per cent of a block's work).
+template <class Ops>
+class LmHeadLayer : public Layer {
+ public:
+  LmHeadLayer(const LayerPlan& plan, Ops ops)
+      : Layer(plan), ops_(std::move(ops)), t_(plan.in[0]), d_(plan.in[1]), v_(plan.out[1]) {}
+  size_t workspace_floats(int batch) const override { return rows(batch) * d_; }
+  void reserve(int max_batch) override {
+    ln_ = Buffer<float>(ops_.device(), rows(max_batch) * d_);
+    stats_ = Buffer<float>(ops_.device(), 2 * rows(max_batch));
+  }
+  void forward(int batch, const float* x, float* y, float*) override {
+    const int n = static_cast<int>(rows(batch));
+    ops_.layernorm_forward({n, d_}, x, params_, params_ + d_, ln_.data(), stats_.data(),
+                           stats_.data() + stats_.size() / 2);
+    kernels::GemmShape s{n, v_, d_};
+    s.trans_b = true;
+    ops_.gemm(s, ln_.data(), tied_params_, y);
+  }
+  void backward(int batch, const float* x, const float*, const float* dy, float* dx,
+                float* ws) override {
+    const int n = static_cast<int>(rows(batch));
+    ops_.gemm({n, d_, v_}, dy, tied_params_, ws);  // dln = dlogits wte
+    kernels::GemmShape dw{v_, d_, n};               // dwte += dlogits^T ln
+    dw.trans_a = true;
+    dw.beta = 1.0f;
+    ops_.gemm(dw, dy, ln_.data(), tied_grads_);
+    ops_.layernorm_backward({n, d_}, x, params_, stats_.data(), stats_.data() + stats_.size() / 2,
+                            ws, dx, grads_, grads_ + d_);
+  }
+
+ private:
+  size_t rows(int batch) const { return static_cast<size_t>(batch) * static_cast<size_t>(t_); }
+  Ops ops_;
+  int t_, d_, v_;
+  Buffer<float> ln_, stats_;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,200 @@
+// The GPT language model (runtime/model/layers/gpt.h) as a user meets it: the gpt preset expands to
+// the documented stack with the documented tensor names, bad specs are refused in words, its
+// gradient (the tied embedding included, which gets terms from both ends) matches finite
+// differences of the per-token loss, oneDNN and OpenBLAS agree, each sample's logits depend only on
+// its own tokens, and only on the tokens at or before each position (causality).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+
+#include "kernels/loss.h"
+#include "kernels/onednn.h"
+#include "runtime/base/error.h"
+#include "runtime/model/model.h"
+#include "test_util.h"
+
+using namespace lockstep;
+
+namespace {
+
+constexpr int kVocab = 11, kSeq = 5, kBatch = 3;
+const char* kSpec = "gpt:layers=2,heads=2,dim=8,ctx=6";
+
+std::vector<float> random_tokens(size_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::vector<float> v(n);
+  for (float& t : v) t = static_cast<float>(gen() % kVocab);
+  return v;
+}
+
+std::vector<int32_t> random_targets(size_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::vector<int32_t> v(n);
+  for (int32_t& t : v) t = static_cast<int32_t>(gen() % kVocab);
+  return v;
+}
+
+std::unique_ptr<Model> make(CpuKernels k = CpuKernels::openblas, int batch = kBatch) {
+  auto m = std::make_unique<Model>(parse_model_spec(kSpec), SampleShape{kSeq}, kVocab, batch,
+                                   ModelPlacement{.cpu_kernels = k}, kSeq);
+  m->init_params(7);
+  return m;
+}
+
+// The mean per-token cross-entropy; with grads, also its gradient in the model.
+double mean_loss(Model& m, const std::vector<float>& x, const std::vector<int32_t>& y, bool grads) {
+  const int rows = kBatch * kSeq;
+  const float* out = m.forward(x.data(), kBatch);
+  const auto r = kernels::softmax_cross_entropy_cpu(out, y.data(), nullptr, rows, kVocab,
+                                                    1.0f / rows, grads ? m.output_grad() : nullptr);
+  if (grads) m.backward(kBatch);
+  return r.loss_sum / rows;
+}
+
+std::string usage_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+}  // namespace
+
+TEST(GptModel, PresetExpandsToTheDocumentedStack) {
+  EXPECT_EQ("embed:128:128,block:4,block:4,block:4,block:4,lmhead",
+            to_string(parse_model_spec("gpt")));
+  EXPECT_EQ(to_string(parse_model_spec("gpt")), to_string(parse_model_spec("gpt:tiny")));
+  const ModelSpec small = parse_model_spec("gpt:small");
+  EXPECT_EQ(14u, small.layers.size());
+  EXPECT_EQ("embed:768:1024", to_string(small.layers[0]));
+  EXPECT_EQ("block:12", to_string(small.layers[1]));
+  EXPECT_EQ("embed:64:32,block:2,lmhead",
+            to_string(parse_model_spec("gpt:small,layers=1,heads=2,dim=64,ctx=32")));
+  // The stack written out is the same model.
+  EXPECT_EQ(parse_model_spec(kSpec).layers,
+            parse_model_spec("embed:8:6,block:2,block:2,lmhead").layers);
+}
+
+TEST(GptModel, BadSpecsAreRefusedInWords) {
+  EXPECT_NE(std::string::npos,
+            usage_error([] { parse_model_spec("gpt:heads=3,dim=8"); }).find("heads do not divide"));
+  EXPECT_NE(std::string::npos,
+            usage_error([] { parse_model_spec("gpt:depth=3"); }).find("'depth=3'"));
+  EXPECT_NE(std::string::npos,
+            usage_error([] { parse_model_spec("gpt:layers=0"); }).find("positive integer"));
+  // Sequences longer than the context.
+  EXPECT_NE(std::string::npos,
+            usage_error([] { plan_model(parse_model_spec("gpt:dim=8,heads=2,ctx=4"), {5}, 11, 5); })
+                .find("more than its context of 4"));
+  // A head with nothing to tie to, and a model that does not end in per-position outputs.
+  EXPECT_NE(std::string::npos,
+            usage_error([] { plan_model(parse_model_spec("dense:40,lmhead"), {5}, 11, 5); })
+                .find("needs sequences"));
+  EXPECT_NE(std::string::npos,
+            usage_error([] { plan_model(parse_model_spec("embed:8:6,block:2"), {5}, 11, 5); })
+                .find("end a language model with 'lmhead'"));
+  EXPECT_NE(std::string::npos,
+            usage_error([] { plan_model(parse_model_spec("dense,embed:8:6"), {5}, 11, 1); })
+                .find("first layer"));
+}
+
+TEST(GptModel, TensorsAreNamedAndTheHeadIsTied) {
+  auto owned = make();
+  Model& m = *owned;
+  const auto t = m.param_tensors();
+  ASSERT_EQ(2u + 2 * 12 + 2, t.size());
+  EXPECT_EQ("embed0.wte", t[0].name);
+  EXPECT_EQ((std::vector<int64_t>{kVocab, 8}), t[0].shape);
+  EXPECT_EQ("embed0.wpe", t[1].name);
+  EXPECT_EQ("block1.attn.qkv.weight", t[4].name);
+  EXPECT_EQ((std::vector<int64_t>{8, 24}), t[4].shape);
+  EXPECT_EQ("block2.mlp.proj.bias", t[25].name);
+  EXPECT_EQ("lmhead3.ln.weight", t[26].name);
+  // No separate output matrix: embeddings, 2 blocks of 12 D^2 + 13 D, the final norm.
+  EXPECT_EQ((kVocab + 6) * 8 + 2 * (12 * 64 + 13 * 8) + 16, static_cast<int>(m.trainable_count()));
+  EXPECT_EQ(4u, m.param_ranges().size());  // embed, two blocks, lmhead
+  EXPECT_EQ(0, m.plan()[3].tied);
+  EXPECT_EQ(kSeq * kVocab, m.outputs());
+}
+
+TEST(GptModel, BackwardMatchesFiniteDifferences) {
+  auto owned = make();
+  Model& m = *owned;
+  const auto x = random_tokens(kBatch * kSeq, 1);
+  const auto y = random_targets(kBatch * kSeq, 2);
+  m.zero_grads();
+  mean_loss(m, x, y, true);
+  const std::vector<float> analytic(m.grads(), m.grads() + m.param_count());
+  // In double the step could be small; the model computes in float, so 1e-2 keeps the rounding of
+  // the loss (about 1e-7 of it) well below the differences.
+  const float eps = 1e-2f;
+  for (const ParamTensorInfo& t : m.param_tensors()) {
+    double diff = 0, norm = 0;
+    for (size_t i = t.offset; i < t.offset + t.count; ++i) {
+      const float keep = m.params()[i];
+      m.params()[i] = keep + eps;
+      const double up = mean_loss(m, x, y, false);
+      m.params()[i] = keep - eps;
+      const double down = mean_loss(m, x, y, false);
+      m.params()[i] = keep;
+      const double numeric = (up - down) / (2.0 * eps);
+      diff += (numeric - analytic[i]) * (numeric - analytic[i]);
+      norm += numeric * numeric;
+    }
+    ASSERT_GT(norm, 0.0) << t.name;
+    EXPECT_LT(std::sqrt(diff / norm), 2e-2) << t.name;
+  }
+}
+
+TEST(GptModel, OnednnMatchesOpenblas) {
+  if (!kernels::onednn_built()) GTEST_SKIP() << "this build has no oneDNN";
+  const auto x = random_tokens(kBatch * kSeq, 3);
+  const auto y = random_targets(kBatch * kSeq, 4);
+  auto pa = make(CpuKernels::openblas), pb = make(CpuKernels::best);
+  Model &a = *pa, &b = *pb;
+  a.zero_grads();
+  b.zero_grads();
+  EXPECT_NEAR(mean_loss(a, x, y, true), mean_loss(b, x, y, true), 1e-5);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.param_count(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a.grads()[i]) - b.grads()[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(a.grads()[i])));
+  }
+  EXPECT_LT(worst, 1e-4 * scale);
+}
+
+TEST(GptModel, LogitsDependOnlyOnTheSampleAndTheTokensSoFar) {
+  const auto x = random_tokens(kBatch * kSeq, 5);
+  auto owned = make();
+  Model& m = *owned;
+  const float* out = m.forward(x.data(), kBatch);
+  const std::vector<float> all(out, out + kBatch * m.outputs());
+  // Sample 1 alone gives the logits it had in the batch.
+  auto one = make(CpuKernels::openblas, 1);
+  const float* alone = one->forward(x.data() + kSeq, 1);
+  for (int i = 0; i < m.outputs(); ++i) EXPECT_NEAR(all[m.outputs() + i], alone[i], 1e-5) << i;
+  // Changing sample 0's token at position 3 leaves its logits at positions 0-2 as they were, and
+  // changes those at 3.
+  auto changed = x;
+  changed[3] = static_cast<float>((static_cast<int>(changed[3]) + 1) % kVocab);
+  const float* after = m.forward(changed.data(), kBatch);
+  for (int i = 0; i < 3 * kVocab; ++i) EXPECT_EQ(all[i], after[i]) << i;
+  double moved = 0;
+  for (int i = 3 * kVocab; i < 4 * kVocab; ++i) moved += std::abs(all[i] - after[i]);
+  EXPECT_GT(moved, 1e-3);
+}
+
+TEST(GptModel, ATokenOutsideTheVocabularyIsRefused) {
+  auto owned = make();
+  Model& m = *owned;
+  auto x = random_tokens(kBatch * kSeq, 6);
+  x[7] = kVocab;
+  EXPECT_THROW(m.forward(x.data(), kBatch), std::out_of_range);
+  x[7] = 2.5f;
+  EXPECT_THROW(m.forward(x.data(), kBatch), std::out_of_range);
+}
