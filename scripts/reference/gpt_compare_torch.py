@@ -14,6 +14,15 @@ Error per tensor: max |lockstep - torch| / max |torch| (norm-wise, in the infini
 to the tensor's scale, so an entry that cancels to near zero is judged on its tensor's scale);
 the loss, a scalar, by |a - b| / |b|. Exit 0 when every check is within its tolerance, 1 if not.
 
+One exception, after the steps: the key third of each attn.qkv.bias. Its gradient is zero in exact
+arithmetic (a key bias adds q . b_k to every score of a query's row, and softmax ignores a shift
+of the whole row), so both implementations compute rounding noise there (about 1e-11), and Adam,
+which divides by the gradient's own size, turns that noise into parameter moves of either sign in
+both: comparing them compares noise (4e-4 of the tensor's scale after 20 steps). The q and v
+thirds are checked as every other tensor; the key third only by how far it moved in either
+implementation, which must stay below 1% of what steps x peak lr would move a parameter with a
+real gradient (a key-bias gradient computed wrongly, of real size, moves it about that far).
+
 usage: gpt_compare_torch.py FILE.h5 [--tol 1e-5] [--tol-params 1e-4]
 """
 import argparse
@@ -106,9 +115,22 @@ def main():
         print(f"clipped steps: {clipped} of {len(losses)}")
         final = {name: (p.detach().t() if tr else p.detach()) for name, p, tr in
                  model.lockstep_tensors()}
-        errs = {n: rel(f["final/params"][n], final[n]) for n in names}
+        errs = {}
+        steps = len(losses)
         for name, _, _ in model.lockstep_tensors():
-            check(f"params after {len(losses)} steps {name}", errs[name], a.tol_params)
+            ours, ref = np.asarray(f["final/params"][name]), final[name].numpy()
+            if name.endswith("attn.qkv.bias"):
+                d = len(ref) // 3
+                qv = np.r_[0:d, 2 * d:3 * d]
+                print(f"{'  whole ' + name:<40} {rel(ours, ref):.3e}  (not checked: key third)")
+                limit = 0.01 * steps * attr(f, "lr")
+                init = np.asarray(f["init/params"][name])[d:2 * d]
+                moved = max(np.abs(ours[d:2 * d] - init).max(), np.abs(ref[d:2 * d] - init).max())
+                check(f"key bias moved {name}", moved / limit, 1.0)
+                ours, ref = ours[qv], ref[qv]
+                name += " (q, v)"
+            errs[name] = rel(ours, ref)
+            check(f"params after {steps} steps {name}", errs[name], a.tol_params)
         worst = max(errs, key=errs.get)
         print(f"max parameter error after {len(losses)} steps: {errs[worst]:.3e} ({worst})")
 
