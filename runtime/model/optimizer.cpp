@@ -1,9 +1,12 @@
 #include "runtime/model/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/optimizer.h"
 #include "runtime/base/error.h"
+#include "runtime/model/model.h"
 
 namespace lockstep {
 
@@ -39,6 +42,13 @@ void validate(const OptimizerConfig& c) {
     throw UsageError("--weight-decay must be >= 0, not " + std::to_string(c.weight_decay));
 }
 
+ParamRanges matrix_ranges(const std::vector<ParamTensorInfo>& tensors) {
+  ParamRanges out;
+  for (const ParamTensorInfo& t : tensors)
+    if (t.shape.size() >= 2) out.emplace_back(t.offset, t.count);
+  return out;
+}
+
 Optimizer::Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKind device,
                      cudaStream_t stream)
     : config_(config), n_(param_count), device_(device), stream_(stream) {
@@ -52,6 +62,31 @@ Optimizer::Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKi
       b_ = Buffer<float>(device_, n_);
       break;
   }
+  pieces_ = {{0, n_, true}};
+}
+
+void Optimizer::set_decay_ranges(const ParamRanges& ranges) {
+  ParamRanges sorted;
+  for (const auto& [offset, count] : ranges) {
+    if (offset > n_ || count > n_ - offset)
+      throw std::invalid_argument("Optimizer::set_decay_ranges: range [" + std::to_string(offset) +
+                                  ", +" + std::to_string(count) + ") ends past the " +
+                                  std::to_string(n_) + " parameters");
+    if (count > 0) sorted.emplace_back(offset, offset + count);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  pieces_.clear();
+  size_t at = 0;  // everything before `at` is covered
+  for (const auto& [begin, end] : sorted) {
+    if (!pieces_.empty() && pieces_.back().decay && begin <= at) {
+      pieces_.back().end = std::max(pieces_.back().end, end);  // overlapping or adjacent: merge
+    } else {
+      if (begin > at) pieces_.push_back({at, begin, false});
+      pieces_.push_back({begin, end, true});
+    }
+    at = pieces_.back().end;
+  }
+  if (at < n_ || pieces_.empty()) pieces_.push_back({at, n_, false});
 }
 
 void Optimizer::step(float* params, const float* grads, float lr) {
@@ -78,13 +113,21 @@ void Optimizer::step(float* params, const float* grads, float lr) {
       o.beta1 = config_.beta1;
       o.beta2 = config_.beta2;
       o.eps = config_.eps;
-      o.weight_decay = config_.weight_decay;
       o.decoupled = config_.kind == OptimizerKind::adamw;
       o.step = steps_;
-      if (device_ == DeviceKind::cuda)
-        kernels::adam_update_cuda(o, params, grads, a_.data(), b_.data(), n_, stream_);
-      else
-        kernels::adam_update_cpu(o, params, grads, a_.data(), b_.data(), n_);
+      // adam's L2 and an undecayed adamw are one pass; a decaying adamw is one pass per piece
+      // (the elementwise update is the same on a piece as on the whole buffer).
+      const bool whole = !o.decoupled || config_.weight_decay == 0.0f;
+      const std::vector<Piece> all{{0, n_, true}};
+      for (const Piece& piece : whole ? all : pieces_) {
+        o.weight_decay = piece.decay ? config_.weight_decay : 0.0f;
+        const size_t at = piece.begin, len = piece.end - piece.begin;
+        if (device_ == DeviceKind::cuda)
+          kernels::adam_update_cuda(o, params + at, grads + at, a_.data() + at, b_.data() + at,
+                                    len, stream_);
+        else
+          kernels::adam_update_cpu(o, params + at, grads + at, a_.data() + at, b_.data() + at, len);
+      }
       break;
     }
   }

@@ -7,11 +7,17 @@
 // memory, the update runs through the kernels' CUDA twins on the given stream, and state() gives
 // buffers that host code reads and writes only through their copies (buffer.h). Used by one thread.
 // No collective calls: it updates from a gradient that is already reduced.
+//
+// Weight decay: sgd, momentum and adam add L2 (weight_decay * p) to the gradient of every
+// parameter, as torch.optim's SGD and Adam do. adamw decays (p -= lr * weight_decay * p) only the
+// ranges given to set_decay_ranges, as GPT training does (matrices and embeddings; biases and
+// layer-norm gains undecayed); without ranges it decays every parameter.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda_stream.h"
@@ -30,8 +36,17 @@ struct OptimizerConfig {
   float beta1 = 0.9f;         // adam, adamw
   float beta2 = 0.999f;       // adam, adamw
   float eps = 1e-8f;          // adam, adamw
-  float weight_decay = 0.0f;  // L2 added to the gradient (sgd, momentum, adam); decoupled (adamw)
+  float weight_decay = 0.0f;  // L2 added to every gradient (sgd, momentum, adam); decoupled
+                              // (adamw), on the decay ranges only
 };
+
+// (offset, count) ranges of a flat parameter buffer.
+using ParamRanges = std::vector<std::pair<size_t, size_t>>;
+
+struct ParamTensorInfo;  // model.h
+// The ranges of the tensors of rank >= 2 (dense and conv weights, embeddings): those GPT-style
+// training decays, leaving biases, norm gains and shifts (rank 1) undecayed.
+ParamRanges matrix_ranges(const std::vector<ParamTensorInfo>& tensors);
 
 // Throws UsageError naming the option when a hyperparameter is out of range.
 void validate(const OptimizerConfig& c);
@@ -46,7 +61,13 @@ class Optimizer {
   Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKind device = DeviceKind::cpu,
             cudaStream_t stream = nullptr);
 
-  // One update with learning rate lr; counts it. params and grads are in the optimizer's memory.
+  // The parameters adamw decays, as (offset, count) pairs within the buffer; the rest get weight
+  // decay 0. Any order; overlaps and adjacent ranges merge. Throws std::invalid_argument when a
+  // range ends past the buffer. Ignored by sgd, momentum and adam (their L2 covers everything).
+  void set_decay_ranges(const ParamRanges& ranges);
+
+  // One update with learning rate lr; counts it once, whatever the number of ranges. params and
+  // grads are in the optimizer's memory.
   void step(float* params, const float* grads, float lr);
 
   const OptimizerConfig& config() const { return config_; }
@@ -60,6 +81,12 @@ class Optimizer {
   DeviceKind device_;
   cudaStream_t stream_;
   int64_t steps_ = 0;
+  // The buffer cut into consecutive pieces covering [0, n), each decayed or not (adamw).
+  struct Piece {
+    size_t begin, end;
+    bool decay;
+  };
+  std::vector<Piece> pieces_;
   Buffer<float> a_, b_;  // velocity (momentum) or m and v (adam, adamw)
 };
 

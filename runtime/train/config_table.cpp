@@ -229,7 +229,9 @@ std::vector<Row> build() {
       +[](TrainConfig & c) -> auto& { return c.optimizer.eps; }, kAny));
   t.push_back(number<float>(
       "weight-decay", G::optimizer,
-      "L2 on the gradient (sgd, momentum, adam) or decoupled decay (adamw)", "weight_decay",
+      "L2 on every gradient (sgd, momentum, adam); adamw: decoupled decay of weight matrices and "
+      "embeddings only (not biases or norm gains)",
+      "weight_decay",
       +[](TrainConfig & c) -> auto& { return c.optimizer.weight_decay; }, kAny));
   t.push_back(number<double>(
       "clip-norm", G::optimizer, "clip the averaged gradient to this global L2 norm (0: off)",

@@ -96,6 +96,7 @@ void Trainer::build() {
   model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
                                            place.device, place.stream);
+  optimizer_->set_decay_ranges(matrix_ranges(model_->param_tensors()));  // adamw: matrices only
   m.reducer = std::make_unique<BucketReducer>(
       grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
       config_.grad_reduce_dtype, place.device, place.stream);
