@@ -43,8 +43,9 @@ namespace {
 namespace po = boost::program_options;
 
 struct Options {
-  std::string model = "cnn", device = "auto", data, precision = "fp32";
+  std::string model = "cnn", device = "auto", data, precision = "fp32", optimizer = "adam";
   int64_t global_batch = 128, steps = 30, warmup = 5;
+  double weight_decay = 0, clip_norm = 0;
   int threads = 0, peak_size = 0;  // 0: kHostPeakSize or kDevicePeakSize
 };
 
@@ -65,6 +66,10 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("data", po::value(&o->data)->default_value("", "\"\""),
        "HDF5 dataset file (lockstep-data); default: synthetic 28x28x1 images, 10 classes")
       ("threads", po::value(&o->threads)->default_value(0), "BLAS threads per rank (0: cores / ranks)")
+      ("optimizer", po::value(&o->optimizer)->default_value("adam"),
+       "sgd | momentum | adam | adamw, as lockstep-train")
+      ("weight-decay", po::value(&o->weight_decay)->default_value(0), "as lockstep-train")
+      ("clip-norm", po::value(&o->clip_norm)->default_value(0), "as lockstep-train (0: off)")
       ("peak-size", po::value(&o->peak_size)->default_value(0),
        "n of the n^3 GEMM that measures the peak (0: 2048 on the CPU, 8192 on a GPU)");
   po::variables_map vm = parse_options("train", argc, argv, desc);
@@ -175,6 +180,9 @@ int run_train_bench(int argc, char** argv, const World& world) {
   TrainConfig c;
   c.train.path = path;
   c.model = o.model;
+  c.optimizer.kind = parse_optimizer(o.optimizer);
+  c.optimizer.weight_decay = static_cast<float>(o.weight_decay);
+  c.clip_norm = o.clip_norm;
   c.global_batch = o.global_batch;
   c.steps = total_steps;
   c.eval_every_epoch = false;
@@ -259,6 +267,11 @@ int run_train_bench(int argc, char** argv, const World& world) {
     // The mean counts every stall; the median's rate is what a quiet machine sustains.
     std::printf("samples_per_second=%.1f samples_per_second_at_median=%.1f\n", sps,
                 static_cast<double>(o.global_batch) / median(step));
+    // A language model's samples are sequences: its rate in tokens (positions) too.
+    const int positions = trainer.model().positions();
+    if (positions > 1)
+      std::printf("tokens_per_second=%.1f tokens_per_second_at_median=%.1f\n", sps * positions,
+                  static_cast<double>(o.global_batch) * positions / median(step));
     std::printf("step_ms_median=%.3f step_ms_min=%.3f step_ms_max=%.3f step_ms_mean=%.3f\n",
                 median(step) * 1e3, *std::min_element(step.begin(), step.end()) * 1e3,
                 *std::max_element(step.begin(), step.end()) * 1e3, mean * 1e3);
