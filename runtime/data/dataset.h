@@ -59,6 +59,12 @@ struct DatasetInfo {
 
 DatasetInfo inspect_dataset(const DatasetSpec& spec);
 
+// A token split whose tokens are bytes (vocabulary 256, lockstep-data text): its per-token loss
+// in nats is also reported in bits per byte (loss / ln 2).
+inline bool byte_level_tokens(const DatasetInfo& info) {
+  return info.positions > 1 && info.num_classes == 256;
+}
+
 // Checks that the samples of `info` fit a model whose input has shape `model_input` (e.g.
 // {28, 28, 1}); a trailing channel of 1 on one side only is accepted ((28, 28) fits (28, 28, 1)).
 // Throws UsageError naming the file, the dataset and both shapes.

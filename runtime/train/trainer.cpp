@@ -112,6 +112,7 @@ void Trainer::build() {
   ro.print = config_.print && comm_.rank() == 0;
   ro.progress_bar = config_.progress_bar;
   ro.classification = m.classification;
+  ro.bits_per_byte = byte_level_tokens(m.info);
   ro.metrics_path = config_.metrics_path;
   ro.log_every = config_.log_every;
   ro.straggler_every = config_.straggler_every;
