@@ -18,9 +18,9 @@
 namespace lockstep {
 
 struct EvalResult {
-  double loss = 0;      // mean over the split
+  double loss = 0;      // mean over the split (per token for a token split)
   double accuracy = 0;  // classification only
-  int64_t samples = 0;
+  int64_t samples = 0;  // rows evaluated (a token split's sequences, not its tokens)
 };
 
 struct EpochSummary {
