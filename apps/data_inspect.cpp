@@ -1,7 +1,7 @@
 // lockstep-data inspect FILE: every group and dataset of an HDF5 file (shape, type, layout,
 // chunking, filters, stored size) with their attributes, then, for each split the loader could
-// use (a group holding images/labels or x/y), what the loader sees or why it would refuse it; for
-// a byte-level corpus (a group holding tokens, lockstep-data text) its sequences.
+// use (a group holding images/labels, x/y or tokens), what the loader sees or why it would refuse
+// it: for a token split (lockstep-data text) its sequences, length and vocabulary.
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -153,36 +153,20 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return dims_text(d);
 }
 
-// A 'sequence' split (DESIGN.md, data format): tokens (N, T + 1) with vocab_size and seq_len.
-void print_sequence_view(hid_t file, const std::string& split) {
-  H5Id d(LS_CHECK_HDF5(H5Dopen2(file, (split + "/tokens").c_str(), H5P_DEFAULT)));
-  const std::vector<int64_t> shape = h5_dataset_shape(file, split + "/tokens");
-  const auto vocab = read_h5_attr_int(d.get(), "vocab_size");
-  const auto seq_len = read_h5_attr_int(d.get(), "seq_len");
-  std::string problem;
-  if (shape.size() != 2)
-    problem = "tokens are not (N, seq_len + 1)";
-  else if (!vocab || !seq_len)
-    problem = "tokens lack the vocab_size and seq_len attributes";
-  else if (shape[1] != *seq_len + 1)
-    problem = "rows of " + std::to_string(shape[1]) + " tokens, not seq_len + 1 = " +
-              std::to_string(*seq_len + 1);
-  if (!problem.empty()) {
-    std::printf("%s: not a token sequence split: %s\n", split.c_str(), problem.c_str());
-    return;
-  }
-  const auto n = static_cast<long long>(shape[0]), t = static_cast<long long>(*seq_len);
-  std::printf("%s: %lld sequences of %lld tokens (inputs the first %lld, targets the last %lld), "
-              "vocabulary %lld\n",
-              split.c_str(), n, t + 1, t, t, static_cast<long long>(*vocab));
-}
-
 void print_loader_view(const std::string& file, const std::string& split) {
   DatasetSpec spec;
   spec.path = file;
   spec.group = split;
   try {
     DatasetInfo i = inspect_dataset(spec);
+    if (i.positions > 1) {  // a token split (dataset.h)
+      const auto t = static_cast<long long>(i.positions);
+      std::printf("%s: %lld sequences of %lld tokens (inputs the first %lld, targets the last "
+                  "%lld), vocabulary %d; %s ids -> float32 as they are, a loss per token%s\n",
+                  split.c_str(), static_cast<long long>(i.rows), t + 1, t, t, i.num_classes,
+                  i.x_type.c_str(), byte_level_tokens(i) ? " (and in bits per byte)" : "");
+      return;
+    }
     std::printf("%s: %lld rows of %s %s -> float32 (x * %g - %g) / %g; ", split.c_str(),
                 static_cast<long long>(i.rows), i.x_type.c_str(),
                 shape_text(i.sample_shape).c_str(), i.norm_scale, i.norm_mean, i.norm_std);
@@ -219,10 +203,7 @@ int run_inspect(int argc, char** argv, const World& world) {
     const std::string split = s == "/" ? "/" : s.substr(1);
     H5Id g(LS_CHECK_HDF5(H5Gopen2(f.get(), s.c_str(), H5P_DEFAULT)));
     std::printf("  ");
-    if (h5_has_child(g.get(), "tokens"))
-      print_sequence_view(f.get(), split);
-    else
-      print_loader_view(file, split);
+    print_loader_view(file, split);
   }
   return 0;
 }

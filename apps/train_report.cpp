@@ -6,6 +6,7 @@
 
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
+#include "runtime/observe/progress.h"
 #include "runtime/train/train_checkpoint.h"
 
 namespace lockstep {
@@ -53,7 +54,7 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
   const DatasetInfo& info = t.train_info();
   std::fprintf(stderr,
                "lockstep-train: %d rank(s) on %s, %s communicator, %d BLAS thread(s) per rank\n"
-               "data: %s, %lld training samples of shape %s, %s\n"
+               "data: %s, %lld training samples of shape %s, %s%s\n"
                "model: %s\n%s\n"
                "global batch %lld (%lld per rank x %d micro-batch(es)), %lld steps per epoch, "
                "%lld steps in all; optimizer %s, peak lr %g, schedule %s\n",
@@ -61,6 +62,12 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
                static_cast<long long>(info.rows), to_string(t.model().plan().front().in).c_str(),
                info.classification ? (std::to_string(info.num_classes) + " classes").c_str()
                                    : "regression",
+               info.positions > 1
+                   ? (", a prediction per token at " + std::to_string(info.positions) +
+                      " positions (losses per token" +
+                      (byte_level_tokens(info) ? ", and in bits per byte" : "") + ")")
+                         .c_str()
+                   : "",
                c.model.c_str(), t.model().summary().c_str(),
                static_cast<long long>(c.global_batch),
                static_cast<long long>(c.global_batch / c.grad_accum / world_size), c.grad_accum,
@@ -105,6 +112,8 @@ void print_final_report(Trainer& t, const TrainResult& r) {
     std::printf("test_mse=%.6f\n", r.test.loss);
     std::printf("test_loss=%.6f\n", r.test.loss);
   } else {
+    if (byte_level_tokens(t.train_info()))
+      std::printf("test_bits_per_byte=%.4f\n", bits_per_byte(r.test.loss));
     std::printf("test_loss=%.4f\n", r.test.loss);
     std::printf("test_accuracy=%.4f\n", r.test.accuracy);
   }

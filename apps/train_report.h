@@ -2,7 +2,8 @@
 // figures as key=value lines on stdout, test_loss and test_accuracy last, so scripts can read them
 // (`grep ^test_accuracy=`). For regression files that carry the true model (lockstep-data
 // regression writes true_w and true_b as root attributes) and a single dense layer, the distance
-// of the learned w and b from the truth is printed too. Rank 0 only; main thread.
+// of the learned w and b from the truth is printed too; for byte-level tokens (a language model's
+// per-token loss), test_bits_per_byte before test_loss. Rank 0 only; main thread.
 #pragma once
 
 #include "runtime/train/trainer.h"

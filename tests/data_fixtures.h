@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,27 @@ inline std::string write_regression(const std::string& path, int64_t rows, int64
     write_h5_dataset(file.get(), group + "/y", {rows}, y);
   else
     write_h5_dataset(file.get(), group + "/y", {rows, targets}, y);
+  return path;
+}
+
+// Token split (lockstep-data text's layout): tokens (rows, T + 1) of type Id, token k of row r is
+// token_value(r, k, vocab); vocab_size and seq_len on the dataset unless vocab is 0.
+inline int64_t token_value(int64_t row, int64_t k, int64_t vocab) { return (row * 5 + k * 3) % vocab; }
+
+template <class Id>
+std::string write_tokens(const std::string& path, int64_t rows, int64_t T, int64_t vocab,
+                         const std::string& group = "train", bool attributes = true) {
+  std::vector<Id> tokens(static_cast<size_t>(rows * (T + 1)));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k <= T; ++k)
+      tokens[static_cast<size_t>(r * (T + 1) + k)] = static_cast<Id>(token_value(r, k, vocab));
+  H5Id file = std::filesystem::exists(path) ? open_h5_readwrite(path) : create_h5_file(path);
+  write_h5_dataset(file.get(), group + "/tokens", {rows, T + 1}, tokens);
+  if (attributes) {
+    H5Id d(LS_CHECK_HDF5(H5Dopen2(file.get(), (group + "/tokens").c_str(), H5P_DEFAULT)));
+    write_h5_attr_int(d.get(), "vocab_size", vocab);
+    write_h5_attr_int(d.get(), "seq_len", T);
+  }
   return path;
 }
 

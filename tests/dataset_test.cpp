@@ -336,3 +336,66 @@ TEST_F(Dataset, FloatLabelsFollowTheLabelRule) {
   EXPECT_EQ(got[0], 2);
   EXPECT_EQ(got[1], 2);
 }
+
+// A token split (lockstep-data text): T inputs per row, the ids themselves as floats, and the
+// next token at each position as its label; the class count is the vocabulary.
+TEST_F(Dataset, TokenSplitsGiveTokensAndTheNextTokenAsLabels) {
+  const int64_t T = 6, vocab = 11;
+  const std::string file = write_tokens<int32_t>(path("t.h5"), 9, T, vocab);
+  const DatasetInfo info = inspect_dataset(spec_of(file));
+  EXPECT_EQ(info.x_name, "tokens");
+  EXPECT_EQ(info.rows, 9);
+  EXPECT_EQ(info.positions, T);
+  EXPECT_EQ(info.sample_shape, (std::vector<int64_t>{T}));
+  EXPECT_EQ(info.sample_size, T);
+  EXPECT_TRUE(info.classification);
+  EXPECT_EQ(info.num_classes, vocab);
+
+  DatasetReader reader(spec_of(file));
+  const std::vector<int64_t> ids = {8, 2, 3, 2};
+  std::vector<float> x(ids.size() * T);
+  std::vector<int32_t> labels(ids.size() * T);
+  reader.read_rows(ids.data(), ids.size(), x.data(), labels.data(), nullptr);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int64_t k = 0; k < T; ++k) {
+      EXPECT_EQ(x[i * T + k], static_cast<float>(token_value(ids[i], k, vocab))) << ids[i];
+      EXPECT_EQ(labels[i * T + k], token_value(ids[i], k + 1, vocab)) << ids[i];
+    }
+  EXPECT_EQ(reader.bytes_read(), 3u * (T + 1) * sizeof(int32_t));  // three distinct rows
+}
+
+TEST_F(Dataset, Uint8TokensWithoutAttributesAreBytes) {
+  const std::string file = write_tokens<uint8_t>(path("bytes.h5"), 4, 3, 256, "train", false);
+  const DatasetInfo info = inspect_dataset(spec_of(file));
+  EXPECT_EQ(info.num_classes, 256);
+  EXPECT_EQ(info.positions, 3);
+  DatasetReader reader(spec_of(file));
+  const int64_t id = 3;
+  std::vector<float> x(3);
+  std::vector<int32_t> labels(3);
+  reader.read_rows(&id, 1, x.data(), labels.data(), nullptr);
+  EXPECT_EQ(x[2], static_cast<float>(token_value(3, 2, 256)));  // not scaled by 1/255
+  EXPECT_EQ(labels[2], token_value(3, 3, 256));
+}
+
+TEST_F(Dataset, TokenSplitsOutsideTheirVocabularyOrNamedOtherwiseAreRefused) {
+  const std::string file = path("bad.h5");
+  write_tokens<int32_t>(file, 5, 4, 20, "over");
+  {
+    H5Id f = open_h5_readwrite(file);
+    H5Id d(LS_CHECK_HDF5(H5Dopen2(f.get(), "over/tokens", H5P_DEFAULT)));
+    write_h5_attr_int(d.get(), "vocab_size", 12);  // the tokens reach 19
+  }
+  write_tokens<int64_t>(file, 3, 2, 7, "bare", false);
+  write_tokens<uint8_t>(file, 3, 2, 7, "ok");
+  expect_refused(spec_of(file, "over"), {"over/tokens", "outside the vocabulary [0, 12)"});
+  expect_refused(spec_of(file, "bare"), {"bare/tokens", "int64", "vocab_size"});
+  DatasetSpec named = spec_of(file, "ok");
+  named.x_name = "images";
+  expect_refused(named, {"ok/tokens", "token split", "--x-name", "'images'"});
+  named.x_name = "tokens";
+  named.y_name = "labels";
+  expect_refused(named, {"token split", "--y-name", "'labels'"});
+  named.y_name = "tokens";
+  EXPECT_EQ(inspect_dataset(named).positions, 2);
+}

@@ -298,6 +298,31 @@ TEST_F(Loader, RegressionBatchesCarryTargets) {
   }
 }
 
+// A token split's batch holds T labels per row (the next token at each position), zero for a
+// padding row, while the mask stays one value per row.
+TEST_F(Loader, TokenBatchesHoldALabelPerPosition) {
+  DatasetSpec spec;
+  spec.path = write_tokens<uint8_t>(dir_ + "/t.h5", 5, 3, 256);
+  LoaderOptions o = batch_of(4);
+  o.shuffle = false;
+  ShardedLoader loader(spec, o, 1, 2);  // rank 1 of 2: rows 2, 3 then padding
+  const std::vector<Batch> batches = run_epoch(loader, 0);
+  ASSERT_EQ(batches.size(), 2u);
+  for (const Batch& b : batches) {
+    ASSERT_EQ(b.labels.size(), 6u);
+    ASSERT_EQ(b.x.size(), 6u);
+    ASSERT_EQ(b.mask.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      const int64_t row = b.index[i];
+      EXPECT_EQ(b.mask[i], row >= 0 ? 1.0f : 0.0f);
+      for (int64_t k = 0; k < 3; ++k)
+        EXPECT_EQ(b.labels[i * 3 + static_cast<size_t>(k)],
+                  row >= 0 ? token_value(row, k + 1, 256) : 0);
+    }
+  }
+  EXPECT_EQ(batches[1].valid, 0);  // the last global batch holds only row 4, on rank 0
+}
+
 // HDF5 is not thread-safe: the main thread writing one file and opening the loader's own file
 // while the prefetch thread reads must go through the shared lock (without it this test crashes
 // or reads wrong data).

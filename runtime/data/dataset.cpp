@@ -280,6 +280,88 @@ void scan_labels(Split& s, std::optional<double> declared, TargetKind targets) {
   }
 }
 
+// Token ids must be whole numbers a float holds exactly (the model reads them as floats).
+constexpr double kMaxVocab = double{1 << 24};
+
+// Reads every token once, in blocks, before training: each must be in [0, vocab_size).
+void scan_tokens(const Split& s) {
+  const DatasetInfo& info = s.info;
+  const int64_t cols = s.x_dims[1];
+  const int64_t block = std::max<int64_t>(1, kLabelScanRows / cols);
+  H5Id space(LS_CHECK_HDF5(H5Dget_space(s.x.get())));
+  std::vector<int64_t> buf;
+  for (int64_t first = 0; first < info.rows; first += block) {
+    const int64_t n = std::min(block, info.rows - first);
+    hsize_t start[2] = {static_cast<hsize_t>(first), 0};
+    hsize_t count[2] = {static_cast<hsize_t>(n), static_cast<hsize_t>(cols)};
+    LS_CHECK_HDF5(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr));
+    H5Id mem(LS_CHECK_HDF5(H5Screate_simple(2, count, nullptr)));
+    buf.resize(static_cast<size_t>(n * cols));
+    LS_CHECK_HDF5(
+        H5Dread(s.x.get(), H5T_NATIVE_INT64, mem.get(), space.get(), H5P_DEFAULT, buf.data()));
+    for (size_t i = 0; i < buf.size(); ++i) {
+      if (buf[i] >= 0 && buf[i] < info.num_classes) continue;
+      const auto at = static_cast<int64_t>(i);
+      throw UsageError(where(info, info.x_name) + ": holds token " + std::to_string(buf[i]) +
+                       " at row " + std::to_string(first + at / cols) + ", column " +
+                       std::to_string(at % cols) + ", outside the vocabulary [0, " +
+                       std::to_string(info.num_classes) + ") of its vocab_size attribute");
+    }
+  }
+}
+
+// A token split (dataset.h): tokens (N, T + 1) of integer ids; inputs and targets both come from
+// it, so --x-name and --y-name have nothing to choose.
+void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
+  DatasetInfo& info = s.info;
+  for (const std::string* name : {&spec.x_name, &spec.y_name})
+    if (!name->empty() && *name != "tokens")
+      throw UsageError(where(info, "tokens") + ": this split is a token split (inputs and "
+                       "shifted targets both come from tokens), so --x-name and --y-name must "
+                       "be tokens or left out, not '" + *name + "'");
+  info.x_name = info.y_name = "tokens";
+  s.x = open_dataset(s.group.get(), info, info.x_name, H5P_DEFAULT);
+  if (chunk_cache_bytes > 0) {
+    H5Id dapl = chunk_cache_access(s.x.get(), chunk_cache_bytes);
+    s.x.reset();
+    s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get());
+  }
+  const std::string xw = where(info, info.x_name);
+  require_h5_filters(s.x.get(), xw);
+  H5Id xt(LS_CHECK_HDF5(H5Dget_type(s.x.get())));
+  info.x_type = info.y_type = type_text(xt.get());
+  const std::optional<Elem> xe = elem_of(xt.get());
+  if (!xe || H5Tget_class(xt.get()) != H5T_INTEGER)
+    throw UsageError(xw + ": has type " + info.x_type + ", expected integer token ids");
+  s.x_elem = s.y_elem = *xe;
+  s.x_size = s.y_size = H5Tget_size(xt.get());
+  s.x_dims = dims_of(s.x.get());
+  if (s.x_dims.size() != 2 || s.x_dims[1] < 2)
+    throw UsageError(xw + ": has shape " + shape_text(s.x_dims) +
+                     ", expected (N, T + 1): rows of T input tokens and one more");
+  info.rows = s.x_dims[0];
+  if (info.rows == 0) throw UsageError(xw + ": is empty (0 rows)");
+  const int64_t T = s.x_dims[1] - 1;
+  if (T > INT32_MAX / 2) throw UsageError(xw + ": rows of " + std::to_string(T + 1) + " tokens, too long a sequence");
+  const std::optional<double> seq_len = find_attr(s, "seq_len");
+  if (seq_len && *seq_len != static_cast<double>(T))
+    throw UsageError(xw + ": attribute seq_len is " + std::to_string(*seq_len) + " but rows hold " +
+                     std::to_string(T + 1) + " tokens (seq_len + 1 expected)");
+  std::optional<double> vocab = find_attr(s, "vocab_size");
+  if (!vocab && s.x_elem != Elem::u8)
+    throw UsageError(xw + ": " + info.x_type + " tokens need a vocab_size attribute (the number "
+                     "of distinct token ids; only uint8 tokens default to 256)");
+  if (vocab && (!(*vocab >= 1 && *vocab <= kMaxVocab) || std::trunc(*vocab) != *vocab))
+    throw UsageError(xw + ": attribute vocab_size is " + std::to_string(*vocab) +
+                     ", expected a whole number from 1 to 2^24");
+  info.num_classes = static_cast<int>(vocab.value_or(256.0));
+  info.classification = true;
+  info.positions = static_cast<int>(T);
+  info.sample_shape = {T};
+  info.sample_size = T;
+  if (!(s.x_elem == Elem::u8 && info.num_classes >= 256)) scan_tokens(s);
+}
+
 Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   Hdf5Lock lock;
   Split s;
@@ -300,6 +382,10 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   }
   s.group = H5Id(g);
 
+  if (spec.x_name == "tokens" || h5_has_child(s.group.get(), "tokens")) {
+    open_tokens(s, spec, chunk_cache_bytes);
+    return s;
+  }
   info.x_name = spec.x_name;
   for (const std::string candidate : {"images", "x"})
     if (info.x_name.empty() && h5_has_child(s.group.get(), candidate)) info.x_name = candidate;
@@ -400,6 +486,9 @@ struct DatasetReader::Impl {
   uint64_t bytes = 0;
   std::vector<int64_t> sorted;
   std::vector<unsigned char> x_raw, y_raw;  // rows as stored
+  std::vector<int64_t> row_tokens;          // a token split: one row's T + 1 tokens
+
+  void read_token_rows(const int64_t* ids, size_t n, float* x, int32_t* labels);
 };
 
 DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes)
@@ -407,7 +496,7 @@ DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes)
   Hdf5Lock lock;
   impl_->s = open_split(spec, chunk_cache_bytes);
   impl_->x_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.x.get())));
-  impl_->y_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.y.get())));
+  if (impl_->s.y.valid()) impl_->y_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.y.get())));
   const DatasetInfo& info = impl_->s.info;
   for (int v = 0; v < 256; ++v)
     impl_->lut[v] = (static_cast<float>(v) * info.norm_scale - info.norm_mean) / info.norm_std;
@@ -424,6 +513,40 @@ const DatasetInfo& DatasetReader::info() const { return impl_->s.info; }
 
 uint64_t DatasetReader::bytes_read() const { return impl_->bytes; }
 
+// read_rows of a token split: inputs are the first T tokens of a row, as exact floats; labels the
+// last T (each position's next token).
+void DatasetReader::Impl::read_token_rows(const int64_t* ids, size_t n, float* x,
+                                          int32_t* labels) {
+  Impl& m = *this;
+  const DatasetInfo& info = m.s.info;
+  const size_t rows = m.sorted.size();
+  const auto T = static_cast<size_t>(info.positions), cols = T + 1;
+  {
+    Hdf5Lock lock;
+    m.x_raw.resize(rows * cols * m.s.x_size);
+    read_runs(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.sorted, native_type(m.s.x_elem),
+              m.x_raw.data(), where(info, info.x_name));
+  }
+  m.bytes += rows * cols * m.s.x_size;
+  m.row_tokens.resize(cols);
+  int64_t* tok = m.row_tokens.data();
+  for (size_t i = 0; i < n; ++i) {
+    const auto j = static_cast<size_t>(
+        std::lower_bound(m.sorted.begin(), m.sorted.end(), ids[i]) - m.sorted.begin());
+    convert(m.s.x_elem, m.x_raw.data() + j * cols * m.s.x_size, cols, tok);
+    for (size_t k = 0; k < cols; ++k)
+      // The tokens were checked at open; a file changed underneath is caught here.
+      if (tok[k] < 0 || tok[k] >= info.num_classes)
+        throw SharedInputError(where(info, info.x_name) + ": token " + std::to_string(tok[k]) +
+                               " at row " + std::to_string(ids[i]) + " is outside the vocabulary "
+                               "[0, " + std::to_string(info.num_classes) +
+                               "): the file was changed while training read it");
+    for (size_t k = 0; k < T; ++k) x[i * T + k] = static_cast<float>(tok[k]);
+    if (labels != nullptr)
+      for (size_t k = 0; k < T; ++k) labels[i * T + k] = static_cast<int32_t>(tok[k + 1]);
+  }
+}
+
 void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* labels,
                               float* targets) {
   if (n == 0) return;
@@ -434,6 +557,7 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
   m.sorted.erase(std::unique(m.sorted.begin(), m.sorted.end()), m.sorted.end());
   if (m.sorted.front() < 0 || m.sorted.back() >= info.rows)
     throw Error("DatasetReader::read_rows: row outside [0, " + std::to_string(info.rows) + ")");
+  if (!m.s.y.valid()) return m.read_token_rows(ids, n, x, labels);  // a token split
   const size_t rows = m.sorted.size();
   const auto sample = static_cast<size_t>(info.sample_size);
   const size_t ycols = info.classification ? 1 : static_cast<size_t>(info.target_dim);

@@ -3,8 +3,16 @@
 //   classification: <group>/images (N, H, W, C) any integer or float type, <group>/labels (N,) any
 //                   integer type
 //   regression:     <group>/x (N, D) any integer or float type, <group>/y (N,) or (N, K) float
+//   tokens:         <group>/tokens (N, T + 1) any integer type (lockstep-data text): a token
+//                   split, a language model's data. Inputs are a row's first T tokens (the ids as
+//                   exact floats, not normalised), labels its last T (position t's next token);
+//                   T predictions per sample (DatasetInfo::positions), classes = vocab_size
 //   attributes:     num_classes, norm_scale, norm_mean, norm_std, on the input dataset, else its
-//                   group, else the file root
+//                   group, else the file root; a token split reads vocab_size (needed unless the
+//                   tokens are uint8, then 256; every token must be below it) and seq_len (if
+//                   present, T) instead
+// A group holding `tokens` is a token split whatever else it holds; --x-name and --y-name then
+// must be tokens or left out.
 // The label rule: integer targets are class labels; float targets are class labels when the
 // reader is asked for labels (--loss cross-entropy) or, left to decide (--loss auto), when the file
 // declares num_classes; then every value must be a whole number in [0, num_classes), else the
@@ -28,7 +36,7 @@ enum class TargetKind { automatic, labels, values };
 struct DatasetSpec {
   std::string path;
   std::string group = "train";
-  std::string x_name;  // empty: "images" if present, else "x"
+  std::string x_name;  // empty: "tokens" if present, else "images" if present, else "x"
   std::string y_name;  // empty: "labels" if x is "images", else "y"
   TargetKind targets = TargetKind::automatic;
 };
@@ -39,7 +47,9 @@ struct DatasetInfo {
   std::vector<int64_t> sample_shape;  // x's dimensions after the first, e.g. {28, 28, 1} or {D}
   int64_t sample_size = 0;            // product of sample_shape
   bool classification = true;         // class labels vs regression values (the label rule)
-  int num_classes = 0;                // classification: from the attribute, else max label + 1
+  int num_classes = 0;                // classification: from the attribute, else max label + 1;
+                                      // a token split: vocab_size
+  int positions = 1;                  // predictions per sample: T for a token split, else 1
   int target_dim = 1;                 // regression: K (1 for a (N,) target)
   float norm_mean = 0.0f;             // x is converted to (x * norm_scale - norm_mean) / norm_std
   float norm_std = 1.0f;
@@ -48,6 +58,12 @@ struct DatasetInfo {
 };
 
 DatasetInfo inspect_dataset(const DatasetSpec& spec);
+
+// A token split whose tokens are bytes (vocabulary 256, lockstep-data text): its per-token loss
+// in nats is also reported in bits per byte (loss / ln 2).
+inline bool byte_level_tokens(const DatasetInfo& info) {
+  return info.positions > 1 && info.num_classes == 256;
+}
 
 // Checks that the samples of `info` fit a model whose input has shape `model_input` (e.g.
 // {28, 28, 1}); a trailing channel of 1 on one side only is accepted ((28, 28) fits (28, 28, 1)).
@@ -74,8 +90,8 @@ class DatasetReader {
   const DatasetInfo& info() const;
 
   // Reads rows ids[0, n) (any order, repeats allowed, each in [0, rows)) into x (n * sample_size
-  // floats) and, for classification, labels (n) or, for regression, targets (n * target_dim); the
-  // other target pointer may be null. The rows are sorted and read as runs of consecutive rows
+  // floats) and, for classification, labels (n * positions: a token split's T next tokens per
+  // row) or, for regression, targets (n * target_dim); the other target pointer may be null. The rows are sorted and read as runs of consecutive rows
   // (one H5Dread per run), so chunks are visited in file order and a chunk's rows follow each
   // other through the chunk cache.
   void read_rows(const int64_t* ids, size_t n, float* x, int32_t* labels, float* targets);

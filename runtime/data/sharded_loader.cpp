@@ -94,7 +94,7 @@ void ShardedLoader::Impl::fill(Batch& b, int64_t step) {
   b.valid = valid;  // positions run upwards, so the real rows are a prefix of the slice
   b.x.assign(n * sample, 0.0f);
   if (info.classification) {
-    b.labels.assign(n, 0);
+    b.labels.assign(n * static_cast<size_t>(info.positions), 0);
     b.targets.clear();
   } else {
     b.targets.assign(n * static_cast<size_t>(info.target_dim), 0.0f);

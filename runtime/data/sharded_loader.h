@@ -8,7 +8,8 @@
 //
 // A rank reads only its own rows, grouped into contiguous runs, on a background thread that stays
 // `prefetch` batches ahead. Inputs come out as float32 normalised with the file's attributes,
-// labels as int32. Owned and used by one thread (the prefetch thread is internal).
+// labels as int32 (a token split's: T per row, dataset.h). Owned and used by one thread (the
+// prefetch thread is internal).
 #pragma once
 
 #include <cstdint>
@@ -37,9 +38,9 @@ struct Batch {
   int64_t valid = 0;         // real rows in this rank's slice
   int64_t global_valid = 0;  // real rows in the whole global batch (same on every rank)
   std::vector<float> x;      // rows * sample_size, padding rows zero
-  std::vector<int32_t> labels;  // classification: rows (padding 0)
+  std::vector<int32_t> labels;  // classification: rows * positions (padding 0)
   std::vector<float> targets;   // regression: rows * target_dim
-  std::vector<float> mask;      // rows: 1 real, 0 padding
+  std::vector<float> mask;      // rows: 1 real, 0 padding (one per row, for every position)
   std::vector<int64_t> index;   // rows: global row number in the file, -1 for padding
   double wait_seconds = 0;      // time next() waited for this batch
 };

@@ -25,6 +25,8 @@ std::string json_number(double v) {
 
 }  // namespace
 
+double bits_per_byte(double loss) { return loss / std::log(2.0); }
+
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   long t = std::lround(s);
@@ -38,8 +40,10 @@ std::string format_duration(double s) {
   return buf;
 }
 
-Progress::Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path)
-    : enabled_(enabled), bar_(bar), classification_(classification) {
+Progress::Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path,
+                   bool bits_per_byte)
+    : enabled_(enabled), bar_(bar), classification_(classification),
+      bits_per_byte_(bits_per_byte) {
   if (!enabled_ || metrics_path.empty()) return;
   metrics_ = std::fopen(metrics_path.c_str(), "w");
   if (!metrics_)
@@ -59,6 +63,7 @@ void Progress::report(const ProgressReport& r) {
     std::fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f", r.epoch, r.epochs,
                  static_cast<long long>(r.step_in_epoch),
                  static_cast<long long>(r.steps_per_epoch), r.loss);
+    if (bits_per_byte_) std::fprintf(stderr, " per token bpb %.4f", bits_per_byte(r.loss));
     if (classification_) std::fprintf(stderr, " acc %.4f", r.accuracy);
     std::fprintf(stderr, " lr %.3g %.0f samples/s data %.0f%% eta %s\n", r.lr,
                  r.samples_per_second, 100.0 * r.data_wait_share,
@@ -68,6 +73,7 @@ void Progress::report(const ProgressReport& r) {
     std::string line = "{\"kind\":\"train\",\"step\":" + std::to_string(r.global_step) +
                        ",\"epoch\":" + std::to_string(r.epoch) +
                        ",\"loss\":" + json_number(r.loss);
+    if (bits_per_byte_) line += ",\"bits_per_byte\":" + json_number(bits_per_byte(r.loss));
     if (classification_) line += ",\"accuracy\":" + json_number(r.accuracy);
     line += ",\"lr\":" + json_number(r.lr) +
             ",\"samples_per_sec\":" + json_number(r.samples_per_second) +
@@ -104,6 +110,7 @@ void Progress::draw_bar(const ProgressReport& r) {
                static_cast<long long>(r.step_in_epoch), static_cast<long long>(r.steps_per_epoch));
   if (last_.global_step > 0) {  // figures exist once the first report has been reduced
     std::fprintf(stderr, " loss %.4f", r.loss);
+    if (bits_per_byte_) std::fprintf(stderr, " bpb %.3f", bits_per_byte(r.loss));
     if (classification_) std::fprintf(stderr, " acc %.3f", r.accuracy);
     std::fprintf(stderr, " %.0f samples/s", r.samples_per_second);
   }
@@ -133,8 +140,10 @@ void Progress::epoch_end(const EpochSummary& s, int epochs) {
   finish_line();
   std::printf("epoch %d/%d: train_loss=%.4f", s.epoch, epochs, s.train_loss);
   if (classification_) std::printf(" train_accuracy=%.4f", s.train_accuracy);
+  if (bits_per_byte_) std::printf(" train_bits_per_byte=%.4f", bits_per_byte(s.train_loss));
   std::printf(" test_loss=%.4f", s.test.loss);
   if (classification_) std::printf(" test_accuracy=%.4f", s.test.accuracy);
+  if (bits_per_byte_) std::printf(" test_bits_per_byte=%.4f", bits_per_byte(s.test.loss));
   std::printf(" time=%.1fs samples/s=%.0f\n", s.seconds, s.samples_per_second);
   std::fflush(stdout);
   if (metrics_) {
@@ -142,8 +151,12 @@ void Progress::epoch_end(const EpochSummary& s, int epochs) {
                        ",\"epoch\":" + std::to_string(s.epoch) +
                        ",\"train_loss\":" + json_number(s.train_loss);
     if (classification_) line += ",\"train_accuracy\":" + json_number(s.train_accuracy);
+    if (bits_per_byte_)
+      line += ",\"train_bits_per_byte\":" + json_number(bits_per_byte(s.train_loss));
     line += ",\"test_loss\":" + json_number(s.test.loss);
     if (classification_) line += ",\"test_accuracy\":" + json_number(s.test.accuracy);
+    if (bits_per_byte_)
+      line += ",\"test_bits_per_byte\":" + json_number(bits_per_byte(s.test.loss));
     line += ",\"epoch_seconds\":" + json_number(s.seconds) +
             ",\"samples_per_sec\":" + json_number(s.samples_per_second) + "}\n";
     std::fputs(line.c_str(), metrics_);

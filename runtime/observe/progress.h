@@ -3,7 +3,9 @@
 // Progress goes to stderr: on a terminal a bar redrawn in place (epoch, step, loss, accuracy,
 // samples/s, ETA), otherwise one plain line per report, so logs of batch jobs stay readable. Epoch
 // summaries go to stdout as key=value pairs a script can read. With a metrics path, every report
-// and every evaluation is also one JSON object per line (JSON Lines), flushed as written.
+// and every evaluation is also one JSON object per line (JSON Lines), flushed as written. For a
+// byte-level language model (bits_per_byte) the losses are per token, and every view also gives
+// bits per byte: the loss in nats / ln 2.
 // Only the rank that constructs it with enabled == true prints; others make a silent one.
 // Used by one thread.
 // No collective calls: it prints figures already reduced (run_reporter.h).
@@ -16,9 +18,9 @@
 namespace lockstep {
 
 struct EvalResult {
-  double loss = 0;      // mean over the split
+  double loss = 0;      // mean over the split (per token for a token split)
   double accuracy = 0;  // classification only
-  int64_t samples = 0;
+  int64_t samples = 0;  // rows evaluated (a token split's sequences, not its tokens)
 };
 
 struct EpochSummary {
@@ -43,7 +45,8 @@ class Progress {
  public:
   // Opens the metrics file (truncating it) when the path is non-empty and enabled; throws
   // UsageError naming --metrics when it cannot.
-  Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path);
+  Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path,
+           bool bits_per_byte = false);
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -62,12 +65,15 @@ class Progress {
  private:
   void draw_bar(const ProgressReport& r);
 
-  bool enabled_, bar_, classification_;
+  bool enabled_, bar_, classification_, bits_per_byte_;
   std::FILE* metrics_ = nullptr;
   double last_draw_ = -1;
   bool bar_open_ = false;
   ProgressReport last_;  // the last reduced figures, shown by the bar between reports
 };
+
+// A loss in nats per byte-level token, in bits per byte.
+double bits_per_byte(double loss);
 
 // "1h02m", "3m05s", "12s".
 std::string format_duration(double seconds);

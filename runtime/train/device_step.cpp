@@ -1,5 +1,6 @@
 #include "runtime/train/device_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -55,12 +56,12 @@ using Stream = Owned<cudaStream_t, kernels::cuda_stream_create, kernels::cuda_st
 // One batch's worth of page-locked staging and device memory. copied: recorded on the copy stream
 // after the upload; consumed: on the compute stream after the last work that reads the slot.
 struct Slot {
-  Slot(size_t x, size_t y, size_t rows)
-      : host_x(x), host_y(y * sizeof(float)), host_mask(rows),
-        x(DeviceKind::cuda, x), y(DeviceKind::cuda, y), mask(DeviceKind::cuda, rows) {}
+  Slot(size_t x, size_t y, size_t weights)
+      : host_x(x), host_y(y * sizeof(float)), host_mask(weights),
+        x(DeviceKind::cuda, x), y(DeviceKind::cuda, y), mask(DeviceKind::cuda, weights) {}
   Pinned<float> host_x;
   Pinned<unsigned char> host_y;  // int32 labels or float targets: both 4 bytes per value
-  Pinned<float> host_mask;
+  Pinned<float> host_mask;       // the loss's weights: each row's mask once per position
   Buffer<float> x, y, mask;      // y holds the labels' or targets' bytes
   Event copied, consumed;
   bool used = false;
@@ -90,23 +91,25 @@ void require_cuda_training() {
 struct DeviceStep::Impl {
   explicit Impl(const StepShape& shape)
       : input_size(shape.input_size), outputs(shape.outputs),
-        classification(shape.classification),
-        y_width(classification ? 1 : static_cast<size_t>(outputs)),
+        classification(shape.classification), positions(static_cast<size_t>(shape.positions)),
+        y_width(classification ? positions : positions * static_cast<size_t>(outputs)),
         scalars(DeviceKind::cuda, kNorm + 1), timer(compute.get()),
         compute_trace(compute.get(), "GPU stream: compute"),
         copy_trace(copy.get(), "GPU stream: copy") {
     const size_t rows = static_cast<size_t>(shape.max_rows);
-    for (auto& s : slots) s = std::make_unique<Slot>(rows * input_size, rows * y_width, rows);
+    for (auto& s : slots)
+      s = std::make_unique<Slot>(rows * input_size, rows * y_width, rows * positions);
   }
   size_t input_size;
   int outputs;
   bool classification;
-  size_t y_width;  // values of y per row
+  size_t positions;  // predictions per row (StepShape)
+  size_t y_width;    // values of y per row
   Stream compute, copy;
   std::unique_ptr<Slot> slots[2];
   int next = 0, current = -1;
   int current_rows = 0;
-  double samples = 0;  // the host's count of the valid rows since the last finish()
+  double samples = 0;  // the host's count of valid rows * positions since the last finish()
   Buffer<double> scalars;
   DeviceTimer timer;
   GpuTrace compute_trace, copy_trace;
@@ -142,19 +145,29 @@ const float* DeviceStep::upload(const Batch& b) {
   if (s.used) kernels::cuda_event_synchronize(s.copied.get());
   stage(s.host_x.data(), b.x, rows * m.input_size, s.host_x.size(), "inputs");
   if (m.classification)
-    stage(s.host_y.data(), b.labels, rows, s.host_y.size() / sizeof(int32_t), "labels");
+    stage(s.host_y.data(), b.labels, rows * m.y_width, s.host_y.size() / sizeof(int32_t),
+          "labels");
   else
     stage(s.host_y.data(), b.targets, rows * m.y_width, s.host_y.size() / sizeof(float), "targets");
-  stage(s.host_mask.data(), b.mask, rows, s.host_mask.size(), "mask");
+  // The loss weighs each prediction: a row's mask once per position (no allocation per step).
+  const size_t weights = rows * m.positions;
+  if (b.mask.size() != rows || weights > s.host_mask.size())
+    throw Error("DeviceStep::upload: the batch's mask holds " + std::to_string(b.mask.size()) +
+                " values, expected " + std::to_string(rows) + " (room for " +
+                std::to_string(s.host_mask.size() / m.positions) + ")");
+  for (size_t i = 0; i < rows; ++i)
+    std::fill_n(s.host_mask.data() + i * m.positions, m.positions, b.mask[i]);
   cudaStream_t copy = m.copy.get();
   if (s.used) kernels::cuda_stream_wait_event(copy, s.consumed.get());
   m.copy_trace.begin_span("batch copy", "data", -1,
-                          static_cast<int64_t>(rows * (m.input_size + m.y_width + 1) * sizeof(float)));
+                          static_cast<int64_t>((rows * (m.input_size + m.y_width) + weights) *
+                                               sizeof(float)));
   kernels::cuda_copy_to_device_async(s.x.data(), s.host_x.data(), rows * m.input_size * sizeof(float),
                                      copy);
   kernels::cuda_copy_to_device_async(s.y.data(), s.host_y.data(), rows * m.y_width * sizeof(float),
                                      copy);
-  kernels::cuda_copy_to_device_async(s.mask.data(), s.host_mask.data(), rows * sizeof(float), copy);
+  kernels::cuda_copy_to_device_async(s.mask.data(), s.host_mask.data(), weights * sizeof(float),
+                                     copy);
   m.copy_trace.end();
   kernels::cuda_event_record(s.copied.get(), copy);
   kernels::cuda_stream_wait_event(m.compute.get(), s.copied.get());
@@ -172,16 +185,17 @@ void DeviceStep::loss(const Batch& b, const float* out, float scale, float* dout
     throw Error("DeviceStep::loss: " + std::to_string(rows) + " rows, but the last upload had " +
                 std::to_string(m.current_rows));
   Slot& s = *m.slots[m.current];
+  const int predictions = rows * static_cast<int>(m.positions);  // one per row and position
   m.compute_trace.begin_span("loss", "forward");
   if (m.classification)
     kernels::softmax_cross_entropy_sums_cuda(out, reinterpret_cast<const int32_t*>(s.y.data()),
-                                             s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
-                                             m.compute.get());
+                                             s.mask.data(), predictions, m.outputs, scale, dout,
+                                             m.sums(), m.compute.get());
   else
-    kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), rows, m.outputs, scale, dout, m.sums(),
-                           m.compute.get());
+    kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), predictions, m.outputs, scale, dout,
+                           m.sums(), m.compute.get());
   m.compute_trace.end();
-  m.samples += static_cast<double>(b.valid);
+  m.samples += static_cast<double>(b.valid) * static_cast<double>(m.positions);
 }
 
 void DeviceStep::release() {

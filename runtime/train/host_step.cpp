@@ -1,10 +1,13 @@
 #include "runtime/train/host_step.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
+#include "runtime/base/error.h"
 
 namespace lockstep {
 
@@ -21,6 +24,11 @@ bool all_finite(const float* x, size_t n) {
   return bad == 0;
 }
 
+HostStep::HostStep(const StepShape& shape) : shape_(shape) {
+  if (shape_.positions > 1)
+    weights_.resize(static_cast<size_t>(shape_.max_rows) * static_cast<size_t>(shape_.positions));
+}
+
 ModelPlacement HostStep::placement(Precision precision) {
   ModelPlacement place;
   place.precision = precision;
@@ -28,16 +36,28 @@ ModelPlacement HostStep::placement(Precision precision) {
 }
 
 void HostStep::loss(const Batch& b, const float* out, float scale, float* dout) {
-  const int rows = static_cast<int>(b.rows);
+  const auto positions = static_cast<size_t>(shape_.positions);
+  const int rows = static_cast<int>(b.rows) * shape_.positions;
+  const float* weights = b.mask.data();
+  if (positions > 1) {
+    if (static_cast<size_t>(rows) > weights_.size() || b.labels.size() != static_cast<size_t>(rows))
+      throw Error("HostStep::loss: a batch of " + std::to_string(b.rows) + " rows with " +
+                  std::to_string(b.labels.size()) + " labels, expected " + std::to_string(rows) +
+                  " (" + std::to_string(positions) + " per row, at most " +
+                  std::to_string(shape_.max_rows) + " rows)");
+    for (size_t i = 0; i < static_cast<size_t>(b.rows); ++i)
+      std::fill_n(weights_.begin() + static_cast<std::ptrdiff_t>(i * positions), positions,
+                  b.mask[i]);
+    weights = weights_.data();
+  }
   const LossTotals r =
       shape_.classification
-          ? kernels::softmax_cross_entropy_cpu(out, b.labels.data(), b.mask.data(), rows,
+          ? kernels::softmax_cross_entropy_cpu(out, b.labels.data(), weights, rows,
                                                shape_.outputs, scale, dout)
-          : kernels::mse_cpu(out, b.targets.data(), b.mask.data(), rows, shape_.outputs, scale,
-                             dout);
+          : kernels::mse_cpu(out, b.targets.data(), weights, rows, shape_.outputs, scale, dout);
   totals_.loss_sum += r.loss_sum;
   totals_.correct += r.correct;
-  totals_.samples += static_cast<double>(b.valid);
+  totals_.samples += static_cast<double>(b.valid) * static_cast<double>(positions);
 }
 
 Step::Outcome HostStep::finish(const float* grads, size_t n) {

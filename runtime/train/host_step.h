@@ -6,6 +6,8 @@
 // No collective calls: the Trainer runs the gradient reduction between loss() and finish().
 #pragma once
 
+#include <vector>
+
 #include "runtime/train/step.h"
 
 namespace lockstep {
@@ -15,7 +17,7 @@ bool all_finite(const float* x, size_t n);
 
 class HostStep final : public Step {
  public:
-  explicit HostStep(const StepShape& shape) : shape_(shape) {}
+  explicit HostStep(const StepShape& shape);
 
   ModelPlacement placement(Precision precision) override;
   DeviceTimer* timer() override { return nullptr; }
@@ -30,6 +32,7 @@ class HostStep final : public Step {
  private:
   StepShape shape_;
   LossTotals totals_;
+  std::vector<float> weights_;  // positions > 1: max_rows * positions, each row's mask repeated
 };
 
 }  // namespace lockstep

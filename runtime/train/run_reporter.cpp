@@ -13,7 +13,7 @@ void sum_over_ranks(Communicator& comm, kernels::LossTotals& t) {
 RunReporter::RunReporter(Communicator& comm, const ReportOptions& options)
     : comm_(comm), options_(options),
       progress_(options.print, options.progress_bar, options.classification,
-                options.metrics_path) {}
+                options.metrics_path, options.bits_per_byte) {}
 
 void RunReporter::start(const StepTimes& times) {
   window_ = kernels::LossTotals{};

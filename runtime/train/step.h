@@ -12,7 +12,8 @@
 //   evaluation        the micro-batch calls with scale 0 and no dout, then finish(nullptr, 0)
 //
 // Loss totals gather from the first loss() after a finish() up to the next finish(), in the
-// order of the calls; samples counts each batch's valid rows (Batch::valid).
+// order of the calls; samples counts each batch's valid rows (Batch::valid) times positions, so
+// the mean loss and accuracy are per token for a token split.
 // Used by the training thread only.
 // No collective calls: the Trainer runs the gradient reduction between them.
 #pragma once
@@ -34,12 +35,15 @@ class DeviceTimer;
 class GpuTrace;
 
 // What a step's batches hold: rows of input_size floats, `outputs` classes (classification: int32
-// labels) or target values (regression: float targets), at most max_rows rows.
+// labels) or target values (regression: float targets) at each of `positions` positions per row
+// (a token split's T; the model's output is then [rows, positions, outputs] and the labels
+// [rows, positions]), at most max_rows rows.
 struct StepShape {
   size_t input_size = 0;
   int outputs = 0;
   int max_rows = 0;
   bool classification = true;
+  int positions = 1;
 };
 
 class Step {
@@ -58,8 +62,9 @@ class Step {
 
   // The inputs of `b` [b.rows, input_size] where the model reads them.
   virtual const float* upload(const Batch& b) = 0;
-  // Adds the loss of `out` [b.rows, outputs] against `b` (the last batch uploaded), weighted by
-  // its mask, to the totals; writes scale * dLoss/dout into dout unless it is null.
+  // Adds the loss of `out` [b.rows * positions, outputs] against `b` (the last batch uploaded),
+  // each position weighted by its row's mask, to the totals; writes scale * dLoss/dout into dout
+  // unless it is null.
   virtual void loss(const Batch& b, const float* out, float scale, float* dout) = 0;
   // The work that reads the last uploaded batch is queued: its memory may be reused.
   virtual void release() = 0;

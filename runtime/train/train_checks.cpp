@@ -25,7 +25,8 @@ std::string gib(double bytes) {
 }
 
 // What a rank allocates for the model on the CPU: floats per row of a micro-batch (the layers'
-// outputs and their gradients, and the im2col matrix a convolution builds) and parameter floats.
+// outputs and their gradients, the last one `outputs` at each of info.positions positions, and the
+// im2col matrix a convolution builds) and parameter floats.
 // Zero when the model does not fit the data: its own check names that problem when it is built.
 struct ModelFloats {
   double per_row = 0, params = 0;
@@ -39,7 +40,7 @@ ModelFloats model_floats(const DatasetInfo& info, const TrainConfig& c, int outp
   }
   std::vector<LayerPlan> plan;
   try {
-    plan = plan_model(parse_model_spec(c.model), input, outputs);
+    plan = plan_model(parse_model_spec(c.model), input, outputs, info.positions);
   } catch (const UsageError&) {
     return {};
   }
@@ -70,6 +71,10 @@ DatasetInfo inspect_training_data(TrainConfig& c) {
     throw UsageError(c.train.path + ": the " + c.test_group + " split's targets are " +
                      (test.classification ? "class labels" : "regression values") + " but the " +
                      c.train.group + " split's are not; use the same kind in both");
+  if (test.num_classes != info.num_classes && info.positions > 1)
+    throw UsageError(c.train.path + ": the " + c.test_group + " split's vocab_size is " +
+                     std::to_string(test.num_classes) + " but the " + c.train.group +
+                     " split's is " + std::to_string(info.num_classes) + "; use one vocabulary");
   if (c.loss == LossKind::mse && info.classification)
     throw UsageError("--loss mse needs float targets, but " + split_name(info) +
                      " holds integer class labels (use --loss cross-entropy)");
@@ -95,8 +100,9 @@ void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs
   // The model's buffers count on the CPU only: on a GPU they are device memory. Parameters,
   // gradients and up to two optimizer buffers are as large as the parameters.
   const double rows = static_cast<double>(micro_rows);
-  const double batches =
-      4.0 * rows * (c.prefetch + 2.0) * (static_cast<double>(info.sample_size) + 3.0);
+  // A row holds its inputs, a label per position, its mask and its row number (8 bytes).
+  const double batches = 4.0 * rows * (c.prefetch + 2.0) *
+                         (static_cast<double>(info.sample_size + info.positions) + 2.0);
   const ModelFloats m =
       c.device == DeviceKind::cpu ? model_floats(info, c, outputs) : ModelFloats{};
   const double activations = 4.0 * rows * m.per_row, params = 4.0 * 4.0 * m.params;

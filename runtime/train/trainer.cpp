@@ -90,10 +90,12 @@ void Trainer::build() {
   SampleShape input;
   for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
   const int rows = static_cast<int>(m.micro_rows);
-  m.step = make_step(config_.device, {shape_size(input), m.outputs, rows, m.classification});
+  const int positions = m.info.positions;
+  m.step = make_step(config_.device,
+                     {shape_size(input), m.outputs, rows, m.classification, positions});
   const ModelPlacement place = m.step->placement(config_.precision);
   m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
-  model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place);
+  model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place, positions);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
                                            place.device, place.stream);
   optimizer_->set_decay_ranges(matrix_ranges(model_->param_tensors()));  // adamw: matrices only
@@ -111,6 +113,7 @@ void Trainer::build() {
   ro.print = config_.print && comm_.rank() == 0;
   ro.progress_bar = config_.progress_bar;
   ro.classification = m.classification;
+  ro.bits_per_byte = byte_level_tokens(m.info);
   ro.metrics_path = config_.metrics_path;
   ro.log_every = config_.log_every;
   ro.straggler_every = config_.straggler_every;
@@ -178,7 +181,10 @@ LossTotals Trainer::train_step() {
   const int64_t B = config_.global_batch;
   const int64_t first_row = state_.step_in_epoch * B;
   const int64_t want_valid = config_.drop_remainder ? B : std::min(B, m.info.rows - first_row);
-  const float scale = 1.0f / static_cast<float>(want_valid);
+  // The gradient of the mean loss over the global batch's predictions: each valid row's
+  // positions (a token split's T) count, in every micro-batch alike.
+  const float scale =
+      1.0f / static_cast<float>(static_cast<double>(want_valid) * m.info.positions);
   // Nsight sees the same phases as the trace and the step-time breakdown (nvtx.h).
   NvtxRange step_range("step", "step");
   NvtxPhases phases;
@@ -271,7 +277,7 @@ EvalResult Trainer::evaluate() {
   LossTotals t = m.step->finish(nullptr, 0).totals;
   sum_over_ranks(comm_, t);
   EvalResult e;
-  e.samples = static_cast<int64_t>(t.samples);
+  e.samples = static_cast<int64_t>(t.samples) / m.info.positions;  // rows; t counts predictions
   e.loss = t.mean_loss();
   e.accuracy = t.accuracy();
   m.last_eval_step = static_cast<double>(state_.global_step);
