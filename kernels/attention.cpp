@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/gemm.h"
+#include "kernels/parallel.h"
 
 namespace lockstep::kernels {
 
@@ -31,7 +32,8 @@ namespace {
 // contiguous [T, Dh] matrix per (part, b, h); from_heads scatters them back.
 void to_heads(const AttentionShape& s, int parts, const float* packed, float* heads) {
   const int C = s.channels(), T = s.seq, Dh = s.head_dim;
-  for (int p = 0; p < parts; ++p)
+  for (int p = 0; p < parts; ++p) {
+    LS_PARALLEL_FOR
     for (int b = 0; b < s.batch; ++b)
       for (int h = 0; h < s.heads; ++h)
         for (int t = 0; t < T; ++t) {
@@ -40,11 +42,13 @@ void to_heads(const AttentionShape& s, int parts, const float* packed, float* he
               heads + (((static_cast<size_t>(p) * s.batch + b) * s.heads + h) * T + t) * Dh;
           std::copy_n(src, Dh, dst);
         }
+  }
 }
 
 void from_heads(const AttentionShape& s, int parts, const float* heads, float* packed) {
   const int C = s.channels(), T = s.seq, Dh = s.head_dim;
-  for (int p = 0; p < parts; ++p)
+  for (int p = 0; p < parts; ++p) {
+    LS_PARALLEL_FOR
     for (int b = 0; b < s.batch; ++b)
       for (int h = 0; h < s.heads; ++h)
         for (int t = 0; t < T; ++t) {
@@ -53,15 +57,23 @@ void from_heads(const AttentionShape& s, int parts, const float* heads, float* p
           float* dst = packed + (static_cast<size_t>(b) * T + t) * parts * C + p * C + h * Dh;
           std::copy_n(src, Dh, dst);
         }
+  }
 }
 
 using GemmFn = void (*)(const GemmShape&, const float*, const float*, float*);
 
-// One GEMM per head: the B * H matrices of each operand lie `stride_*` floats apart.
+// One GEMM per head: the B * H matrices of each operand lie `stride_*` floats apart. The oneDNN
+// products spread over the threads, one head each (a product inside the parallel loop runs on its
+// thread alone); OpenBLAS, with threads of its own, gets them one by one.
 void gemm_per_head(GemmFn gemm, const AttentionShape& s, const GemmShape& g, const float* a,
                    size_t stride_a, const float* b, size_t stride_b, float* c, size_t stride_c) {
-  const size_t count = static_cast<size_t>(s.batch) * s.heads;
-  for (size_t i = 0; i < count; ++i) gemm(g, a + i * stride_a, b + i * stride_b, c + i * stride_c);
+  const long count = static_cast<long>(s.batch) * s.heads;
+  if (gemm == gemm_cpu) {
+    for (long i = 0; i < count; ++i) gemm(g, a + i * stride_a, b + i * stride_b, c + i * stride_c);
+    return;
+  }
+  LS_PARALLEL_FOR
+  for (long i = 0; i < count; ++i) gemm(g, a + i * stride_a, b + i * stride_b, c + i * stride_c);
 }
 
 // Row t of a [T, T] score matrix: softmax over columns 0..t, zeros after.
@@ -103,6 +115,7 @@ void forward(GemmFn gemm, const AttentionShape& s, const float* qkv, float* out,
   gemm_per_head(gemm, s, {.m = T, .n = T, .k = Dh, .trans_b = true, .alpha = scale}, q, mat, k, mat,
                 probs, sq);
   const size_t rows = static_cast<size_t>(s.batch) * s.heads * T;
+  LS_PARALLEL_FOR
   for (size_t r = 0; r < rows; ++r) causal_softmax_row(probs + r * T, static_cast<int>(r % T), T);
   gemm_per_head(gemm, s, {.m = T, .n = Dh, .k = T}, probs, sq, v, mat, yh, mat);
   from_heads(s, 1, yh, out);
@@ -127,6 +140,7 @@ void backward(GemmFn gemm, const AttentionShape& s, const float* dout, const flo
                 dheads + 2 * part, mat);
   const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
   const size_t rows = static_cast<size_t>(s.batch) * s.heads * T;
+  LS_PARALLEL_FOR
   for (size_t r = 0; r < rows; ++r)
     causal_softmax_backward_row(probs + r * T, dprobs + r * T, static_cast<int>(r % T), T, scale);
   // dq = dscores k;  dk = dscores^T q  (dscores already carries the 1/sqrt(Dh))

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/parallel.h"
+
 namespace lockstep::kernels {
 
 size_t maxpool_input_elements(const PoolShape& s, const char* who) {
@@ -22,9 +24,12 @@ size_t maxpool_input_elements(const PoolShape& s, const char* who) {
 void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
   maxpool_input_elements(s, "maxpool_forward_cpu");
   const int oh = s.out_h(), ow = s.out_w(), c = s.c;
-  float* __restrict yo = y;
-  int32_t* __restrict ao = argmax;
+  // One image per iteration, spread over the threads (parallel.h).
+  LS_PARALLEL_FOR
   for (int img = 0; img < s.n; ++img) {
+    const size_t first = static_cast<size_t>(img) * oh * ow * c;
+    float* __restrict yo = y + first;
+    int32_t* __restrict ao = argmax + first;
     for (int oy = 0; oy < oh; ++oy) {
       for (int ox = 0; ox < ow; ++ox, yo += c, ao += c) {
         // The window is visited tap by tap with the channels innermost (contiguous in NHWC), so the

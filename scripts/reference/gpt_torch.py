@@ -32,18 +32,25 @@ import torch.nn.functional as F
 VOCAB = 256
 
 
+PRESETS = {"tiny": dict(layers=4, heads=4, dim=128, ctx=128),
+           "small": dict(layers=12, heads=12, dim=768, ctx=1024)}
+
+
 def parse_spec(spec):
-    """'gpt:layers=2,heads=2,dim=32,ctx=16' -> dict(layers=2, heads=2, dim=32, ctx=16)."""
-    kind, _, args = spec.partition(":")
+    """Lockstep's gpt preset: 'gpt', 'gpt:tiny', 'gpt:small' and key=value overrides, applied left
+    to right ('gpt:small,ctx=256') -> dict(layers=, heads=, dim=, ctx=)."""
+    kind, _, args = spec.replace(" ", "").partition(":")
     if kind != "gpt":
         raise ValueError(f"not a gpt spec: {spec!r}")
-    out = {}
-    for word in args.split(","):
-        key, _, value = word.partition("=")
-        out[key.strip()] = int(value)
-    missing = {"layers", "heads", "dim", "ctx"} - set(out)
-    if missing:
-        raise ValueError(f"{spec!r} lacks {', '.join(sorted(missing))}")
+    out = dict(PRESETS["tiny"])
+    for word in filter(None, args.split(",")):
+        if word in PRESETS:
+            out.update(PRESETS[word])
+            continue
+        key, eq, value = word.partition("=")
+        if key not in out or not eq:
+            raise ValueError(f"{spec!r}: {word!r} is not tiny, small or layers=, heads=, dim=, ctx=")
+        out[key] = int(value)
     return out
 
 

@@ -171,6 +171,9 @@ def rank_main(rank, args, port):
         if test_loss is not None:
             print(f"test_loss={test_loss:.4f} test_bits_per_byte={test_loss / math.log(2):.4f}")
         sys.stdout.flush()
+    # Leave together: a rank that reaches destroy_process_group while its peer still prints was
+    # seen to spin there for minutes (torch 1.13, gloo).
+    dist.barrier()
     dist.destroy_process_group()
 
 

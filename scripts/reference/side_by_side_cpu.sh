@@ -7,6 +7,10 @@
 # machine shows up directly in these figures. The environment reaches both frameworks alike (both
 # run on libgomp: OMP_WAIT_POLICY=passive helps on a loaded machine, docs/PERFORMANCE.md); STEPS
 # sets the timed steps per run (default 40), PYTHON the interpreter that has torch.
+# MODEL=gpt compares the byte-level GPT instead (issue 20): `gpt` (the tiny preset), AdamW with
+# weight decay 0.1 and clipping at 1, global batch 32 sequences of 128 bytes, against
+# gpt_torch_ddp.py, on DATA (default: a corpus of /usr/share/common-licenses made with
+# lockstep-data text in a temporary folder); its figures are tokens/s.
 #   bash scripts/reference/side_by_side_cpu.sh [build-dir] [rounds]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,29 +25,47 @@ bench="$build/apps/lockstep-bench"
 "$python" -c "import torch" 2>/dev/null ||
   { echo "side_by_side_cpu: $python cannot import torch (apt-get install python3-torch)" >&2; exit 1; }
 
-sps() { sed -n 's/^samples_per_second=\([0-9.]*\).*/\1/p' | head -1; }
+model=${MODEL:-cnn}
+if [[ $model == gpt ]]; then
+  unit=tokens_per_second
+  data=${DATA:-}
+  if [[ -z $data ]]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    data=$tmp/licenses.h5
+    "$build/apps/lockstep-data" text --in /usr/share/common-licenses/* --out "$data" --seq-len 128 >/dev/null
+  fi
+  lockstep_args=(--model gpt --data "$data" --global-batch 32 --optimizer adamw --weight-decay 0.1
+                 --clip-norm 1 --steps "$steps")
+  torch_script=$root/scripts/reference/gpt_torch_ddp.py
+  torch_args=(--model gpt --data "$data" --global-batch 32 --steps "$steps" --warmup 5)
+else
+  unit=samples_per_second
+  lockstep_args=(--model cnn --global-batch 128 --steps "$steps")
+  torch_script=$root/scripts/reference/cnn_torch_ddp.py
+  torch_args=(--data synthetic --global-batch 128 --steps "$steps" --warmup 5)
+fi
+sps() { sed -n "s/^$unit=\([0-9.]*\).*/\1/p" | head -1; }
 declare -A results
 run() {  # run NAME COMMAND...: prints the command's samples/s and keeps it under NAME
   local out value
   out=$("${@:2}" 2>&1) || { echo "$1 failed: $out" >&2; exit 1; }
   value=$(sps <<<"$out")
-  [[ -n $value ]] || { echo "$1 printed no samples_per_second: $out" >&2; exit 1; }
+  [[ -n $value ]] || { echo "$1 printed no $unit: $out" >&2; exit 1; }
   results[$1]+="$value "
-  printf '%-28s %s samples/s\n' "$1" "$value"
+  printf '%-32s %s %s\n' "$1" "$value" "$unit"
   grep -E '^(peak_gflops|peak_share|achieved_gflops)' <<<"$out" | sed 's/^/    /' || true
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-torch_args=(--data synthetic --global-batch 128 --steps "$steps" --warmup 5)
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, model $model, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; ++r)); do
-  run "lockstep 1 rank x 2 threads" "$bench" train --model cnn --global-batch 128 --steps "$steps" --threads 2
-  run "pytorch 1 rank x 2 threads" env OMP_NUM_THREADS=2 "$python" "$root/scripts/reference/cnn_torch_ddp.py" \
+  run "lockstep 1 rank x 2 threads" "$bench" train "${lockstep_args[@]}" --threads 2
+  run "pytorch 1 rank x 2 threads" env OMP_NUM_THREADS=2 "$python" "$torch_script" \
     --ranks 1 --threads 2 "${torch_args[@]}"
-  run "lockstep 2 ranks x 1 thread" mpiexec -n 2 "$bench" train --model cnn --global-batch 128 \
-    --steps "$steps" --threads 1
-  run "pytorch DDP 2 ranks x 1 thread" env OMP_NUM_THREADS=1 "$python" \
-    "$root/scripts/reference/cnn_torch_ddp.py" --ranks 2 --threads 1 "${torch_args[@]}"
+  run "lockstep 2 ranks x 1 thread" mpiexec -n 2 "$bench" train "${lockstep_args[@]}" --threads 1
+  run "pytorch DDP 2 ranks x 1 thread" env OMP_NUM_THREADS=1 "$python" "$torch_script" \
+    --ranks 2 --threads 1 "${torch_args[@]}"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for pair in "lockstep 1 rank x 2 threads|pytorch 1 rank x 2 threads" \

@@ -1,0 +1,40 @@
+// Loops of the CPU kernels spread over the rank's threads (--threads) with OpenMP, in a build with
+// oneDNN, whose OpenMP runtime (libgomp) the process has anyway; elsewhere they run serially.
+// Only loops whose iterations write disjoint outputs and add nothing up across iterations use it,
+// so a kernel's result is the same bits whatever the thread count. Internal to kernels/*.cpp.
+// parallel_chunks(n, fn) calls fn(begin, end) over [0, n) in contiguous chunks of at least `grain`
+// items (one per thread, statically): the chunk function can then be a vectorised, cloned loop.
+// Thread-safe when fn is; no collective calls.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#define LS_PARALLEL_FOR _Pragma("omp parallel for schedule(static)")
+#else
+#define LS_PARALLEL_FOR
+#endif
+
+namespace lockstep::kernels {
+
+template <class Fn>
+void parallel_chunks(size_t n, size_t grain, Fn&& fn) {
+#if defined(_OPENMP)
+  const size_t threads = static_cast<size_t>(omp_get_max_threads());
+  const size_t chunks = std::max<size_t>(1, std::min(threads, n / std::max<size_t>(grain, 1)));
+  if (chunks > 1 && !omp_in_parallel()) {
+    const size_t per = (n + chunks - 1) / chunks;
+#pragma omp parallel for schedule(static) num_threads(chunks)
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t begin = c * per, end = std::min(n, begin + per);
+      if (begin < end) fn(begin, end);
+    }
+    return;
+  }
+#endif
+  if (n > 0) fn(size_t{0}, n);
+}
+
+}  // namespace lockstep::kernels
