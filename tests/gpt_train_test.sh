@@ -2,8 +2,9 @@
 # The GPT language model end to end, as a user runs it: a corpus the test writes (sentences with a
 # fixed pattern) through `lockstep-data text`, then lockstep-train --model gpt:... at 2 ranks with
 # AdamW, cosine schedule, warm-up and clipping:
-#  - 30 steps with --checkpoint-dir exit 0, print test bits per byte, and the checkpoint holds the
-#    tied embedding once (embed0.wte (256, D)) and the head's layer norm, no output matrix;
+#  - 30 steps with --checkpoint-dir and small gradient buckets exit 0, print test bits per byte,
+#    and the checkpoint holds the tied embedding once (embed0.wte (256, D)) and the head's layer
+#    norm, no output matrix;
 #  - resumed from it at 1 rank with --grad-accum 2 to step 50, with --metrics and --trace: it says
 #    it starts at step 30, the metrics start after it, their bits per byte are loss / ln 2, the
 #    loss is below the first run's at step 5 and the test bits per byte below 8 (a uniform guess),
@@ -40,8 +41,10 @@ args=(--data corpus.h5 --model "$model" --optimizer adamw --weight-decay 0.1 --l
       --lr-schedule cosine --warmup-steps 5 --clip-norm 1 --global-batch 32 --threads 1
       --progress lines --log-every 5)
 
-# ---- 30 steps at 2 ranks with a checkpoint ----
-out=$(timeout 300 "$mpiexec" -n 2 "$train" "${args[@]}" --steps 30 --checkpoint-dir ckpt 2>&1)
+# ---- 30 steps at 2 ranks with a checkpoint, gradients reduced in 50 kB buckets (a block of
+# dim 32 is 51 kB of parameters: several buckets, each started as its layers finish) ----
+out=$(timeout 300 "$mpiexec" -n 2 "$train" "${args[@]}" --steps 30 --checkpoint-dir ckpt \
+      --bucket-mb 0.05 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] || fail "the first 30 steps exit $rc"$'\n'"$out"
 first_loss=$(grep -m1 -oE 'step 5/[0-9]+ loss [0-9.]+' <<<"$out" | awk '{print $4}')
