@@ -13,23 +13,17 @@
 #include "runtime/base/error.h"
 #include "runtime/train/config_table.h"
 #include "runtime/train/trainer.h"
+#include "test_util.h"
 
 namespace lockstep {
 namespace {
+
+using testing_util::usage_message;
 
 const OptionRow<TrainConfig>& row(const std::string& name) {
   for (const OptionRow<TrainConfig>& r : train_config_options())
     if (r.name == name) return r;
   throw std::runtime_error("no row " + name);
-}
-
-std::string usage_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ConfigTable, EveryDefaultReadsBackAsItself) {
@@ -58,22 +52,22 @@ TEST(ConfigTable, NamesAreUniqueAndLongOptions) {
 
 TEST(ConfigTable, RulesRefuseFromTextAndFromCode) {
   TrainConfig c;
-  EXPECT_NE(usage_error([&] { row("lr").set(c, "-0.1"); }).find("--lr"), std::string::npos);
-  EXPECT_NE(usage_error([&] { row("lr").set(c, "abc"); }).find("--lr must be a number"),
+  EXPECT_NE(usage_message([&] { row("lr").set(c, "-0.1"); }).find("--lr"), std::string::npos);
+  EXPECT_NE(usage_message([&] { row("lr").set(c, "abc"); }).find("--lr must be a number"),
             std::string::npos);
-  EXPECT_NE(usage_error([&] { row("epochs").set(c, "1.5"); }).find("--epochs"), std::string::npos);
-  EXPECT_NE(usage_error([&] { row("seed").set(c, "-1"); }).find("--seed"), std::string::npos);
-  EXPECT_NE(usage_error([&] { row("grad-accum").set(c, "99999999999"); }).find("--grad-accum"),
+  EXPECT_NE(usage_message([&] { row("epochs").set(c, "1.5"); }).find("--epochs"), std::string::npos);
+  EXPECT_NE(usage_message([&] { row("seed").set(c, "-1"); }).find("--seed"), std::string::npos);
+  EXPECT_NE(usage_message([&] { row("grad-accum").set(c, "99999999999"); }).find("--grad-accum"),
             std::string::npos);
   EXPECT_EQ(c.lr, TrainConfig{}.lr) << "a refused value must leave the member as it was";
 
   TrainConfig coded;
   coded.prefetch = 0;
-  EXPECT_NE(usage_error([&] { check_config_options(coded); }).find("--prefetch"),
+  EXPECT_NE(usage_message([&] { check_config_options(coded); }).find("--prefetch"),
             std::string::npos);
   coded = TrainConfig{};
   coded.model = "resnet";
-  EXPECT_NE(usage_error([&] { validate(coded, 1); }).find("--model"), std::string::npos);
+  EXPECT_NE(usage_message([&] { validate(coded, 1); }).find("--model"), std::string::npos);
 }
 
 TEST(ConfigTable, RecordKeepsTheKeysCheckpointsHaveAlwaysHad) {

@@ -11,12 +11,7 @@ src="${LOCKSTEP_SRC:?LOCKSTEP_SRC must name the source tree}"
 dump="${LOCKSTEP_GPT_DUMP:?LOCKSTEP_GPT_DUMP must name the gpt_kernels_dump program}"
 . "$(dirname "$0")/helpers/e2e.sh"
 
-if ! /usr/bin/python3 -c 'import torch, numpy, h5py' 2>/dev/null; then
-  echo "skipped: /usr/bin/python3 cannot import torch, numpy and h5py" \
-       "(scripts/setup.sh --test installs python3-torch and python3-h5py)"
-  exit 77
-fi
-[[ -x $dump ]] || { echo "skipped: $dump is not built"; exit 77; }
+e2e_require_torch_and "$dump"
 e2e_workdir gpt-torch
 
 out=$(timeout 120 "$dump" "$work/gpt.h5" 2>&1)

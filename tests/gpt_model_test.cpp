@@ -17,6 +17,7 @@
 #include "test_util.h"
 
 using namespace lockstep;
+using lockstep::testing_util::usage_message;
 
 namespace {
 
@@ -54,15 +55,6 @@ double mean_loss(Model& m, const std::vector<float>& x, const std::vector<int32_
   return r.loss_sum / rows;
 }
 
-std::string usage_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no UsageError)";
-}
-
 }  // namespace
 
 TEST(GptModel, PresetExpandsToTheDocumentedStack) {
@@ -82,24 +74,24 @@ TEST(GptModel, PresetExpandsToTheDocumentedStack) {
 
 TEST(GptModel, BadSpecsAreRefusedInWords) {
   EXPECT_NE(std::string::npos,
-            usage_error([] { parse_model_spec("gpt:heads=3,dim=8"); }).find("heads do not divide"));
+            usage_message([] { parse_model_spec("gpt:heads=3,dim=8"); }).find("heads do not divide"));
   EXPECT_NE(std::string::npos,
-            usage_error([] { parse_model_spec("gpt:depth=3"); }).find("'depth=3'"));
+            usage_message([] { parse_model_spec("gpt:depth=3"); }).find("'depth=3'"));
   EXPECT_NE(std::string::npos,
-            usage_error([] { parse_model_spec("gpt:layers=0"); }).find("positive integer"));
+            usage_message([] { parse_model_spec("gpt:layers=0"); }).find("positive integer"));
   // Sequences longer than the context.
   EXPECT_NE(std::string::npos,
-            usage_error([] { plan_model(parse_model_spec("gpt:dim=8,heads=2,ctx=4"), {5}, 11, 5); })
+            usage_message([] { plan_model(parse_model_spec("gpt:dim=8,heads=2,ctx=4"), {5}, 11, 5); })
                 .find("more than its context of 4"));
   // A head with nothing to tie to, and a model that does not end in per-position outputs.
   EXPECT_NE(std::string::npos,
-            usage_error([] { plan_model(parse_model_spec("dense:40,lmhead"), {5}, 11, 5); })
+            usage_message([] { plan_model(parse_model_spec("dense:40,lmhead"), {5}, 11, 5); })
                 .find("needs sequences"));
   EXPECT_NE(std::string::npos,
-            usage_error([] { plan_model(parse_model_spec("embed:8:6,block:2"), {5}, 11, 5); })
+            usage_message([] { plan_model(parse_model_spec("embed:8:6,block:2"), {5}, 11, 5); })
                 .find("end a language model with 'lmhead'"));
   EXPECT_NE(std::string::npos,
-            usage_error([] { plan_model(parse_model_spec("dense,embed:8:6"), {5}, 11, 1); })
+            usage_message([] { plan_model(parse_model_spec("dense,embed:8:6"), {5}, 11, 1); })
                 .find("first layer"));
 }
 

@@ -18,8 +18,10 @@
 #include "runtime/base/error.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/model/model.h"
+#include "test_util.h"
 
 using namespace lockstep;
+using lockstep::testing_util::usage_message;
 
 namespace {
 
@@ -71,15 +73,6 @@ LayerType gain_type() {
 void register_test_layers() {
   static std::once_flag once;
   std::call_once(once, [] { register_layer(gain_type()); });
-}
-
-std::string usage_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 constexpr int kBatch = 4, kOutputs = 3;

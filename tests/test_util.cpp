@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "runtime/base/error.h"
+
 namespace lockstep::testing_util {
 
 std::string local_temp_dir(const std::string& tag) {
@@ -25,6 +27,15 @@ std::string shared_temp_dir(const std::string& tag) {
   }
   MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, MPI_COMM_WORLD);
   return buf;
+}
+
+std::string usage_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace lockstep::testing_util

@@ -1,6 +1,7 @@
-// Helpers shared by tests: temporary folders, the running world.
+// Helpers shared by tests: temporary folders, the running world, UsageError messages.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "runtime/process/bootstrap.h"
@@ -13,5 +14,8 @@ std::string shared_temp_dir(const std::string& tag);
 
 // The same, for a single-process test.
 std::string local_temp_dir(const std::string& tag);
+
+// The message of the UsageError that f throws; empty when it throws none (other exceptions pass).
+std::string usage_message(const std::function<void()>& f);
 
 }  // namespace lockstep::testing_util

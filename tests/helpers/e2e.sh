@@ -27,6 +27,17 @@ e2e_require_commands() {
   done
 }
 
+# e2e_require_torch_and PROGRAM: skipped unless Debian's /usr/bin/python3 imports torch, numpy and
+# h5py (the PyTorch comparisons) and PROGRAM, the test's dump helper, is built.
+e2e_require_torch_and() {
+  if ! /usr/bin/python3 -c 'import torch, numpy, h5py' 2>/dev/null; then
+    echo "skipped: /usr/bin/python3 cannot import torch, numpy and h5py" \
+         "(scripts/setup.sh --test installs python3-torch and python3-h5py)"
+    exit 77
+  fi
+  [[ -x $1 ]] || { echo "skipped: $1 is not built"; exit 77; }
+}
+
 # e2e_wait_for_checkpoint DIR: waits until the first checkpoint in DIR shows a run is under way;
 # non-zero after 60 s without one.
 e2e_wait_for_checkpoint() {
