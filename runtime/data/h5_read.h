@@ -1,0 +1,73 @@
+// Reading helpers of the dataset reader (dataset.cpp): how HDF5 types and shapes read in
+// messages, the stored element types it accepts and their conversion, the chunk cache of a
+// shuffled reader, and reading chosen rows as runs. Every HDF5 call is the caller's to serialise
+// (the process-wide Hdf5Lock, hdf5_util.h); the functions are otherwise stateless. No collective
+// calls.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/data/hdf5_util.h"
+
+namespace lockstep::h5_read {
+
+// "(60000, 28, 28, 1)", "(10,)".
+std::string shape_text(const std::vector<int64_t>& shape);
+// "uint8", "float32", "string", ...
+std::string type_text(hid_t type);
+// "it holds images, labels" (at most 20 names), or "it is empty".
+std::string holds_text(hid_t group);
+std::vector<int64_t> dims_of(hid_t dset);
+
+// Stored element types the reader accepts: every integer and IEEE float width files use. Rows are
+// read in the file's own type (HDF5 then converts nothing) and converted here: a converting
+// H5Dread allocates and zeroes a 1 MiB conversion buffer on every call, which dominated the
+// per-run reads below.
+enum class Elem { u8, i8, u16, i16, u32, i32, u64, i64, f32, f64 };
+
+std::optional<Elem> elem_of(hid_t type);  // none for a type the reader does not take
+hid_t native_type(Elem e);
+
+template <class In, class Out>
+void convert_as(const unsigned char* in, size_t n, Out* out) {
+  for (size_t i = 0; i < n; ++i) {
+    In v;
+    std::memcpy(&v, in + i * sizeof(In), sizeof(In));
+    out[i] = static_cast<Out>(v);
+  }
+}
+
+// n stored elements of type e at `in` -> out[0, n).
+template <class Out>
+void convert(Elem e, const unsigned char* in, size_t n, Out* out) {
+  switch (e) {
+    case Elem::u8: return convert_as<uint8_t>(in, n, out);
+    case Elem::i8: return convert_as<int8_t>(in, n, out);
+    case Elem::u16: return convert_as<uint16_t>(in, n, out);
+    case Elem::i16: return convert_as<int16_t>(in, n, out);
+    case Elem::u32: return convert_as<uint32_t>(in, n, out);
+    case Elem::i32: return convert_as<int32_t>(in, n, out);
+    case Elem::u64: return convert_as<uint64_t>(in, n, out);
+    case Elem::i64: return convert_as<int64_t>(in, n, out);
+    case Elem::f32: return convert_as<float>(in, n, out);
+    case Elem::f64: return convert_as<double>(in, n, out);
+  }
+}
+
+// A dataset access property list whose chunk cache holds cache_bytes of decompressed chunks.
+H5Id chunk_cache_access(hid_t dset, int64_t cache_bytes);
+
+// Reads rows `sorted` (ascending, distinct) of `dset` (shape `dims`) into `buf`, packed in that
+// order, one H5Dread per run of consecutive rows; a failed read is a SharedInputError naming
+// `what` and the rows (h5_read.cpp says why runs).
+void read_runs(hid_t dset, hid_t file_space, const std::vector<int64_t>& dims,
+               const std::vector<int64_t>& sorted, hid_t mem_type, void* buf,
+               const std::string& what);
+
+}  // namespace lockstep::h5_read
