@@ -64,7 +64,8 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("precision", po::value(&o->precision)->default_value("fp32"),
        "fp32 | bf16 (bf16 GEMMs, fp32 master weights; needs --device cuda), as lockstep-train")
       ("data", po::value(&o->data)->default_value("", "\"\""),
-       "HDF5 dataset file (lockstep-data); default: synthetic 28x28x1 images, 10 classes")
+       "HDF5 dataset file (lockstep-data); default: synthetic 28x28x1 images, 10 classes, or for "
+       "a language model (--model gpt...) random bytes in sequences of its context")
       ("threads", po::value(&o->threads)->default_value(0), "BLAS threads per rank (0: cores / ranks)")
       ("optimizer", po::value(&o->optimizer)->default_value("adam"),
        "sgd | momentum | adam | adamw, as lockstep-train")
@@ -102,6 +103,27 @@ void write_synthetic(const std::string& path, int64_t train_rows, int64_t test_r
   write_h5_attr_int(file.get(), "num_classes", 10);
   write_h5_attr_double(file.get(), "norm_mean", 0.5);
   write_h5_attr_double(file.get(), "norm_std", 0.25);
+}
+
+// For a language model (a spec starting with 'embed', as the gpt preset does): sequences of T + 1
+// random bytes (lockstep-data text's layout), T the model's context. Random text cannot be learnt
+// past 8 bits per byte; the speed does not depend on it.
+int language_model_context(const std::string& model) {
+  const ModelSpec spec = parse_model_spec(model);
+  return !spec.layers.empty() && spec.layers[0].type == "embed" ? spec.layers[0].args[1] : 0;
+}
+
+void write_synthetic_text(const std::string& path, int64_t train_rows, int64_t test_rows, int T) {
+  H5Id file = create_h5_file(path);
+  std::mt19937 gen(7);
+  for (auto [group, n] : {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
+    std::vector<uint8_t> tokens(static_cast<size_t>(n) * (T + 1));
+    for (uint8_t& t : tokens) t = static_cast<uint8_t>(gen() % 256);
+    write_h5_dataset(file.get(), group + "/tokens", {n, T + 1}, tokens);
+    H5Id d(LS_CHECK_HDF5(H5Dopen2(file.get(), (group + "/tokens").c_str(), H5P_DEFAULT)));
+    write_h5_attr_int(d.get(), "vocab_size", 256);
+    write_h5_attr_int(d.get(), "seq_len", T);
+  }
 }
 
 // Forward FLOPs per sample of the matrix work (conv, dense); relu and pooling are left out.
@@ -167,7 +189,10 @@ int run_train_bench(int argc, char** argv, const World& world) {
             ("lockstep-bench-train-" + std::to_string(getpid()) + "-" + std::to_string(world.rank) + ".h5"))
                .string();
     const int64_t rows = std::max<int64_t>(o.global_batch, 1) * std::min<int64_t>(total_steps, 8);
-    write_synthetic(temp, rows, std::max<int64_t>(o.global_batch, 1));
+    if (const int T = language_model_context(o.model); T > 0)
+      write_synthetic_text(temp, rows, std::max<int64_t>(o.global_batch, 1), T);
+    else
+      write_synthetic(temp, rows, std::max<int64_t>(o.global_batch, 1));
     path = temp;
   }
   struct Cleanup {
@@ -248,7 +273,9 @@ int run_train_bench(int argc, char** argv, const World& world) {
     const double sps = static_cast<double>(o.global_batch) / mean;
     const double achieved = sps * 3 * fwd;
     const std::string data =
-        o.data.empty() ? "synthetic data (28x28x1, 10 classes)" : "data " + o.data;
+        !o.data.empty()                          ? "data " + o.data
+        : language_model_context(o.model) > 0 ? "synthetic random bytes"
+                                                : "synthetic data (28x28x1, 10 classes)";
     if (gpu)
       std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), device %s, "
                   "precision %s, %s\n",
