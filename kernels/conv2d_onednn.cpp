@@ -1,16 +1,21 @@
 #include <array>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 #include "kernels/conv2d.h"
 #include "kernels/onednn_util.h"
 
-// The oneDNN twin of conv2d_*_cpu. The primitives are created with format_tag::any for the
-// activations and weights, so oneDNN picks the layouts its fastest kernels want (on AVX2 the
-// channel-blocked nChw8c, whose direct convolution runs about twice as fast as im2col + sgemm at
-// the CNN's shapes); the caller's NHWC / HWIO buffers are reordered into them and back (Staged),
-// which costs a memory pass per operand, far less than the convolution. With c_in == 1 the NHWC
-// input is byte for byte the NCHW one oneDNN's first-layer kernel takes, so it is described as
-// NCHW and needs no reorder. Gradients: dx is overwritten; dw and db are computed into the
+// The oneDNN twin of conv2d_*_cpu. The primitives are first asked for the caller's NHWC
+// activations as they are (weights: format_tag::any): where oneDNN has a fast kernel for them (on
+// AVX-512, brgconv and jit:avx512_core), no activation is reordered; that was 8% of the CNN's step
+// on one core (reorders 2.4 ms of 16.5, 2026-11-26). Where it would take its reference kernel
+// (100x slower), the activations are format_tag::any too, so it picks the layouts its fastest
+// kernels want (on AVX2 the channel-blocked nChw8c, whose direct convolution runs about twice as
+// fast as im2col + sgemm at the CNN's shapes), and the caller's buffers are reordered into them
+// and back (Staged), a memory pass per operand. With c_in == 1 the NHWC input is byte for byte
+// the NCHW one oneDNN's first-layer kernel takes, so it is described as NCHW and needs no
+// reorder; that layer always lets oneDNN choose its output's layout. Gradients: dx is overwritten; dw and db are computed into the
 // entry's buffers and added into the caller's by the reorder (the accumulate contract).
 
 namespace lockstep::kernels {
@@ -27,11 +32,12 @@ std::array<long, 11> key_of(const Conv2dShape& s, bool bias) {
   return {s.n, s.h, s.w, s.c_in, s.c_out, s.kh, s.kw, s.stride, s.pad_h, s.pad_w, bias};
 }
 
-// The caller's layouts of a shape and the "any" layouts the primitives are created with.
+// The caller's layouts of a shape and the layouts the primitives are created with: the caller's
+// for the activations unless `blocked` (or c_in == 1), then format_tag::any like the weights.
 struct Layouts {
   memory::desc x, w, b, y, any_x, any_w, any_y, none;
   memory::dims strides, pad_l, pad_r;
-  explicit Layouts(const Conv2dShape& s) {
+  Layouts(const Conv2dShape& s, bool blocked) {
     const Conv2dGeometry g = conv2d_geometry(s, "conv2d_onednn");
     const memory::dims xd{s.n, s.c_in, s.h, s.w}, wd{s.c_out, s.c_in, s.kh, s.kw},
         yd{s.n, s.c_out, g.out_h, g.out_w};
@@ -39,9 +45,10 @@ struct Layouts {
     w = memory::desc(wd, f32, Tag::hwio);
     b = memory::desc({s.c_out}, f32, Tag::a);
     y = memory::desc(yd, f32, Tag::nhwc);
-    any_x = memory::desc(xd, f32, Tag::any);
+    const bool any = blocked || s.c_in == 1;
+    any_x = any ? memory::desc(xd, f32, Tag::any) : x;
     any_w = memory::desc(wd, f32, Tag::any);
-    any_y = memory::desc(yd, f32, Tag::any);
+    any_y = any ? memory::desc(yd, f32, Tag::any) : y;
     strides = {s.stride, s.stride};
     pad_l = {s.pad_h, s.pad_w};
     // The far padding that makes the output exactly out_h x out_w (rows the stride does not reach
@@ -74,43 +81,63 @@ struct BackwardWeights {
   memory scratch;
 };
 
+// oneDNN's reference kernels name themselves "ref:...".
+template <class Pd>
+bool is_reference(const Pd& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+}
+
+// Each primitive with the caller's activation layouts (blocked = false), unless that gives a
+// reference kernel; then with the layouts oneDNN picks (blocked = true).
 Forward make_forward(const Conv2dShape& s, bool bias) {
-  const Layouts l(s);
-  auto pd = l.forward(bias, onednn::user_scratchpad());
-  Forward f{dnnl::convolution_forward(pd), Staged(Staged::Role::input, l.x, pd.src_desc()),
-            Staged(Staged::Role::input, l.w, pd.weights_desc()), Staged(),
-            Staged(Staged::Role::output, l.y, pd.dst_desc()),
-            memory(pd.scratchpad_desc(), onednn::engine())};
-  if (bias) f.b = Staged(Staged::Role::input, l.b, pd.bias_desc());
-  return f;
+  for (bool blocked : {false, true}) {
+    const Layouts l(s, blocked);
+    auto pd = l.forward(bias, onednn::user_scratchpad());
+    if (!blocked && is_reference(pd)) continue;
+    Forward f{dnnl::convolution_forward(pd), Staged(Staged::Role::input, l.x, pd.src_desc()),
+              Staged(Staged::Role::input, l.w, pd.weights_desc()), Staged(),
+              Staged(Staged::Role::output, l.y, pd.dst_desc()),
+              memory(pd.scratchpad_desc(), onednn::engine())};
+    if (bias) f.b = Staged(Staged::Role::input, l.b, pd.bias_desc());
+    return f;
+  }
+  throw std::logic_error("conv2d_forward_onednn: no layouts");
 }
 
 BackwardData make_backward_data(const Conv2dShape& s) {
-  const Layouts l(s);
-  dnnl::convolution_backward_data::desc d(direct, l.any_x, l.any_w, l.any_y, l.strides, l.pad_l,
-                                          l.pad_r);
-  dnnl::convolution_backward_data::primitive_desc pd(d, onednn::user_scratchpad(),
-                                                     onednn::engine(), l.forward(false, {}));
-  return {dnnl::convolution_backward_data(pd),
-          Staged(Staged::Role::input, l.y, pd.diff_dst_desc()),
-          Staged(Staged::Role::input, l.w, pd.weights_desc()),
-          Staged(Staged::Role::output, l.x, pd.diff_src_desc()),
-          memory(pd.scratchpad_desc(), onednn::engine())};
+  for (bool blocked : {false, true}) {
+    const Layouts l(s, blocked);
+    dnnl::convolution_backward_data::desc d(direct, l.any_x, l.any_w, l.any_y, l.strides,
+                                            l.pad_l, l.pad_r);
+    dnnl::convolution_backward_data::primitive_desc pd(d, onednn::user_scratchpad(),
+                                                       onednn::engine(), l.forward(false, {}));
+    if (!blocked && is_reference(pd)) continue;
+    return {dnnl::convolution_backward_data(pd),
+            Staged(Staged::Role::input, l.y, pd.diff_dst_desc()),
+            Staged(Staged::Role::input, l.w, pd.weights_desc()),
+            Staged(Staged::Role::output, l.x, pd.diff_src_desc()),
+            memory(pd.scratchpad_desc(), onednn::engine())};
+  }
+  throw std::logic_error("conv2d_backward_onednn: no layouts");
 }
 
 BackwardWeights make_backward_weights(const Conv2dShape& s, bool bias) {
-  const Layouts l(s);
-  dnnl::convolution_backward_weights::desc d(direct, l.any_x, l.any_w, bias ? l.b : l.none, l.any_y,
-                                             l.strides, l.pad_l, l.pad_r);
-  dnnl::convolution_backward_weights::primitive_desc pd(d, onednn::user_scratchpad(),
-                                                        onednn::engine(), l.forward(bias, {}));
-  BackwardWeights b{dnnl::convolution_backward_weights(pd),
-                    Staged(Staged::Role::input, l.x, pd.src_desc()),
-                    Staged(Staged::Role::input, l.y, pd.diff_dst_desc()),
-                    Staged(Staged::Role::accumulate, l.w, pd.diff_weights_desc()), Staged(),
-                    memory(pd.scratchpad_desc(), onednn::engine())};
-  if (bias) b.db = Staged(Staged::Role::accumulate, l.b, pd.diff_bias_desc());
-  return b;
+  for (bool blocked : {false, true}) {
+    const Layouts l(s, blocked);
+    dnnl::convolution_backward_weights::desc d(direct, l.any_x, l.any_w, bias ? l.b : l.none,
+                                               l.any_y, l.strides, l.pad_l, l.pad_r);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, onednn::user_scratchpad(),
+                                                          onednn::engine(), l.forward(bias, {}));
+    if (!blocked && is_reference(pd)) continue;
+    BackwardWeights b{dnnl::convolution_backward_weights(pd),
+                      Staged(Staged::Role::input, l.x, pd.src_desc()),
+                      Staged(Staged::Role::input, l.y, pd.diff_dst_desc()),
+                      Staged(Staged::Role::accumulate, l.w, pd.diff_weights_desc()), Staged(),
+                      memory(pd.scratchpad_desc(), onednn::engine())};
+    if (bias) b.db = Staged(Staged::Role::accumulate, l.b, pd.diff_bias_desc());
+    return b;
+  }
+  throw std::logic_error("conv2d_backward_onednn: no layouts");
 }
 
 }  // namespace
