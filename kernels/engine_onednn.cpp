@@ -13,6 +13,12 @@ bool onednn_built() { return true; }
 
 void onednn_set_threads(int threads) { omp_set_num_threads(std::max(1, threads)); }
 
+// The ISA values are bit sets: each AVX-512 flavour (VNNI, bf16, AMX) holds avx512_core's bits.
+bool onednn_avx512() {
+  const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & core) == core;
+}
+
 const char* onednn_description() {
   static const std::string text = [] {
     const dnnl_version_t* v = dnnl_version();
@@ -22,7 +28,9 @@ const char* onednn_description() {
       case dnnl::cpu_isa::avx: isa = "AVX"; break;
       case dnnl::cpu_isa::avx2: isa = "AVX2"; break;
       case dnnl::cpu_isa::avx512_core: isa = "AVX-512"; break;
-      default: isa = "ISA " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
+      default:
+        isa = (onednn_avx512() ? "AVX-512, ISA " : "ISA ") +
+              std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
     }
     return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
            std::to_string(v->patch) + " (OpenMP, " + isa + ")";

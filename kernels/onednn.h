@@ -22,5 +22,7 @@ void onednn_set_threads(int threads);
 // "oneDNN 2.6.3 (OpenMP, AVX2)", or "none" without oneDNN: the version and the instruction set
 // its kernels use on this machine (lockstep-bench train prints it).
 const char* onednn_description();
+// Whether oneDNN runs AVX-512 kernels here (any avx512_core flavour); false without oneDNN.
+bool onednn_avx512();
 
 }  // namespace lockstep::kernels

@@ -20,6 +20,7 @@ namespace {
 bool onednn_built() { return false; }
 void onednn_set_threads(int) {}
 const char* onednn_description() { return "none"; }
+bool onednn_avx512() { return false; }
 
 void conv2d_forward_onednn(const Conv2dShape&, const float*, const float*, const float*, float*) {
   missing("conv2d_forward_onednn");

@@ -68,8 +68,8 @@ class Layer {
 };
 
 // Which kernels the CPU layers run: `best` takes oneDNN for the convolutions and dense products
-// where the build has it (kernels/onednn.h; a convolution with fewer than 8 input channels runs
-// its backward pass on OpenBLAS, faster there), else OpenBLAS; `openblas` always OpenBLAS (the
+// where the build has it (kernels/onednn.h; where oneDNN runs AVX2 kernels, a convolution with
+// fewer than 8 input channels runs its backward pass on OpenBLAS, faster there), else OpenBLAS; `openblas` always OpenBLAS (the
 // oracle the tests compare against). Pooling and ReLU are the project's own loops either way.
 enum class CpuKernels { best, openblas };
 

@@ -6,10 +6,12 @@
 namespace lockstep {
 namespace {
 
-// With oneDNN, the forward pass runs on it; so does the backward pass unless the layer has fewer
-// input channels than oneDNN's AVX2 kernels block them by (8): there it pads the channels and its
-// backward passes ran 3-4x slower than im2col + sgemm (the CNN's first layer, 64 x 28x28x1 -> 32:
-// 13.5 ms against 4.5 ms for the weight gradient, one thread), so those stay on OpenBLAS. oneDNN's
+// With oneDNN, the forward pass runs on it; so does the backward pass unless oneDNN runs AVX2 (not
+// AVX-512) kernels and the layer has fewer input channels than those block them by (8): there it
+// pads the channels and its backward passes ran 3-4x slower than im2col + sgemm (the CNN's first
+// layer, 64 x 28x28x1 -> 32: 13.5 ms against 4.5 ms for the weight gradient, one thread, AMD EPYC
+// VM, 2026-11-23), so those stay on OpenBLAS. With AVX-512 oneDNN is the faster one there too (the
+// CNN at 1 rank x 2 threads 1.26x faster, at 2 ranks 1.13x, Intel Xeon VM, 2026-11-26). oneDNN's
 // scratch belongs to its cached primitives (onednn.h); the OpenBLAS passes take the workspace.
 class Conv2dLayer : public Layer {
  public:
@@ -17,7 +19,8 @@ class Conv2dLayer : public Layer {
   Conv2dLayer(const LayerPlan& plan, bool onednn)
       : Layer(plan),
         onednn_forward_(onednn),
-        onednn_backward_(onednn && plan.in[2] >= kOnednnBackwardMinChannels) {}
+        onednn_backward_(onednn && (plan.in[2] >= kOnednnBackwardMinChannels ||
+                                    kernels::onednn_avx512())) {}
   size_t workspace_floats(int batch) const override {
     return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
   }
