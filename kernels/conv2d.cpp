@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/activation.h"
 #include "kernels/gemm.h"
 
 // Convolution as one gemm over the whole batch. Row m = (image, oy, ox) of the im2col matrix holds
@@ -127,6 +128,7 @@ void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, co
   }
   const int rows = static_cast<int>(g.rows), cols = static_cast<int>(g.cols);
   gemm_cpu({.m = rows, .n = s.c_out, .k = cols, .beta = beta}, workspace, w, y);
+  if (s.relu) relu_forward_cpu(y, y, g.rows * s.c_out);
 }
 
 void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/activation.h"
 #include "kernels/bf16.cuh"
 #include "kernels/bias.cuh"
 #include "kernels/cast.h"
@@ -120,6 +121,7 @@ void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, c
   const float beta = seed_bias(y, b, g, s.c_out, stream);
   const int rows = static_cast<int>(g.rows), cols = static_cast<int>(g.cols);
   gemm_cuda({.m = rows, .n = s.c_out, .k = cols, .beta = beta}, workspace, w, y, stream);
+  if (s.relu) relu_forward_cuda(y, y, g.rows * s.c_out, stream);
 }
 
 void conv2d_backward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* dy,
@@ -150,6 +152,7 @@ void conv2d_forward_bf16_cuda(const Conv2dShape& s, const float* x, const uint16
   const float beta = seed_bias(y, b, g, s.c_out, stream);
   const int rows = static_cast<int>(g.rows), cols = static_cast<int>(g.cols);
   gemm_bf16_cuda({.m = rows, .n = s.c_out, .k = cols, .beta = beta}, col16, w16, y, stream);
+  if (s.relu) relu_forward_cuda(y, y, g.rows * s.c_out, stream);
 }
 
 void conv2d_backward_bf16_cuda(const Conv2dShape& s, const float* x, const uint16_t* w16,

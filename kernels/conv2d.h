@@ -15,6 +15,10 @@ namespace lockstep::kernels {
 struct Conv2dShape {
   int n = 0, h = 0, w = 0, c_in = 0, c_out = 0;
   int kh = 3, kw = 3, stride = 1, pad_h = 1, pad_w = 1;
+  // Forward only: y = max(0, conv + b), a ReLU fused into the pass (oneDNN: an eltwise post-op;
+  // the other twins: one pass over y after the product). Backward ignores it: its dy is the
+  // gradient before the ReLU.
+  bool relu = false;
   int out_h() const { return (h + 2 * pad_h - kh) / stride + 1; }
   int out_w() const { return (w + 2 * pad_w - kw) / stride + 1; }
 };

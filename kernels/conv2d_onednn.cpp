@@ -28,8 +28,19 @@ using Tag = memory::format_tag;
 constexpr auto f32 = memory::data_type::f32;
 constexpr auto direct = dnnl::algorithm::convolution_direct;
 
-std::array<long, 11> key_of(const Conv2dShape& s, bool bias) {
-  return {s.n, s.h, s.w, s.c_in, s.c_out, s.kh, s.kw, s.stride, s.pad_h, s.pad_w, bias};
+std::array<long, 12> key_of(const Conv2dShape& s, bool bias) {
+  return {s.n, s.h, s.w, s.c_in, s.c_out, s.kh, s.kw, s.stride, s.pad_h, s.pad_w, bias, s.relu};
+}
+
+// The forward primitive's attributes: the user's scratchpad, and the fused ReLU as a post-op.
+dnnl::primitive_attr forward_attr(const Conv2dShape& s) {
+  dnnl::primitive_attr attr = onednn::user_scratchpad();
+  if (s.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
 }
 
 // The caller's layouts of a shape and the layouts the primitives are created with: the caller's
@@ -92,7 +103,7 @@ bool is_reference(const Pd& pd) {
 Forward make_forward(const Conv2dShape& s, bool bias) {
   for (bool blocked : {false, true}) {
     const Layouts l(s, blocked);
-    auto pd = l.forward(bias, onednn::user_scratchpad());
+    auto pd = l.forward(bias, forward_attr(s));
     if (!blocked && is_reference(pd)) continue;
     Forward f{dnnl::convolution_forward(pd), Staged(Staged::Role::input, l.x, pd.src_desc()),
               Staged(Staged::Role::input, l.w, pd.weights_desc()), Staged(),

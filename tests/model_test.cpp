@@ -101,6 +101,63 @@ TEST(Model, ReluThenPoolGivesWhatTheSpecSays) {
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(ref[i], out[i]) << i;
 }
 
+TEST(Model, ConvThenReluFusedGivesWhatTheSpecSays) {
+  // A convolution directly followed by a ReLU runs it in its own pass on the CPU; outputs must be
+  // those of the two kernels in the spec's order, with either kernel set.
+  for (CpuKernels k : {CpuKernels::openblas, CpuKernels::best}) {
+    Model m(parse_model_spec("conv3x3:3,relu,dense"), kInput, kOutputs, kBatch, {.cpu_kernels = k});
+    ASSERT_TRUE(m.plan()[0].fused_relu);
+    m.init_params(3);
+    auto x = random_vector(kBatch * m.input_size(), 6);
+    const float* y = m.forward(x.data(), kBatch);
+    std::vector<float> out(y, y + kBatch * kOutputs);
+
+    kernels::Conv2dShape cs;
+    cs.n = kBatch, cs.h = 6, cs.w = 6, cs.c_in = 2, cs.c_out = 3;
+    const float* w = m.params();
+    const auto t = m.param_tensors();  // conv0.weight, conv0.bias, dense2.weight, dense2.bias
+    std::vector<float> conv(kBatch * 6 * 6 * 3), ws(kernels::conv2d_workspace_floats(cs));
+    kernels::conv2d_forward_cpu(cs, x.data(), w + t[0].offset, w + t[1].offset, conv.data(),
+                                ws.data());
+    kernels::relu_forward_cpu(conv.data(), conv.data(), conv.size());
+    std::vector<float> ref(kBatch * kOutputs);
+    kernels::dense_forward_cpu({kBatch, 108, kOutputs}, conv.data(), w + t[2].offset,
+                               w + t[3].offset, ref.data());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(ref[i], out[i], 1e-5) << i;
+  }
+}
+
+TEST(Model, FusedConvReluBackwardMatchesFiniteDifferences) {
+  // Two fused pairs (the second's ReLU would move after a max-pool, so none here), the gradient
+  // of the summed MSE against central differences, with either kernel set.
+  for (CpuKernels k : {CpuKernels::openblas, CpuKernels::best}) {
+    Model m(parse_model_spec("conv3x3:3,relu,conv3x3:2,relu,dense"), kInput, kOutputs, kBatch,
+            {.cpu_kernels = k});
+    ASSERT_TRUE(m.plan()[0].fused_relu && m.plan()[2].fused_relu);
+    m.init_params(9);
+    auto x = random_vector(kBatch * m.input_size(), 10);
+    auto t = random_vector(kBatch * kOutputs, 11);
+    m.zero_grads();
+    loss(m, x, t, kBatch, true);
+    std::vector<float> analytic(m.grads(), m.grads() + m.param_count());
+    double diff = 0, norm = 0;
+    const float eps = 1e-4f;
+    for (size_t i = 0; i < m.param_count(); ++i) {
+      const float keep = m.params()[i];
+      m.params()[i] = keep + eps;
+      const double up = loss(m, x, t, kBatch, false);
+      m.params()[i] = keep - eps;
+      const double down = loss(m, x, t, kBatch, false);
+      m.params()[i] = keep;
+      const double numeric = (up - down) / (2.0 * eps);
+      diff += (numeric - analytic[i]) * (numeric - analytic[i]);
+      norm += numeric * numeric;
+    }
+    ASSERT_GT(norm, 0.0);
+    EXPECT_LT(std::sqrt(diff / norm), 1e-2) << "over " << m.param_count() << " parameters";
+  }
+}
+
 TEST(Model, OnednnLayersMatchTheOpenBlasOracle) {
   if (!kernels::onednn_built())
     GTEST_SKIP() << "this build has no oneDNN: the CPU layers are the OpenBLAS ones";

@@ -82,6 +82,10 @@ struct LayerPlan {
   // gradient to (a language model's output head tied to its token embedding); -1: none. The
   // planner of the type sets it (LayerCheck::earlier); the model binds it (Layer::bind_tied).
   int tied = -1;
+  // Set by the model on a CPU convolution directly followed by a ReLU: the convolution applies the
+  // ReLU in its forward pass (and masks its incoming gradient by it), and the ReLU layer passes
+  // its input through (model.h).
+  bool fused_relu = false;
 };
 
 // Resolves shapes through the layers for an input sample shape and the data's output width;

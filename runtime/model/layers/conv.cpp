@@ -1,5 +1,6 @@
 #include "runtime/model/layers/conv.h"
 
+#include "kernels/activation.h"
 #include "kernels/onednn.h"
 #include "runtime/model/model_spec.h"
 
@@ -21,8 +22,9 @@ class Conv2dLayer : public Layer {
         onednn_forward_(onednn),
         onednn_backward_(onednn && (plan.in[2] >= kOnednnBackwardMinChannels ||
                                     kernels::onednn_avx512())) {}
+  // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it.
   size_t workspace_floats(int batch) const override {
-    return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
+    return blas_workspace(batch) + (plan_.fused_relu ? static_cast<size_t>(batch) * out_size() : 0);
   }
   void forward(int batch, const float* x, float* y, float* workspace) override {
     if (onednn_forward_)
@@ -30,8 +32,14 @@ class Conv2dLayer : public Layer {
     else
       kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
   }
-  void backward(int batch, const float* x, const float*, const float* dy, float* dx,
+  void backward(int batch, const float* x, const float* y, const float* dy, float* dx,
                 float* workspace) override {
+    if (plan_.fused_relu) {
+      // dy is the gradient after the fused ReLU: zero it where the ReLU blocked (y = 0).
+      float* masked = workspace + blas_workspace(batch);
+      kernels::relu_backward_cpu(y, dy, masked, static_cast<size_t>(batch) * out_size());
+      dy = masked;
+    }
     if (onednn_backward_)
       kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
     else
@@ -41,7 +49,14 @@ class Conv2dLayer : public Layer {
 
  private:
   float* bias(float* base) const { return base + bias_offset(plan_); }
-  kernels::Conv2dShape shape(int batch) const { return conv2d_shape(plan_, batch); }
+  kernels::Conv2dShape shape(int batch) const {
+    kernels::Conv2dShape s = conv2d_shape(plan_, batch);
+    s.relu = plan_.fused_relu;
+    return s;
+  }
+  size_t blas_workspace(int batch) const {
+    return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
+  }
   bool onednn_forward_, onednn_backward_;
 };
 
