@@ -42,34 +42,54 @@ double loss(Model& m, const std::vector<float>& x, const std::vector<float>& t, 
   return r.loss_sum;
 }
 
+// The relative L2 error of the model's gradient of loss() on (x, t) against central differences
+// over every parameter. Small steps: a larger one can carry a ReLU input across zero (seen at 1e-3
+// for one hidden unit), where the loss has a kink and finite differences stop being the
+// derivative.
+double gradient_error(Model& m, const std::vector<float>& x, const std::vector<float>& t) {
+  m.zero_grads();
+  loss(m, x, t, kBatch, true);
+  std::vector<float> analytic(m.grads(), m.grads() + m.param_count());
+  double diff = 0, norm = 0;
+  const float eps = 1e-4f;
+  for (size_t i = 0; i < m.param_count(); ++i) {
+    const float keep = m.params()[i];
+    m.params()[i] = keep + eps;
+    const double up = loss(m, x, t, kBatch, false);
+    m.params()[i] = keep - eps;
+    const double down = loss(m, x, t, kBatch, false);
+    m.params()[i] = keep;
+    const double numeric = (up - down) / (2.0 * eps);
+    diff += (numeric - analytic[i]) * (numeric - analytic[i]);
+    norm += numeric * numeric;
+  }
+  EXPECT_GT(norm, 0.0);
+  return std::sqrt(diff / norm);
+}
+
+// The model's first layer, a 3x3 convolution to 3 channels over kInput, then a ReLU, computed
+// with the CPU kernels from the model's first two tensors (weight, bias).
+std::vector<float> conv_relu_reference(const Model& m, const std::vector<float>& x) {
+  kernels::Conv2dShape cs;
+  cs.n = kBatch, cs.h = 6, cs.w = 6, cs.c_in = 2, cs.c_out = 3;
+  const float* w = m.params();
+  const auto t = m.param_tensors();
+  std::vector<float> conv(kBatch * 6 * 6 * 3), ws(kernels::conv2d_workspace_floats(cs));
+  kernels::conv2d_forward_cpu(cs, x.data(), w + t[0].offset, w + t[1].offset, conv.data(),
+                              ws.data());
+  kernels::relu_forward_cpu(conv.data(), conv.data(), conv.size());
+  return conv;
+}
+
 }  // namespace
 
 TEST(Model, BackwardMatchesFiniteDifferences) {
   Model m(parse_model_spec(kSpec), kInput, kOutputs, kBatch);
   m.init_params(5);
-  auto x = random_vector(kBatch * m.input_size(), 1);
-  auto t = random_vector(kBatch * kOutputs, 2);
-  m.zero_grads();
-  loss(m, x, t, kBatch, true);
-  std::vector<float> analytic(m.grads(), m.grads() + m.param_count());
-  double diff = 0, norm = 0;
-  // Small steps: a larger one can carry a ReLU input across zero (seen at 1e-3 for one hidden
-  // unit), where the loss has a kink and finite differences stop being the derivative.
-  const float eps = 1e-4f;
-  for (size_t i = 0; i < m.param_count(); ++i) {
-    float keep = m.params()[i];
-    m.params()[i] = keep + eps;
-    double up = loss(m, x, t, kBatch, false);
-    m.params()[i] = keep - eps;
-    double down = loss(m, x, t, kBatch, false);
-    m.params()[i] = keep;
-    double numeric = (up - down) / (2.0 * eps);
-    diff += (numeric - analytic[i]) * (numeric - analytic[i]);
-    norm += numeric * numeric;
-  }
-  ASSERT_GT(norm, 0.0);
-  std::printf("relative L2 error of the analytic gradient: %.2g\n", std::sqrt(diff / norm));
-  EXPECT_LT(std::sqrt(diff / norm), 1e-2) << "over " << m.param_count() << " parameters";
+  const double error = gradient_error(m, random_vector(kBatch * m.input_size(), 1),
+                                      random_vector(kBatch * kOutputs, 2));
+  std::printf("relative L2 error of the analytic gradient: %.2g\n", error);
+  EXPECT_LT(error, 1e-2) << "over " << m.param_count() << " parameters";
 }
 
 TEST(Model, ReluThenPoolGivesWhatTheSpecSays) {
@@ -84,14 +104,9 @@ TEST(Model, ReluThenPoolGivesWhatTheSpecSays) {
   const float* y = m.forward(x.data(), kBatch);
   std::vector<float> out(y, y + kBatch * kOutputs);
 
-  kernels::Conv2dShape cs;
-  cs.n = kBatch, cs.h = 6, cs.w = 6, cs.c_in = 2, cs.c_out = 3;
   const float* w = m.params();
   const auto t = m.param_tensors();  // conv0.weight, conv0.bias, dense3.weight, dense3.bias
-  std::vector<float> conv(kBatch * 6 * 6 * 3), ws(kernels::conv2d_workspace_floats(cs));
-  kernels::conv2d_forward_cpu(cs, x.data(), w + t[0].offset, w + t[1].offset, conv.data(),
-                              ws.data());
-  kernels::relu_forward_cpu(conv.data(), conv.data(), conv.size());
+  std::vector<float> conv = conv_relu_reference(m, x);
   std::vector<float> pooled(kBatch * 3 * 3 * 3);
   std::vector<int32_t> argmax(pooled.size());
   kernels::maxpool_forward_cpu({kBatch, 6, 6, 3, 2}, conv.data(), pooled.data(), argmax.data());
@@ -112,14 +127,9 @@ TEST(Model, ConvThenReluFusedGivesWhatTheSpecSays) {
     const float* y = m.forward(x.data(), kBatch);
     std::vector<float> out(y, y + kBatch * kOutputs);
 
-    kernels::Conv2dShape cs;
-    cs.n = kBatch, cs.h = 6, cs.w = 6, cs.c_in = 2, cs.c_out = 3;
     const float* w = m.params();
     const auto t = m.param_tensors();  // conv0.weight, conv0.bias, dense2.weight, dense2.bias
-    std::vector<float> conv(kBatch * 6 * 6 * 3), ws(kernels::conv2d_workspace_floats(cs));
-    kernels::conv2d_forward_cpu(cs, x.data(), w + t[0].offset, w + t[1].offset, conv.data(),
-                                ws.data());
-    kernels::relu_forward_cpu(conv.data(), conv.data(), conv.size());
+    const std::vector<float> conv = conv_relu_reference(m, x);
     std::vector<float> ref(kBatch * kOutputs);
     kernels::dense_forward_cpu({kBatch, 108, kOutputs}, conv.data(), w + t[2].offset,
                                w + t[3].offset, ref.data());
@@ -135,26 +145,10 @@ TEST(Model, FusedConvReluBackwardMatchesFiniteDifferences) {
             {.cpu_kernels = k});
     ASSERT_TRUE(m.plan()[0].fused_relu && m.plan()[2].fused_relu);
     m.init_params(9);
-    auto x = random_vector(kBatch * m.input_size(), 10);
-    auto t = random_vector(kBatch * kOutputs, 11);
-    m.zero_grads();
-    loss(m, x, t, kBatch, true);
-    std::vector<float> analytic(m.grads(), m.grads() + m.param_count());
-    double diff = 0, norm = 0;
-    const float eps = 1e-4f;
-    for (size_t i = 0; i < m.param_count(); ++i) {
-      const float keep = m.params()[i];
-      m.params()[i] = keep + eps;
-      const double up = loss(m, x, t, kBatch, false);
-      m.params()[i] = keep - eps;
-      const double down = loss(m, x, t, kBatch, false);
-      m.params()[i] = keep;
-      const double numeric = (up - down) / (2.0 * eps);
-      diff += (numeric - analytic[i]) * (numeric - analytic[i]);
-      norm += numeric * numeric;
-    }
-    ASSERT_GT(norm, 0.0);
-    EXPECT_LT(std::sqrt(diff / norm), 1e-2) << "over " << m.param_count() << " parameters";
+    EXPECT_LT(gradient_error(m, random_vector(kBatch * m.input_size(), 10),
+                             random_vector(kBatch * kOutputs, 11)),
+              1e-2)
+        << "over " << m.param_count() << " parameters";
   }
 }
 

@@ -67,6 +67,16 @@ class Layer {
   float* tied_grads_ = nullptr;
 };
 
+// A view whose output is its input (layers.h: is_view), on any device: flatten's layer, and the
+// ReLU a convolution has fused (model.h).
+class PassThroughLayer : public Layer {
+ public:
+  using Layer::Layer;
+  bool is_view() const override { return true; }
+  void forward(int, const float*, float*, float*) override {}
+  void backward(int, const float*, const float*, const float*, float*, float*) override {}
+};
+
 // Which kernels the CPU layers run: `best` takes oneDNN for the convolutions and dense products
 // where the build has it (kernels/onednn.h; where oneDNN runs AVX2 kernels, a convolution with
 // fewer than 8 input channels runs its backward pass on OpenBLAS, faster there), else OpenBLAS; `openblas` always OpenBLAS (the

@@ -67,17 +67,9 @@ std::vector<LayerPlan> pool_before_relu(std::vector<LayerPlan> plan) {
 }
 
 // On the CPU a convolution directly followed by a ReLU runs the ReLU itself (conv.cpp: a oneDNN
-// post-op, no extra pass over its output), and the ReLU layer becomes this view: its output is its
-// input, and the convolution masks the gradient. (A ReLU before a max-pool has moved after it by
-// then, where it runs on a quarter of the values: cheaper than fusing it.)
-class FusedAway : public Layer {
- public:
-  using Layer::Layer;
-  bool is_view() const override { return true; }
-  void forward(int, const float*, float*, float*) override {}
-  void backward(int, const float*, const float*, const float*, float*, float*) override {}
-};
-
+// post-op, no extra pass over its output), and the ReLU layer becomes a PassThroughLayer: its
+// output is its input, and the convolution masks the gradient. (A ReLU before a max-pool has moved
+// after it by then, where it runs on a quarter of the values: cheaper than fusing it.)
 void fuse_conv_relu(std::vector<LayerPlan>& plan) {
   for (size_t i = 0; i + 1 < plan.size(); ++i)
     if (plan[i].spec.type == "conv" && plan[i + 1].spec.type == "relu") plan[i].fused_relu = true;
@@ -100,7 +92,7 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   size_t total = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {
     if (i > 0 && plan_[i - 1].fused_relu)
-      layers_.push_back(std::make_unique<FusedAway>(plan_[i]));
+      layers_.push_back(std::make_unique<PassThroughLayer>(plan_[i]));
     else
       layers_.push_back(where == DeviceKind::cuda
                             ? make_cuda_layer(plan_[i], {placement_.stream, placement_.precision})

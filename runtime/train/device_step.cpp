@@ -151,12 +151,8 @@ const float* DeviceStep::upload(const Batch& b) {
     stage(s.host_y.data(), b.targets, rows * m.y_width, s.host_y.size() / sizeof(float), "targets");
   // The loss weighs each prediction: a row's mask once per position (no allocation per step).
   const size_t weights = rows * m.positions;
-  if (b.mask.size() != rows || weights > s.host_mask.size())
-    throw Error("DeviceStep::upload: the batch's mask holds " + std::to_string(b.mask.size()) +
-                " values, expected " + std::to_string(rows) + " (room for " +
-                std::to_string(s.host_mask.size() / m.positions) + ")");
-  for (size_t i = 0; i < rows; ++i)
-    std::fill_n(s.host_mask.data() + i * m.positions, m.positions, b.mask[i]);
+  weights_per_position(b, m.positions, s.host_mask.data(), s.host_mask.size(),
+                       "DeviceStep::upload");
   cudaStream_t copy = m.copy.get();
   if (s.used) kernels::cuda_stream_wait_event(copy, s.consumed.get());
   m.copy_trace.begin_span("batch copy", "data", -1,

@@ -40,14 +40,11 @@ void HostStep::loss(const Batch& b, const float* out, float scale, float* dout) 
   const int rows = static_cast<int>(b.rows) * shape_.positions;
   const float* weights = b.mask.data();
   if (positions > 1) {
-    if (static_cast<size_t>(rows) > weights_.size() || b.labels.size() != static_cast<size_t>(rows))
+    if (shape_.classification && b.labels.size() != static_cast<size_t>(rows))
       throw Error("HostStep::loss: a batch of " + std::to_string(b.rows) + " rows with " +
                   std::to_string(b.labels.size()) + " labels, expected " + std::to_string(rows) +
-                  " (" + std::to_string(positions) + " per row, at most " +
-                  std::to_string(shape_.max_rows) + " rows)");
-    for (size_t i = 0; i < static_cast<size_t>(b.rows); ++i)
-      std::fill_n(weights_.begin() + static_cast<std::ptrdiff_t>(i * positions), positions,
-                  b.mask[i]);
+                  " (" + std::to_string(positions) + " per row)");
+    weights_per_position(b, positions, weights_.data(), weights_.size(), "HostStep::loss");
     weights = weights_.data();
   }
   const LossTotals r =

@@ -79,6 +79,12 @@ class Step {
   virtual void clip(float* grads, size_t n, double max_norm) = 0;
 };
 
+// The loss's weights of a batch whose rows hold `positions` predictions each: b.mask[r] repeated
+// for each of row r's positions into weights[0, b.rows * positions). Throws Error naming `who`
+// when the mask does not hold b.rows values or the result would pass `capacity`.
+void weights_per_position(const Batch& b, size_t positions, float* weights, size_t capacity,
+                          const char* who);
+
 // The twin for `device`: a DeviceStep on cuda (needs a current CUDA device), else a HostStep.
 std::unique_ptr<Step> make_step(DeviceKind device, const StepShape& shape);
 

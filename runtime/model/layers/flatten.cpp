@@ -1,17 +1,6 @@
 #include "runtime/model/layers/flatten.h"
 
 namespace lockstep {
-namespace {
-
-class FlattenLayer : public Layer {
- public:
-  using Layer::Layer;
-  bool is_view() const override { return true; }
-  void forward(int, const float*, float*, float*) override {}
-  void backward(int, const float*, const float*, const float*, float*, float*) override {}
-};
-
-}  // namespace
 
 LayerType flatten_layer_type() {
   LayerType t;
@@ -26,10 +15,10 @@ LayerType flatten_layer_type() {
     p.out = {static_cast<int>(shape_size(p.in))};
   };
   t.make_cpu = [](const LayerPlan& p, CpuKernels) -> std::unique_ptr<Layer> {
-    return std::make_unique<FlattenLayer>(p);
+    return std::make_unique<PassThroughLayer>(p);
   };
   t.make_cuda = [](const LayerPlan& p, const CudaLayerPlacement&) -> std::unique_ptr<Layer> {
-    return std::make_unique<FlattenLayer>(p);
+    return std::make_unique<PassThroughLayer>(p);
   };
   return t;
 }
