@@ -4,9 +4,11 @@
 # The quick pass (the default): the GPU tests (*_gpu_test), the *_gpu_mpi_test binaries at 2 ranks
 # sharing GPU 0, the end-to-end GPU scripts (tests/*_gpu_test.sh), the NCCL collective benchmark on
 # one GPU, and the CNN training benchmark (fp32) at global batch 128 and 1024.
-# --long: the long runs: the CNN in bf16 at both batches, the same model in PyTorch and JAX
-# (scripts/reference, where python3 has them) at both batches, GPT-2 small's shape (gpt:small) in
-# fp32 and bf16 on random bytes, and fp32 and bf16 accuracy runs.
+# --long: the long runs: the CNN in bf16 at both batches, the same model in PyTorch (eager,
+# torch.compile, torch.compile with CUDA graphs) and JAX (scripts/reference, where python3 has
+# them) at both batches in fp32 and bf16, GPT-2 small's shape (gpt:small) in fp32 and bf16 on
+# random bytes, and fp32 and bf16 accuracy runs, Lockstep and PyTorch (LOCKSTEP_GPU_PARTS: some,
+# in its order).
 # The build: BUILD_DIR, else $LOCKSTEP_BUILD_DIR, else the pack's (scripts/gpu-pack.sh), else
 # build-gpu/; a folder without the GPU test binaries is built with LOCKSTEP_CUDA=ON. .device/env.sh
 # (the pack's run-time libraries: MPI, HDF5, ...) is sourced first when it exists.
@@ -20,7 +22,9 @@
 # none, the GPU tests skipped with their reason, the GPU steps failed at once, nothing else failed.
 # Environment: LOCKSTEP_GPU_BENCH_ARGS (collective sizes, default '-b 8 -e 1G -f 4'),
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
-# data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5).
+# data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
+# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 peers-fp32 peers-bf16
+# gpt accuracy).
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
 pass=quick
@@ -237,28 +241,62 @@ quick_pass() {
   bench_train 1024 fp32
 }
 
+# peer FRAMEWORK MODE PRECISION BATCH [ARGS...]: the same model in scripts/reference on the
+# machine's own python3 and libraries (FRAMEWORK torch or jax; MODE the torch.compile mode).
+peer() {
+  local fw=$1 mode=$2 precision=$3 batch=$4 log name
+  shift 4
+  name="$fw${mode:+ $mode} cnn $precision, batch $batch${*:+ ($*)}"
+  if ! LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
+       timeout 120 python3 -c "import $fw" >/dev/null 2>&1; then
+    record "$name" absent "python3 cannot import $fw"
+    return
+  fi
+  log="$logs/${fw}${mode:+_$mode}_${precision}_$batch${*:+_accuracy}.log"
+  LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} LOCKSTEP_REFERENCE_COMPILE=$mode \
+    PYTHONUNBUFFERED=1 step "$step_timeout" "$log" python3 "$root/scripts/reference/cnn_$fw.py" \
+    --data "$train_data_or_synthetic" --global-batch "$batch" --precision "$precision" "$@"
+  gpu_step "$name" $? "$log" "$(figures "$log") $(grep -aoE '^test_accuracy=[0-9.]+' "$log")"
+  cat "$log"
+}
+
+# The long pass in parts, run in the order LOCKSTEP_GPU_PARTS names them (default: all, in this
+# order):
+#   bf16        Lockstep's CNN in bf16 at batch 128 and 1024
+#   peers-fp32  PyTorch eager, torch.compile (default and reduce-overhead) and JAX jit, same model
+#               and batches, fp32 (TF32 off)
+#   peers-bf16  the same in bf16
+#   gpt         GPT-2 small's shape (gpt:small), fp32 and bf16, on random bytes
+#   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
-  local batch fw log precision
-  for batch in 128 1024; do
-    bench_train "$batch" bf16
-    # The same model and batch in PyTorch and JAX, with the machine's own libraries.
-    for fw in torch jax; do
-      if ! LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
-           timeout 120 python3 -c "import $fw" >/dev/null 2>&1; then
-        record "$fw cnn, batch $batch" absent "python3 cannot import $fw"
-        continue
-      fi
-      log="$logs/${fw}_$batch.log"
-      LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
-        step "$step_timeout" "$log" python3 "$root/scripts/reference/cnn_$fw.py" \
-        --data "$train_data_or_synthetic" --global-batch "$batch" --steps 200 --warmup 20
-      gpu_step "$fw cnn fp32, batch $batch" $? "$log" "$(figures "$log")"
-      cat "$log"
-    done
+  local part
+  for part in ${LOCKSTEP_GPU_PARTS:-bf16 peers-fp32 peers-bf16 gpt accuracy}; do
+    case $part in
+      bf16|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
+      *) record "part $part" failed "unknown part (bf16 peers-fp32 peers-bf16 gpt accuracy)" ;;
+    esac
   done
-  # GPT-2 small's shape (issue 20) on random bytes, 8 sequences of 1024 tokens a step, AdamW with
-  # clipping as GPT training runs: tokens/s and achieved FLOP/s against the GEMM peak measured in
-  # the same run.
+}
+long_bf16() {
+  local batch
+  for batch in 128 1024; do bench_train "$batch" bf16; done
+}
+long_peers() {
+  local batch mode
+  for batch in 128 1024; do
+    for mode in eager default reduce-overhead; do
+      peer torch "$mode" "$1" "$batch" --steps 200 --warmup 20
+    done
+    peer jax "" "$1" "$batch" --steps 200 --warmup 20
+  done
+}
+long_peers_fp32() { long_peers fp32; }
+long_peers_bf16() { long_peers bf16; }
+# GPT-2 small's shape (issue 20) on random bytes, 8 sequences of 1024 tokens a step, AdamW with
+# clipping as GPT training runs: tokens/s and achieved FLOP/s against the GEMM peak measured in
+# the same run.
+long_gpt() {
+  local precision log
   for precision in fp32 bf16; do
     log="$logs/bench_gpt_small_$precision.log"
     step "$step_timeout" "$log" "$bench" train --device cuda --precision "$precision" \
@@ -268,10 +306,12 @@ long_pass() {
       "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log")"
     cat "$log"
   done
-  # Accuracy on the real data in fp32 and bf16 (the issue asks for the same within 0.5%).
-  local train="$build/apps/lockstep-train"
+}
+# Accuracy on the real data in fp32 and bf16, Lockstep and PyTorch with the same settings.
+long_accuracy() {
+  local train="$build/apps/lockstep-train" precision log
   if [[ ! -f "$train_data" || $accuracy_epochs -le 0 ]]; then
-    record "lockstep-train accuracy" absent "needs $train_data (gpu-pack.sh, or lockstep-data fashion-mnist) and LOCKSTEP_GPU_EPOCHS > 0"
+    record "accuracy" absent "needs $train_data (gpu-pack.sh, or lockstep-data fashion-mnist) and LOCKSTEP_GPU_EPOCHS > 0"
     return
   fi
   for precision in fp32 bf16; do
@@ -280,6 +320,8 @@ long_pass() {
       --model cnn --global-batch 128 --epochs "$accuracy_epochs" --progress lines
     gpu_step "lockstep-train cnn $precision, $accuracy_epochs epochs" $? "$log" \
       "$(grep -aoE '^test_accuracy=[0-9.]+' "$log") $(grep -aoE '^test_loss=[0-9.]+' "$log")"
+    tail -5 "$log"
+    peer torch default "$precision" 128 --steps 10 --warmup 2 --epochs "$accuracy_epochs"
   done
 }
 

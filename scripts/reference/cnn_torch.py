@@ -6,8 +6,10 @@
     python3 scripts/reference/cnn_torch.py --precision tf32    # TF32 tensor cores, labelled so
 
 One GPU (cuda:0, else the CPU). Batches go from pinned host memory to the device each step, as
-Lockstep's loader feeds its device step. The model runs through torch.compile on a GPU (the
-idiomatic fast path; LOCKSTEP_REFERENCE_COMPILE=0 runs it eagerly).
+Lockstep's loader feeds its device step. On a GPU the model runs through torch.compile (the
+idiomatic fast path); LOCKSTEP_REFERENCE_COMPILE picks how: `default` (the default; `1` too),
+`reduce-overhead` (torch.compile's CUDA graphs) or `eager` (`0` too: no compilation). The mode is
+named in the report's first line.
 """
 import os
 import sys
@@ -33,14 +35,25 @@ class Cnn(torch.nn.Module):
         return self.dense(x.permute(0, 2, 3, 1).flatten(1))  # NHWC flatten, as Lockstep's dense
 
 
+def compile_mode(device):
+    """eager, default or reduce-overhead, from LOCKSTEP_REFERENCE_COMPILE (eager on a CPU)."""
+    asked = os.environ.get("LOCKSTEP_REFERENCE_COMPILE", "default")
+    mode = {"0": "eager", "1": "default"}.get(asked, asked)
+    if mode not in ("eager", "default", "reduce-overhead"):
+        sys.exit(f"cnn_torch.py: LOCKSTEP_REFERENCE_COMPILE={asked!r}: expected eager, default "
+                 "or reduce-overhead")
+    return mode if device.type == "cuda" else "eager"
+
+
 def build(args, channels, classes, device):
     """A fresh model from the seed, its Adam and the (compiled) training step."""
     torch.manual_seed(args.seed)
     model = Cnn(channels, classes).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     forward = model
-    if os.environ.get("LOCKSTEP_REFERENCE_COMPILE", "1") == "1" and device.type == "cuda":
-        forward = torch.compile(model)
+    mode = compile_mode(device)
+    if mode != "eager":
+        forward = torch.compile(model, mode=mode)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     def train_on(x, y):
@@ -93,7 +106,7 @@ def main():
         run_step()
     steps, total = common.measure(run_step, sync, args.steps)
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
-    common.report("PyTorch", torch.__version__, name, args, steps, total, args.steps)
+    common.report(f"PyTorch ({compile_mode(device)})", torch.__version__, name, args, steps, total, args.steps)
 
     if args.epochs > 0:
         model, train_on, autocast = build(args, xt.shape[3], classes, device)
