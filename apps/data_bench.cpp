@@ -37,7 +37,7 @@ int run_bench(int argc, char** argv, const World& world) {
   LoaderOptions lo;
   int epochs = 0;
   double compute_ms = 0;
-  int64_t cache_mb = 0;
+  int64_t cache_mb = 0, in_memory_mb = 0;
   std::string remainder;
   bool no_shuffle = false;
   const int64_t cache_default = kDefaultChunkCacheBytes >> 20;
@@ -60,7 +60,10 @@ int run_bench(int argc, char** argv, const World& world) {
        "simulated compute per step (sleep)")
       ("cache-mb",
        po::value(&cache_mb)->default_value(cache_default, std::to_string(cache_default)),
-       "HDF5 chunk cache for the inputs, MiB (0: HDF5's default, 1 MiB)");
+       "HDF5 chunk cache for the inputs, MiB (0: HDF5's default, 1 MiB)")
+      ("in-memory-mb", po::value(&in_memory_mb)->default_value(0),
+       "read a split of at most this many MiB as stored whole into memory at the first batch, "
+       "as lockstep-train does up to --data-in-memory-mb (0: each batch's rows from the file)");
   Parsed p = parse_options("bench", argc, argv, opts, "file", world);
   if (p.help_shown) return 0;
   if (epochs < 1) throw UsageError("--epochs must be at least 1");
@@ -73,6 +76,9 @@ int run_bench(int argc, char** argv, const World& world) {
   lo.shuffle = !no_shuffle;
   lo.drop_remainder = remainder == "drop";
   lo.chunk_cache_bytes = cache_mb << 20;
+  if (in_memory_mb < 0 || in_memory_mb > (int64_t{1} << 30))
+    throw UsageError("--in-memory-mb must be 0 to 2^30 MiB, not " + std::to_string(in_memory_mb));
+  lo.in_memory_bytes = in_memory_mb << 20;
 
   auto comm = make_mpi_communicator();
   std::unique_ptr<ShardedLoader> loader = open_sharded_loader(spec, lo, *comm);

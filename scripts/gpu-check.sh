@@ -20,7 +20,7 @@
 # Exit codes: 0 every step passed; 1 a step failed (where nvidia-smi lists a GPU, a GPU test that
 # skips fails: a driver/runtime mismatch must not pass); 2 bad arguments; 3 no GPU: nvidia-smi lists
 # none, the GPU tests skipped with their reason, the GPU steps failed at once, nothing else failed.
-# Environment: LOCKSTEP_GPU_BENCH_ARGS (collective sizes, default '-b 8 -e 1G -f 4'),
+# Environment: LOCKSTEP_GPU_BENCH_ARGS (collective sizes, default '-b 8 -e 1G -f 2'),
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
 # LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 peers-fp32 peers-bf16
@@ -48,7 +48,7 @@ cd "$root" || exit 1
 if [[ -f .device/env.sh ]]; then . .device/env.sh || exit 1; fi
 set -uo pipefail
 build=$(realpath -m "${build_arg:-${LOCKSTEP_BUILD_DIR:-${LOCKSTEP_PACK_BUILD:-$root/build-gpu}}}")
-bench_sizes=${LOCKSTEP_GPU_BENCH_ARGS:--b 8 -e 1G -f 4}
+bench_sizes=${LOCKSTEP_GPU_BENCH_ARGS:--b 8 -e 1G -f 2}
 train_data=${LOCKSTEP_GPU_DATA:-${LOCKSTEP_PACK_DATA:-data/fashion-mnist.h5}}
 train_data_or_synthetic=$train_data
 [[ -f "$train_data" ]] || train_data_or_synthetic=synthetic

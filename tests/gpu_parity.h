@@ -58,7 +58,10 @@ inline Floats random_floats(size_t n, std::mt19937& rng, float lo = -1.0f, float
 
 // Each element within rtol * (|want| + max|want|): the second term judges elements that cancel to
 // near zero on the scale of the whole result, as a different summation order would move them.
-inline testing::AssertionResult close(const Floats& got, const Floats& want, double rtol) {
+// Element i passes when |got - want| <= rtol * (|want[i]| + max |want|) + atol: relative to the
+// result's scale, plus an absolute floor for results that are differences of much larger terms.
+inline testing::AssertionResult close(const Floats& got, const Floats& want, double rtol,
+                                      double atol = 0) {
   if (got.size() != want.size())
     return testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   double scale = 0;
@@ -67,7 +70,7 @@ inline testing::AssertionResult close(const Floats& got, const Floats& want, dou
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    const bool ok = err <= rtol * (std::fabs(static_cast<double>(want[i])) + scale);
+    const bool ok = err <= rtol * (std::fabs(static_cast<double>(want[i])) + scale) + atol;
     if (!ok && bad++ == 0) first = i;
     worst = std::max(worst, err);
   }

@@ -185,10 +185,12 @@ TEST_F(GpuParity, Conv2dForwardAndBackwardForAnyGeometry) {
     const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
     Floats y(y_n), dx(x_n), dw = random_floats(w.size(), rng_), db = random_floats(b.size(), rng_);
     Floats work(ws);
+    // dw and db start non-zero (the backward pass accumulates into them): the device copies are
+    // taken before the CPU pass adds to them.
+    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw), gdb(db), gwork(ws);
     lk::conv2d_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), work.data());
     lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(),
                             work.data());
-    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw), gdb(db), gwork(ws);
     lk::conv2d_forward_cuda(s, gx.get(), gw.get(), gb.get(), gy.get(), gwork.get(), stream_);
     lk::conv2d_backward_cuda(s, gx.get(), gw.get(), gdy.get(), gdx.get(), gdw.get(), gdb.get(),
                              gwork.get(), stream_);

@@ -268,6 +268,42 @@ TEST_F(Loader, EachRankReadsItsShareOfTheBytes) {
   }
 }
 
+// A split held in memory gives the same batches as one read from the file, for every kind of
+// split, at every rank and epoch, and is read from the file once, whole, on each rank; a split
+// larger than the limit keeps reading each rank's own rows.
+TEST_F(Loader, ASplitHeldInMemoryGivesTheSameBatchesAndIsReadOnce) {
+  DatasetSpec regression, tokens;
+  regression.path = write_regression(dir_ + "/r.h5", 23, 2, 3);
+  tokens.path = write_tokens<uint8_t>(dir_ + "/t.h5", 21, 3, 256);
+  const std::vector<DatasetSpec> specs = {make(37), make(37, false), regression, tokens};
+  const uint64_t whole[] = {37 * 7, 37 * 7, 23 * (2 + 3) * 4, 21 * 4};  // bytes as stored
+  for (size_t k = 0; k < specs.size(); ++k) {
+    for (int rank : {0, 1}) {
+      SCOPED_TRACE("split " + std::to_string(k) + ", rank " + std::to_string(rank));
+      LoaderOptions from_file = batch_of(6), held = batch_of(6);
+      held.in_memory_bytes = static_cast<int64_t>(whole[k]);
+      ShardedLoader a(specs[k], from_file, rank, 2), b(specs[k], held, rank, 2);
+      for (int epoch : {0, 1}) {
+        const auto want = run_epoch(a, epoch), got = run_epoch(b, epoch);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          EXPECT_EQ(got[i].index, want[i].index);
+          EXPECT_EQ(got[i].x, want[i].x);
+          EXPECT_EQ(got[i].labels, want[i].labels);
+          EXPECT_EQ(got[i].targets, want[i].targets);
+          EXPECT_EQ(got[i].mask, want[i].mask);
+        }
+        EXPECT_EQ(b.bytes_read(), whole[k]) << "the whole split, once, after epoch " << epoch;
+      }
+      EXPECT_LT(a.bytes_read(), 2 * whole[k]) << "from the file: this rank's rows of two epochs";
+      held.in_memory_bytes = static_cast<int64_t>(whole[k]) - 1;  // one byte short
+      ShardedLoader c(specs[k], held, rank, 2);
+      run_epoch(c, 0);
+      EXPECT_LT(c.bytes_read(), whole[k]) << "over the limit: only this rank's rows";
+    }
+  }
+}
+
 TEST_F(Loader, ReportsTheTimeSpentWaitingForData) {
   LoaderOptions o = batch_of(10);
   o.prefetch = 0;  // every read happens inside next(), so the wait is the read time

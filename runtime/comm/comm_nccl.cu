@@ -32,7 +32,9 @@
 //
 // Differences from the MPI backend a caller may see: bf16/f16 are reduced by NCCL in their own
 // precision (each addition rounds); mean is ncclAvg (floats: sum pre-multiplied by 1/size;
-// integers: sum, then division rounded toward zero, as the interface promises).
+// integers: sum, then division rounded toward zero, as the interface promises), except on one rank,
+// where it is ncclSum: the same values, and NCCL 2.28's one-rank ncclAvg left 3 of 2^20 + 3 floats
+// of an out-of-place all_reduce or reduce_scatter unwritten on an H200 (collectives_gpu_test).
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -103,10 +105,10 @@ ncclDataType_t nccl_type(DType t) {
   return ncclFloat32;
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) {
+ncclRedOp_t nccl_op(ReduceOp op, int world_size) {
   switch (op) {
     case ReduceOp::sum: return ncclSum;
-    case ReduceOp::mean: return ncclAvg;
+    case ReduceOp::mean: return world_size == 1 ? ncclSum : ncclAvg;
     case ReduceOp::max: return ncclMax;
     case ReduceOp::min: return ncclMin;
   }
@@ -160,7 +162,7 @@ class NcclCommunicator : public Communicator {
     const Span span{"nccl all_reduce", count * dtype_size(type), type};
     return launch(describe("all_reduce", count, type, reduce_op_name(op)), span, count,
                   [&](const std::string& what) {
-                    LS_NCCL_ISSUE(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op),
+                    LS_NCCL_ISSUE(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op, size_),
                                                 state_->comm, stream_),
                                   what);
                   });
@@ -209,13 +211,13 @@ class NcclCommunicator : public Communicator {
       if (recv != own && overlaps(recv, block, send, block * size_)) {
         void* scratch = nullptr;
         LS_CHECK_CUDA(cudaMallocAsync(&scratch, block, stream_));
-        LS_NCCL_ISSUE(ncclReduceScatter(send, scratch, count, nccl_type(type), nccl_op(op),
+        LS_NCCL_ISSUE(ncclReduceScatter(send, scratch, count, nccl_type(type), nccl_op(op, size_),
                                         state_->comm, stream_),
                       what);
         LS_CHECK_CUDA(cudaMemcpyAsync(recv, scratch, block, cudaMemcpyDeviceToDevice, stream_));
         LS_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
       } else {
-        LS_NCCL_ISSUE(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op),
+        LS_NCCL_ISSUE(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op, size_),
                                         state_->comm, stream_),
                       what);
       }

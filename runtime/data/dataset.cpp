@@ -1,9 +1,10 @@
 #include "runtime/data/dataset.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <sstream>
 
@@ -311,14 +312,31 @@ struct DatasetReader::Impl {
   float lut[256] = {};  // uint8 value -> normalised float
   float scale = 1, shift = 0;
   uint64_t bytes = 0;
-  std::vector<int64_t> sorted;
+  bool whole = false;   // the split is held in memory: sorted is every row, read once
+  bool loaded = false;
+  std::vector<int64_t> sorted;              // the rows x_raw and y_raw hold, ascending
   std::vector<unsigned char> x_raw, y_raw;  // rows as stored
   std::vector<int64_t> row_tokens;          // a token split: one row's T + 1 tokens
 
-  void read_token_rows(const int64_t* ids, size_t n, float* x, int32_t* labels);
+  size_t x_row_bytes() const { return row_elems(s.x_dims) * s.x_size; }
+  size_t y_row_bytes() const { return s.y.valid() ? row_elems(s.y_dims) * s.y_size : 0; }
+  static size_t row_elems(const std::vector<int64_t>& dims) {
+    size_t e = 1;
+    for (size_t d = 1; d < dims.size(); ++d) e *= static_cast<size_t>(dims[d]);
+    return e;
+  }
+  // Makes x_raw and y_raw hold rows ids[0, n) (and, held whole, every row).
+  void fetch(const int64_t* ids, size_t n);
+  // Where row id sits in x_raw and y_raw.
+  size_t slot_of(int64_t id) const {
+    if (whole) return static_cast<size_t>(id);
+    return static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), id) - sorted.begin());
+  }
+  void token_rows(const int64_t* ids, size_t n, float* x, int32_t* labels);
 };
 
-DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes)
+DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes,
+                             int64_t in_memory_bytes)
     : impl_(std::make_unique<Impl>()) {
   Hdf5Lock lock;
   impl_->s = open_split(spec, chunk_cache_bytes);
@@ -329,6 +347,9 @@ DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes)
     impl_->lut[v] = (static_cast<float>(v) * info.norm_scale - info.norm_mean) / info.norm_std;
   impl_->scale = info.norm_scale / info.norm_std;
   impl_->shift = info.norm_mean / info.norm_std;
+  const double stored = static_cast<double>(info.rows) *
+                        static_cast<double>(impl_->x_row_bytes() + impl_->y_row_bytes());
+  impl_->whole = in_memory_bytes > 0 && stored <= static_cast<double>(in_memory_bytes);
 }
 
 DatasetReader::~DatasetReader() {
@@ -340,27 +361,44 @@ const DatasetInfo& DatasetReader::info() const { return impl_->s.info; }
 
 uint64_t DatasetReader::bytes_read() const { return impl_->bytes; }
 
-// read_rows of a token split: inputs are the first T tokens of a row, as exact floats; labels the
-// last T (each position's next token).
-void DatasetReader::Impl::read_token_rows(const int64_t* ids, size_t n, float* x,
-                                          int32_t* labels) {
-  Impl& m = *this;
-  const DatasetInfo& info = m.s.info;
-  const size_t rows = m.sorted.size();
-  const auto T = static_cast<size_t>(info.positions), cols = T + 1;
+bool DatasetReader::in_memory() const { return impl_->whole; }
+
+void DatasetReader::Impl::fetch(const int64_t* ids, size_t n) {
+  if (whole && loaded) return;
+  const DatasetInfo& info = s.info;
+  if (whole) {
+    sorted.resize(static_cast<size_t>(info.rows));
+    std::iota(sorted.begin(), sorted.end(), int64_t{0});
+  } else {
+    sorted.assign(ids, ids + n);
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  }
+  const size_t rows = sorted.size();
   {
     Hdf5Lock lock;
-    m.x_raw.resize(rows * cols * m.s.x_size);
-    read_runs(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.sorted, native_type(m.s.x_elem),
-              m.x_raw.data(), where(info, info.x_name));
+    x_raw.resize(rows * x_row_bytes());
+    read_runs(s.x.get(), x_space.get(), s.x_dims, sorted, native_type(s.x_elem), x_raw.data(),
+              where(info, info.x_name));
+    if (s.y.valid()) {
+      y_raw.resize(rows * y_row_bytes());
+      read_runs(s.y.get(), y_space.get(), s.y_dims, sorted, native_type(s.y_elem), y_raw.data(),
+                where(info, info.y_name));
+    }
   }
-  m.bytes += rows * cols * m.s.x_size;
-  m.row_tokens.resize(cols);
-  int64_t* tok = m.row_tokens.data();
+  bytes += rows * (x_row_bytes() + y_row_bytes());
+  loaded = true;
+}
+
+// A token split: inputs are the first T tokens of a row, as exact floats; labels the last T
+// (each position's next token).
+void DatasetReader::Impl::token_rows(const int64_t* ids, size_t n, float* x, int32_t* labels) {
+  const DatasetInfo& info = s.info;
+  const auto T = static_cast<size_t>(info.positions), cols = T + 1;
+  row_tokens.resize(cols);
+  int64_t* tok = row_tokens.data();
   for (size_t i = 0; i < n; ++i) {
-    const auto j = static_cast<size_t>(
-        std::lower_bound(m.sorted.begin(), m.sorted.end(), ids[i]) - m.sorted.begin());
-    convert(m.s.x_elem, m.x_raw.data() + j * cols * m.s.x_size, cols, tok);
+    convert(s.x_elem, x_raw.data() + slot_of(ids[i]) * cols * s.x_size, cols, tok);
     for (size_t k = 0; k < cols; ++k)
       // The tokens were checked at open; a file changed underneath is caught here.
       if (tok[k] < 0 || tok[k] >= info.num_classes)
@@ -379,29 +417,15 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
   if (n == 0) return;
   Impl& m = *impl_;
   const DatasetInfo& info = m.s.info;
-  m.sorted.assign(ids, ids + n);
-  std::sort(m.sorted.begin(), m.sorted.end());
-  m.sorted.erase(std::unique(m.sorted.begin(), m.sorted.end()), m.sorted.end());
-  if (m.sorted.front() < 0 || m.sorted.back() >= info.rows)
+  const auto [lo, hi] = std::minmax_element(ids, ids + n);
+  if (*lo < 0 || *hi >= info.rows)
     throw Error("DatasetReader::read_rows: row outside [0, " + std::to_string(info.rows) + ")");
-  if (!m.s.y.valid()) return m.read_token_rows(ids, n, x, labels);  // a token split
-  const size_t rows = m.sorted.size();
+  m.fetch(ids, n);
+  if (!m.s.y.valid()) return m.token_rows(ids, n, x, labels);
   const auto sample = static_cast<size_t>(info.sample_size);
   const size_t ycols = info.classification ? 1 : static_cast<size_t>(info.target_dim);
-  {
-    Hdf5Lock lock;
-    m.x_raw.resize(rows * sample * m.s.x_size);
-    m.y_raw.resize(rows * ycols * m.s.y_size);
-    read_runs(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.sorted, native_type(m.s.x_elem),
-              m.x_raw.data(), where(info, info.x_name));
-    read_runs(m.s.y.get(), m.y_space.get(), m.s.y_dims, m.sorted, native_type(m.s.y_elem),
-              m.y_raw.data(), where(info, info.y_name));
-  }
-  m.bytes += rows * (sample * m.s.x_size + ycols * m.s.y_size);
-
   for (size_t i = 0; i < n; ++i) {
-    const auto j = static_cast<size_t>(
-        std::lower_bound(m.sorted.begin(), m.sorted.end(), ids[i]) - m.sorted.begin());
+    const size_t j = m.slot_of(ids[i]);
     float* out = x + i * sample;
     if (m.s.x_elem == Elem::u8) {
       const uint8_t* in = m.x_raw.data() + j * sample;

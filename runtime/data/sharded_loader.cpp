@@ -42,7 +42,7 @@ uint64_t uniform_below(std::mt19937_64& gen, uint64_t n) {
 
 struct ShardedLoader::Impl {
   Impl(const DatasetSpec& spec, const LoaderOptions& o, int r, int p)
-      : reader(spec, o.chunk_cache_bytes), options(o), rank(r), size(p) {}
+      : reader(spec, o.chunk_cache_bytes, o.in_memory_bytes), options(o), rank(r), size(p) {}
 
   DatasetReader reader;
   LoaderOptions options;

@@ -7,7 +7,8 @@
 // same number of steps either way, so none leaves the others waiting in a collective.
 //
 // A rank reads only its own rows, grouped into contiguous runs, on a background thread that stays
-// `prefetch` batches ahead. Inputs come out as float32 normalised with the file's attributes,
+// `prefetch` batches ahead; or, for a split small enough (LoaderOptions::in_memory_bytes), the
+// whole split once, and its rows from memory after that. Inputs come out as float32 normalised with the file's attributes,
 // labels as int32 (a token split's: T per row, dataset.h). Owned and used by one thread (the
 // prefetch thread is internal).
 #pragma once
@@ -29,6 +30,9 @@ struct LoaderOptions {
   bool drop_remainder = false;
   int prefetch = 2;  // batches read ahead
   int64_t chunk_cache_bytes = kDefaultChunkCacheBytes;  // see dataset.h; 0: HDF5's 1 MiB
+  // A split of at most this many bytes as stored is read whole into memory at the first batch
+  // (DatasetReader); 0: each batch reads its own rows from the file.
+  int64_t in_memory_bytes = 0;
 };
 
 struct Batch {

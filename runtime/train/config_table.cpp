@@ -277,6 +277,12 @@ std::vector<Row> build() {
   t.push_back(number<int>(
       "prefetch", G::loop, "batches the loader reads ahead", nullptr,
       +[](TrainConfig & c) -> auto& { return c.prefetch; }, at_least(1)));
+  t.push_back(number<int64_t>(
+      "data-in-memory-mb", G::data,
+      "read a split of at most this many MiB (as stored) whole into memory once, on every "
+      "rank, instead of each batch's rows from the file (0: never)",
+      nullptr, +[](TrainConfig & c) -> auto& { return c.data_in_memory_mb; },
+      between(0, 1073741824.0)));
 
   t.push_back(number<int64_t>(
       "log-every", G::output,

@@ -132,6 +132,7 @@ void Trainer::open_loaders() {
   lo.shuffle = config_.shuffle;
   lo.drop_remainder = config_.drop_remainder;
   lo.prefetch = config_.prefetch;
+  lo.in_memory_bytes = config_.data_in_memory_mb << 20;
   m.train = std::make_unique<ShardedLoader>(config_.train, lo, rank, P);
   DatasetSpec test_spec = config_.train;
   test_spec.group = config_.test_group;

@@ -87,6 +87,9 @@ struct TrainConfig {
   int64_t straggler_every = 100;  // steps between straggler reports (straggler.h; 0: none)
   bool eval_every_epoch = true;
   int prefetch = 2;
+  // Each split of at most this many MiB as stored is read whole into memory once (every rank
+  // holds it); 0: each batch reads its rows from the file (ShardedLoader).
+  int64_t data_in_memory_mb = kDefaultInMemoryBytes >> 20;
   std::string metrics_path;    // JSON lines, written by rank 0; empty: none
   bool print = true;           // rank 0 prints progress and epoch lines
   bool progress_bar = false;   // a redrawn bar (a terminal) instead of plain lines
