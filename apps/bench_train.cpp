@@ -47,6 +47,7 @@ struct Options {
   int64_t global_batch = 128, steps = 30, warmup = 5;
   double weight_decay = 0, clip_norm = 0;
   int threads = 0, peak_size = 0;  // 0: kHostPeakSize or kDevicePeakSize
+  int64_t data_in_memory_mb = TrainConfig{}.data_in_memory_mb;
 };
 
 // A GPU needs a larger product than a CPU core group to run near its peak.
@@ -66,6 +67,8 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("data", po::value(&o->data)->default_value("", "\"\""),
        "HDF5 dataset file (lockstep-data); default: synthetic 28x28x1 images, 10 classes, or for "
        "a language model (--model gpt...) random bytes in sequences of its context")
+      ("data-in-memory-mb", po::value(&o->data_in_memory_mb)->default_value(o->data_in_memory_mb),
+       "as lockstep-train: a split of at most this many MiB is read whole into memory (0: never)")
       ("threads", po::value(&o->threads)->default_value(0), "BLAS threads per rank (0: cores / ranks)")
       ("optimizer", po::value(&o->optimizer)->default_value("adam"),
        "sgd | momentum | adam | adamw, as lockstep-train")
@@ -78,6 +81,7 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
   if (o->steps < 1) throw UsageError("--steps must be 1 or more");
   if (o->warmup < 0) throw UsageError("--warmup must be 0 or more");
   if (o->threads < 0) throw UsageError("--threads must be 0 (automatic) or more");
+  if (o->data_in_memory_mb < 0) throw UsageError("--data-in-memory-mb must be 0 or more");
   if (o->peak_size != 0 && (o->peak_size < 64 || o->peak_size > 16384))
     throw UsageError("--peak-size must be 0 (automatic) or in [64, 16384]");
   if (o->device != "cpu" && o->device != "cuda" && o->device != "auto")
@@ -209,6 +213,7 @@ int run_train_bench(int argc, char** argv, const World& world) {
   c.optimizer.weight_decay = static_cast<float>(o.weight_decay);
   c.clip_norm = o.clip_norm;
   c.global_batch = o.global_batch;
+  c.data_in_memory_mb = o.data_in_memory_mb;
   c.steps = total_steps;
   c.eval_every_epoch = false;
   c.log_every = total_steps + 1;

@@ -23,8 +23,8 @@
 # Environment: LOCKSTEP_GPU_BENCH_ARGS (collective sizes, default '-b 8 -e 1G -f 2'),
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
-# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 peers-fp32 peers-bf16
-# gpt accuracy).
+# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 file-reads peers-fp32
+# peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
 pass=quick
@@ -180,11 +180,15 @@ data_args=()
 [[ -f "$train_data" ]] && data_args=(--data "$train_data")
 
 # bench_train BATCH PRECISION: lockstep-bench train on the GPU, 200 timed steps.
+# bench_train BATCH PRECISION [ARGS...]: ARGS go to lockstep-bench and into the step's name.
 bench_train() {
-  local log="$logs/bench_train_$1_$2.log"
-  step "$step_timeout" "$log" "$bench" train --device cuda --precision "$2" --model cnn \
-    --global-batch "$1" --steps 200 --warmup 20 "${data_args[@]}"
-  gpu_step "lockstep cnn $2, batch $1" $? "$log" "$(figures "$log")"
+  local batch=$1 precision=$2
+  shift 2
+  local tag="$*"
+  local log="$logs/bench_train_${batch}_${precision}${tag:+_${tag//[^a-z0-9]/}}.log"
+  step "$step_timeout" "$log" "$bench" train --device cuda --precision "$precision" --model cnn \
+    --global-batch "$batch" --steps 200 --warmup 20 "${data_args[@]}" "$@"
+  gpu_step "lockstep cnn $precision, batch $batch${*:+ ($*)}" $? "$log" "$(figures "$log")"
   cat "$log"
 }
 
@@ -263,17 +267,20 @@ peer() {
 # The long pass in parts, run in the order LOCKSTEP_GPU_PARTS names them (default: all, in this
 # order):
 #   bf16        Lockstep's CNN in bf16 at batch 128 and 1024
+#   file-reads  Lockstep's CNN, fp32 and bf16 at both batches, its rows read from the file each
+#               batch (--data-in-memory-mb 0) rather than from the split held in memory
 #   peers-fp32  PyTorch eager, torch.compile (default and reduce-overhead) and JAX jit, same model
-#               and batches, fp32 (TF32 off)
+#               and batches, fp32 (TF32 off); LOCKSTEP_GPU_PEERS picks some of
+#               "torch:eager torch:default torch:reduce-overhead jax" (the default all)
 #   peers-bf16  the same in bf16
 #   gpt         GPT-2 small's shape (gpt:small), fp32 and bf16, on random bytes
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  for part in ${LOCKSTEP_GPU_PARTS:-bf16 peers-fp32 peers-bf16 gpt accuracy}; do
+  for part in ${LOCKSTEP_GPU_PARTS:-bf16 file-reads peers-fp32 peers-bf16 gpt accuracy}; do
     case $part in
-      bf16|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
-      *) record "part $part" failed "unknown part (bf16 peers-fp32 peers-bf16 gpt accuracy)" ;;
+      bf16|file-reads|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
+      *) record "part $part" failed "unknown part (bf16 file-reads peers-fp32 peers-bf16 gpt accuracy)" ;;
     esac
   done
 }
@@ -281,13 +288,22 @@ long_bf16() {
   local batch
   for batch in 128 1024; do bench_train "$batch" bf16; done
 }
+long_file_reads() {
+  local batch precision
+  for precision in fp32 bf16; do
+    for batch in 128 1024; do bench_train "$batch" "$precision" --data-in-memory-mb 0; done
+  done
+}
 long_peers() {
-  local batch mode
+  local batch p
   for batch in 128 1024; do
-    for mode in eager default reduce-overhead; do
-      peer torch "$mode" "$1" "$batch" --steps 200 --warmup 20
+    for p in ${LOCKSTEP_GPU_PEERS:-torch:eager torch:default torch:reduce-overhead jax}; do
+      case $p in
+        torch:*) peer torch "${p#torch:}" "$1" "$batch" --steps 200 --warmup 20 ;;
+        jax) peer jax "" "$1" "$batch" --steps 200 --warmup 20 ;;
+        *) record "peer $p" failed "unknown peer (torch:eager torch:default torch:reduce-overhead jax)" ;;
+      esac
     done
-    peer jax "" "$1" "$batch" --steps 200 --warmup 20
   done
 }
 long_peers_fp32() { long_peers fp32; }
