@@ -248,15 +248,16 @@ quick_pass() {
 # peer FRAMEWORK MODE PRECISION BATCH [ARGS...]: the same model in scripts/reference on the
 # machine's own python3 and libraries (FRAMEWORK torch or jax; MODE the torch.compile mode).
 peer() {
-  local fw=$1 mode=$2 precision=$3 batch=$4 log name
+  local fw=$1 mode=$2 precision=$3 batch=$4 log name accuracy=""
   shift 4
-  name="$fw${mode:+ $mode} cnn $precision, batch $batch${*:+ ($*)}"
+  [[ " $* " == *" --epochs "* ]] && accuracy=_accuracy
+  name="$fw${mode:+ $mode} cnn $precision, batch $batch${accuracy:+ ($*)}"
   if ! LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
        timeout 120 python3 -c "import $fw" >/dev/null 2>&1; then
     record "$name" absent "python3 cannot import $fw"
     return
   fi
-  log="$logs/${fw}${mode:+_$mode}_${precision}_$batch${*:+_accuracy}.log"
+  log="$logs/${fw}${mode:+_$mode}_${precision}_$batch$accuracy.log"
   LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} LOCKSTEP_REFERENCE_COMPILE=$mode \
     PYTHONUNBUFFERED=1 step "$step_timeout" "$log" python3 "$root/scripts/reference/cnn_$fw.py" \
     --data "$train_data_or_synthetic" --global-batch "$batch" --precision "$precision" "$@"
