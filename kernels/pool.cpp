@@ -62,11 +62,19 @@ void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* 
 }
 
 void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx) {
-  const size_t elems = maxpool_input_elements(s, "maxpool_backward_cpu");
-  std::fill_n(dx, elems, 0.0f);
-  const size_t outputs = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c;
-  // Windows do not overlap (stride k), yet += keeps this correct for any argmax a caller passes.
-  for (size_t i = 0; i < outputs; ++i) dx[argmax[i]] += dy[i];
+  maxpool_input_elements(s, "maxpool_backward_cpu");
+  const size_t in_image = static_cast<size_t>(s.h) * s.w * s.c;
+  const size_t out_image = static_cast<size_t>(s.out_h()) * s.out_w() * s.c;
+  // One image per iteration, spread over the threads: its slice of dx is zeroed, then its outputs
+  // scattered, and an image's argmax (as the forward pass wrote it) points into its own slice only.
+  // Windows do not overlap (stride k), so each element of dx takes at most one dy: the same bits
+  // at any thread count.
+  LS_PARALLEL_FOR
+  for (int img = 0; img < s.n; ++img) {
+    std::fill_n(dx + img * in_image, in_image, 0.0f);
+    const size_t first = img * out_image;
+    for (size_t i = first; i < first + out_image; ++i) dx[argmax[i]] += dy[i];
+  }
 }
 
 }  // namespace lockstep::kernels

@@ -1,6 +1,7 @@
 // Max pooling, NHWC, window k x k with stride k (no padding; a trailing row/column that does not
 // fill a window is dropped, as in floor mode). argmax records, per output element, the flat input
-// index of the maximum, for the backward pass. Backward overwrites dx (zeros, then scatters dy).
+// index of the maximum, for the backward pass. Backward overwrites dx (zeros, then scatters dy);
+// its argmax must be one the forward pass wrote (each index inside its own image's input).
 // Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
