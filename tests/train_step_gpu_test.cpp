@@ -12,7 +12,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <random>
+#include <utility>
 
 #include "gpu_test_util.h"
 #include "kernels/cuda_memory.h"
@@ -21,6 +23,7 @@
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
 #include "runtime/train/train_checkpoint.h"
+#include "runtime/train/step.h"
 #include "runtime/train/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
@@ -169,6 +172,51 @@ TEST(TrainStepGpu, CheckpointFromGpuResumesOnCpu) {
 
 TEST(TrainStepGpu, CheckpointFromCpuResumesOnGpu) {
   expect_resume_across_devices(DeviceKind::cpu, DeviceKind::cuda);
+}
+
+// The Trainer stages the next step's batch before this step's read-back (step.h: stage); an
+// evaluation may upload other batches before it is used. Those take the other slot: the staged
+// batch's inputs survive them, and an upload of another batch that carries the same epoch and
+// step numbers is not taken for it.
+TEST(TrainStepGpu, StagedBatchSurvivesUploadsInBetween) {
+  if (std::string why = testing_util::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const StepShape shape{.input_size = 8, .outputs = 3, .max_rows = 4};
+  std::unique_ptr<Step> step = make_step(DeviceKind::cuda, shape);
+  const cudaStream_t compute = step->placement(Precision::fp32).stream;
+  auto batch = [](int epoch, int64_t number, float base) {
+    Batch b;
+    b.epoch = epoch;
+    b.step = number;
+    b.rows = b.valid = b.global_valid = 4;
+    b.x.resize(32);
+    for (size_t i = 0; i < b.x.size(); ++i) b.x[i] = base + static_cast<float>(i);
+    b.labels = {0, 1, 2, 0};
+    b.mask.assign(4, 1.0f);
+    b.index = {0, 1, 2, 3};
+    return b;
+  };
+  auto read = [&](const float* device) {
+    kernels::cuda_stream_synchronize(compute);
+    std::vector<float> v(32);
+    kernels::cuda_copy_to_host(v.data(), device, v.size() * sizeof(float));
+    return v;
+  };
+  Batch first = batch(0, 0, 0), next = batch(0, 1, 100);
+  EXPECT_EQ(read(step->upload(first)), first.x);
+  step->release();
+  step->stage(next);
+  for (int k = 0; k < 3; ++k) {
+    const Batch eval = batch(0, 1, 1000.0f + 100.0f * k);  // the staged batch's numbers
+    EXPECT_EQ(read(step->upload(eval)), eval.x) << "evaluation batch " << k;
+    step->release();
+  }
+  Batch current;
+  std::swap(current, next);  // as the Trainer does
+  EXPECT_EQ(read(step->upload(current)), current.x) << "the staged batch after 3 uploads";
+  step->release();
+  const Batch after = batch(0, 2, 5000);
+  EXPECT_EQ(read(step->upload(after)), after.x);
+  step->release();
 }
 
 TEST(TrainStepGpu, PinnedBatchReachesComputeStreamThroughAnEvent) {

@@ -105,6 +105,11 @@ void StepTimer::backward_end() {
   t_ = steady_seconds();
 }
 
+void StepTimer::ahead_taken() {
+  if (device_ == nullptr) return host_mark(Phase::data);
+  t_ = steady_seconds();
+}
+
 void StepTimer::reduced() {
   if (device_ == nullptr) return host_mark(Phase::comm);
   current_.reduced = device_mark();

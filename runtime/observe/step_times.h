@@ -12,7 +12,9 @@
 // copy down to the copies back up). optimizer: from there to the end of the update: the gradient
 // norm, the step's one read-back, the host's decision (NaN guard, agreed over the host
 // communicator), clipping and the update. data stays host time: the wait for the loader and the
-// staging of the batch into page-locked memory. Device phases reach StepTimes and the hook up to a
+// staging of the batch into page-locked memory, except for a step's first micro-batch, which the
+// trainer takes and stages during the step before, while the device works (not counted; on the
+// CPU that wait counts as data too). Device phases reach StepTimes and the hook up to a
 // step late (once their events have completed; all by the end of Trainer::run), each step's in
 // order; total, steps and samples are counted as each step ends. The host's data wait may overlap
 // the device's update of the step before, so on a GPU the phases may add up to a little more than

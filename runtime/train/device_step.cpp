@@ -72,7 +72,8 @@ constexpr size_t kNorm = 4;
 static_assert(sizeof(LossTotals) == kNorm * sizeof(double));
 
 template <class T>
-void stage(void* pinned, const std::vector<T>& v, size_t count, size_t capacity, const char* what) {
+void fill_pinned(void* pinned, const std::vector<T>& v, size_t count, size_t capacity,
+                 const char* what) {
   if (v.size() != count || count > capacity)
     throw Error(std::string("DeviceStep::upload: the batch's ") + what + " hold " +
                 std::to_string(v.size()) + " values, expected " + std::to_string(count) +
@@ -108,6 +109,21 @@ struct DeviceStep::Impl {
   Stream compute, copy;
   std::unique_ptr<Slot> slots[2];
   int next = 0, current = -1;
+  // The staged slot (-1: none) and its batch: the x buffer, epoch and step it was staged from.
+  int staged = -1;
+  const float* staged_x = nullptr;
+  int staged_epoch = 0;
+  int64_t staged_step = 0, staged_rows = 0;
+  // The slot the next copy goes to: the one after the last, or, while a batch waits staged, the
+  // other one.
+  int take_slot() {
+    if (staged >= 0) return staged ^ 1;
+    const int s = next;
+    next ^= 1;
+    return s;
+  }
+  // Host staging and the copy of b into slot `index` on the copy stream; returns the slot.
+  Slot& copy_in(int index, const Batch& b);
   int current_rows = 0;
   double samples = 0;  // the host's count of valid rows * positions since the last finish()
   Buffer<double> scalars;
@@ -136,41 +152,67 @@ ModelPlacement DeviceStep::placement(Precision precision) {
 DeviceTimer* DeviceStep::timer() { return &impl_->timer; }
 GpuTrace* DeviceStep::trace() { return &impl_->compute_trace; }
 
-const float* DeviceStep::upload(const Batch& b) {
-  Impl& m = *impl_;
-  Slot& s = *m.slots[m.next];
+Slot& DeviceStep::Impl::copy_in(int index, const Batch& b) {
+  Slot& s = *slots[index];
   const size_t rows = static_cast<size_t>(b.rows);
   // The slot's pinned memory may still feed its previous copy; its device memory may still be
   // read by the compute work queued before (the copy stream waits for that, not the host).
   if (s.used) kernels::cuda_event_synchronize(s.copied.get());
-  stage(s.host_x.data(), b.x, rows * m.input_size, s.host_x.size(), "inputs");
-  if (m.classification)
-    stage(s.host_y.data(), b.labels, rows * m.y_width, s.host_y.size() / sizeof(int32_t),
-          "labels");
+  fill_pinned(s.host_x.data(), b.x, rows * input_size, s.host_x.size(), "inputs");
+  if (classification)
+    fill_pinned(s.host_y.data(), b.labels, rows * y_width, s.host_y.size() / sizeof(int32_t),
+                "labels");
   else
-    stage(s.host_y.data(), b.targets, rows * m.y_width, s.host_y.size() / sizeof(float), "targets");
+    fill_pinned(s.host_y.data(), b.targets, rows * y_width, s.host_y.size() / sizeof(float),
+                "targets");
   // The loss weighs each prediction: a row's mask once per position (no allocation per step).
-  const size_t weights = rows * m.positions;
-  weights_per_position(b, m.positions, s.host_mask.data(), s.host_mask.size(),
-                       "DeviceStep::upload");
-  cudaStream_t copy = m.copy.get();
-  if (s.used) kernels::cuda_stream_wait_event(copy, s.consumed.get());
-  m.copy_trace.begin_span("batch copy", "data", -1,
-                          static_cast<int64_t>((rows * (m.input_size + m.y_width) + weights) *
-                                               sizeof(float)));
-  kernels::cuda_copy_to_device_async(s.x.data(), s.host_x.data(), rows * m.input_size * sizeof(float),
-                                     copy);
-  kernels::cuda_copy_to_device_async(s.y.data(), s.host_y.data(), rows * m.y_width * sizeof(float),
-                                     copy);
+  const size_t weights = rows * positions;
+  weights_per_position(b, positions, s.host_mask.data(), s.host_mask.size(), "DeviceStep::upload");
+  cudaStream_t stream = copy.get();
+  if (s.used) kernels::cuda_stream_wait_event(stream, s.consumed.get());
+  copy_trace.begin_span("batch copy", "data", -1,
+                        static_cast<int64_t>((rows * (input_size + y_width) + weights) *
+                                             sizeof(float)));
+  kernels::cuda_copy_to_device_async(s.x.data(), s.host_x.data(), rows * input_size * sizeof(float),
+                                     stream);
+  kernels::cuda_copy_to_device_async(s.y.data(), s.host_y.data(), rows * y_width * sizeof(float),
+                                     stream);
   kernels::cuda_copy_to_device_async(s.mask.data(), s.host_mask.data(), weights * sizeof(float),
-                                     copy);
-  m.copy_trace.end();
-  kernels::cuda_event_record(s.copied.get(), copy);
-  kernels::cuda_stream_wait_event(m.compute.get(), s.copied.get());
+                                     stream);
+  copy_trace.end();
+  kernels::cuda_event_record(s.copied.get(), stream);
   s.used = true;
-  m.current = m.next;
-  m.current_rows = static_cast<int>(rows);
-  m.next ^= 1;
+  return s;
+}
+
+void DeviceStep::stage(const Batch& b) {
+  Impl& m = *impl_;
+  m.staged = -1;  // a batch staged before and never uploaded is dropped
+  const int index = m.take_slot();
+  m.copy_in(index, b);
+  m.staged = index;
+  m.staged_x = b.x.data();
+  m.staged_epoch = b.epoch;
+  m.staged_step = b.step;
+  m.staged_rows = b.rows;
+}
+
+const float* DeviceStep::upload(const Batch& b) {
+  Impl& m = *impl_;
+  int index = -1;
+  if (m.staged >= 0 && b.x.data() == m.staged_x && b.epoch == m.staged_epoch &&
+      b.step == m.staged_step && b.rows == m.staged_rows) {
+    index = m.staged;  // its copy is queued already
+    m.staged = -1;
+    m.next = index ^ 1;
+  } else {
+    index = m.take_slot();
+    m.copy_in(index, b);
+  }
+  Slot& s = *m.slots[index];
+  kernels::cuda_stream_wait_event(m.compute.get(), s.copied.get());
+  m.current = index;
+  m.current_rows = static_cast<int>(b.rows);
   return s.x.data();
 }
 

@@ -4,7 +4,11 @@
 // It owns the compute stream the model, optimizer and gradient buckets queue their work on, and a
 // copy stream. upload() brings a batch up through page-locked host memory on the copy stream and
 // makes the compute stream wait for it with an event, without blocking the host; two slots
-// alternate, so a batch's copy overlaps the compute still queued for the one before. loss() adds
+// alternate, so a batch's copy overlaps the compute still queued for the one before. stage()
+// starts a batch's copy ahead of its upload(): the Trainer stages the next step's batch while
+// this step's backward pass runs, before finish() waits, so neither the host's copy into pinned
+// memory nor the transfer stands between two steps. A staged slot is kept for its batch: other
+// uploads (evaluation) take the other slot meanwhile. loss() adds
 // the batch's loss totals into a LossTotals kept in device memory (kernels' *_sums_cuda forms);
 // finish() reads them back, together with the gradient's global L2 norm when asked (computed on
 // the device: a non-finite norm is a non-finite gradient), in one synchronous copy, and starts new
@@ -56,6 +60,7 @@ class DeviceStep final : public Step {
   // Queues the copy of b's inputs, labels or targets and mask; returns the device inputs
   // [b.rows, input_size], readable by work queued on the compute stream from now on.
   const float* upload(const Batch& b) override;
+  void stage(const Batch& b) override;
   // `out` is in device memory; the totals add up in device memory.
   void loss(const Batch& b, const float* out, float scale, float* dout) override;
   // The last uploaded batch's slot may be overwritten by the upload after next, once the work

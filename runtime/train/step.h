@@ -60,8 +60,14 @@ class Step {
   virtual DeviceTimer* timer() = 0;  // the phases' device clock (step_timer.h); null: host clock
   virtual GpuTrace* trace() = 0;     // the compute stream's spans (gpu_trace.h); null: none
 
-  // The inputs of `b` [b.rows, input_size] where the model reads them.
+  // The inputs of `b` [b.rows, input_size] where the model reads them. A batch given to stage()
+  // before (the same object or one it was swapped into: its x buffer) costs no second copy.
   virtual const float* upload(const Batch& b) = 0;
+  // Starts bringing `b` to where the model reads it, ahead of its upload(), while the work queued
+  // so far runs: the Trainer stages the next step's batch before it waits for this step's
+  // read-back. Other uploads in between leave it alone; a second stage() drops the first.
+  // Nothing to do on the host.
+  virtual void stage(const Batch& b) { (void)b; }
   // Adds the loss of `out` [b.rows * positions, outputs] against `b` (the last batch uploaded),
   // each position weighted by its row's mask, to the totals; writes scale * dLoss/dout into dout
   // unless it is null.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 
 #include "runtime/base/error.h"
 #include "runtime/comm/agree.h"
@@ -43,6 +44,10 @@ struct Trainer::Impl {
   std::unique_ptr<ShardedLoader> train, test;
   std::unique_ptr<RunReporter> reporter;
   Batch batch;
+  // The next micro-batch, taken from the loader and staged while the step before it ran
+  // (micro_batch); `ahead` says whether it holds one.
+  Batch next;
+  bool ahead = false;
   std::unique_ptr<StepTimer> timer;  // after `step`: it may hold the step's DeviceTimer
   double last_eval_step = -1;  // global step of the last evaluation
   EvalResult last_eval;
@@ -194,7 +199,12 @@ LossTotals Trainer::train_step() {
   int64_t got_valid = 0;
   for (int j = 0; j < config_.grad_accum; ++j) {
     phases.next("data wait", "data");
-    if (!m.train->next(m.batch)) break;
+    if (m.ahead) {
+      std::swap(m.batch, m.next);  // staged during the step before
+      m.ahead = false;
+    } else if (!m.train->next(m.batch)) {
+      break;
+    }
     micro_batch(scale, j + 1 == config_.grad_accum, phases);
     got_valid += m.batch.global_valid;
   }
@@ -240,6 +250,13 @@ void Trainer::micro_batch(float scale, bool last, NvtxPhases& phases) {
     model_->backward(rows);
   m.step->release();
   timer.backward_end();
+  // The next step's first micro-batch is taken and staged now, while this step's work runs on a
+  // device and before finish() waits for it (at an epoch's end there is none).
+  if (last) {
+    m.ahead = m.train->next(m.next);
+    if (m.ahead) m.step->stage(m.next);
+    timer.ahead_taken();
+  }
 }
 
 Step::Outcome Trainer::reduce_gradients(NvtxPhases& phases) {
@@ -313,6 +330,7 @@ void Trainer::save_checkpoint() {
 bool Trainer::run_epoch(EpochSummary& s) {
   Impl& m = *impl_;
   m.train->start_epoch(state_.epoch, state_.step_in_epoch * config_.grad_accum);
+  m.ahead = false;  // the loader starts over; a batch taken before belongs to the old position
   const StepTimes epoch_start = times_;
   LossTotals epoch;
   Stopwatch clock;
