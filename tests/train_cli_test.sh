@@ -87,6 +87,29 @@ refuse "--global-batch 1000000000 is larger than the 60000 training samples of f
   --data fmnist.h5 --global-batch 1000000000
 refuse "--global-batch 60000 with --model mlp:1048576 needs about" --data fmnist.h5 \
   --model mlp:1048576 --global-batch 60000
+# A split that would be held in memory but is larger than this host's available memory (a sparse
+# HDF5 file: its images are never written, so it takes no disk space) is refused before training.
+if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+  avail_kb=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+  /usr/bin/python3 - "$avail_kb" <<'PY' || fail "writing the sparse file huge.h5"
+import sys
+import h5py
+import numpy as np
+rows = int(sys.argv[1]) * 1024 * 3 // 2 // 785  # 1.5x the available memory as stored
+with h5py.File("huge.h5", "w") as f:
+    f.create_dataset("train/images", shape=(rows, 28, 28, 1), dtype="u1", chunks=(4096, 28, 28, 1))
+    f.create_dataset("train/labels", data=np.zeros(rows, "u1"), chunks=(1 << 20,), compression="gzip")
+    f.create_dataset("test/images", data=np.zeros((16, 28, 28, 1), "u1"))
+    f.create_dataset("test/labels", data=np.zeros(16, "u1"))
+    f.attrs["num_classes"] = 10
+PY
+  refuse "GiB for the data held in memory), more than the" --data huge.h5 --model mlp:8 \
+    --data-in-memory-mb 1073741824
+  grep -q -- "--data-in-memory-mb 0" <<<"$out" || fail "the refusal does not name --data-in-memory-mb 0: $out"
+  rm -f huge.h5
+else
+  echo "skipped: a split too large to hold in memory: /usr/bin/python3 has no h5py (python3-h5py)"
+fi
 refuse "--trace nowhere/t.json: the folder nowhere does not exist" --data reg.h5 --model linear \
   --trace nowhere/t.json
 refuse "--metrics nowhere/m.jsonl: the folder nowhere does not exist" --data reg.h5 --model linear \

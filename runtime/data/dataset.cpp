@@ -312,6 +312,7 @@ struct DatasetReader::Impl {
   float lut[256] = {};  // uint8 value -> normalised float
   float scale = 1, shift = 0;
   uint64_t bytes = 0;
+  uint64_t stored = 0;  // the split's bytes as stored
   bool whole = false;   // the split is held in memory: sorted is every row, read once
   bool loaded = false;
   std::vector<int64_t> sorted;              // the rows x_raw and y_raw hold, ascending
@@ -347,9 +348,8 @@ DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes,
     impl_->lut[v] = (static_cast<float>(v) * info.norm_scale - info.norm_mean) / info.norm_std;
   impl_->scale = info.norm_scale / info.norm_std;
   impl_->shift = info.norm_mean / info.norm_std;
-  const double stored = static_cast<double>(info.rows) *
-                        static_cast<double>(impl_->x_row_bytes() + impl_->y_row_bytes());
-  impl_->whole = in_memory_bytes > 0 && stored <= static_cast<double>(in_memory_bytes);
+  impl_->stored = static_cast<uint64_t>(info.rows) * (impl_->x_row_bytes() + impl_->y_row_bytes());
+  impl_->whole = in_memory_bytes > 0 && impl_->stored <= static_cast<uint64_t>(in_memory_bytes);
 }
 
 DatasetReader::~DatasetReader() {
@@ -362,6 +362,8 @@ const DatasetInfo& DatasetReader::info() const { return impl_->s.info; }
 uint64_t DatasetReader::bytes_read() const { return impl_->bytes; }
 
 bool DatasetReader::in_memory() const { return impl_->whole; }
+
+uint64_t DatasetReader::stored_bytes() const { return impl_->stored; }
 
 void DatasetReader::Impl::fetch(const int64_t* ids, size_t n) {
   if (whole && loaded) return;

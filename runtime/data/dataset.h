@@ -108,6 +108,8 @@ class DatasetReader {
   uint64_t bytes_read() const;
   // Whether the split is (or will be, at the first read) held whole in memory.
   bool in_memory() const;
+  // The split's bytes as stored (its datasets, uncompressed), what in_memory() holds.
+  uint64_t stored_bytes() const;
 
  private:
   struct Impl;

@@ -240,6 +240,10 @@ uint64_t ShardedLoader::bytes_read() const {
 
 double ShardedLoader::wait_seconds_total() const { return impl_->wait_total; }
 
+uint64_t ShardedLoader::held_bytes() const {
+  return impl_->reader.in_memory() ? impl_->reader.stored_bytes() : 0;
+}
+
 std::vector<int64_t> ShardedLoader::permutation(int64_t rows, uint64_t seed, int epoch,
                                                 bool shuffle) {
   std::vector<int64_t> perm(static_cast<size_t>(std::max<int64_t>(rows, 0)));

@@ -66,6 +66,7 @@ class ShardedLoader {
   bool next(Batch& out);
 
   uint64_t bytes_read() const;  // bytes this rank has read from the file so far
+  uint64_t held_bytes() const;  // the split's stored bytes when held in memory, else 0
   double wait_seconds_total() const;
 
   // Global row order of an epoch (exposed for tests and resume checks).

@@ -90,7 +90,7 @@ DatasetInfo inspect_training_data(TrainConfig& c) {
 }
 
 void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs,
-                      int64_t micro_rows) {
+                      int64_t micro_rows, uint64_t held_bytes) {
   const int64_t B = c.global_batch;
   if (B > info.rows)
     throw UsageError("--global-batch " + std::to_string(B) + " is larger than the " +
@@ -106,17 +106,20 @@ void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs
   const ModelFloats m =
       c.device == DeviceKind::cpu ? model_floats(info, c, outputs) : ModelFloats{};
   const double activations = 4.0 * rows * m.per_row, params = 4.0 * 4.0 * m.params;
-  const double need = batches + activations + params;
+  const double held = static_cast<double>(held_bytes);
+  const double need = batches + activations + params + held;
   const uint64_t have = available_host_memory();
   if (have > 0 && need > static_cast<double>(have))
     throw UsageError("--global-batch " + std::to_string(B) + " with --model " + c.model +
                      " needs about " + gib(need) + " per rank (" + gib(batches + activations) +
                      " for batches and activations at " + std::to_string(micro_rows) +
                      " rows per rank and micro-batch, " + gib(params) +
-                     " for parameters, gradients and optimizer state), more than the " +
-                     gib(static_cast<double>(have)) +
-                     " of memory this host has available: lower --global-batch, raise "
-                     "--grad-accum or use a smaller --model");
+                     " for parameters, gradients and optimizer state" +
+                     (held > 0 ? ", " + gib(held) + " for the data held in memory" : "") +
+                     "), more than the " + gib(static_cast<double>(have)) +
+                     " of memory this host has available: " +
+                     (held > 0 ? "read the data from the file (--data-in-memory-mb 0), " : "") +
+                     "lower --global-batch, raise --grad-accum or use a smaller --model");
 }
 
 uint64_t available_host_memory() {

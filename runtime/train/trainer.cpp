@@ -91,6 +91,9 @@ void Trainer::build() {
   m.micro_rows = B / config_.grad_accum / comm_.size();
   m.steps_per_epoch = config_.drop_remainder ? m.info.rows / B : (m.info.rows + B - 1) / B;
   check_batch_fits(config_, m.info, m.outputs, m.micro_rows);
+  open_loaders();  // opens the files only: a split held in memory is read at its first batch
+  if (const uint64_t held = m.train->held_bytes() + m.test->held_bytes(); held > 0)
+    check_batch_fits(config_, m.info, m.outputs, m.micro_rows, held);
 
   SampleShape input;
   for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
@@ -107,7 +110,6 @@ void Trainer::build() {
   m.reducer = std::make_unique<BucketReducer>(
       grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
       config_.grad_reduce_dtype, place.device, place.stream);
-  open_loaders();
 
   m.schedule.kind = config_.lr_schedule;
   m.schedule.peak_lr = scaled_lr(config_.lr, config_.lr_scaling, B, config_.base_batch);
