@@ -3,7 +3,9 @@
 #   bash scripts/gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR]
 # The quick pass (the default): the GPU tests (*_gpu_test), the *_gpu_mpi_test binaries at 2 ranks
 # sharing GPU 0, the end-to-end GPU scripts (tests/*_gpu_test.sh), the NCCL collective benchmark on
-# one GPU, and the CNN training benchmark (fp32) at global batch 128 and 1024.
+# one GPU, the CNN training benchmark (fp32) at global batch 128 and 1024, and a --trace run at
+# each batch summarised by scripts/trace-summary.py (the device's time per layer, and how much of
+# each step the compute stream sat idle).
 # --long: the long runs: the CNN in bf16 at both batches, the same model in PyTorch (eager,
 # torch.compile, torch.compile with CUDA graphs) and JAX (scripts/reference, where python3 has
 # them) at both batches in fp32 and bf16, GPT-2 small's shape (gpt:small) in fp32 and bf16 on
@@ -192,6 +194,24 @@ bench_train() {
   cat "$log"
 }
 
+# trace_train BATCH PRECISION: lockstep-train --trace on the GPU, 60 steps of the CNN, and where
+# the device's time went (scripts/trace-summary.py: per layer, and the compute stream's idle share).
+trace_train() {
+  local log="$logs/trace_$1_$2.log" trace="$logs/trace_$1_$2.json"
+  local data=("${data_args[@]}")
+  [[ ${#data[@]} -gt 0 ]] || data=(--data "$train_data_or_synthetic")
+  step "$step_timeout" "$log" "$build/apps/lockstep-train" --device cuda --precision "$2" \
+    --model cnn --global-batch "$1" --steps 60 --progress none --trace "$trace" "${data[@]}"
+  local rc=$?
+  if [[ $rc -eq 0 ]]; then
+    LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
+      python3 "$root/scripts/trace-summary.py" "$trace" --skip-steps 10 >>"$log" 2>&1 || rc=1
+    gzip -f "$trace"
+  fi
+  gpu_step "trace cnn $2, batch $1" "$rc" "$log" "$(grep -aoE 'busy [0-9.]+ ms of the [0-9.]+ ms .*%' "$log")"
+  cat "$log"
+}
+
 quick_pass() {
   # The gtest binaries ctest labels gpu, run directly so that a build folder from another machine
   # (whose ctest files name other paths) works too.
@@ -243,6 +263,8 @@ quick_pass() {
   cat "$log"
   bench_train 128 fp32
   bench_train 1024 fp32
+  trace_train 128 fp32
+  trace_train 1024 fp32
 }
 
 # peer FRAMEWORK MODE PRECISION BATCH [ARGS...]: the same model in scripts/reference on the
