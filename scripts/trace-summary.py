@@ -8,8 +8,8 @@ apart) with its count, total, mean and share of the track's total (on the host's
 the phases hold their layers' spans, so both count there). On a GPU run it then compares the device's own timeline: how much of
 the time the "GPU phases" spans cover was taken by the spans of "GPU stream: compute" (the
 layers' kernels, the loss, the optimizer), and so how much the compute stream sat idle inside
-the step (launch gaps, waits for the host). --skip-steps drops each track's spans that begin
-before the start of step N + 1 on the training track (warm-up). Exit 1 on a file that is not a
+the step (launch gaps, waits for the host). --skip-steps N drops the spans that begin before the
+end of step N's optimizer phase (warm-up). Exit 1 on a file that is not a
 trace, 2 on bad arguments.
 """
 import argparse
@@ -36,12 +36,16 @@ def main():
     if not spans:
         print(f"trace-summary: {args.trace}: no spans of rank {args.rank}", file=sys.stderr)
         return 1
-    start = min(e["ts"] for e in spans)
     if args.skip_steps > 0:
-        steps = sorted(e["ts"] for e in spans if e["name"] == "data wait")
-        if len(steps) > args.skip_steps:
-            start = steps[args.skip_steps]
-        spans = [e for e in spans if e["ts"] >= start]
+        # A step ends with its one optimizer phase: on a GPU the device's ("GPU phases"), else
+        # the host's ("training").
+        phase_track = next((t for t, n in names.items() if n == "GPU phases"),
+                           next((t for t, n in names.items() if n == "training"), None))
+        ends = sorted(e["ts"] + e["dur"] for e in spans
+                      if e["tid"] == phase_track and e["name"] == "optimizer")
+        if len(ends) >= args.skip_steps:
+            start = ends[args.skip_steps - 1]
+            spans = [e for e in spans if e["ts"] >= start]
     by_track = collections.defaultdict(list)
     for e in spans:
         by_track[names.get(e["tid"], f"thread {e['tid']}")].append(e)

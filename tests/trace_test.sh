@@ -77,6 +77,16 @@ if not ok:
 sys.exit(0 if ok else 1)
 PY
 
+# scripts/trace-summary.py reads it: rank 1's training track after 2 warm-up steps holds 10
+# optimizer phases and 10 backward passes of each layer; a file that is not a trace exits 1.
+summary_py="$(dirname "$0")/../scripts/trace-summary.py"
+summary=$(python3 "$summary_py" trace.json --rank 1 --skip-steps 2) || fail "trace-summary.py exits $?"
+for want in "optimizer" "dense0 \(backward\)" "relu1 \(backward\)" "dense2 \(backward\)"; do
+  grep -qE "^training +$want +10 " <<<"$summary" || fail "trace-summary.py: no '$want' row of 10: $summary"
+done
+python3 "$summary_py" m.jsonl >/dev/null 2>&1
+[[ $? -eq 1 ]] || fail "trace-summary.py of a file that is not a trace: exit 1 expected"
+
 # A trace path that cannot be written is refused in words naming --trace.
 $mpiexec -n 2 "$bin/lockstep-train" --data reg.h5 --model mlp:16 --global-batch 32 --steps 2 \
   --progress none --trace /nonexistent-dir/t.json >bad.txt 2>&1
