@@ -361,9 +361,7 @@ const DatasetInfo& DatasetReader::info() const { return impl_->s.info; }
 
 uint64_t DatasetReader::bytes_read() const { return impl_->bytes; }
 
-bool DatasetReader::in_memory() const { return impl_->whole; }
-
-uint64_t DatasetReader::stored_bytes() const { return impl_->stored; }
+uint64_t DatasetReader::held_bytes() const { return impl_->whole ? impl_->stored : 0; }
 
 void DatasetReader::Impl::fetch(const int64_t* ids, size_t n) {
   if (whole && loaded) return;

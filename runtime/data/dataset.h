@@ -106,10 +106,9 @@ class DatasetReader {
 
   // Bytes of the datasets (uncompressed, as stored) this reader has read so far.
   uint64_t bytes_read() const;
-  // Whether the split is (or will be, at the first read) held whole in memory.
-  bool in_memory() const;
-  // The split's bytes as stored (its datasets, uncompressed), what in_memory() holds.
-  uint64_t stored_bytes() const;
+  // The split's bytes as stored (its datasets, uncompressed) when it is (or will be, at the first
+  // read) held whole in memory; 0 when each read takes its rows from the file.
+  uint64_t held_bytes() const;
 
  private:
   struct Impl;

@@ -240,9 +240,7 @@ uint64_t ShardedLoader::bytes_read() const {
 
 double ShardedLoader::wait_seconds_total() const { return impl_->wait_total; }
 
-uint64_t ShardedLoader::held_bytes() const {
-  return impl_->reader.in_memory() ? impl_->reader.stored_bytes() : 0;
-}
+uint64_t ShardedLoader::held_bytes() const { return impl_->reader.held_bytes(); }
 
 std::vector<int64_t> ShardedLoader::permutation(int64_t rows, uint64_t seed, int epoch,
                                                 bool shuffle) {
