@@ -72,9 +72,9 @@ class StepTimer {
   // comm). A no-op on the CPU.
   void backward_progress();
   void backward_end();   // the micro-batch's backward pass is queued
-  // The next step's first micro-batch was taken from the loader after backward_end() (and staged
-  // on a device): on the CPU the time since counts as data; on a device it overlaps the queued
-  // work and counts nowhere.
+  // The next step's first micro-batch was taken from the loader after reduced() (and staged on a
+  // device): on the CPU the time since counts as data; on a device it overlaps the queued work and
+  // counts nowhere.
   void ahead_taken();
   void reduced();        // the gradient reduction is done (or, on a device, queued to be)
   double updated();      // the update is queued: the step's end; returns the host time

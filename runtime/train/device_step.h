@@ -6,10 +6,10 @@
 // makes the compute stream wait for it with an event, without blocking the host; two slots
 // alternate, so a batch's copy overlaps the compute still queued for the one before. stage()
 // starts a batch's copy ahead of its upload(): the Trainer stages the next step's batch while
-// this step's backward pass runs, before finish() waits, so neither the host's copy into pinned
-// memory nor the transfer stands between two steps. A staged slot is kept for its batch: other
-// uploads (evaluation) take the other slot meanwhile. loss() adds
-// the batch's loss totals into a LossTotals kept in device memory (kernels' *_sums_cuda forms);
+// this step's work still runs on the device, before finish() waits, so neither the host's copy
+// into pinned memory nor the transfer stands between two steps. A staged slot is kept for its
+// batch: other uploads (evaluation) take the other slot meanwhile. loss() adds the batch's loss
+// totals into a LossTotals kept in device memory (kernels' *_sums_cuda forms);
 // finish() reads them back, together with the gradient's global L2 norm when asked (computed on
 // the device: a non-finite norm is a non-finite gradient), in one synchronous copy, and starts new
 // totals. clip() scales the gradient by that same device-side norm. The totals are known only at

@@ -252,13 +252,6 @@ void Trainer::micro_batch(float scale, bool last, NvtxPhases& phases) {
     model_->backward(rows);
   m.step->release();
   timer.backward_end();
-  // The next step's first micro-batch is taken and staged now, while this step's work runs on a
-  // device and before finish() waits for it (at an epoch's end there is none).
-  if (last) {
-    m.ahead = m.train->next(m.next);
-    if (m.ahead) m.step->stage(m.next);
-    timer.ahead_taken();
-  }
 }
 
 Step::Outcome Trainer::reduce_gradients(NvtxPhases& phases) {
@@ -269,6 +262,13 @@ Step::Outcome Trainer::reduce_gradients(NvtxPhases& phases) {
   if (early != nullptr) m.guard->before_reduce(early->loss_sum);
   m.reducer->wait_all();
   m.timer->reduced();
+  // The next step's first micro-batch is taken and staged now: after the reduction has completed
+  // on the host, so that no collective is in flight into the gradients should the read fail, and
+  // before finish() waits for the device, whose work the copy overlaps (at an epoch's end there is
+  // none).
+  m.ahead = m.train->next(m.next);
+  if (m.ahead) m.step->stage(m.next);
+  m.timer->ahead_taken();
   phases.next("optimizer", "optimizer");
   const Step::Outcome o = m.step->finish(model_->grads(), model_->param_count());
   m.timer->collect(/*synced=*/true);  // on a device, finish() has waited for the stream
