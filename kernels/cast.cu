@@ -16,7 +16,7 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, uint16_t* __res
 __global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ in, float* __restrict__ out,
                                    size_t n) {
   for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
-    out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+    out[i] = cuda::from_bf16(in[i]);
 }
 
 }  // namespace

@@ -25,8 +25,8 @@
 # Environment: LOCKSTEP_GPU_BENCH_ARGS (collective sizes, default '-b 8 -e 1G -f 2'),
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
-# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 file-reads peers-fp32
-# peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which peers those parts run).
+# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 im2col file-reads
+# peers-fp32 peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
 pass=quick
@@ -181,16 +181,16 @@ bench="$build/apps/lockstep-bench"
 data_args=()
 [[ -f "$train_data" ]] && data_args=(--data "$train_data")
 
-# bench_train BATCH PRECISION: lockstep-bench train on the GPU, 200 timed steps.
-# bench_train BATCH PRECISION [ARGS...]: ARGS go to lockstep-bench and into the step's name.
+# bench_train BATCH PRECISION [ARGS...]: lockstep-bench train on the GPU, 200 timed steps; ARGS
+# go to lockstep-bench, and they and LOCKSTEP_CUDA_CONV (when set) into the step's name.
 bench_train() {
   local batch=$1 precision=$2
   shift 2
-  local tag="$*"
+  local tag="$*${LOCKSTEP_CUDA_CONV:+ conv $LOCKSTEP_CUDA_CONV}"
   local log="$logs/bench_train_${batch}_${precision}${tag:+_${tag//[^a-z0-9]/}}.log"
   step "$step_timeout" "$log" "$bench" train --device cuda --precision "$precision" --model cnn \
     --global-batch "$batch" --steps 200 --warmup 20 "${data_args[@]}" "$@"
-  gpu_step "lockstep cnn $precision, batch $batch${*:+ ($*)}" $? "$log" "$(figures "$log")"
+  gpu_step "lockstep cnn $precision, batch $batch${tag:+ (${tag# })}" $? "$log" "$(figures "$log")"
   cat "$log"
 }
 
@@ -292,6 +292,8 @@ peer() {
 #   bf16        Lockstep's CNN in bf16 at batch 128 and 1024
 #   file-reads  Lockstep's CNN, fp32 and bf16 at both batches, its rows read from the file each
 #               batch (--data-in-memory-mb 0) rather than from the split held in memory
+#   im2col      Lockstep's CNN, fp32 and bf16 at both batches, its convolutions as im2col +
+#               cuBLAS (LOCKSTEP_CUDA_CONV=im2col) rather than cuDNN
 #   peers-fp32  PyTorch eager, torch.compile (default and reduce-overhead) and JAX jit, same model
 #               and batches, fp32 (TF32 off); LOCKSTEP_GPU_PEERS picks some of
 #               "torch:eager torch:default torch:reduce-overhead jax" (the default all)
@@ -300,16 +302,22 @@ peer() {
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  for part in ${LOCKSTEP_GPU_PARTS:-bf16 file-reads peers-fp32 peers-bf16 gpt accuracy}; do
+  for part in ${LOCKSTEP_GPU_PARTS:-bf16 im2col file-reads peers-fp32 peers-bf16 gpt accuracy}; do
     case $part in
-      bf16|file-reads|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
-      *) record "part $part" failed "unknown part (bf16 file-reads peers-fp32 peers-bf16 gpt accuracy)" ;;
+      bf16|im2col|file-reads|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
+      *) record "part $part" failed "unknown part (bf16 im2col file-reads peers-fp32 peers-bf16 gpt accuracy)" ;;
     esac
   done
 }
 long_bf16() {
   local batch
   for batch in 128 1024; do bench_train "$batch" bf16; done
+}
+long_im2col() {
+  local batch precision
+  for precision in fp32 bf16; do
+    for batch in 128 1024; do LOCKSTEP_CUDA_CONV=im2col bench_train "$batch" "$precision"; done
+  done
 }
 long_file_reads() {
   local batch precision

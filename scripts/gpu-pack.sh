@@ -95,7 +95,7 @@ done < <(find "$tree" -type l -lname '/*')
 # System libraries every Linux image has (glibc, the C++ runtime) and CUDA's, which must match
 # the GPU machine's driver and toolkit, stay out; CUDA's names go to env.sh, which looks for them.
 provided='^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libpthread|libdl|librt|libutil|libresolv|libanl|libnsl|libBrokenLocale|libstdc\+\+|libgcc_s)\.so'
-cuda_family='^lib(cuda|cudart|cublas|cublasLt|nccl|nvrtc|nvJitLink|nvToolsExt|nvidia-ml|cufft|curand|cusolver|cusparse)\.so'
+cuda_family='^lib(cuda|cudart|cublas|cublasLt|nccl|cudnn|nvrtc|nvJitLink|nvToolsExt|nvidia-ml|cufft|curand|cusolver|cusparse)\.so'
 elfs=$(find "$tree" -type f -exec sh -c 'for f; do [ "$(head -c 4 "$f")" = "$(printf "\177ELF")" ] && echo "$f"; done' sh {} +)
 cuda_needs=()
 missing=()

@@ -107,7 +107,7 @@ ldd $(find "$LOCKSTEP_PACK_ROOT" -type f \( -perm -u+x -o -name '*.so*' \) ! -na
     $2 == "=>" && $3 == "not" { print "not found: " $1 " (" file ")" }
     $2 == "=>" && $3 ~ /^\// && index($3, root) != 1 &&
       $1 !~ /^(libc|libm|libmvec|libpthread|libdl|librt|libutil|libresolv|libanl|libnsl|libstdc\+\+|libgcc_s)\.so/ &&
-      $1 !~ /^lib(cuda|cudart|cublas|cublasLt|nccl|nvrtc|nvJitLink|nvToolsExt)\.so/ {
+      $1 !~ /^lib(cuda|cudart|cublas|cublasLt|cudnn|nccl|nvrtc|nvJitLink|nvToolsExt)\.so/ {
         print "from the system: " $1 " => " $3 " (" file ")" }' | sort -u >"$work/ldd.log"
 cd "$work" || exit 1
 "$LOCKSTEP_PACK_BUILD/apps/lockstep-data" regression --out reg.h5 --samples 256 --features 8 \

@@ -151,6 +151,59 @@ TEST_F(Bf16Parity, Conv2dForwardAndBackwardForAnyGeometry) {
   }
 }
 
+// cuDNN's bf16 twin: its outputs (y before the bias, dx, dw before it is added) are bf16 words, so
+// against the bf16-rounded oracle each element also carries one rounding to bf16 (up to 2^-8 of
+// its size: 5e-3 of the scale), and against the fp32 oracle that rounding adds to the operands'
+// (2e-2).
+TEST_F(Bf16Parity, CudnnConv2dForwardAndBackwardForAnyGeometry) {
+  if (!lk::conv2d_cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  bool relu = true;
+  for (auto s : parity_conv_shapes()) {
+    s.relu = relu = !relu;
+    SCOPED_TRACE(describe(s) + (s.relu ? " relu" : ""));
+    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
+    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
+    const Floats x = random_floats(x_n, rng_);
+    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
+    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
+    const Floats dw0 = random_floats(w.size(), rng_), db0 = random_floats(b.size(), rng_);
+    Pass oracles[2];
+    Floats work(lk::conv2d_workspace_floats(s));
+    for (int r = 0; r < 2; ++r) {
+      const Floats xr = r ? rounded(x) : x, wr = r ? rounded(w) : w, dyr = r ? rounded(dy) : dy;
+      Pass& o = oracles[r];
+      o.y.resize(y_n);
+      o.dx.resize(x_n);
+      o.dw = dw0;
+      o.db = db0;
+      lk::conv2d_forward_cpu(s, xr.data(), wr.data(), b.data(), o.y.data(), work.data());
+      lk::conv2d_backward_cpu(s, xr.data(), wr.data(), dyr.data(), o.dx.data(), o.dw.data(),
+                              o.db.data(), work.data());
+    }
+    const size_t ws = lk::conv2d_cudnn_workspace_floats(s, true);
+    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw0), gdb(db0),
+        gwork(ws), gdw_first(dw0);
+    DeviceArray<uint16_t> gwk16(w.size());
+    lk::conv2d_weights_krsc_bf16_cuda(s, gw.get(), gwk16.get(), stream_);
+    lk::conv2d_forward_bf16_cudnn(s, gx.get(), gwk16.get(), gb.get(), gy.get(), gwork.get(),
+                                  stream_);
+    lk::conv2d_backward_bf16_cudnn(s, gx.get(), gwk16.get(), gdy.get(), gdx.get(), gdw.get(),
+                                   gdb.get(), gwork.get(), stream_);
+    lk::conv2d_backward_bf16_cudnn(s, gx.get(), gwk16.get(), gdy.get(), nullptr, gdw_first.get(),
+                                   nullptr, gwork.get(), stream_);
+    sync();
+    const Floats y = gy.download(), dx = gdx.download(), dw = gdw.download();
+    EXPECT_TRUE(close(y, oracles[1].y, 5e-3)) << "y, bf16-rounded oracle";
+    EXPECT_TRUE(close(y, oracles[0].y, 2e-2)) << "y, fp32 oracle";
+    EXPECT_TRUE(close(dx, oracles[1].dx, 5e-3)) << "dx, bf16-rounded oracle";
+    EXPECT_TRUE(close(dx, oracles[0].dx, 2e-2)) << "dx, fp32 oracle";
+    EXPECT_TRUE(close(dw, oracles[1].dw, 5e-3)) << "dw, bf16-rounded oracle";
+    EXPECT_TRUE(close(dw, oracles[0].dw, 2e-2)) << "dw, fp32 oracle";
+    EXPECT_EQ(gdw_first.download(), dw) << "dw without dx";
+    EXPECT_TRUE(close(gdb.download(), oracles[0].db, 1e-4)) << "db";
+  }
+}
+
 // A bf16 model on the GPU follows a CPU fp32 model with the same parameters through forward and
 // backward, and sees parameters written between two forwards (its bf16 weight copy is not stale).
 // Four GEMM layers compound their roundings (about 0.3% each, forward and backward), hence 3e-2;

@@ -202,6 +202,67 @@ TEST_F(GpuParity, Conv2dForwardAndBackwardForAnyGeometry) {
   }
 }
 
+// cuDNN's twin (a build with cuDNN): the same oracle and tolerances as the im2col twin, with the
+// weights in its KRSC copy, a fused ReLU on one shape, and a workspace sized for a larger batch
+// (a model sizes it once, for its largest batch).
+TEST_F(GpuParity, CudnnConv2dForwardAndBackwardForAnyGeometry) {
+  if (!lk::conv2d_cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  bool relu = false;
+  for (auto s : parity_conv_shapes()) {
+    s.relu = relu = !relu;
+    SCOPED_TRACE(describe(s) + (s.relu ? " relu" : ""));
+    lk::Conv2dShape larger = s;
+    larger.n = s.n + 3;
+    const size_t ws = lk::conv2d_cudnn_workspace_floats(larger, false);
+    ASSERT_GE(ws, lk::conv2d_cudnn_workspace_floats(s, false));
+    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
+    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
+    const Floats x = random_floats(x_n, rng_);
+    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
+    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
+    Floats y(y_n), dx(x_n), dw = random_floats(w.size(), rng_), db = random_floats(b.size(), rng_);
+    Floats work(lk::conv2d_workspace_floats(s));
+    DeviceArray<float> gx(x), gw(w), gwk(w.size()), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw),
+        gdb(db), gwork(ws);
+    lk::conv2d_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), work.data());
+    lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(),
+                            work.data());
+    lk::conv2d_weights_krsc_cuda(s, gw.get(), gwk.get(), stream_);
+    lk::conv2d_forward_cudnn(s, gx.get(), gwk.get(), gb.get(), gy.get(), gwork.get(), stream_);
+    lk::conv2d_backward_cudnn(s, gx.get(), gwk.get(), gdy.get(), gdx.get(), gdw.get(), gdb.get(),
+                              gwork.get(), stream_);
+    sync();
+    EXPECT_TRUE(close(gy.download(), y, 1e-4)) << "y";
+    EXPECT_TRUE(close(gdx.download(), dx, 1e-4)) << "dx";
+    EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw";
+    EXPECT_TRUE(close(gdb.download(), db, 1e-4)) << "db";
+  }
+}
+
+// As Fp32GemmIsExactWhereTf32WouldRound, for cuDNN's fp32 convolutions: x = 1 + 2^-12, w = 1, no
+// padding, so every output is 288 * (1 + 2^-12), whose partial sums are exact in fp32. TF32 would
+// round x to 1 (an error of 2^-12 of the result); a transform-based algorithm (Winograd, FFT) may
+// leave rounding of order 1e-6, within the 2^-16 allowed here.
+TEST_F(GpuParity, CudnnFp32ConvolutionDoesNotRoundToTf32) {
+  if (!lk::conv2d_cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
+  const lk::Conv2dShape s{.n = 8, .h = 16, .w = 16, .c_in = 32, .c_out = 64, .pad_h = 0,
+                          .pad_w = 0};
+  const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
+  const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
+  const double want = 9.0 * s.c_in * (1.0 + std::ldexp(1.0, -12));
+  DeviceArray<float> gx(Floats(x_n, 1.0f + std::ldexp(1.0f, -12))),
+      gw(Floats(size_t(9) * s.c_in * s.c_out, 1.0f)), gwk(size_t(9) * s.c_in * s.c_out),
+      gy(y_n), gwork(lk::conv2d_cudnn_workspace_floats(s, false));
+  lk::conv2d_weights_krsc_cuda(s, gw.get(), gwk.get(), stream_);
+  lk::conv2d_forward_cudnn(s, gx.get(), gwk.get(), nullptr, gy.get(), gwork.get(), stream_);
+  sync();
+  const Floats got = gy.download();
+  const auto wrong = std::count_if(got.begin(), got.end(), [&](float v) {
+    return std::fabs(v - want) > want * std::ldexp(1.0, -16);
+  });
+  EXPECT_EQ(wrong, 0) << "of " << got.size() << " outputs; first " << got[0] << ", want " << want;
+}
+
 TEST_F(GpuParity, MaxPoolMatchesExactlyTiesIncluded) {
   const lk::PoolShape shapes[] = {
       {.n = 2, .h = 4, .w = 4, .c = 3}, {.n = 3, .h = 7, .w = 5, .c = 5},

@@ -59,7 +59,8 @@ install(TARGETS lockstep_train_cli EXPORT LockstepTrainCliTargets
 
 # ---- CMake package ----
 # Facts the config needs to find again what the static libraries link: the BLAS vendor, and the
-# folders oneDNN and NCCL came from (found by path, as here).
+# folders oneDNN, NCCL and cuDNN came from (found by path, as here; LOCKSTEP_CUDNN_DIR is set where
+# cuDNN is found).
 set(LOCKSTEP_BLA_VENDOR "${BLA_VENDOR}")
 set(LOCKSTEP_DNNL_DIR "")
 if(LOCKSTEP_HAVE_ONEDNN)
@@ -97,6 +98,9 @@ if(LOCKSTEP_HAVE_CUDA)
   string(APPEND LOCKSTEP_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcublasLt -lcudart"
                                  " -L${LOCKSTEP_NCCL_DIR} -lnccl")
   string(APPEND LOCKSTEP_PC_CFLAGS " -DLOCKSTEP_HAVE_CUDA=1")
+endif()
+if(LOCKSTEP_HAVE_CUDNN)
+  string(APPEND LOCKSTEP_PC_LIBS " -L${LOCKSTEP_CUDNN_DIR} -lcudnn")
 endif()
 string(APPEND LOCKSTEP_PC_LIBS " -ldl -pthread")
 file(RELATIVE_PATH LOCKSTEP_PC_UP /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)

@@ -1,0 +1,358 @@
+#include <cudnn.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "kernels/bf16.cuh"
+#include "kernels/bias.cuh"
+#include "kernels/cast.h"
+#include "kernels/conv2d.h"
+#include "kernels/cuda_launch.cuh"
+
+// The cuDNN twins of the CUDA convolution (conv2d.h). cuDNN's legacy convolution API (deprecated in
+// cuDNN 9, still shipped and used by PyTorch's convolutions): NHWC tensors, and filters in KRSC
+// order (c_out, kh, kw, c_in), which is the transpose of the HWIO weight matrix [K, c_out] with
+// K = kh * kw * c_in; the layer keeps that copy (conv2d_weights_krsc_*), and the filter gradient is
+// added back into HWIO by the same transpose.
+//
+// Per (thread, CUDA device): a cuDNN handle, bound to the caller's stream on every call, and per
+// shape and precision a plan: the descriptors and each direction's algorithm. An algorithm is the
+// first of cuDNN's heuristics (cudnnGet*Algorithm_v7) that is deterministic, fits the workspace
+// budget and, in fp32, does not use the tensor cores (no TF32: the fp32 contract is fp32 FMA, as
+// cuBLAS's default math in gemm.cu). Heuristics rather than timing (cudnnFind*): the same choice
+// in every run and on every rank, and no benchmarking inside a step.
+//
+// The workspace budget is the im2col twin's column matrix (rows * cols floats): linear in the
+// batch, so the workspace a model sizes for its largest batch covers every smaller one, and never
+// more memory than the im2col path took.
+
+namespace lockstep::kernels {
+
+namespace {
+
+[[noreturn]] void throw_cudnn(const char* call, cudnnStatus_t code, const char* file, int line) {
+  throw std::runtime_error(std::string(call) + " failed: " + cudnnGetErrorString(code) + " at " +
+                           file + ":" + std::to_string(line));
+}
+
+#define LS_CHECK_CUDNN(call)                                                  \
+  do {                                                                        \
+    const cudnnStatus_t ls_cudnn_rc_ = (call);                                \
+    if (ls_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                 \
+      throw_cudnn(#call, ls_cudnn_rc_, __FILE__, __LINE__);                   \
+  } while (0)
+
+int current_device() {
+  int device = 0;
+  LS_CHECK_CUDA(cudaGetDevice(&device));
+  return device;
+}
+
+// Handles live until the process exits (see cublas_handle.h for why not a thread_local destructor).
+cudnnHandle_t cudnn_handle(cudaStream_t stream) {
+  thread_local std::map<int, cudnnHandle_t> handles;
+  cudnnHandle_t& h = handles[current_device()];
+  if (h == nullptr) LS_CHECK_CUDNN(cudnnCreate(&h));
+  LS_CHECK_CUDNN(cudnnSetStream(h, stream));
+  return h;
+}
+
+// Sections of a workspace, each starting on a 256-byte boundary.
+constexpr size_t kAlignFloats = 64;
+size_t aligned(size_t floats) { return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+struct Layout {
+  size_t cudnn_bytes = 0;  // the algorithms' budget, first
+  size_t x16 = 0, y16 = 0, dw = 0, total = 0;  // float offsets of the scratch after it
+};
+
+Layout layout_of(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16) {
+  Layout l;
+  const size_t budget = aligned(g.rows * g.cols);
+  l.cudnn_bytes = budget * sizeof(float);
+  const size_t k = g.cols * static_cast<size_t>(s.c_out);  // filter values
+  if (bf16) {
+    const size_t x_n = static_cast<size_t>(s.n) * s.h * s.w * s.c_in;
+    l.x16 = budget;
+    l.y16 = l.x16 + aligned((x_n + 1) / 2);
+    l.dw = l.y16 + aligned((g.rows * s.c_out + 1) / 2);
+    l.total = l.dw + aligned((k + 1) / 2);
+  } else {
+    l.dw = budget;
+    l.total = l.dw + aligned(k);
+  }
+  return l;
+}
+
+struct Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t fwd_bytes = 0, data_bytes = 0, filter_bytes = 0;
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+std::string describe(const Conv2dShape& s, bool bf16) {
+  return std::to_string(s.n) + "x" + std::to_string(s.h) + "x" + std::to_string(s.w) + "x" +
+         std::to_string(s.c_in) + " -> " + std::to_string(s.c_out) + " channels, kernel " +
+         std::to_string(s.kh) + "x" + std::to_string(s.kw) + ", stride " +
+         std::to_string(s.stride) + ", padding " + std::to_string(s.pad_h) + "/" +
+         std::to_string(s.pad_w) + (bf16 ? ", bf16" : ", fp32");
+}
+
+// The first of the heuristics' answers that the plan may use.
+template <class Perf>
+const Perf& choose(const Perf* perf, int count, size_t budget, bool bf16, const char* direction,
+                   const Conv2dShape& s) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > budget) continue;
+    if (p.determinism != CUDNN_DETERMINISTIC) continue;
+    if (!bf16 && (p.mathType == CUDNN_TENSOR_OP_MATH ||
+                  p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
+    return p;
+  }
+  throw std::runtime_error(std::string("cuDNN offers no deterministic ") + direction +
+                           " convolution within a workspace of " + std::to_string(budget) +
+                           " bytes for " + describe(s, bf16));
+}
+
+std::unique_ptr<Plan> make_plan(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16,
+                                cudnnHandle_t h) {
+  auto p = std::make_unique<Plan>();
+  const cudnnDataType_t type = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  LS_CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
+  LS_CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->y));
+  LS_CHECK_CUDNN(cudnnCreateFilterDescriptor(&p->w));
+  LS_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv));
+  LS_CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, type, s.n, s.c_in, s.h, s.w));
+  LS_CHECK_CUDNN(
+      cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, type, s.n, s.c_out, g.out_h, g.out_w));
+  LS_CHECK_CUDNN(
+      cudnnSetFilter4dDescriptor(p->w, type, CUDNN_TENSOR_NHWC, s.c_out, s.c_in, s.kh, s.kw));
+  // Cross-correlation, as the im2col twins compute; fp32 accumulation in both precisions.
+  LS_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, s.pad_h, s.pad_w, s.stride, s.stride, 1,
+                                                 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  LS_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  int n = 0, c = 0, oh = 0, ow = 0;
+  LS_CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &n, &c, &oh, &ow));
+  if (oh != g.out_h || ow != g.out_w)
+    throw std::logic_error("cuDNN's output " + std::to_string(oh) + "x" + std::to_string(ow) +
+                           " differs from the im2col twin's for " + describe(s, bf16));
+  const size_t budget = layout_of(s, g, bf16).cudnn_bytes;
+  int count = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  LS_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
+      h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, fwd));
+  const auto& f = choose(fwd, count, budget, bf16, "forward", s);
+  p->fwd = f.algo;
+  p->fwd_bytes = f.memory;
+  cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  LS_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      h, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, data));
+  const auto& d = choose(data, count, budget, bf16, "backward-data", s);
+  p->bwd_data = d.algo;
+  p->data_bytes = d.memory;
+  cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  LS_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      h, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, filter));
+  const auto& w = choose(filter, count, budget, bf16, "backward-filter", s);
+  p->bwd_filter = w.algo;
+  p->filter_bytes = w.memory;
+  return p;
+}
+
+// The calling thread's plan for (device, shape, precision), made on first use.
+const Plan& plan_for(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16, cudnnHandle_t h) {
+  using Key = std::array<int, 12>;
+  thread_local std::map<Key, std::unique_ptr<Plan>> plans;
+  const Key key{current_device(), s.n, s.h, s.w, s.c_in, s.c_out, s.kh, s.kw, s.stride, s.pad_h,
+                s.pad_w, bf16 ? 1 : 0};
+  std::unique_ptr<Plan>& p = plans[key];
+  if (!p) p = make_plan(s, g, bf16, h);
+  return *p;
+}
+
+// The filter as a [K, c_out] matrix (HWIO) and as [c_out, K] (KRSC) are transposes of each other.
+template <class T>
+__global__ void to_krsc_kernel(const float* __restrict__ w, T* __restrict__ wk, size_t k, int c_out,
+                               size_t total) {
+  for (size_t i = cuda::thread_index(); i < total; i += cuda::thread_stride()) {
+    const size_t co = i / k, r = i - co * k;
+    const float v = w[r * c_out + co];
+    if constexpr (sizeof(T) == 2) wk[i] = cuda::to_bf16(v); else wk[i] = v;
+  }
+}
+
+template <class T>
+__global__ void add_from_krsc_kernel(const T* __restrict__ dwk, float* __restrict__ dw, size_t k,
+                                     int c_out, size_t total) {
+  for (size_t i = cuda::thread_index(); i < total; i += cuda::thread_stride()) {
+    const size_t r = i / c_out, co = i - r * c_out;
+    const T v = dwk[co * k + r];
+    if constexpr (sizeof(T) == 2) dw[i] += cuda::from_bf16(v); else dw[i] += v;
+  }
+}
+
+// y[r, c] = (relu?) (src[r, c] + b[c]), src fp32 (may be y itself) or bf16.
+template <class T>
+__global__ void bias_epilogue_kernel(const T* src, const float* __restrict__ b, float* y,
+                                     int cols, bool relu, size_t total) {
+  for (size_t i = cuda::thread_index(); i < total; i += cuda::thread_stride()) {
+    float v;
+    if constexpr (sizeof(T) == 2) v = cuda::from_bf16(src[i]); else v = src[i];
+    if (b != nullptr) v += b[i % cols];
+    y[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+template <class T>
+void to_krsc(const Conv2dShape& s, const float* w, T* wk, cudaStream_t stream) {
+  const size_t k = size_t(s.kh) * s.kw * s.c_in, total = k * s.c_out;
+  if (total == 0) return;
+  to_krsc_kernel<<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(w, wk, k, s.c_out, total);
+  LS_CHECK_LAUNCH("to_krsc_kernel");
+}
+
+template <class T>
+void add_from_krsc(const Conv2dShape& s, const T* dwk, float* dw, cudaStream_t stream) {
+  const size_t k = size_t(s.kh) * s.kw * s.c_in, total = k * s.c_out;
+  add_from_krsc_kernel<<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(dwk, dw, k, s.c_out,
+                                                                            total);
+  LS_CHECK_LAUNCH("add_from_krsc_kernel");
+}
+
+template <class T>
+void bias_epilogue(const Conv2dShape& s, const Conv2dGeometry& g, const T* src, const float* b,
+                   float* y, cudaStream_t stream) {
+  const size_t total = g.rows * static_cast<size_t>(s.c_out);
+  bias_epilogue_kernel<<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(src, b, y, s.c_out,
+                                                                             s.relu, total);
+  LS_CHECK_LAUNCH("bias_epilogue_kernel");
+}
+
+// Both precisions: T is the tensors' element (float, or uint16_t bf16 words).
+template <class T>
+struct Pass {
+  const Conv2dShape& s;
+  Conv2dGeometry g;
+  bool bf16;
+  cudnnHandle_t h;
+  const Plan& p;
+  Layout l;
+  float* workspace;
+  Pass(const Conv2dShape& shape, const char* who, float* ws, cudaStream_t stream)
+      : s(shape), g(conv2d_geometry(shape, who)), bf16(sizeof(T) == 2), h(cudnn_handle(stream)),
+        p(plan_for(s, g, bf16, h)), l(layout_of(s, g, bf16)), workspace(ws) {}
+  void* cudnn_ws() const { return workspace; }
+  T* scratch(size_t offset) const { return reinterpret_cast<T*>(workspace + offset); }
+
+  void forward(const T* x, const T* wk, T* y) const {
+    const float one = 1.0f, zero = 0.0f;
+    LS_CHECK_CUDNN(cudnnConvolutionForward(h, &one, p.x, x, p.w, wk, p.conv, p.fwd, cudnn_ws(),
+                                           p.fwd_bytes, &zero, p.y, y));
+  }
+  void filter(const T* x, const T* dy, T* dwk) const {
+    const float one = 1.0f, zero = 0.0f;
+    LS_CHECK_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter,
+                                                  cudnn_ws(), p.filter_bytes, &zero, p.w, dwk));
+  }
+  void data(const T* wk, const T* dy, T* dx) const {
+    const float one = 1.0f, zero = 0.0f;
+    LS_CHECK_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, wk, p.y, dy, p.conv, p.bwd_data,
+                                                cudnn_ws(), p.data_bytes, &zero, p.x, dx));
+  }
+};
+
+}  // namespace
+
+bool conv2d_cudnn_available() { return true; }
+
+size_t conv2d_cudnn_workspace_floats(const Conv2dShape& s, bool bf16) {
+  return layout_of(s, conv2d_geometry(s, "conv2d_cudnn_workspace_floats"), bf16).total;
+}
+
+void conv2d_weights_krsc_cuda(const Conv2dShape& s, const float* w, float* wk, cudaStream_t stream) {
+  to_krsc(s, w, wk, stream);
+}
+void conv2d_weights_krsc_bf16_cuda(const Conv2dShape& s, const float* w, uint16_t* wk,
+                                   cudaStream_t stream) {
+  to_krsc(s, w, wk, stream);
+}
+
+void conv2d_forward_cudnn(const Conv2dShape& s, const float* x, const float* wk, const float* b,
+                          float* y, float* workspace, cudaStream_t stream) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_forward_cudnn");
+  if (g.rows == 0) return;
+  const Pass<float> pass(s, "conv2d_forward_cudnn", workspace, stream);
+  pass.forward(x, wk, y);
+  if (b != nullptr || s.relu) bias_epilogue(s, g, y, b, y, stream);
+}
+
+void conv2d_backward_cudnn(const Conv2dShape& s, const float* x, const float* wk, const float* dy,
+                           float* dx, float* dw, float* db, float* workspace, cudaStream_t stream) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_backward_cudnn");
+  if (g.rows == 0) return;
+  const Pass<float> pass(s, "conv2d_backward_cudnn", workspace, stream);
+  if (dw != nullptr) {
+    float* dwk = pass.scratch(pass.l.dw);
+    pass.filter(x, dy, dwk);
+    add_from_krsc(s, dwk, dw, stream);
+  }
+  if (db != nullptr) cuda::add_column_sums(dy, g.rows, s.c_out, db, stream);
+  if (dx != nullptr) pass.data(wk, dy, dx);
+}
+
+void conv2d_forward_bf16_cudnn(const Conv2dShape& s, const float* x, const uint16_t* wk16,
+                               const float* b, float* y, float* workspace, cudaStream_t stream) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_forward_bf16_cudnn");
+  if (g.rows == 0) return;
+  const Pass<uint16_t> pass(s, "conv2d_forward_bf16_cudnn", workspace, stream);
+  uint16_t* x16 = pass.scratch(pass.l.x16);
+  uint16_t* y16 = pass.scratch(pass.l.y16);
+  cast_f32_to_bf16_cuda(x, x16, static_cast<size_t>(s.n) * s.h * s.w * s.c_in, stream);
+  pass.forward(x16, wk16, y16);
+  bias_epilogue(s, g, y16, b, y, stream);
+}
+
+void conv2d_backward_bf16_cudnn(const Conv2dShape& s, const float* x, const uint16_t* wk16,
+                                const float* dy, float* dx, float* dw, float* db, float* workspace,
+                                cudaStream_t stream) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_backward_bf16_cudnn");
+  if (g.rows == 0) return;
+  const Pass<uint16_t> pass(s, "conv2d_backward_bf16_cudnn", workspace, stream);
+  const size_t x_n = static_cast<size_t>(s.n) * s.h * s.w * s.c_in;
+  uint16_t* x16 = pass.scratch(pass.l.x16);  // then dx16, once the filter gradient has read it
+  uint16_t* dy16 = pass.scratch(pass.l.y16);
+  if (dw != nullptr || dx != nullptr)
+    cast_f32_to_bf16_cuda(dy, dy16, g.rows * static_cast<size_t>(s.c_out), stream);
+  if (dw != nullptr) {
+    uint16_t* dwk16 = pass.scratch(pass.l.dw);
+    cast_f32_to_bf16_cuda(x, x16, x_n, stream);
+    pass.filter(x16, dy16, dwk16);
+    add_from_krsc(s, dwk16, dw, stream);
+  }
+  if (db != nullptr) cuda::add_column_sums(dy, g.rows, s.c_out, db, stream);
+  if (dx != nullptr) {
+    pass.data(wk16, dy16, x16);
+    cast_bf16_to_f32_cuda(x16, dx, x_n, stream);
+  }
+}
+
+}  // namespace lockstep::kernels
