@@ -1,11 +1,13 @@
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/bf16.cuh"
 #include "kernels/bias.cuh"
@@ -20,15 +22,17 @@
 // added back into HWIO by the same transpose.
 //
 // Per (thread, CUDA device): a cuDNN handle, bound to the caller's stream on every call, and per
-// shape and precision a plan: the descriptors and each direction's algorithm. An algorithm is the
-// first of cuDNN's heuristics (cudnnGet*Algorithm_v7) that is deterministic, fits the workspace
-// budget and, in fp32, does not use the tensor cores (no TF32: the fp32 contract is fp32 FMA, as
-// cuBLAS's default math in gemm.cu). Heuristics rather than timing (cudnnFind*): the same choice
-// in every run and on every rank, and no benchmarking inside a step.
+// shape and precision a plan: the descriptors and, listed at each direction's first use, its
+// algorithms in the order of cuDNN's heuristics (cudnnGet*Algorithm_v7) among those that fit the
+// workspace budget and, in fp32, do not use the tensor cores (no TF32: the fp32 contract is fp32
+// FMA, as cuBLAS's default math in gemm.cu): the deterministic ones first, the others after them
+// for a shape that has no deterministic one. The first that runs is kept. Heuristics rather than
+// timing (cudnnFind*): the same choice in every run and on every rank, and no benchmarking inside
+// a step.
 //
-// The workspace budget is the im2col twin's column matrix (rows * cols floats): linear in the
-// batch, so the workspace a model sizes for its largest batch covers every smaller one, and never
-// more memory than the im2col path took.
+// The workspace budget is the larger of the im2col twin's column matrix (rows * cols floats,
+// linear in the batch) and 64 MiB: it grows with the batch, so the workspace a model sizes for its
+// largest batch covers every smaller one.
 
 namespace lockstep::kernels {
 
@@ -63,6 +67,10 @@ cudnnHandle_t cudnn_handle(cudaStream_t stream) {
 
 // Sections of a workspace, each starting on a 256-byte boundary.
 constexpr size_t kAlignFloats = 64;
+// cuDNN's workspace: the im2col column matrix, and at least 64 MiB (a few algorithms of small
+// layers need more than their column matrix); max(linear in the batch, constant) still grows with
+// the batch.
+constexpr size_t kFloorFloats = size_t{16} << 20;
 size_t aligned(size_t floats) { return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 
 struct Layout {
@@ -72,7 +80,7 @@ struct Layout {
 
 Layout layout_of(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16) {
   Layout l;
-  const size_t budget = aligned(g.rows * g.cols);
+  const size_t budget = std::max(aligned(g.rows * g.cols), kFloorFloats);
   l.cudnn_bytes = budget * sizeof(float);
   const size_t k = g.cols * static_cast<size_t>(s.c_out);  // filter values
   if (bf16) {
@@ -88,14 +96,30 @@ Layout layout_of(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16) {
   return l;
 }
 
+// One direction's algorithms, in the heuristics' order: the deterministic ones first, then (only
+// where cuDNN offers no deterministic one that runs) the others; each with its math type and
+// workspace. `next` is the first not known to fail: a candidate that cuDNN refuses at its first
+// run (BAD_PARAM or NOT_SUPPORTED: the heuristics list some that a shape or type cannot take) is
+// passed over, once.
+struct Candidate {
+  int algo;
+  cudnnMathType_t math;
+  size_t bytes;
+  bool deterministic;
+};
+struct Choice {
+  bool listed = false;
+  std::vector<Candidate> candidates;
+  size_t next = 0;
+  std::string refused;  // what was passed over, for the error when nothing runs
+};
+
 struct Plan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  size_t fwd_bytes = 0, data_bytes = 0, filter_bytes = 0;
+  size_t budget = 0;
+  Choice fwd, data, filter;
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
@@ -115,26 +139,59 @@ std::string describe(const Conv2dShape& s, bool bf16) {
          std::to_string(s.pad_w) + (bf16 ? ", bf16" : ", fp32");
 }
 
-// The first of the heuristics' answers that the plan may use.
-template <class Perf>
-const Perf& choose(const Perf* perf, int count, size_t budget, bool bf16, const char* direction,
-                   const Conv2dShape& s) {
+bool refused(cudnnStatus_t rc) {
+  if (rc == CUDNN_STATUS_BAD_PARAM || rc == CUDNN_STATUS_NOT_SUPPORTED) return true;
+#if CUDNN_MAJOR >= 9
+  const int family = static_cast<int>(rc) / 1000;  // cuDNN 9's sub-codes: 2xxx and 3xxx
+  return family == 2 || family == 3;
+#else
+  return false;
+#endif
+}
+
+// The heuristics' answers (perf[0, count)) that the plan may use, given the workspace each needs
+// (size: cudnnGet*WorkspaceSize for an algorithm; a failure there drops it).
+template <class Perf, class Size>
+void list_candidates(Choice& c, const Perf* perf, int count, bool bf16, size_t budget, Size size) {
+  std::vector<Candidate> others;
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > budget) continue;
-    if (p.determinism != CUDNN_DETERMINISTIC) continue;
+    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    // fp32 means fp32 FMA: no TF32 (or fp16) conversion on the tensor cores.
     if (!bf16 && (p.mathType == CUDNN_TENSOR_OP_MATH ||
                   p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
-    return p;
+    size_t bytes = 0;
+    if (size(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > budget) continue;
+    const Candidate cand{static_cast<int>(p.algo), bf16 ? p.mathType : CUDNN_FMA_MATH, bytes,
+                         p.determinism == CUDNN_DETERMINISTIC};
+    (cand.deterministic ? c.candidates : others).push_back(cand);
   }
-  throw std::runtime_error(std::string("cuDNN offers no deterministic ") + direction +
-                           " convolution within a workspace of " + std::to_string(budget) +
-                           " bytes for " + describe(s, bf16));
+  c.candidates.insert(c.candidates.end(), others.begin(), others.end());
+  c.listed = true;
 }
 
-std::unique_ptr<Plan> make_plan(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16,
-                                cudnnHandle_t h) {
+// Runs the direction's first candidate that cuDNN accepts: call(algo, workspace bytes).
+template <class Call>
+void run_choice(Choice& c, const Plan& p, const char* direction, const Conv2dShape& s, bool bf16,
+                Call call) {
+  for (; c.next < c.candidates.size(); ++c.next) {
+    const Candidate& cand = c.candidates[c.next];
+    LS_CHECK_CUDNN(cudnnSetConvolutionMathType(p.conv, cand.math));
+    const cudnnStatus_t rc = call(cand.algo, cand.bytes);
+    if (rc == CUDNN_STATUS_SUCCESS) return;
+    if (!refused(rc)) throw_cudnn(direction, rc, __FILE__, __LINE__);
+    c.refused += " algorithm " + std::to_string(cand.algo) + " (" + cudnnGetErrorString(rc) + ")";
+  }
+  throw std::runtime_error(std::string("cuDNN has no ") + direction + " convolution for " +
+                           describe(s, bf16) + " within a workspace of " +
+                           std::to_string(p.budget) + " bytes" +
+                           (c.refused.empty() ? std::string(" (its heuristics offered none)")
+                                              : "; refused:" + c.refused) +
+                           ". LOCKSTEP_CUDA_CONV=im2col runs the convolutions without cuDNN");
+}
+
+std::unique_ptr<Plan> make_plan(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16) {
   auto p = std::make_unique<Plan>();
   const cudnnDataType_t type = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   LS_CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
@@ -155,37 +212,19 @@ std::unique_ptr<Plan> make_plan(const Conv2dShape& s, const Conv2dGeometry& g, b
   if (oh != g.out_h || ow != g.out_w)
     throw std::logic_error("cuDNN's output " + std::to_string(oh) + "x" + std::to_string(ow) +
                            " differs from the im2col twin's for " + describe(s, bf16));
-  const size_t budget = layout_of(s, g, bf16).cudnn_bytes;
-  int count = 0;
-  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  LS_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
-      h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, fwd));
-  const auto& f = choose(fwd, count, budget, bf16, "forward", s);
-  p->fwd = f.algo;
-  p->fwd_bytes = f.memory;
-  cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  LS_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-      h, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, data));
-  const auto& d = choose(data, count, budget, bf16, "backward-data", s);
-  p->bwd_data = d.algo;
-  p->data_bytes = d.memory;
-  cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  LS_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-      h, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, filter));
-  const auto& w = choose(filter, count, budget, bf16, "backward-filter", s);
-  p->bwd_filter = w.algo;
-  p->filter_bytes = w.memory;
+  p->budget = layout_of(s, g, bf16).cudnn_bytes;
   return p;
 }
 
-// The calling thread's plan for (device, shape, precision), made on first use.
-const Plan& plan_for(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16, cudnnHandle_t h) {
+// The calling thread's plan for (device, shape, precision), made on first use; each direction's
+// algorithms are listed at its first use (a first layer never asks for dx).
+Plan& plan_for(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16) {
   using Key = std::array<int, 12>;
   thread_local std::map<Key, std::unique_ptr<Plan>> plans;
   const Key key{current_device(), s.n, s.h, s.w, s.c_in, s.c_out, s.kh, s.kw, s.stride, s.pad_h,
                 s.pad_w, bf16 ? 1 : 0};
   std::unique_ptr<Plan>& p = plans[key];
-  if (!p) p = make_plan(s, g, bf16, h);
+  if (!p) p = make_plan(s, g, bf16);
   return *p;
 }
 
@@ -250,33 +289,69 @@ void bias_epilogue(const Conv2dShape& s, const Conv2dGeometry& g, const T* src, 
 // Both precisions: T is the tensors' element (float, or uint16_t bf16 words).
 template <class T>
 struct Pass {
+  static constexpr bool kBf16 = sizeof(T) == 2;
   const Conv2dShape& s;
   Conv2dGeometry g;
-  bool bf16;
   cudnnHandle_t h;
-  const Plan& p;
+  Plan& p;
   Layout l;
   float* workspace;
   Pass(const Conv2dShape& shape, const char* who, float* ws, cudaStream_t stream)
-      : s(shape), g(conv2d_geometry(shape, who)), bf16(sizeof(T) == 2), h(cudnn_handle(stream)),
-        p(plan_for(s, g, bf16, h)), l(layout_of(s, g, bf16)), workspace(ws) {}
-  void* cudnn_ws() const { return workspace; }
+      : s(shape), g(conv2d_geometry(shape, who)), h(cudnn_handle(stream)),
+        p(plan_for(s, g, kBf16)), l(layout_of(s, g, kBf16)), workspace(ws) {}
   T* scratch(size_t offset) const { return reinterpret_cast<T*>(workspace + offset); }
 
   void forward(const T* x, const T* wk, T* y) const {
+    if (!p.fwd.listed) {
+      int count = 0;
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      LS_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
+          h, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
+      list_candidates(p.fwd, perf, count, kBf16, p.budget, [&](auto algo, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, algo, bytes);
+      });
+    }
     const float one = 1.0f, zero = 0.0f;
-    LS_CHECK_CUDNN(cudnnConvolutionForward(h, &one, p.x, x, p.w, wk, p.conv, p.fwd, cudnn_ws(),
-                                           p.fwd_bytes, &zero, p.y, y));
+    run_choice(p.fwd, p, "forward", s, kBf16, [&](int algo, size_t bytes) {
+      return cudnnConvolutionForward(h, &one, p.x, x, p.w, wk, p.conv,
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace,
+                                     bytes, &zero, p.y, y);
+    });
   }
   void filter(const T* x, const T* dy, T* dwk) const {
+    if (!p.filter.listed) {
+      int count = 0;
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      LS_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          h, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
+      list_candidates(p.filter, perf, count, kBf16, p.budget, [&](auto algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, algo,
+                                                              bytes);
+      });
+    }
     const float one = 1.0f, zero = 0.0f;
-    LS_CHECK_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter,
-                                                  cudnn_ws(), p.filter_bytes, &zero, p.w, dwk));
+    run_choice(p.filter, p, "backward-filter", s, kBf16, [&](int algo, size_t bytes) {
+      return cudnnConvolutionBackwardFilter(h, &one, p.x, x, p.y, dy, p.conv,
+                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+                                            workspace, bytes, &zero, p.w, dwk);
+    });
   }
   void data(const T* wk, const T* dy, T* dx) const {
+    if (!p.data.listed) {
+      int count = 0;
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      LS_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          h, p.w, p.y, p.conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
+      list_candidates(p.data, perf, count, kBf16, p.budget, [&](auto algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x, algo, bytes);
+      });
+    }
     const float one = 1.0f, zero = 0.0f;
-    LS_CHECK_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, wk, p.y, dy, p.conv, p.bwd_data,
-                                                cudnn_ws(), p.data_bytes, &zero, p.x, dx));
+    run_choice(p.data, p, "backward-data", s, kBf16, [&](int algo, size_t bytes) {
+      return cudnnConvolutionBackwardData(h, &one, p.w, wk, p.y, dy, p.conv,
+                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+                                          workspace, bytes, &zero, p.x, dx);
+    });
   }
 };
 
