@@ -73,8 +73,8 @@ void conv2d_backward_bf16_cuda(const Conv2dShape& s, const float* x, const uint1
 // a batch serves every smaller one) and the filter gradient in KRSC order. bf16: x and dy are cast to bf16 in the
 // workspace, cuDNN computes in bf16 with fp32 accumulation, and its outputs (y before the bias, dx,
 // dw before they are added) are bf16 words, widened to fp32 on the way out.
-// Algorithms: the first of cuDNN's heuristics' choices within the budget that runs, deterministic
-// ones first, without TF32 in fp32; chosen per (thread, device, shape) at the first call.
+// Algorithms: cuDNN's fastest within the budget as it times them (cudnnFind*Ex) at the first call
+// per (thread, device, shape), deterministic ones first, without TF32 in fp32.
 bool conv2d_cudnn_available();
 size_t conv2d_cudnn_workspace_floats(const Conv2dShape& s, bool bf16);
 void conv2d_weights_krsc_cuda(const Conv2dShape& s, const float* w, float* wk, cudaStream_t stream);

@@ -22,13 +22,15 @@
 // added back into HWIO by the same transpose.
 //
 // Per (thread, CUDA device): a cuDNN handle, bound to the caller's stream on every call, and per
-// shape and precision a plan: the descriptors and, listed at each direction's first use, its
-// algorithms in the order of cuDNN's heuristics (cudnnGet*Algorithm_v7) among those that fit the
-// workspace budget and, in fp32, do not use the tensor cores (no TF32: the fp32 contract is fp32
-// FMA, as cuBLAS's default math in gemm.cu): the deterministic ones first, the others after them
-// for a shape that has no deterministic one. The first that runs is kept. Heuristics rather than
-// timing (cudnnFind*): the same choice in every run and on every rank, and no benchmarking inside
-// a step.
+// shape and precision a plan: the descriptors and, at each direction's first use, its algorithms
+// as cuDNN times them there (cudnnFind*AlgorithmEx, on the call's own buffers and workspace),
+// fastest first, among those that fit the workspace budget and, in fp32, do not use the tensor
+// cores (no TF32: the fp32 contract is fp32 FMA, as cuBLAS's default math in gemm.cu): the
+// deterministic ones first, the others after them for a shape that has no deterministic one. The
+// first that runs is kept. Timing rather than cuDNN's heuristics, which on an H200 chose
+// algorithms slower than im2col + cuBLAS for the CNN's layers (docs/PERFORMANCE.md); the price is
+// that two runs may choose differently where two algorithms time alike (their sums differ in
+// order, as with PyTorch's cudnn.benchmark).
 //
 // The workspace budget is the larger of the im2col twin's column matrix (rows * cols floats,
 // linear in the batch) and 64 MiB: it grows with the batch, so the workspace a model sizes for its
@@ -96,10 +98,10 @@ Layout layout_of(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16) {
   return l;
 }
 
-// One direction's algorithms, in the heuristics' order: the deterministic ones first, then (only
+// One direction's algorithms, fastest first: the deterministic ones first, then (only
 // where cuDNN offers no deterministic one that runs) the others; each with its math type and
 // workspace. `next` is the first not known to fail: a candidate that cuDNN refuses at its first
-// run (BAD_PARAM or NOT_SUPPORTED: the heuristics list some that a shape or type cannot take) is
+// run (BAD_PARAM or NOT_SUPPORTED, which its timing should have caught already) is
 // passed over, once.
 struct Candidate {
   int algo;
@@ -149,21 +151,18 @@ bool refused(cudnnStatus_t rc) {
 #endif
 }
 
-// The heuristics' answers (perf[0, count)) that the plan may use, given the workspace each needs
-// (size: cudnnGet*WorkspaceSize for an algorithm; a failure there drops it).
-template <class Perf, class Size>
-void list_candidates(Choice& c, const Perf* perf, int count, bool bf16, size_t budget, Size size) {
+// cuDNN's timed answers (perf[0, count), fastest first) that the plan may use.
+template <class Perf>
+void list_candidates(Choice& c, const Perf* perf, int count, bool bf16, size_t budget) {
   std::vector<Candidate> others;
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > budget) continue;
     // fp32 means fp32 FMA: no TF32 (or fp16) conversion on the tensor cores.
     if (!bf16 && (p.mathType == CUDNN_TENSOR_OP_MATH ||
                   p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
-    size_t bytes = 0;
-    if (size(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > budget) continue;
-    const Candidate cand{static_cast<int>(p.algo), bf16 ? p.mathType : CUDNN_FMA_MATH, bytes,
+    const Candidate cand{static_cast<int>(p.algo), bf16 ? p.mathType : CUDNN_FMA_MATH, p.memory,
                          p.determinism == CUDNN_DETERMINISTIC};
     (cand.deterministic ? c.candidates : others).push_back(cand);
   }
@@ -186,7 +185,7 @@ void run_choice(Choice& c, const Plan& p, const char* direction, const Conv2dSha
   throw std::runtime_error(std::string("cuDNN has no ") + direction + " convolution for " +
                            describe(s, bf16) + " within a workspace of " +
                            std::to_string(p.budget) + " bytes" +
-                           (c.refused.empty() ? std::string(" (its heuristics offered none)")
+                           (c.refused.empty() ? std::string(" (none of its timed algorithms qualified)")
                                               : "; refused:" + c.refused) +
                            ". LOCKSTEP_CUDA_CONV=im2col runs the convolutions without cuDNN");
 }
@@ -305,11 +304,10 @@ struct Pass {
     if (!p.fwd.listed) {
       int count = 0;
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      LS_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
-          h, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
-      list_candidates(p.fwd, perf, count, kBf16, p.budget, [&](auto algo, size_t* bytes) {
-        return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, algo, bytes);
-      });
+      LS_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(
+          h, p.x, x, p.w, wk, p.conv, p.y, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf,
+          workspace, p.budget));
+      list_candidates(p.fwd, perf, count, kBf16, p.budget);
     }
     const float one = 1.0f, zero = 0.0f;
     run_choice(p.fwd, p, "forward", s, kBf16, [&](int algo, size_t bytes) {
@@ -322,12 +320,10 @@ struct Pass {
     if (!p.filter.listed) {
       int count = 0;
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      LS_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-          h, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
-      list_candidates(p.filter, perf, count, kBf16, p.budget, [&](auto algo, size_t* bytes) {
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, algo,
-                                                              bytes);
-      });
+      LS_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          h, p.x, x, p.y, dy, p.conv, p.w, dwk, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+          perf, workspace, p.budget));
+      list_candidates(p.filter, perf, count, kBf16, p.budget);
     }
     const float one = 1.0f, zero = 0.0f;
     run_choice(p.filter, p, "backward-filter", s, kBf16, [&](int algo, size_t bytes) {
@@ -340,11 +336,10 @@ struct Pass {
     if (!p.data.listed) {
       int count = 0;
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      LS_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-          h, p.w, p.y, p.conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
-      list_candidates(p.data, perf, count, kBf16, p.budget, [&](auto algo, size_t* bytes) {
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x, algo, bytes);
-      });
+      LS_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          h, p.w, wk, p.y, dy, p.conv, p.x, dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
+          perf, workspace, p.budget));
+      list_candidates(p.data, perf, count, kBf16, p.budget);
     }
     const float one = 1.0f, zero = 0.0f;
     run_choice(p.data, p, "backward-data", s, kBf16, [&](int algo, size_t bytes) {
