@@ -1,119 +1,204 @@
 // The CUDA twin of the convolution layer (conv.cpp): the same shapes and contract, computed on the
-// model's stream over device memory by cuDNN (conv2d_*_cudnn) in a build with it, else by the
-// kernels' im2col + cuBLAS twins (conv2d_*_cuda). With Precision::bf16 they compute in bf16 with
-// fp32 accumulation (cuda_layer.h: the weight copy). Plain C++ over the kernels' launchers: it is
-// a .cu only so that it is built with CUDA and conv_cuda_stub.cpp without.
+// model's stream over device memory by two families of kernels (kernels/conv2d.h): im2col + cuBLAS
+// (conv2d_*_cuda) and, in a build with cuDNN, cuDNN (conv2d_*_cudnn). With Precision::bf16 both
+// compute in bf16 with fp32 accumulation (cuda_layer.h: the weight copy).
+//
+// Neither family wins everywhere: on an H200 (docs/PERFORMANCE.md) cuDNN ran the CNN's second
+// convolution up to 6x faster at batch 1024 in bf16, and im2col + cuBLAS ran its first one (one
+// input channel) and every layer at batch 128 2-8x faster. So each layer times both for each of
+// its three directions (forward; filter and bias gradient; input gradient) at the first step of a
+// batch size, and keeps the faster (a tuned direction costs one synchronisation and a few extra
+// runs, once; the filter gradient is timed into scratch, as it accumulates). LOCKSTEP_CUDA_CONV
+// pins one family: im2col or cudnn. The choices, with their times, are logged at debug level
+// (LOCKSTEP_LOG_LEVEL=debug). Two runs may choose differently where the two time alike; their
+// results then differ in summation order only.
+// Plain C++ over the kernels' launchers: it is a .cu only so that it is built with CUDA and
+// conv_cuda_stub.cpp without.
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "kernels/cuda_memory.h"
 #include "runtime/base/error.h"
-
+#include "runtime/base/log.h"
 #include "runtime/model/layers/conv.h"
 #include "runtime/model/layers/cuda_layer.h"
 
 namespace lockstep {
 namespace {
 
+enum class Family { im2col, cudnn };
+const char* name(Family f) { return f == Family::cudnn ? "cudnn" : "im2col"; }
+
+// Which families the layers may use: LOCKSTEP_CUDA_CONV (im2col or cudnn), else both where the
+// build has cuDNN.
+struct FamilyChoice {
+  bool im2col = true, cudnn = false;
+};
+FamilyChoice family_choice() {
+  const bool built = kernels::conv2d_cudnn_available();
+  const char* env = std::getenv("LOCKSTEP_CUDA_CONV");
+  const std::string c = env != nullptr ? env : "";
+  if (c.empty()) return {true, built};
+  if (c == "im2col") return {true, false};
+  if (c != "cudnn") throw UsageError("LOCKSTEP_CUDA_CONV='" + c + "': expected cudnn or im2col");
+  if (!built) throw UsageError("LOCKSTEP_CUDA_CONV=cudnn, but this build has no cuDNN");
+  return {false, true};
+}
+
+// A batch size's choice per direction; unset until timed.
+struct Directions {
+  bool forward_set = false, filter_set = false, data_set = false;
+  Family forward = Family::im2col, filter = Family::im2col, data = Family::im2col;
+};
+
+// T: float, or uint16_t for bf16 compute.
+template <class T>
 class CudaConv2d : public CudaLayer {
  public:
-  using CudaLayer::CudaLayer;
-  size_t workspace_floats(int batch) const override {
-    return kernels::conv2d_workspace_floats(conv2d_shape(plan_, batch));
+  CudaConv2d(const LayerPlan& plan, cudaStream_t stream, FamilyChoice families)
+      : CudaLayer(plan, stream), families_(families) {
+    const size_t weights = static_cast<size_t>(bias_offset(plan));
+    if (families_.cudnn) wk_ = Buffer<T>(DeviceKind::cuda, weights);
+    if (kBf16 && families_.im2col) w16_ = std::make_unique<Bf16Weights>(plan);
   }
-  void forward(int batch, const float* x, float* y, float* workspace) override {
-    kernels::conv2d_forward_cuda(conv2d_shape(plan_, batch), x, params_,
-                                 params_ + bias_offset(plan_), y, workspace, stream_);
-  }
-  void backward(int batch, const float* x, const float*, const float* dy, float* dx,
-                float* workspace) override {
-    kernels::conv2d_backward_cuda(conv2d_shape(plan_, batch), x, params_, dy, dx, grads_,
-                                  grads_ + bias_offset(plan_), workspace, stream_);
-  }
-};
-
-class CudaConv2dBf16 : public CudaLayer {
- public:
-  CudaConv2dBf16(const LayerPlan& plan, cudaStream_t stream) : CudaLayer(plan, stream), w16_(plan) {}
-  size_t workspace_floats(int batch) const override {
-    return kernels::conv2d_bf16_workspace_floats(conv2d_shape(plan_, batch));
-  }
-  void forward(int batch, const float* x, float* y, float* workspace) override {
-    kernels::conv2d_forward_bf16_cuda(conv2d_shape(plan_, batch), x, w16_.refresh(params_, stream_),
-                                      params_ + bias_offset(plan_), y, workspace, stream_);
-  }
-  void backward(int batch, const float* x, const float*, const float* dy, float* dx,
-                float* workspace) override {
-    kernels::conv2d_backward_bf16_cuda(conv2d_shape(plan_, batch), x, w16_.get(), dy, dx, grads_,
-                                       grads_ + bias_offset(plan_), workspace, stream_);
+  ~CudaConv2d() override {
+    if (start_ != nullptr) kernels::cuda_event_destroy(start_);
+    if (stop_ != nullptr) kernels::cuda_event_destroy(stop_);
   }
 
- private:
-  Bf16Weights w16_;
-};
-
-// cuDNN's convolutions (kernels/conv2d.h): the layer keeps the weights in cuDNN's KRSC order, in
-// fp32 or as bf16 words (T), rewritten from the parameters at every forward (as Bf16Weights: never
-// stale whoever changed them) and read by the backward pass after it.
-template <class T>
-class CudnnConv2d : public CudaLayer {
- public:
-  CudnnConv2d(const LayerPlan& plan, cudaStream_t stream)
-      : CudaLayer(plan, stream), wk_(DeviceKind::cuda, static_cast<size_t>(bias_offset(plan))) {}
   size_t workspace_floats(int batch) const override {
-    return kernels::conv2d_cudnn_workspace_floats(conv2d_shape(plan_, batch), kBf16);
+    const kernels::Conv2dShape s = conv2d_shape(plan_, batch);
+    size_t floats = 0;
+    if (families_.im2col)
+      floats = kBf16 ? kernels::conv2d_bf16_workspace_floats(s) : kernels::conv2d_workspace_floats(s);
+    if (families_.cudnn) floats = std::max(floats, kernels::conv2d_cudnn_workspace_floats(s, kBf16));
+    return floats;
   }
+
   void forward(int batch, const float* x, float* y, float* workspace) override {
     const kernels::Conv2dShape s = conv2d_shape(plan_, batch);
-    const float* b = params_ + bias_offset(plan_);
-    if constexpr (kBf16) {
-      kernels::conv2d_weights_krsc_bf16_cuda(s, params_, wk_.data(), stream_);
-      kernels::conv2d_forward_bf16_cudnn(s, x, wk_.data(), b, y, workspace, stream_);
-    } else {
-      kernels::conv2d_weights_krsc_cuda(s, params_, wk_.data(), stream_);
-      kernels::conv2d_forward_cudnn(s, x, wk_.data(), b, y, workspace, stream_);
+    // The weight copies the families read, rewritten at every forward (never stale).
+    if (families_.cudnn) {
+      if constexpr (kBf16)
+        kernels::conv2d_weights_krsc_bf16_cuda(s, params_, wk_.data(), stream_);
+      else
+        kernels::conv2d_weights_krsc_cuda(s, params_, wk_.data(), stream_);
     }
+    if (w16_) w16_->refresh(params_, stream_);
+    Directions& d = directions_[batch];
+    const auto run = [&](Family f) { run_forward(f, s, x, y, workspace); };
+    if (!d.forward_set) d.forward = fastest(s, "forward", run), d.forward_set = true;
+    run(d.forward);
   }
+
   void backward(int batch, const float* x, const float*, const float* dy, float* dx,
                 float* workspace) override {
     const kernels::Conv2dShape s = conv2d_shape(plan_, batch);
     float* db = grads_ + bias_offset(plan_);
-    if constexpr (kBf16)
-      kernels::conv2d_backward_bf16_cudnn(s, x, wk_.data(), dy, dx, grads_, db, workspace, stream_);
-    else
-      kernels::conv2d_backward_cudnn(s, x, wk_.data(), dy, dx, grads_, db, workspace, stream_);
+    Directions& d = directions_[batch];
+    if (!d.filter_set) {
+      // Timed into scratch: the filter and bias gradients accumulate.
+      if (scratch_.size() == 0) scratch_ = Buffer<float>(DeviceKind::cuda, plan_.params);
+      float* dw_scratch = scratch_.data();
+      d.filter = fastest(s, "filter gradient", [&](Family f) {
+        run_backward(f, s, x, dy, nullptr, dw_scratch, dw_scratch + bias_offset(plan_), workspace);
+      });
+      d.filter_set = true;
+    }
+    if (dx != nullptr && !d.data_set) {
+      d.data = fastest(s, "input gradient", [&](Family f) {
+        run_backward(f, s, x, dy, dx, nullptr, nullptr, workspace);
+      });
+      d.data_set = true;
+    }
+    if (dx == nullptr || d.filter == d.data) {
+      run_backward(d.filter, s, x, dy, dx, grads_, db, workspace);
+    } else {
+      run_backward(d.filter, s, x, dy, nullptr, grads_, db, workspace);
+      run_backward(d.data, s, x, dy, dx, nullptr, nullptr, workspace);
+    }
   }
 
  private:
   static constexpr bool kBf16 = sizeof(T) == 2;
-  Buffer<T> wk_;
-};
+  static constexpr int kTimedRuns = 3;
 
-// cuDNN when the build has it, unless LOCKSTEP_CUDA_CONV=im2col asks for the im2col + cuBLAS
-// twins (a comparison in one build; docs/PERFORMANCE.md).
-bool use_cudnn() {
-  const char* choice = std::getenv("LOCKSTEP_CUDA_CONV");
-  if (choice != nullptr && *choice != '\0') {
-    const std::string c = choice;
-    if (c == "im2col") return false;
-    if (c != "cudnn")
-      throw UsageError("LOCKSTEP_CUDA_CONV='" + c + "': expected cudnn or im2col");
-    if (!kernels::conv2d_cudnn_available())
-      throw UsageError("LOCKSTEP_CUDA_CONV=cudnn, but this build has no cuDNN");
+  void run_forward(Family f, const kernels::Conv2dShape& s, const float* x, float* y,
+                   float* workspace) {
+    const float* b = params_ + bias_offset(plan_);
+    if constexpr (kBf16) {
+      if (f == Family::cudnn)
+        kernels::conv2d_forward_bf16_cudnn(s, x, wk_.data(), b, y, workspace, stream_);
+      else
+        kernels::conv2d_forward_bf16_cuda(s, x, w16_->get(), b, y, workspace, stream_);
+    } else {
+      if (f == Family::cudnn)
+        kernels::conv2d_forward_cudnn(s, x, wk_.data(), b, y, workspace, stream_);
+      else
+        kernels::conv2d_forward_cuda(s, x, params_, b, y, workspace, stream_);
+    }
   }
-  return kernels::conv2d_cudnn_available();
-}
+
+  void run_backward(Family f, const kernels::Conv2dShape& s, const float* x, const float* dy,
+                    float* dx, float* dw, float* db, float* workspace) {
+    if constexpr (kBf16) {
+      if (f == Family::cudnn)
+        kernels::conv2d_backward_bf16_cudnn(s, x, wk_.data(), dy, dx, dw, db, workspace, stream_);
+      else
+        kernels::conv2d_backward_bf16_cuda(s, x, w16_->get(), dy, dx, dw, db, workspace, stream_);
+    } else {
+      if (f == Family::cudnn)
+        kernels::conv2d_backward_cudnn(s, x, wk_.data(), dy, dx, dw, db, workspace, stream_);
+      else
+        kernels::conv2d_backward_cuda(s, x, params_, dy, dx, dw, db, workspace, stream_);
+    }
+  }
+
+  // The family whose `run` takes less device time (one untimed run first: cuDNN times its own
+  // algorithms there), or the only one allowed.
+  template <class Run>
+  Family fastest(const kernels::Conv2dShape& s, const char* direction, const Run& run) {
+    if (!families_.cudnn) return Family::im2col;
+    if (!families_.im2col) return Family::cudnn;
+    if (start_ == nullptr) {
+      start_ = kernels::cuda_timing_event_create();
+      stop_ = kernels::cuda_timing_event_create();
+    }
+    float ms[2] = {0, 0};
+    for (Family f : {Family::im2col, Family::cudnn}) {
+      run(f);
+      kernels::cuda_event_record(start_, stream_);
+      for (int i = 0; i < kTimedRuns; ++i) run(f);
+      kernels::cuda_event_record(stop_, stream_);
+      kernels::cuda_event_synchronize(stop_);
+      ms[static_cast<int>(f)] = kernels::cuda_event_elapsed_ms(start_, stop_) / kTimedRuns;
+    }
+    const Family pick = ms[1] < ms[0] ? Family::cudnn : Family::im2col;
+    LS_LOG(debug) << "conv " << s.h << "x" << s.w << "x" << s.c_in << " -> " << s.c_out
+                  << " at batch " << s.n << (kBf16 ? ", bf16" : ", fp32") << ", " << direction
+                  << ": im2col " << ms[0] << " ms, cudnn " << ms[1] << " ms: " << name(pick);
+    return pick;
+  }
+
+  FamilyChoice families_;
+  Buffer<T> wk_;                     // the weights in cuDNN's KRSC order
+  std::unique_ptr<Bf16Weights> w16_;  // bf16 HWIO, for the im2col family
+  Buffer<float> scratch_;            // gradients written while the filter gradient is timed
+  std::map<int, Directions> directions_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
 
 }  // namespace
 
 std::unique_ptr<Layer> make_conv_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
-  const bool bf16 = where.precision == Precision::bf16;
-  if (use_cudnn()) {
-    if (bf16) return std::make_unique<CudnnConv2d<uint16_t>>(plan, where.stream);
-    return std::make_unique<CudnnConv2d<float>>(plan, where.stream);
-  }
-  if (bf16) return std::make_unique<CudaConv2dBf16>(plan, where.stream);
-  return std::make_unique<CudaConv2d>(plan, where.stream);
+  const FamilyChoice families = family_choice();
+  if (where.precision == Precision::bf16)
+    return std::make_unique<CudaConv2d<uint16_t>>(plan, where.stream, families);
+  return std::make_unique<CudaConv2d<float>>(plan, where.stream, families);
 }
 
 }  // namespace lockstep
