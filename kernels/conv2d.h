@@ -70,11 +70,12 @@ void conv2d_backward_bf16_cuda(const Conv2dShape& s, const float* x, const uint1
 // with conv2d_weights_krsc_*_cuda whenever w changes; dw and db stay HWIO and fp32 and are
 // accumulated (+=) as above. The workspace holds conv2d_cudnn_workspace_floats(s, bf16) floats:
 // cuDNN's own (the larger of the im2col twin's column matrix and 64 MiB, so a workspace sized for
-// a batch serves every smaller one) and the filter gradient in KRSC order. bf16: x and dy are cast to bf16 in the
-// workspace, cuDNN computes in bf16 with fp32 accumulation, and its outputs (y before the bias, dx,
-// dw before they are added) are bf16 words, widened to fp32 on the way out.
-// Algorithms: cuDNN's fastest within the budget as it times them (cudnnFind*Ex) at the first call
-// per (thread, device, shape), deterministic ones first, without TF32 in fp32.
+// a batch serves every smaller one) and the filter gradient in KRSC order. bf16: x and dy are
+// cast to bf16 in the workspace, cuDNN computes in bf16 with fp32 accumulation, and its outputs
+// (y before the bias, dx, dw before they are added) are bf16 words, widened to fp32 on the way
+// out. Algorithms: cuDNN's fastest within the budget as it times them (cudnnFind*Ex) at the first
+// call per (thread, device, shape), deterministic ones first, without TF32 in fp32. Which family
+// is faster depends on the layer: the CUDA layer times both (conv_cuda.cu).
 bool conv2d_cudnn_available();
 size_t conv2d_cudnn_workspace_floats(const Conv2dShape& s, bool bf16);
 void conv2d_weights_krsc_cuda(const Conv2dShape& s, const float* w, float* wk, cudaStream_t stream);

@@ -185,8 +185,9 @@ void run_choice(Choice& c, const Plan& p, const char* direction, const Conv2dSha
   throw std::runtime_error(std::string("cuDNN has no ") + direction + " convolution for " +
                            describe(s, bf16) + " within a workspace of " +
                            std::to_string(p.budget) + " bytes" +
-                           (c.refused.empty() ? std::string(" (none of its timed algorithms qualified)")
-                                              : "; refused:" + c.refused) +
+                           (c.refused.empty()
+                                ? std::string(" (none of its timed algorithms qualified)")
+                                : "; refused:" + c.refused) +
                            ". LOCKSTEP_CUDA_CONV=im2col runs the convolutions without cuDNN");
 }
 
@@ -205,7 +206,8 @@ std::unique_ptr<Plan> make_plan(const Conv2dShape& s, const Conv2dGeometry& g, b
   // Cross-correlation, as the im2col twins compute; fp32 accumulation in both precisions.
   LS_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, s.pad_h, s.pad_w, s.stride, s.stride, 1,
                                                  1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  LS_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  LS_CHECK_CUDNN(
+      cudnnSetConvolutionMathType(p->conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   int n = 0, c = 0, oh = 0, ow = 0;
   LS_CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &n, &c, &oh, &ow));
   if (oh != g.out_h || ow != g.out_w)
@@ -358,7 +360,8 @@ size_t conv2d_cudnn_workspace_floats(const Conv2dShape& s, bool bf16) {
   return layout_of(s, conv2d_geometry(s, "conv2d_cudnn_workspace_floats"), bf16).total;
 }
 
-void conv2d_weights_krsc_cuda(const Conv2dShape& s, const float* w, float* wk, cudaStream_t stream) {
+void conv2d_weights_krsc_cuda(const Conv2dShape& s, const float* w, float* wk,
+                              cudaStream_t stream) {
   to_krsc(s, w, wk, stream);
 }
 void conv2d_weights_krsc_bf16_cuda(const Conv2dShape& s, const float* w, uint16_t* wk,

@@ -3,7 +3,7 @@
 #   . .device/env.sh
 # It unpacks lockstep-pack.tar.xz once into ${TMPDIR:-/tmp}/lockstep-pack-ID (ID is new with every
 # pack, so a stale tree is never used), then puts the pack's Open MPI first on PATH and its
-# libraries first on LD_LIBRARY_PATH, followed by the CUDA runtime, cuBLAS and NCCL of the
+# libraries first on LD_LIBRARY_PATH, followed by the CUDA runtime, cuBLAS, NCCL and cuDNN of the
 # machine's image: its CUDA toolkit first, then its Python environment's nvidia/*/lib wheels (where
 # such images keep NCCL). It prints each CUDA library it chose, a warning for each it cannot find,
 # and every library a packed program still cannot resolve.

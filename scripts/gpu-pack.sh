@@ -5,14 +5,14 @@
 #   DIR/lockstep-pack.tar.xz  the CUDA build's apps and GPU test binaries (stripped); Open MPI and
 #                             PMIx at their Debian paths (OPAL_PREFIX relocates them); every library
 #                             those load on this machine, flattened into closure/, except glibc,
-#                             libstdc++, libgcc_s and CUDA's own (driver, runtime, cuBLAS, NCCL),
-#                             which the GPU machine's image provides
+#                             libstdc++, libgcc_s and CUDA's own (driver, runtime, cuBLAS, NCCL,
+#                             cuDNN), which the GPU machine's image provides
 #   DIR/data/                 Fashion-MNIST as lockstep-data writes it (unless --no-data): usable
 #                             as it is, 31 MB (deflate 9 saves 0.7 MB at ten times the time, and
 #                             xz -6 of the raw IDX files still leaves 26 MB: it compresses poorly)
 #   DIR/env.sh                sourced there: unpacks the tarball once, puts it first on PATH and
-#                             LD_LIBRARY_PATH, finds CUDA, cuBLAS and NCCL in the image and prints
-#                             what it chose
+#                             LD_LIBRARY_PATH, finds CUDA, cuBLAS, NCCL and cuDNN in the image
+#                             and prints what it chose
 #   DIR/pack.txt              the commit and build it came from, and the sizes
 # Prints the sizes with the checkout's (what travels: tracked and untracked files git does not
 # ignore) and exits 1 when together they exceed 60 MiB (the tool carries at most 64 MiB).

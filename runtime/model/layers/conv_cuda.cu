@@ -74,8 +74,10 @@ class CudaConv2d : public CudaLayer {
     const kernels::Conv2dShape s = conv2d_shape(plan_, batch);
     size_t floats = 0;
     if (families_.im2col)
-      floats = kBf16 ? kernels::conv2d_bf16_workspace_floats(s) : kernels::conv2d_workspace_floats(s);
-    if (families_.cudnn) floats = std::max(floats, kernels::conv2d_cudnn_workspace_floats(s, kBf16));
+      floats =
+          kBf16 ? kernels::conv2d_bf16_workspace_floats(s) : kernels::conv2d_workspace_floats(s);
+    if (families_.cudnn)
+      floats = std::max(floats, kernels::conv2d_cudnn_workspace_floats(s, kBf16));
     return floats;
   }
 
