@@ -4,17 +4,19 @@
 // compute in bf16 with fp32 accumulation (cuda_layer.h: the weight copy).
 //
 // Neither family wins everywhere: on an H200 (docs/PERFORMANCE.md) cuDNN ran the CNN's second
-// convolution up to 6x faster at batch 1024 in bf16, and im2col + cuBLAS ran its first one (one
-// input channel) and every layer at batch 128 2-8x faster. So each layer times both for each of
-// its three directions (forward; filter and bias gradient; input gradient) at the first step of a
-// batch size, and keeps the faster (a tuned direction costs one synchronisation and a few extra
-// runs, once; the filter gradient is timed into scratch, as it accumulates). LOCKSTEP_CUDA_CONV
+// convolution up to 6x faster at batch 1024 in bf16, and im2col + cuBLAS its first one's filter
+// gradient (one input channel) 4-9x faster. So each layer times both for each of its three
+// directions (forward; filter and bias gradient; input gradient) at the first step of a batch
+// size, and keeps the cheaper (a tuned direction costs one synchronisation and a few extra runs,
+// once; the filter gradient is timed into scratch, as it accumulates); once a batch size's
+// choices are settled, its forward refreshes only the weight copies they read. LOCKSTEP_CUDA_CONV
 // pins one family: im2col or cudnn. The choices, with their times, are logged at debug level
 // (LOCKSTEP_LOG_LEVEL=debug). Two runs may choose differently where the two time alike; their
 // results then differ in summation order only.
 // Plain C++ over the kernels' launchers: it is a .cu only so that it is built with CUDA and
 // conv_cuda_stub.cpp without.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -49,10 +51,14 @@ FamilyChoice family_choice() {
   return {false, true};
 }
 
-// A batch size's choice per direction; unset until timed.
+// A batch size's choice per direction; unset until timed. Settled once its first backward pass
+// has run: every direction its steps use is then chosen.
 struct Directions {
-  bool forward_set = false, filter_set = false, data_set = false;
+  bool forward_set = false, filter_set = false, data_set = false, settled = false;
   Family forward = Family::im2col, filter = Family::im2col, data = Family::im2col;
+  bool uses(Family f) const {
+    return forward == f || filter == f || (data_set && data == f);
+  }
 };
 
 // T: float, or uint16_t for bf16 compute.
@@ -83,15 +89,16 @@ class CudaConv2d : public CudaLayer {
 
   void forward(int batch, const float* x, float* y, float* workspace) override {
     const kernels::Conv2dShape s = conv2d_shape(plan_, batch);
-    // The weight copies the families read, rewritten at every forward (never stale).
-    if (families_.cudnn) {
+    Directions& d = directions_[batch];
+    // The weight copies that the step's directions read, rewritten at every forward (never
+    // stale): both until the batch size's choices are settled, then those in use.
+    if (families_.cudnn && (!d.settled || d.uses(Family::cudnn))) {
       if constexpr (kBf16)
         kernels::conv2d_weights_krsc_bf16_cuda(s, params_, wk_.data(), stream_);
       else
         kernels::conv2d_weights_krsc_cuda(s, params_, wk_.data(), stream_);
     }
-    if (w16_) w16_->refresh(params_, stream_);
-    Directions& d = directions_[batch];
+    if (w16_ && (!d.settled || d.uses(Family::im2col))) w16_->refresh(params_, stream_);
     const auto run = [&](Family f) { run_forward(f, s, x, y, workspace); };
     if (!d.forward_set) d.forward = fastest(s, "forward", run), d.forward_set = true;
     run(d.forward);
@@ -117,6 +124,7 @@ class CudaConv2d : public CudaLayer {
       });
       d.data_set = true;
     }
+    d.settled = true;
     if (dx == nullptr || d.filter == d.data) {
       run_backward(d.filter, s, x, dy, dx, grads_, db, workspace);
     } else {
@@ -160,8 +168,11 @@ class CudaConv2d : public CudaLayer {
     }
   }
 
-  // The family whose `run` takes less device time (one untimed run first: cuDNN times its own
-  // algorithms there), or the only one allowed.
+  // The family whose `run` costs less, or the only one allowed. A run's cost is the larger of its
+  // device time and the host's time to enqueue it (where the host is slower the device waits for
+  // it: cuDNN's calls cost more host time than the kernels they replace), the mean of 3 after one
+  // untimed run (in which cuDNN times its own algorithms). cuDNN must win by 5%: a tie goes to
+  // im2col, whose layer keeps no weight copy in fp32.
   template <class Run>
   Family fastest(const kernels::Conv2dShape& s, const char* direction, const Run& run) {
     if (!families_.cudnn) return Family::im2col;
@@ -170,19 +181,26 @@ class CudaConv2d : public CudaLayer {
       start_ = kernels::cuda_timing_event_create();
       stop_ = kernels::cuda_timing_event_create();
     }
-    float ms[2] = {0, 0};
+    double device_ms[2] = {0, 0}, host_ms[2] = {0, 0}, cost[2] = {0, 0};
     for (Family f : {Family::im2col, Family::cudnn}) {
+      const int i = static_cast<int>(f);
       run(f);
+      const auto begin = std::chrono::steady_clock::now();
       kernels::cuda_event_record(start_, stream_);
-      for (int i = 0; i < kTimedRuns; ++i) run(f);
+      for (int r = 0; r < kTimedRuns; ++r) run(f);
       kernels::cuda_event_record(stop_, stream_);
+      host_ms[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                            begin).count() / kTimedRuns;
       kernels::cuda_event_synchronize(stop_);
-      ms[static_cast<int>(f)] = kernels::cuda_event_elapsed_ms(start_, stop_) / kTimedRuns;
+      device_ms[i] = kernels::cuda_event_elapsed_ms(start_, stop_) / kTimedRuns;
+      cost[i] = std::max(device_ms[i], host_ms[i]);
     }
-    const Family pick = ms[1] < ms[0] ? Family::cudnn : Family::im2col;
+    const Family pick = cost[1] < 0.95 * cost[0] ? Family::cudnn : Family::im2col;
     LS_LOG(debug) << "conv " << s.h << "x" << s.w << "x" << s.c_in << " -> " << s.c_out
                   << " at batch " << s.n << (kBf16 ? ", bf16" : ", fp32") << ", " << direction
-                  << ": im2col " << ms[0] << " ms, cudnn " << ms[1] << " ms: " << name(pick);
+                  << ": im2col " << device_ms[0] << " ms device, " << host_ms[0]
+                  << " ms host; cudnn " << device_ms[1] << " ms device, " << host_ms[1]
+                  << " ms host: " << name(pick);
     return pick;
   }
 
