@@ -115,6 +115,20 @@ size_t conv2d_bf16_workspace_floats(const Conv2dShape& s) {
   return dy16 + (g.rows * static_cast<size_t>(s.c_out) + 1) / 2;
 }
 
+bool conv2d_direct_supported(const Conv2dShape& s) {
+  return s.kh * s.kw * s.c_in <= kConv2dDirectMaxTaps && s.c_out >= 1 &&
+         s.c_out <= kConv2dDirectMaxOut;
+}
+
+size_t conv2d_direct_blocks(const Conv2dShape& s) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_direct_blocks");
+  return std::clamp<size_t>((g.rows + 63) / 64, 1, 1024);
+}
+
+size_t conv2d_direct_workspace_floats(const Conv2dShape& s) {
+  return conv2d_direct_blocks(s) * static_cast<size_t>(s.kh * s.kw * s.c_in + 1) * s.c_out;
+}
+
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
                         float* y, float* workspace) {
   const Conv2dGeometry g = conv2d_geometry(s, "conv2d_forward_cpu");

@@ -1,5 +1,6 @@
 #include "kernels/conv2d.h"
 
+#include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <string>
@@ -111,7 +112,155 @@ float seed_bias(float* y, const float* b, const Conv2dGeometry& g, int c_out, cu
   return 1.0f;
 }
 
+// x rounded to bf16 when kBf16 (the bf16 contract: operands in bf16, sums in fp32).
+template <bool kBf16>
+__device__ __forceinline__ float operand(float v) {
+  if constexpr (kBf16) return cuda::from_bf16(cuda::to_bf16(v)); else return v;
+}
+
+// One thread per output (img, oy, ox, co): consecutive threads write consecutive channels of one
+// pixel and read the same inputs (a broadcast) and consecutive weights.
+template <bool kBf16>
+__global__ void direct_forward_kernel(ConvDims d, int c_out, const float* __restrict__ x,
+                                      const float* __restrict__ w, const float* __restrict__ b,
+                                      float* __restrict__ y, bool relu, size_t total) {
+  for (size_t i = cuda::thread_index(); i < total; i += cuda::thread_stride()) {
+    const int co = static_cast<int>(i % c_out);
+    const size_t m = i / c_out;
+    const int ox = static_cast<int>(m % d.out_w);
+    const size_t rest = m / d.out_w;
+    const int oy = static_cast<int>(rest % d.out_h);
+    const size_t img = rest / d.out_h;
+    float acc = 0.0f;
+    for (int ky = 0; ky < d.kh; ++ky) {
+      const int iy = oy * d.stride - d.pad_h + ky;
+      if (iy < 0 || iy >= d.h) continue;
+      for (int kx = 0; kx < d.kw; ++kx) {
+        const int ix = ox * d.stride - d.pad_w + kx;
+        if (ix < 0 || ix >= d.w) continue;
+        const float* xp = x + ((img * d.h + iy) * d.w + ix) * d.c_in;
+        const float* wp = w + size_t((ky * d.kw + kx) * d.c_in) * c_out + co;
+        for (int ci = 0; ci < d.c_in; ++ci)
+          acc += operand<kBf16>(xp[ci]) * operand<kBf16>(wp[size_t(ci) * c_out]);
+      }
+    }
+    const float v = acc + (b != nullptr ? b[co] : 0.0f);
+    y[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+// The filter pass's first half. Block `blk` sums rows [blk * chunk, (blk + 1) * chunk) of the
+// im2col view: its threads form groups of c_out, group g taking rows g, g + groups, ...; each
+// thread keeps taps + 1 sums (the last the bias's) for its channel, the groups' sums are added in
+// group order through shared memory, and the block writes part[blk][k][co].
+template <bool kBf16>
+__global__ void direct_filter_partial_kernel(ConvDims d, int c_out, const float* __restrict__ x,
+                                             const float* __restrict__ dy, float* __restrict__ part,
+                                             size_t rows, size_t chunk) {
+  extern __shared__ float shared[];
+  const int taps = d.kh * d.kw * d.c_in;
+  const int groups = blockDim.x / c_out;
+  const int co = threadIdx.x % c_out, g = threadIdx.x / c_out;
+  float acc[kConv2dDirectMaxTaps + 1];
+#pragma unroll
+  for (int k = 0; k <= kConv2dDirectMaxTaps; ++k) acc[k] = 0.0f;
+  const size_t first = blockIdx.x * chunk, last = min(rows, first + chunk);
+  for (size_t m = first + g; m < last; m += groups) {
+    const float grad = operand<kBf16>(dy[m * c_out + co]);
+    const int ox = static_cast<int>(m % d.out_w);
+    const size_t rest = m / d.out_w;
+    const int oy = static_cast<int>(rest % d.out_h);
+    const size_t img = rest / d.out_h;
+#pragma unroll
+    for (int k = 0; k < kConv2dDirectMaxTaps; ++k) {
+      if (k >= taps) break;
+      const int ci = k % d.c_in, kx = (k / d.c_in) % d.kw, ky = k / (d.c_in * d.kw);
+      const int iy = oy * d.stride - d.pad_h + ky, ix = ox * d.stride - d.pad_w + kx;
+      if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
+        acc[k] += operand<kBf16>(x[((img * d.h + iy) * d.w + ix) * d.c_in + ci]) * grad;
+    }
+    acc[kConv2dDirectMaxTaps] += dy[m * c_out + co];  // the bias sums the fp32 dy
+  }
+  // shared[g][k][co], k = taps for the bias
+  const int width = (taps + 1) * c_out;
+  for (int k = 0; k < taps; ++k) shared[g * width + k * c_out + co] = acc[k];
+  shared[g * width + taps * c_out + co] = acc[kConv2dDirectMaxTaps];
+  __syncthreads();
+  for (int j = threadIdx.x; j < width; j += blockDim.x) {
+    float sum = 0.0f;
+    for (int gg = 0; gg < groups; ++gg) sum += shared[gg * width + j];
+    part[blockIdx.x * size_t(width) + j] = sum;
+  }
+}
+
+// The second half: one thread per (k, co) sums the blocks' partials in block order and adds them
+// to dw[k][co] (HWIO: k * c_out + co) or, for k == taps, to db[co].
+__global__ void direct_filter_sum_kernel(const float* __restrict__ part, int blocks, int taps,
+                                         int c_out, float* __restrict__ dw,
+                                         float* __restrict__ db) {
+  const int width = (taps + 1) * c_out;
+  for (size_t j = cuda::thread_index(); j < size_t(width); j += cuda::thread_stride()) {
+    float sum = 0.0f;
+    for (int blk = 0; blk < blocks; ++blk) sum += part[size_t(blk) * width + j];
+    if (j < size_t(taps) * c_out) {
+      if (dw != nullptr) dw[j] += sum;
+    } else if (db != nullptr) {
+      db[j - size_t(taps) * c_out] += sum;
+    }
+  }
+}
+
+void require_direct(const Conv2dShape& s, const char* who) {
+  if (!conv2d_direct_supported(s))
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(s.kh * s.kw * s.c_in) +
+                                " taps per output and " + std::to_string(s.c_out) +
+                                " output channels; the direct kernels take at most " +
+                                std::to_string(kConv2dDirectMaxTaps) + " and " +
+                                std::to_string(kConv2dDirectMaxOut));
+}
+
 }  // namespace
+
+void conv2d_forward_direct_cuda(const Conv2dShape& s, const float* x, const float* w,
+                                const float* b, float* y, bool bf16, cudaStream_t stream) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_forward_direct_cuda");
+  require_direct(s, "conv2d_forward_direct_cuda");
+  if (g.rows == 0) return;
+  const size_t total = g.rows * static_cast<size_t>(s.c_out);
+  const ConvDims d = dims_of(s, g);
+  if (bf16)
+    direct_forward_kernel<true><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
+        d, s.c_out, x, w, b, y, s.relu, total);
+  else
+    direct_forward_kernel<false><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
+        d, s.c_out, x, w, b, y, s.relu, total);
+  LS_CHECK_LAUNCH("direct_forward_kernel");
+}
+
+void conv2d_filter_direct_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                               float* db, float* workspace, bool bf16, cudaStream_t stream) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_filter_direct_cuda");
+  require_direct(s, "conv2d_filter_direct_cuda");
+  if (g.rows == 0 || (dw == nullptr && db == nullptr)) return;
+  const int taps = s.kh * s.kw * s.c_in;
+  const int blocks = static_cast<int>(conv2d_direct_blocks(s));
+  const size_t chunk = (g.rows + blocks - 1) / blocks;
+  const int groups = std::max(1, cuda::kThreads / s.c_out);
+  const int threads = groups * s.c_out;
+  const size_t shared = size_t(groups) * (taps + 1) * s.c_out * sizeof(float);
+  const ConvDims d = dims_of(s, g);
+  if (bf16)
+    direct_filter_partial_kernel<true><<<blocks, threads, shared, stream>>>(
+        d, s.c_out, x, dy, workspace, g.rows, chunk);
+  else
+    direct_filter_partial_kernel<false><<<blocks, threads, shared, stream>>>(
+        d, s.c_out, x, dy, workspace, g.rows, chunk);
+  LS_CHECK_LAUNCH("direct_filter_partial_kernel");
+  const size_t width = size_t(taps + 1) * s.c_out;
+  direct_filter_sum_kernel<<<cuda::grid_for(width), cuda::kThreads, 0, stream>>>(
+      workspace, blocks, taps, s.c_out, dw, db);
+  LS_CHECK_LAUNCH("direct_filter_sum_kernel");
+}
 
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b,
                          float* y, float* workspace, cudaStream_t stream) {

@@ -64,6 +64,24 @@ void conv2d_backward_bf16_cuda(const Conv2dShape& s, const float* x, const uint1
                                const float* dy, float* dx, float* dw, float* db, float* workspace,
                                cudaStream_t stream);
 
+// Direct CUDA kernels (conv2d.cu) for a layer with few taps per output, such as a first layer on
+// images (conv2d_direct_supported: kh * kw * c_in <= 32, c_out <= 256), where im2col's column
+// matrix and a GEMM with K = kh * kw * c_in are mostly overhead: the forward pass reads the HWIO
+// weights and writes y = conv + b (and the ReLU when s.relu) in one pass; the filter pass adds
+// the filter and bias gradients (dw, db, both optional) in two passes with a fixed summation order
+// (per-block partial sums in the workspace, conv2d_direct_workspace_floats(s) floats, then summed
+// over the blocks in order). bf16: x, w and dy are rounded to bf16 where they are read, products
+// accumulate in fp32 and every output stays fp32. No input-gradient pass.
+constexpr int kConv2dDirectMaxTaps = 32;
+constexpr int kConv2dDirectMaxOut = 256;
+bool conv2d_direct_supported(const Conv2dShape& s);
+size_t conv2d_direct_blocks(const Conv2dShape& s);  // the filter pass's blocks: fixed by the shape
+size_t conv2d_direct_workspace_floats(const Conv2dShape& s);
+void conv2d_forward_direct_cuda(const Conv2dShape& s, const float* x, const float* w,
+                                const float* b, float* y, bool bf16, cudaStream_t stream);
+void conv2d_filter_direct_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                               float* db, float* workspace, bool bf16, cudaStream_t stream);
+
 // cuDNN twins (conv2d_cudnn.cu, in a build with cuDNN; conv2d_cudnn_stub.cpp throws without it):
 // the same NHWC activations and contract, but the weights in cuDNN's filter order KRSC
 // (wk[c_out][kh][kw][c_in], the transpose of HWIO's [K, c_out] matrix), a copy the caller makes

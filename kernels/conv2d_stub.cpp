@@ -21,4 +21,13 @@ void conv2d_backward_bf16_cuda(const Conv2dShape&, const float*, const uint16_t*
   cuda_not_built("conv2d_backward_bf16_cuda");
 }
 
+void conv2d_forward_direct_cuda(const Conv2dShape&, const float*, const float*, const float*,
+                                float*, bool, cudaStream_t) {
+  cuda_not_built("conv2d_forward_direct_cuda");
+}
+void conv2d_filter_direct_cuda(const Conv2dShape&, const float*, const float*, float*, float*,
+                               float*, bool, cudaStream_t) {
+  cuda_not_built("conv2d_filter_direct_cuda");
+}
+
 }  // namespace lockstep::kernels

@@ -151,6 +151,42 @@ TEST_F(Bf16Parity, Conv2dForwardAndBackwardForAnyGeometry) {
   }
 }
 
+// The direct kernels in bf16: x, w and dy rounded where read, fp32 sums and outputs, so against
+// the oracle on rounded operands only the order of fp32 additions differs (1e-4); the bias
+// gradient sums the fp32 dy.
+TEST_F(Bf16Parity, DirectConv2dForwardAndFilterGradient) {
+  const lk::Conv2dShape shapes[] = {{.n = 2, .h = 5, .w = 5, .c_in = 1, .c_out = 3},
+                                    {.n = 37, .h = 28, .w = 28, .c_in = 1, .c_out = 32},
+                                    {.n = 3, .h = 8, .w = 7, .c_in = 3, .c_out = 8, .stride = 2}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(describe(s));
+    ASSERT_TRUE(lk::conv2d_direct_supported(s));
+    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
+    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
+    const Floats x = random_floats(x_n, rng_);
+    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
+    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
+    const Floats dw0 = random_floats(w.size(), rng_), db0 = random_floats(b.size(), rng_);
+    Floats y(y_n), dw = dw0, db = db0, db_fp32 = db0, unused(w.size()),
+        work(lk::conv2d_workspace_floats(s));
+    lk::conv2d_forward_cpu(s, rounded(x).data(), rounded(w).data(), b.data(), y.data(),
+                           work.data());
+    lk::conv2d_backward_cpu(s, rounded(x).data(), w.data(), rounded(dy).data(), nullptr, dw.data(),
+                            db.data(), work.data());
+    lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, unused.data(),
+                            db_fp32.data(), work.data());
+    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdw(dw0), gdb(db0),
+        gwork(lk::conv2d_direct_workspace_floats(s));
+    lk::conv2d_forward_direct_cuda(s, gx.get(), gw.get(), gb.get(), gy.get(), true, stream_);
+    lk::conv2d_filter_direct_cuda(s, gx.get(), gdy.get(), gdw.get(), gdb.get(), gwork.get(), true,
+                                  stream_);
+    sync();
+    EXPECT_TRUE(close(gy.download(), y, 1e-4)) << "y, bf16-rounded oracle";
+    EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw, bf16-rounded oracle";
+    EXPECT_TRUE(close(gdb.download(), db_fp32, 1e-4)) << "db, fp32 oracle";
+  }
+}
+
 // cuDNN's bf16 twin: its outputs (y before the bias, dx, dw before it is added) are bf16 words, so
 // against the bf16-rounded oracle each element also carries one rounding to bf16 (up to 2^-8 of
 // its size: 5e-3 of the scale), and against the fp32 oracle that rounding adds to the operands'

@@ -239,6 +239,50 @@ TEST_F(GpuParity, CudnnConv2dForwardAndBackwardForAnyGeometry) {
   }
 }
 
+// The direct kernels (few taps per output): forward with bias (and a fused ReLU on one shape),
+// filter and bias gradients accumulated onto non-zero values, each optional; the CNN's first layer
+// at batches whose rows do not divide into the filter pass's blocks evenly.
+TEST_F(GpuParity, DirectConv2dForwardAndFilterGradient) {
+  std::vector<lk::Conv2dShape> shapes;
+  for (const auto& s : parity_conv_shapes())
+    if (lk::conv2d_direct_supported(s)) shapes.push_back(s);
+  shapes.push_back({.n = 37, .h = 28, .w = 28, .c_in = 1, .c_out = 32});
+  shapes.push_back({.n = 3, .h = 6, .w = 5, .c_in = 3, .c_out = 200, .stride = 2});
+  ASSERT_GE(shapes.size(), 4u);
+  bool relu = false;
+  for (auto s : shapes) {
+    s.relu = relu = !relu;
+    SCOPED_TRACE(describe(s) + (s.relu ? " relu" : ""));
+    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
+    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
+    const Floats x = random_floats(x_n, rng_);
+    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
+    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
+    const Floats dw0 = random_floats(w.size(), rng_), db0 = random_floats(b.size(), rng_);
+    Floats y(y_n), dx(x_n), dw = dw0, db = db0, work(lk::conv2d_workspace_floats(s));
+    lk::conv2d_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), work.data());
+    lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, dw.data(), db.data(),
+                            work.data());
+    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdw(dw0), gdb(db0),
+        gdw_only(dw0), gwork(lk::conv2d_direct_workspace_floats(s));
+    lk::conv2d_forward_direct_cuda(s, gx.get(), gw.get(), gb.get(), gy.get(), false, stream_);
+    lk::conv2d_filter_direct_cuda(s, gx.get(), gdy.get(), gdw.get(), gdb.get(), gwork.get(), false,
+                                  stream_);
+    lk::conv2d_filter_direct_cuda(s, gx.get(), gdy.get(), gdw_only.get(), nullptr, gwork.get(),
+                                  false, stream_);
+    sync();
+    EXPECT_TRUE(close(gy.download(), y, 1e-5)) << "y";
+    EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw";
+    EXPECT_TRUE(close(gdb.download(), db, 1e-4)) << "db";
+    EXPECT_EQ(gdw_only.download(), gdw.download()) << "dw without db: the same sums, in order";
+  }
+  const lk::Conv2dShape wide{.n = 1, .h = 4, .w = 4, .c_in = 4, .c_out = 8};  // 36 taps
+  EXPECT_FALSE(lk::conv2d_direct_supported(wide));
+  EXPECT_THROW(lk::conv2d_forward_direct_cuda(wide, nullptr, nullptr, nullptr, nullptr, false,
+                                              stream_),
+               std::invalid_argument);
+}
+
 // As Fp32GemmIsExactWhereTf32WouldRound, for cuDNN's fp32 convolutions: x = 1 + 2^-12, w = 1, no
 // padding, so every output is 288 * (1 + 2^-12), whose partial sums are exact in fp32. TF32 would
 // round x to 1 (an error of 2^-12 of the result); a transform-based algorithm (Winograd, FFT) may

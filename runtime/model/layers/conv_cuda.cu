@@ -1,18 +1,21 @@
 // The CUDA twin of the convolution layer (conv.cpp): the same shapes and contract, computed on the
-// model's stream over device memory by two families of kernels (kernels/conv2d.h): im2col + cuBLAS
-// (conv2d_*_cuda) and, in a build with cuDNN, cuDNN (conv2d_*_cudnn). With Precision::bf16 both
-// compute in bf16 with fp32 accumulation (cuda_layer.h: the weight copy).
+// model's stream over device memory by up to three families of kernels (kernels/conv2d.h):
+// im2col + cuBLAS (conv2d_*_cuda); in a build with cuDNN, cuDNN (conv2d_*_cudnn); and, for a
+// layer with few taps per output such as a first layer on images, direct kernels (forward and
+// filter gradient: conv2d_*_direct_cuda). With Precision::bf16 all compute in bf16 with fp32
+// accumulation (cuda_layer.h: the weight copy).
 //
-// Neither family wins everywhere: on an H200 (docs/PERFORMANCE.md) cuDNN ran the CNN's second
+// No family wins everywhere: on an H200 (docs/PERFORMANCE.md) cuDNN ran the CNN's second
 // convolution up to 6x faster at batch 1024 in bf16, and im2col + cuBLAS its first one's filter
-// gradient (one input channel) 4-9x faster. So each layer times both for each of its three
-// directions (forward; filter and bias gradient; input gradient) at the first step of a batch
-// size, and keeps the cheaper (a tuned direction costs one synchronisation and a few extra runs,
-// once; the filter gradient is timed into scratch, as it accumulates); once a batch size's
+// gradient (one input channel) 4-9x faster. So each layer times the families for each of its
+// three directions (forward; filter and bias gradient; input gradient) at the first step of a
+// batch size, and keeps the cheapest (a tuned direction costs one synchronisation and a few extra
+// runs, once; the filter gradient is timed into scratch, as it accumulates); once a batch size's
 // choices are settled, its forward refreshes only the weight copies they read. LOCKSTEP_CUDA_CONV
 // pins one family: im2col or cudnn. The choices, with their times, are logged at debug level
-// (LOCKSTEP_LOG_LEVEL=debug). Two runs may choose differently where the two time alike; their
-// results then differ in summation order only.
+// (LOCKSTEP_LOG_LEVEL=debug). Two runs may choose differently where two families time alike;
+// their results then differ in summation order only. (The direct kernels came after the last GPU
+// session: not yet run on a GPU.)
 // Plain C++ over the kernels' launchers: it is a .cu only so that it is built with CUDA and
 // conv_cuda_stub.cpp without.
 #include <algorithm>
@@ -32,23 +35,26 @@
 namespace lockstep {
 namespace {
 
-enum class Family { im2col, cudnn };
-const char* name(Family f) { return f == Family::cudnn ? "cudnn" : "im2col"; }
+enum class Family { im2col, cudnn, direct };
+constexpr int kFamilies = 3;
+const char* name(Family f) {
+  return f == Family::cudnn ? "cudnn" : f == Family::direct ? "direct" : "im2col";
+}
 
-// Which families the layers may use: LOCKSTEP_CUDA_CONV (im2col or cudnn), else both where the
-// build has cuDNN.
+// Which families the layers may use: LOCKSTEP_CUDA_CONV (im2col or cudnn: that one alone), else
+// all the build has (the direct kernels where a layer's shape suits them).
 struct FamilyChoice {
-  bool im2col = true, cudnn = false;
+  bool im2col = true, cudnn = false, direct = false;
 };
 FamilyChoice family_choice() {
   const bool built = kernels::conv2d_cudnn_available();
   const char* env = std::getenv("LOCKSTEP_CUDA_CONV");
   const std::string c = env != nullptr ? env : "";
-  if (c.empty()) return {true, built};
-  if (c == "im2col") return {true, false};
+  if (c.empty()) return {true, built, true};
+  if (c == "im2col") return {true, false, false};
   if (c != "cudnn") throw UsageError("LOCKSTEP_CUDA_CONV='" + c + "': expected cudnn or im2col");
   if (!built) throw UsageError("LOCKSTEP_CUDA_CONV=cudnn, but this build has no cuDNN");
-  return {false, true};
+  return {false, true, false};
 }
 
 // A batch size's choice per direction; unset until timed. Settled once its first backward pass
@@ -67,6 +73,9 @@ class CudaConv2d : public CudaLayer {
  public:
   CudaConv2d(const LayerPlan& plan, cudaStream_t stream, FamilyChoice families)
       : CudaLayer(plan, stream), families_(families) {
+    // The direct kernels take the first layers of image models (few taps per output).
+    families_.direct =
+        families_.direct && kernels::conv2d_direct_supported(conv2d_shape(plan, 1));
     const size_t weights = static_cast<size_t>(bias_offset(plan));
     if (families_.cudnn) wk_ = Buffer<T>(DeviceKind::cuda, weights);
     if (kBf16 && families_.im2col) w16_ = std::make_unique<Bf16Weights>(plan);
@@ -84,6 +93,7 @@ class CudaConv2d : public CudaLayer {
           kBf16 ? kernels::conv2d_bf16_workspace_floats(s) : kernels::conv2d_workspace_floats(s);
     if (families_.cudnn)
       floats = std::max(floats, kernels::conv2d_cudnn_workspace_floats(s, kBf16));
+    if (families_.direct) floats = std::max(floats, kernels::conv2d_direct_workspace_floats(s));
     return floats;
   }
 
@@ -100,7 +110,7 @@ class CudaConv2d : public CudaLayer {
     }
     if (w16_ && (!d.settled || d.uses(Family::im2col))) w16_->refresh(params_, stream_);
     const auto run = [&](Family f) { run_forward(f, s, x, y, workspace); };
-    if (!d.forward_set) d.forward = fastest(s, "forward", run), d.forward_set = true;
+    if (!d.forward_set) d.forward = fastest(s, "forward", run, true), d.forward_set = true;
     run(d.forward);
   }
 
@@ -113,15 +123,19 @@ class CudaConv2d : public CudaLayer {
       // Timed into scratch: the filter and bias gradients accumulate.
       if (scratch_.size() == 0) scratch_ = Buffer<float>(DeviceKind::cuda, plan_.params);
       float* dw_scratch = scratch_.data();
-      d.filter = fastest(s, "filter gradient", [&](Family f) {
-        run_backward(f, s, x, dy, nullptr, dw_scratch, dw_scratch + bias_offset(plan_), workspace);
-      });
+      d.filter = fastest(
+          s, "filter gradient",
+          [&](Family f) {
+            run_backward(f, s, x, dy, nullptr, dw_scratch, dw_scratch + bias_offset(plan_),
+                         workspace);
+          },
+          true);
       d.filter_set = true;
     }
     if (dx != nullptr && !d.data_set) {
-      d.data = fastest(s, "input gradient", [&](Family f) {
-        run_backward(f, s, x, dy, dx, nullptr, nullptr, workspace);
-      });
+      d.data = fastest(
+          s, "input gradient",
+          [&](Family f) { run_backward(f, s, x, dy, dx, nullptr, nullptr, workspace); }, false);
       d.data_set = true;
     }
     d.settled = true;
@@ -140,6 +154,10 @@ class CudaConv2d : public CudaLayer {
   void run_forward(Family f, const kernels::Conv2dShape& s, const float* x, float* y,
                    float* workspace) {
     const float* b = params_ + bias_offset(plan_);
+    if (f == Family::direct) {
+      kernels::conv2d_forward_direct_cuda(s, x, params_, b, y, kBf16, stream_);
+      return;
+    }
     if constexpr (kBf16) {
       if (f == Family::cudnn)
         kernels::conv2d_forward_bf16_cudnn(s, x, wk_.data(), b, y, workspace, stream_);
@@ -155,6 +173,11 @@ class CudaConv2d : public CudaLayer {
 
   void run_backward(Family f, const kernels::Conv2dShape& s, const float* x, const float* dy,
                     float* dx, float* dw, float* db, float* workspace) {
+    if (f == Family::direct) {  // never chosen for dx (no direct input-gradient pass)
+      if (dx != nullptr) throw Error("CudaConv2d: the direct kernels have no input gradient");
+      kernels::conv2d_filter_direct_cuda(s, x, dy, dw, db, workspace, kBf16, stream_);
+      return;
+    }
     if constexpr (kBf16) {
       if (f == Family::cudnn)
         kernels::conv2d_backward_bf16_cudnn(s, x, wk_.data(), dy, dx, dw, db, workspace, stream_);
@@ -168,22 +191,28 @@ class CudaConv2d : public CudaLayer {
     }
   }
 
-  // The family whose `run` costs less, or the only one allowed. A run's cost is the larger of its
-  // device time and the host's time to enqueue it (where the host is slower the device waits for
-  // it: cuDNN's calls cost more host time than the kernels they replace), the mean of 3 after one
-  // untimed run (in which cuDNN times its own algorithms). cuDNN must win by 5%: a tie goes to
-  // im2col, whose layer keeps no weight copy in fp32.
+  // The family whose `run` costs least among those allowed (`direct_ok`: the direction has a
+  // direct kernel). A run's cost is the larger of its device time and the host's time to enqueue
+  // it (where the host is slower the device waits for it: cuDNN's calls cost more host time than
+  // the kernels they replace), the mean of 3 after one untimed run (in which cuDNN times its own
+  // algorithms). Another family must beat im2col by 5%: a tie goes to im2col, whose fp32 layer
+  // keeps no weight copy.
   template <class Run>
-  Family fastest(const kernels::Conv2dShape& s, const char* direction, const Run& run) {
-    if (!families_.cudnn) return Family::im2col;
-    if (!families_.im2col) return Family::cudnn;
+  Family fastest(const kernels::Conv2dShape& s, const char* direction, const Run& run,
+                 bool direct_ok) {
+    const bool allowed[kFamilies] = {families_.im2col, families_.cudnn,
+                                     families_.direct && direct_ok};
+    if (allowed[0] + allowed[1] + allowed[2] == 1)
+      return allowed[1] ? Family::cudnn : allowed[2] ? Family::direct : Family::im2col;
     if (start_ == nullptr) {
       start_ = kernels::cuda_timing_event_create();
       stop_ = kernels::cuda_timing_event_create();
     }
-    double device_ms[2] = {0, 0}, host_ms[2] = {0, 0}, cost[2] = {0, 0};
-    for (Family f : {Family::im2col, Family::cudnn}) {
-      const int i = static_cast<int>(f);
+    double device_ms[kFamilies] = {}, host_ms[kFamilies] = {}, cost[kFamilies] = {};
+    std::string report;
+    for (int i = 0; i < kFamilies; ++i) {
+      if (!allowed[i]) continue;
+      const Family f = static_cast<Family>(i);
       run(f);
       const auto begin = std::chrono::steady_clock::now();
       kernels::cuda_event_record(start_, stream_);
@@ -194,14 +223,20 @@ class CudaConv2d : public CudaLayer {
       kernels::cuda_event_synchronize(stop_);
       device_ms[i] = kernels::cuda_event_elapsed_ms(start_, stop_) / kTimedRuns;
       cost[i] = std::max(device_ms[i], host_ms[i]);
+      report += std::string(report.empty() ? "" : "; ") + name(f) + " " +
+                std::to_string(device_ms[i]) + " ms device, " + std::to_string(host_ms[i]) +
+                " ms host";
     }
-    const Family pick = cost[1] < 0.95 * cost[0] ? Family::cudnn : Family::im2col;
+    int pick = allowed[0] ? 0 : -1;
+    for (int i = 1; i < kFamilies; ++i) {
+      if (!allowed[i]) continue;
+      const bool beats_im2col = !allowed[0] || cost[i] < 0.95 * cost[0];
+      if (beats_im2col && (pick < 0 || pick == 0 || cost[i] < cost[pick])) pick = i;
+    }
     LS_LOG(debug) << "conv " << s.h << "x" << s.w << "x" << s.c_in << " -> " << s.c_out
                   << " at batch " << s.n << (kBf16 ? ", bf16" : ", fp32") << ", " << direction
-                  << ": im2col " << device_ms[0] << " ms device, " << host_ms[0]
-                  << " ms host; cudnn " << device_ms[1] << " ms device, " << host_ms[1]
-                  << " ms host: " << name(pick);
-    return pick;
+                  << ": " << report << ": " << name(static_cast<Family>(pick));
+    return static_cast<Family>(pick);
   }
 
   FamilyChoice families_;
