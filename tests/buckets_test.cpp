@@ -4,7 +4,14 @@
 // a device-buffer communicator after its stream only while it lives.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -159,6 +166,67 @@ TEST(BucketReducer, StartsEachBucketWhenItsLayersAreDone) {
   r.wait_all();
   EXPECT_EQ(comm.started.size(), 3u);
   for (float v : g) EXPECT_EQ(v, 4.0f);
+}
+
+// Finishes each reduction 150 ms after it starts, on a thread of its own that doubles the range
+// then: a reduction still in flight when its caller moves on, as the MPI backend's are.
+class SlowComm : public testing_util::SoloCommunicator {
+ public:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  struct SlowWork : Work {
+    explicit SlowWork(std::shared_ptr<State> s) : state(std::move(s)) {}
+    void wait(Millis timeout) override {
+      std::unique_lock<std::mutex> lock(state->mutex);
+      if (!state->cv.wait_for(lock, timeout, [&] { return state->done; }))
+        throw Error("SlowWork: timed out");
+    }
+    bool done() override {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      return state->done;
+    }
+    std::shared_ptr<State> state;
+  };
+  ~SlowComm() override {
+    for (std::thread& t : threads) t.join();
+  }
+  WorkHandle all_reduce_async(const void*, void* recv, size_t count, DType,
+                              ReduceOp) override {
+    auto state = std::make_shared<State>();
+    threads.emplace_back([this, state, recv, count] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      auto* out = static_cast<float*>(recv);
+      for (size_t i = 0; i < count; ++i) out[i] *= 2;
+      finished += 1;
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->done = true;
+      state->cv.notify_all();
+    });
+    return std::make_unique<SlowWork>(state);
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> finished{0};
+};
+
+// A step that fails during its backward pass leaves reductions in flight into the gradients:
+// drain() returns only after they have finished writing, starts no more, and drops their handles.
+TEST(BucketReducer, DrainWaitsForTheReductionsInFlight) {
+  SlowComm comm;
+  BucketReducer r(comm, assign_buckets({4, 4}, 4 * kF));
+  ASSERT_EQ(r.buckets().size(), 2u);
+  std::vector<float> g(8, 1.0f);
+  r.start_step(g.data());
+  r.layer_done(1);  // layer 1's bucket starts; layer 0 fails before it is done
+  EXPECT_EQ(comm.finished, 0);
+  r.drain();
+  EXPECT_EQ(comm.finished, 1) << "drain returned while a reduction could still write";
+  for (size_t i = 4; i < 8; ++i) EXPECT_EQ(g[i], 2.0f) << "layer 1's range, reduced";
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(g[i], 1.0f) << "layer 0's bucket never started";
+  r.drain();  // nothing left: returns at once
+  EXPECT_EQ(comm.threads.size(), 1u);
 }
 
 // A device-buffer communicator (as NCCL is) that remembers the compute stream it was given.

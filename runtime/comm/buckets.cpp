@@ -1,6 +1,9 @@
 #include "runtime/comm/buckets.h"
 
 #include <algorithm>
+#include <chrono>
+
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -116,6 +119,20 @@ void BucketReducer::launch(size_t b) {
 
 void BucketReducer::layer_done(int layer) {
   while (next_ < buckets_.size() && layer <= buckets_[next_].first_layer) launch(next_++);
+}
+
+void BucketReducer::drain() noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
+  for (WorkHandle& w : pending_) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    try {
+      w->wait(std::max(left, Millis(0)));
+    } catch (...) {
+      // Already failing: the first error is the one reported.
+    }
+  }
+  pending_.clear();
+  next_ = buckets_.size();  // nothing more starts before the next start_step
 }
 
 void BucketReducer::wait_all() {

@@ -67,6 +67,11 @@ class BucketReducer {
   void layer_done(int layer);
   // Starts every bucket not yet started (for a backward pass that reported no layers), then waits.
   void wait_all();
+  // For a step that fails with reductions in flight: waits for those already started (no more are
+  // started), together at most the communicator's timeout, and forgets them, so that none writes
+  // into the gradients after the caller has unwound; their errors are dropped (the caller's
+  // error is the one to report). The trainer calls it before rethrowing. Never throws.
+  void drain() noexcept;
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:

@@ -199,23 +199,31 @@ LossTotals Trainer::train_step() {
   model_->zero_grads();
   m.reducer->start_step(model_->grads());
   int64_t got_valid = 0;
-  for (int j = 0; j < config_.grad_accum; ++j) {
-    phases.next("data wait", "data");
-    if (m.ahead) {
-      std::swap(m.batch, m.next);  // staged during the step before
-      m.ahead = false;
-    } else if (!m.train->next(m.batch)) {
-      break;
+  Step::Outcome o;
+  try {
+    for (int j = 0; j < config_.grad_accum; ++j) {
+      phases.next("data wait", "data");
+      if (m.ahead) {
+        std::swap(m.batch, m.next);  // staged during the step before
+        m.ahead = false;
+      } else if (!m.train->next(m.batch)) {
+        break;
+      }
+      micro_batch(scale, j + 1 == config_.grad_accum, phases);
+      got_valid += m.batch.global_valid;
     }
-    micro_batch(scale, j + 1 == config_.grad_accum, phases);
-    got_valid += m.batch.global_valid;
+    if (got_valid != want_valid)
+      throw Error("step " + std::to_string(state_.global_step) + " of epoch " +
+                  std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
+                  " samples from the loader, expected " + std::to_string(want_valid));
+    phases.next("all_reduce", "collective");
+    o = reduce_gradients(phases);
+  } catch (...) {
+    // A layer, the loader or a reduction failed with bucket reductions in flight: they write into
+    // the gradients, so they must finish before the error unwinds past the buffers.
+    m.reducer->drain();
+    throw;
   }
-  if (got_valid != want_valid)
-    throw Error("step " + std::to_string(state_.global_step) + " of epoch " +
-                std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
-                " samples from the loader, expected " + std::to_string(want_valid));
-  phases.next("all_reduce", "collective");
-  const Step::Outcome o = reduce_gradients(phases);
   const bool apply = m.guard->check_update(o.grads_finite, state_.global_step, state_.epoch) ==
                      Verdict::proceed;
   if (apply) update();
