@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "kernels/cuda_memory.h"
@@ -200,8 +201,7 @@ class CudaConv2d : public CudaLayer {
   template <class Run>
   Family fastest(const kernels::Conv2dShape& s, const char* direction, const Run& run,
                  bool direct_ok) {
-    const bool allowed[kFamilies] = {families_.im2col, families_.cudnn,
-                                     families_.direct && direct_ok};
+    bool allowed[kFamilies] = {families_.im2col, families_.cudnn, families_.direct && direct_ok};
     if (allowed[0] + allowed[1] + allowed[2] == 1)
       return allowed[1] ? Family::cudnn : allowed[2] ? Family::direct : Family::im2col;
     if (start_ == nullptr) {
@@ -213,7 +213,19 @@ class CudaConv2d : public CudaLayer {
     for (int i = 0; i < kFamilies; ++i) {
       if (!allowed[i]) continue;
       const Family f = static_cast<Family>(i);
-      run(f);
+      if (i != 0 && allowed[0]) {
+        // A family that refuses the shape (cuDNN with no algorithm for it, say) is passed over
+        // while im2col remains.
+        try {
+          run(f);
+        } catch (const std::exception& e) {
+          allowed[i] = false;
+          report += std::string(report.empty() ? "" : "; ") + name(f) + " refused: " + e.what();
+          continue;
+        }
+      } else {
+        run(f);
+      }
       const auto begin = std::chrono::steady_clock::now();
       kernels::cuda_event_record(start_, stream_);
       for (int r = 0; r < kTimedRuns; ++r) run(f);
