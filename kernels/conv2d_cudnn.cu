@@ -302,53 +302,64 @@ struct Pass {
         p(plan_for(s, g, kBf16)), l(layout_of(s, g, kBf16)), workspace(ws) {}
   T* scratch(size_t offset) const { return reinterpret_cast<T*>(workspace + offset); }
 
-  void forward(const T* x, const T* wk, T* y) const {
-    if (!p.fwd.listed) {
+  // One direction: its algorithms listed at the first call (find(perf, capacity, &count): cuDNN
+  // times them on this call's buffers), then the first that runs (run(algo, workspace bytes)).
+  template <class Perf, int kCapacity, class Find, class Run>
+  void direction(Choice& c, const char* name, const Find& find, const Run& run) const {
+    if (!c.listed) {
       int count = 0;
-      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      LS_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(
-          h, p.x, x, p.w, wk, p.conv, p.y, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf,
-          workspace, p.budget));
-      list_candidates(p.fwd, perf, count, kBf16, p.budget);
+      Perf perf[kCapacity];
+      LS_CHECK_CUDNN(find(perf, kCapacity, &count));
+      list_candidates(c, perf, count, kBf16, p.budget);
     }
+    run_choice(c, p, name, s, kBf16, run);
+  }
+
+  void forward(const T* x, const T* wk, T* y) const {
     const float one = 1.0f, zero = 0.0f;
-    run_choice(p.fwd, p, "forward", s, kBf16, [&](int algo, size_t bytes) {
-      return cudnnConvolutionForward(h, &one, p.x, x, p.w, wk, p.conv,
-                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace,
-                                     bytes, &zero, p.y, y);
-    });
+    direction<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        p.fwd, "forward",
+        [&](auto* perf, int capacity, int* count) {
+          return cudnnFindConvolutionForwardAlgorithmEx(h, p.x, x, p.w, wk, p.conv, p.y, y,
+                                                        capacity, count, perf, workspace,
+                                                        p.budget);
+        },
+        [&](int algo, size_t bytes) {
+          return cudnnConvolutionForward(h, &one, p.x, x, p.w, wk, p.conv,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace,
+                                         bytes, &zero, p.y, y);
+        });
   }
   void filter(const T* x, const T* dy, T* dwk) const {
-    if (!p.filter.listed) {
-      int count = 0;
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      LS_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-          h, p.x, x, p.y, dy, p.conv, p.w, dwk, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-          perf, workspace, p.budget));
-      list_candidates(p.filter, perf, count, kBf16, p.budget);
-    }
     const float one = 1.0f, zero = 0.0f;
-    run_choice(p.filter, p, "backward-filter", s, kBf16, [&](int algo, size_t bytes) {
-      return cudnnConvolutionBackwardFilter(h, &one, p.x, x, p.y, dy, p.conv,
-                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
-                                            workspace, bytes, &zero, p.w, dwk);
-    });
+    direction<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+        p.filter, "backward-filter",
+        [&](auto* perf, int capacity, int* count) {
+          return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, x, p.y, dy, p.conv, p.w,
+                                                               dwk, capacity, count, perf,
+                                                               workspace, p.budget);
+        },
+        [&](int algo, size_t bytes) {
+          return cudnnConvolutionBackwardFilter(
+              h, &one, p.x, x, p.y, dy, p.conv,
+              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace, bytes, &zero, p.w,
+              dwk);
+        });
   }
   void data(const T* wk, const T* dy, T* dx) const {
-    if (!p.data.listed) {
-      int count = 0;
-      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      LS_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          h, p.w, wk, p.y, dy, p.conv, p.x, dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
-          perf, workspace, p.budget));
-      list_candidates(p.data, perf, count, kBf16, p.budget);
-    }
     const float one = 1.0f, zero = 0.0f;
-    run_choice(p.data, p, "backward-data", s, kBf16, [&](int algo, size_t bytes) {
-      return cudnnConvolutionBackwardData(h, &one, p.w, wk, p.y, dy, p.conv,
-                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
-                                          workspace, bytes, &zero, p.x, dx);
-    });
+    direction<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+        p.data, "backward-data",
+        [&](auto* perf, int capacity, int* count) {
+          return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, wk, p.y, dy, p.conv, p.x, dx,
+                                                             capacity, count, perf, workspace,
+                                                             p.budget);
+        },
+        [&](int algo, size_t bytes) {
+          return cudnnConvolutionBackwardData(h, &one, p.w, wk, p.y, dy, p.conv,
+                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+                                              workspace, bytes, &zero, p.x, dx);
+        });
   }
 };
 

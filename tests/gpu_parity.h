@@ -107,6 +107,36 @@ inline const std::vector<kernels::Conv2dShape>& parity_conv_shapes() {
   return shapes;
 }
 
+// One convolution case's random operands (dw0 and db0: the non-zero gradients a backward pass
+// accumulates onto), and the CPU twin's results on them, the oracle.
+struct ConvCase {
+  Floats x, w, b, dy, dw0, db0;
+  ConvCase(const kernels::Conv2dShape& s, std::mt19937& rng)
+      : x(random_floats(size_t(s.n) * s.h * s.w * s.c_in, rng)),
+        w(random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng)),
+        b(random_floats(s.c_out, rng)),
+        dy(random_floats(size_t(s.n) * s.out_h() * s.out_w() * s.c_out, rng)),
+        dw0(random_floats(w.size(), rng)),
+        db0(random_floats(b.size(), rng)) {}
+};
+struct ConvResult {
+  Floats y, dx, dw, db;
+};
+// conv2d_forward_cpu and conv2d_backward_cpu on (x, w, dy) as given (a caller passes them
+// rounded for a bf16 oracle), b, and the case's dw0 and db0; dx is left empty when !with_dx.
+inline ConvResult cpu_conv(const kernels::Conv2dShape& s, const ConvCase& c, const Floats& x,
+                           const Floats& w, const Floats& dy, bool with_dx = true) {
+  ConvResult r{Floats(c.dy.size()), with_dx ? Floats(c.x.size()) : Floats(), c.dw0, c.db0};
+  Floats work(kernels::conv2d_workspace_floats(s));
+  kernels::conv2d_forward_cpu(s, x.data(), w.data(), c.b.data(), r.y.data(), work.data());
+  kernels::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), with_dx ? r.dx.data() : nullptr,
+                               r.dw.data(), r.db.data(), work.data());
+  return r;
+}
+inline ConvResult cpu_conv(const kernels::Conv2dShape& s, const ConvCase& c, bool with_dx = true) {
+  return cpu_conv(s, c, c.x, c.w, c.dy, with_dx);
+}
+
 // "n=2 5x5x1 -> 3 k=3x3 stride=1", for SCOPED_TRACE.
 inline std::string describe(const kernels::Conv2dShape& s) {
   return "n=" + std::to_string(s.n) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) + "x" +

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -102,35 +103,24 @@ TEST_F(Bf16Parity, DenseForwardAndBackward) {
   }
 }
 
+// The CPU oracles of a bf16 convolution: [0] on the fp32 operands, [1] on x, w and dy rounded to
+// bf16 (what the bf16 kernels multiply).
+std::array<ConvResult, 2> conv_oracles(const lk::Conv2dShape& s, const ConvCase& c,
+                                       bool with_dx = true) {
+  return {cpu_conv(s, c, with_dx),
+          cpu_conv(s, c, rounded(c.x), rounded(c.w), rounded(c.dy), with_dx)};
+}
+
 TEST_F(Bf16Parity, Conv2dForwardAndBackwardForAnyGeometry) {
   for (const auto& s : parity_conv_shapes()) {
     SCOPED_TRACE(describe(s));
-    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
-    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
-    const Floats x = random_floats(x_n, rng_);
-    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
-    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
-    // dw and db start non-zero: the backward pass accumulates into them.
-    const Floats dw0 = random_floats(w.size(), rng_), db0 = random_floats(b.size(), rng_);
-    Pass oracles[2];
-    Floats work(lk::conv2d_workspace_floats(s));
-    for (int r = 0; r < 2; ++r) {
-      const Floats xr = r ? rounded(x) : x, wr = r ? rounded(w) : w, dyr = r ? rounded(dy) : dy;
-      Pass& o = oracles[r];
-      o.y.resize(y_n);
-      o.dx.resize(x_n);
-      o.dw = dw0;
-      o.db = db0;
-      lk::conv2d_forward_cpu(s, xr.data(), wr.data(), b.data(), o.y.data(), work.data());
-      lk::conv2d_backward_cpu(s, xr.data(), wr.data(), dyr.data(), o.dx.data(), o.dw.data(),
-                              o.db.data(), work.data());
-    }
-
+    const ConvCase c(s, rng_);
+    const auto oracles = conv_oracles(s, c);
     const size_t ws = lk::conv2d_bf16_workspace_floats(s);
-    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw0), gdb(db0),
-        gwork(ws), gdw_first(dw0);
-    DeviceArray<uint16_t> gw16(w.size());
-    lk::cast_f32_to_bf16_cuda(gw.get(), gw16.get(), w.size(), stream_);
+    DeviceArray<float> gx(c.x), gw(c.w), gb(c.b), gdy(c.dy), gy(c.dy.size()), gdx(c.x.size()),
+        gdw(c.dw0), gdb(c.db0), gwork(ws), gdw_first(c.dw0);
+    DeviceArray<uint16_t> gw16(c.w.size());
+    lk::cast_f32_to_bf16_cuda(gw.get(), gw16.get(), c.w.size(), stream_);
     lk::conv2d_forward_bf16_cuda(s, gx.get(), gw16.get(), gb.get(), gy.get(), gwork.get(),
                                  stream_);
     lk::conv2d_backward_bf16_cuda(s, gx.get(), gw16.get(), gdy.get(), gdx.get(), gdw.get(),
@@ -161,29 +151,17 @@ TEST_F(Bf16Parity, DirectConv2dForwardAndFilterGradient) {
   for (const auto& s : shapes) {
     SCOPED_TRACE(describe(s));
     ASSERT_TRUE(lk::conv2d_direct_supported(s));
-    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
-    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
-    const Floats x = random_floats(x_n, rng_);
-    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
-    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
-    const Floats dw0 = random_floats(w.size(), rng_), db0 = random_floats(b.size(), rng_);
-    Floats y(y_n), dw = dw0, db = db0, db_fp32 = db0, unused(w.size()),
-        work(lk::conv2d_workspace_floats(s));
-    lk::conv2d_forward_cpu(s, rounded(x).data(), rounded(w).data(), b.data(), y.data(),
-                           work.data());
-    lk::conv2d_backward_cpu(s, rounded(x).data(), w.data(), rounded(dy).data(), nullptr, dw.data(),
-                            db.data(), work.data());
-    lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, unused.data(),
-                            db_fp32.data(), work.data());
-    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdw(dw0), gdb(db0),
-        gwork(lk::conv2d_direct_workspace_floats(s));
+    const ConvCase c(s, rng_);
+    const auto oracles = conv_oracles(s, c, /*with_dx=*/false);
+    DeviceArray<float> gx(c.x), gw(c.w), gb(c.b), gdy(c.dy), gy(c.dy.size()), gdw(c.dw0),
+        gdb(c.db0), gwork(lk::conv2d_direct_workspace_floats(s));
     lk::conv2d_forward_direct_cuda(s, gx.get(), gw.get(), gb.get(), gy.get(), true, stream_);
     lk::conv2d_filter_direct_cuda(s, gx.get(), gdy.get(), gdw.get(), gdb.get(), gwork.get(), true,
                                   stream_);
     sync();
-    EXPECT_TRUE(close(gy.download(), y, 1e-4)) << "y, bf16-rounded oracle";
-    EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw, bf16-rounded oracle";
-    EXPECT_TRUE(close(gdb.download(), db_fp32, 1e-4)) << "db, fp32 oracle";
+    EXPECT_TRUE(close(gy.download(), oracles[1].y, 1e-4)) << "y, bf16-rounded oracle";
+    EXPECT_TRUE(close(gdw.download(), oracles[1].dw, 1e-4)) << "dw, bf16-rounded oracle";
+    EXPECT_TRUE(close(gdb.download(), oracles[0].db, 1e-4)) << "db, fp32 oracle";
   }
 }
 
@@ -197,29 +175,12 @@ TEST_F(Bf16Parity, CudnnConv2dForwardAndBackwardForAnyGeometry) {
   for (auto s : parity_conv_shapes()) {
     s.relu = relu = !relu;
     SCOPED_TRACE(describe(s) + (s.relu ? " relu" : ""));
-    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
-    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
-    const Floats x = random_floats(x_n, rng_);
-    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
-    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
-    const Floats dw0 = random_floats(w.size(), rng_), db0 = random_floats(b.size(), rng_);
-    Pass oracles[2];
-    Floats work(lk::conv2d_workspace_floats(s));
-    for (int r = 0; r < 2; ++r) {
-      const Floats xr = r ? rounded(x) : x, wr = r ? rounded(w) : w, dyr = r ? rounded(dy) : dy;
-      Pass& o = oracles[r];
-      o.y.resize(y_n);
-      o.dx.resize(x_n);
-      o.dw = dw0;
-      o.db = db0;
-      lk::conv2d_forward_cpu(s, xr.data(), wr.data(), b.data(), o.y.data(), work.data());
-      lk::conv2d_backward_cpu(s, xr.data(), wr.data(), dyr.data(), o.dx.data(), o.dw.data(),
-                              o.db.data(), work.data());
-    }
+    const ConvCase c(s, rng_);
+    const auto oracles = conv_oracles(s, c);
     const size_t ws = lk::conv2d_cudnn_workspace_floats(s, true);
-    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw0), gdb(db0),
-        gwork(ws), gdw_first(dw0);
-    DeviceArray<uint16_t> gwk16(w.size());
+    DeviceArray<float> gx(c.x), gw(c.w), gb(c.b), gdy(c.dy), gy(c.dy.size()), gdx(c.x.size()),
+        gdw(c.dw0), gdb(c.db0), gwork(ws), gdw_first(c.dw0);
+    DeviceArray<uint16_t> gwk16(c.w.size());
     lk::conv2d_weights_krsc_bf16_cuda(s, gw.get(), gwk16.get(), stream_);
     lk::conv2d_forward_bf16_cudnn(s, gx.get(), gwk16.get(), gb.get(), gy.get(), gwork.get(),
                                   stream_);

@@ -177,28 +177,21 @@ TEST_F(GpuParity, DenseForwardAndBackward) {
 TEST_F(GpuParity, Conv2dForwardAndBackwardForAnyGeometry) {
   for (const auto& s : parity_conv_shapes()) {
     SCOPED_TRACE(describe(s));
+    const ConvCase c(s, rng_);
+    const ConvResult want = cpu_conv(s, c);
     const size_t ws = lk::conv2d_workspace_floats(s);
-    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
-    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
-    const Floats x = random_floats(x_n, rng_);
-    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
-    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
-    Floats y(y_n), dx(x_n), dw = random_floats(w.size(), rng_), db = random_floats(b.size(), rng_);
-    Floats work(ws);
     // dw and db start non-zero (the backward pass accumulates into them): the device copies are
-    // taken before the CPU pass adds to them.
-    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw), gdb(db), gwork(ws);
-    lk::conv2d_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), work.data());
-    lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(),
-                            work.data());
+    // of the case's dw0 and db0, which the CPU pass leaves alone.
+    DeviceArray<float> gx(c.x), gw(c.w), gb(c.b), gdy(c.dy), gy(c.dy.size()), gdx(c.x.size()),
+        gdw(c.dw0), gdb(c.db0), gwork(ws);
     lk::conv2d_forward_cuda(s, gx.get(), gw.get(), gb.get(), gy.get(), gwork.get(), stream_);
     lk::conv2d_backward_cuda(s, gx.get(), gw.get(), gdy.get(), gdx.get(), gdw.get(), gdb.get(),
                              gwork.get(), stream_);
     sync();
-    EXPECT_TRUE(close(gy.download(), y, 1e-4)) << "y";
-    EXPECT_TRUE(close(gdx.download(), dx, 1e-4)) << "dx";
-    EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw";
-    EXPECT_TRUE(close(gdb.download(), db, 1e-4)) << "db";
+    EXPECT_TRUE(close(gy.download(), want.y, 1e-4)) << "y";
+    EXPECT_TRUE(close(gdx.download(), want.dx, 1e-4)) << "dx";
+    EXPECT_TRUE(close(gdw.download(), want.dw, 1e-4)) << "dw";
+    EXPECT_TRUE(close(gdb.download(), want.db, 1e-4)) << "db";
   }
 }
 
@@ -215,27 +208,19 @@ TEST_F(GpuParity, CudnnConv2dForwardAndBackwardForAnyGeometry) {
     larger.n = s.n + 3;
     const size_t ws = lk::conv2d_cudnn_workspace_floats(larger, false);
     ASSERT_GE(ws, lk::conv2d_cudnn_workspace_floats(s, false));
-    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
-    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
-    const Floats x = random_floats(x_n, rng_);
-    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
-    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
-    Floats y(y_n), dx(x_n), dw = random_floats(w.size(), rng_), db = random_floats(b.size(), rng_);
-    Floats work(lk::conv2d_workspace_floats(s));
-    DeviceArray<float> gx(x), gw(w), gwk(w.size()), gb(b), gdy(dy), gy(y_n), gdx(x_n), gdw(dw),
-        gdb(db), gwork(ws);
-    lk::conv2d_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), work.data());
-    lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(),
-                            work.data());
+    const ConvCase c(s, rng_);
+    const ConvResult want = cpu_conv(s, c);
+    DeviceArray<float> gx(c.x), gw(c.w), gwk(c.w.size()), gb(c.b), gdy(c.dy), gy(c.dy.size()),
+        gdx(c.x.size()), gdw(c.dw0), gdb(c.db0), gwork(ws);
     lk::conv2d_weights_krsc_cuda(s, gw.get(), gwk.get(), stream_);
     lk::conv2d_forward_cudnn(s, gx.get(), gwk.get(), gb.get(), gy.get(), gwork.get(), stream_);
     lk::conv2d_backward_cudnn(s, gx.get(), gwk.get(), gdy.get(), gdx.get(), gdw.get(), gdb.get(),
                               gwork.get(), stream_);
     sync();
-    EXPECT_TRUE(close(gy.download(), y, 1e-4)) << "y";
-    EXPECT_TRUE(close(gdx.download(), dx, 1e-4)) << "dx";
-    EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw";
-    EXPECT_TRUE(close(gdb.download(), db, 1e-4)) << "db";
+    EXPECT_TRUE(close(gy.download(), want.y, 1e-4)) << "y";
+    EXPECT_TRUE(close(gdx.download(), want.dx, 1e-4)) << "dx";
+    EXPECT_TRUE(close(gdw.download(), want.dw, 1e-4)) << "dw";
+    EXPECT_TRUE(close(gdb.download(), want.db, 1e-4)) << "db";
   }
 }
 
@@ -253,27 +238,19 @@ TEST_F(GpuParity, DirectConv2dForwardAndFilterGradient) {
   for (auto s : shapes) {
     s.relu = relu = !relu;
     SCOPED_TRACE(describe(s) + (s.relu ? " relu" : ""));
-    const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
-    const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
-    const Floats x = random_floats(x_n, rng_);
-    const Floats w = random_floats(size_t(s.kh) * s.kw * s.c_in * s.c_out, rng_);
-    const Floats b = random_floats(s.c_out, rng_), dy = random_floats(y_n, rng_);
-    const Floats dw0 = random_floats(w.size(), rng_), db0 = random_floats(b.size(), rng_);
-    Floats y(y_n), dx(x_n), dw = dw0, db = db0, work(lk::conv2d_workspace_floats(s));
-    lk::conv2d_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), work.data());
-    lk::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, dw.data(), db.data(),
-                            work.data());
-    DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y_n), gdw(dw0), gdb(db0),
-        gdw_only(dw0), gwork(lk::conv2d_direct_workspace_floats(s));
+    const ConvCase c(s, rng_);
+    const ConvResult want = cpu_conv(s, c, /*with_dx=*/false);
+    DeviceArray<float> gx(c.x), gw(c.w), gb(c.b), gdy(c.dy), gy(c.dy.size()), gdw(c.dw0),
+        gdb(c.db0), gdw_only(c.dw0), gwork(lk::conv2d_direct_workspace_floats(s));
     lk::conv2d_forward_direct_cuda(s, gx.get(), gw.get(), gb.get(), gy.get(), false, stream_);
     lk::conv2d_filter_direct_cuda(s, gx.get(), gdy.get(), gdw.get(), gdb.get(), gwork.get(), false,
                                   stream_);
     lk::conv2d_filter_direct_cuda(s, gx.get(), gdy.get(), gdw_only.get(), nullptr, gwork.get(),
                                   false, stream_);
     sync();
-    EXPECT_TRUE(close(gy.download(), y, 1e-5)) << "y";
-    EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw";
-    EXPECT_TRUE(close(gdb.download(), db, 1e-4)) << "db";
+    EXPECT_TRUE(close(gy.download(), want.y, 1e-5)) << "y";
+    EXPECT_TRUE(close(gdw.download(), want.dw, 1e-4)) << "dw";
+    EXPECT_TRUE(close(gdb.download(), want.db, 1e-4)) << "db";
     EXPECT_EQ(gdw_only.download(), gdw.download()) << "dw without db: the same sums, in order";
   }
   const lk::Conv2dShape wide{.n = 1, .h = 4, .w = 4, .c_in = 4, .c_out = 8};  // 36 taps
