@@ -182,14 +182,17 @@ data_args=()
 [[ -f "$train_data" ]] && data_args=(--data "$train_data")
 
 # bench_train BATCH PRECISION [ARGS...]: lockstep-bench train on the GPU, 200 timed steps; ARGS
-# go to lockstep-bench, and they and LOCKSTEP_CUDA_CONV (when set) into the step's name.
+# go to lockstep-bench, and they and LOCKSTEP_CUDA_CONV (when set) into the step's name. Its log
+# holds the convolution layers' timed choices (debug level).
 bench_train() {
   local batch=$1 precision=$2
   shift 2
   local tag="$*${LOCKSTEP_CUDA_CONV:+ conv $LOCKSTEP_CUDA_CONV}"
   local log="$logs/bench_train_${batch}_${precision}${tag:+_${tag//[^a-z0-9]/}}.log"
-  step "$step_timeout" "$log" "$bench" train --device cuda --precision "$precision" --model cnn \
-    --global-batch "$batch" --steps 200 --warmup 20 "${data_args[@]}" "$@"
+  # Debug logging: the convolution layers' choices of kernel family, with their times.
+  LOCKSTEP_LOG_LEVEL=debug step "$step_timeout" "$log" "$bench" train --device cuda \
+    --precision "$precision" --model cnn --global-batch "$batch" --steps 200 --warmup 20 \
+    "${data_args[@]}" "$@"
   gpu_step "lockstep cnn $precision, batch $batch${tag:+ (${tag# })}" $? "$log" "$(figures "$log")"
   cat "$log"
 }
