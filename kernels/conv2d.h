@@ -45,6 +45,19 @@ void conv2d_forward_onednn(const Conv2dShape& s, const float* x, const float* w,
 void conv2d_backward_onednn(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                             float* dx, float* dw, float* db);
 
+// The oneDNN twins with the output in oneDNN's own layout, 16 channels to a block (aBcd16b,
+// "nChw16c": y[n][c / 16][oy][ox][c % 16]), for a convolution where oneDNN chooses that layout
+// (conv2d_onednn_blocked16: its forward writes it and its weight-gradient pass reads dy in it; a
+// first layer with one input channel on AVX-512; never with s.relu, and c_out a multiple of 16,
+// so the buffer holds as many floats as NHWC). A layer that reads that layout itself (the
+// max-pool, pool.h) spares the two reorders conv2d_*_onednn would make to and from NHWC. The
+// bias is required; the backward pass computes no dx.
+bool conv2d_onednn_blocked16(const Conv2dShape& s);
+void conv2d_forward_onednn_blocked16(const Conv2dShape& s, const float* x, const float* w,
+                                     const float* b, float* y_blocked);
+void conv2d_backward_weights_onednn_blocked16(const Conv2dShape& s, const float* x,
+                                              const float* dy_blocked, float* dw, float* db);
+
 // CUDA twins (conv2d.cu: im2col + cuBLAS): device pointers, a device workspace of the same size,
 // enqueued on `stream`.
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b,

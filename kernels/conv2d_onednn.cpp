@@ -78,6 +78,7 @@ struct Forward {
   dnnl::convolution_forward prim;
   Staged x, w, b, y;
   memory scratch;
+  memory::desc dst;  // the layout the primitive writes
 };
 
 struct BackwardData {
@@ -90,6 +91,7 @@ struct BackwardWeights {
   dnnl::convolution_backward_weights prim;
   Staged x, dy, dw, db;
   memory scratch;
+  memory::desc diff_dst;  // the layout the primitive reads dy in
 };
 
 // oneDNN's reference kernels name themselves "ref:...".
@@ -108,7 +110,7 @@ Forward make_forward(const Conv2dShape& s, bool bias) {
     Forward f{dnnl::convolution_forward(pd), Staged(Staged::Role::input, l.x, pd.src_desc()),
               Staged(Staged::Role::input, l.w, pd.weights_desc()), Staged(),
               Staged(Staged::Role::output, l.y, pd.dst_desc()),
-              memory(pd.scratchpad_desc(), onednn::engine())};
+              memory(pd.scratchpad_desc(), onednn::engine()), pd.dst_desc()};
     if (bias) f.b = Staged(Staged::Role::input, l.b, pd.bias_desc());
     return f;
   }
@@ -144,14 +146,87 @@ BackwardWeights make_backward_weights(const Conv2dShape& s, bool bias) {
                       Staged(Staged::Role::input, l.x, pd.src_desc()),
                       Staged(Staged::Role::input, l.y, pd.diff_dst_desc()),
                       Staged(Staged::Role::accumulate, l.w, pd.diff_weights_desc()), Staged(),
-                      memory(pd.scratchpad_desc(), onednn::engine())};
+                      memory(pd.scratchpad_desc(), onednn::engine()), pd.diff_dst_desc()};
     if (bias) b.db = Staged(Staged::Role::accumulate, l.b, pd.diff_bias_desc());
     return b;
   }
   throw std::logic_error("conv2d_backward_onednn: no layouts");
 }
 
+Forward& forward_entry(const Conv2dShape& s, bool bias) {
+  return onednn::cached<Forward>(key_of(s, bias), [&] { return make_forward(s, bias); });
+}
+BackwardWeights& backward_weights_entry(const Conv2dShape& s, bool bias) {
+  return onednn::cached<BackwardWeights>(key_of(s, bias),
+                                         [&] { return make_backward_weights(s, bias); });
+}
+
+// The activations' layout blocked by 16 channels (aBcd16b, "nChw16c") for a shape's output.
+memory::desc blocked16(const Conv2dShape& s) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_onednn_blocked16");
+  return memory::desc({s.n, s.c_out, g.out_h, g.out_w}, f32, Tag::aBcd16b);
+}
+
+void require_blocked16(const Conv2dShape& s, const char* who) {
+  if (!conv2d_onednn_blocked16(s))
+    throw std::logic_error(std::string(who) +
+                           ": oneDNN does not lay this convolution's output out in 16-channel "
+                           "blocks; check conv2d_onednn_blocked16() first");
+}
+
 }  // namespace
+
+bool conv2d_onednn_blocked16(const Conv2dShape& s) {
+  if (s.relu || s.c_out % 16 != 0) return false;
+  try {
+    const memory::desc want = blocked16(s);
+    return forward_entry(s, true).dst == want && backward_weights_entry(s, true).diff_dst == want;
+  } catch (const dnnl::error& e) {
+    onednn::rethrow("conv2d_onednn_blocked16", e);
+  }
+}
+
+void conv2d_forward_onednn_blocked16(const Conv2dShape& s, const float* x, const float* w,
+                                     const float* b, float* y_blocked) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_forward_onednn_blocked16");
+  if (g.rows == 0) return;
+  require_blocked16(s, "conv2d_forward_onednn_blocked16");
+  try {
+    Forward& f = forward_entry(s, true);
+    dnnl::stream& st = onednn::stream();
+    memory y(f.dst, onednn::engine(), y_blocked);
+    f.prim.execute(st, {{DNNL_ARG_SRC, f.x.in(x)},
+                        {DNNL_ARG_WEIGHTS, f.w.in(w)},
+                        {DNNL_ARG_BIAS, f.b.in(b)},
+                        {DNNL_ARG_DST, y},
+                        {DNNL_ARG_SCRATCHPAD, f.scratch}});
+    st.wait();
+  } catch (const dnnl::error& e) {
+    onednn::rethrow("conv2d_forward_onednn_blocked16", e);
+  }
+}
+
+void conv2d_backward_weights_onednn_blocked16(const Conv2dShape& s, const float* x,
+                                              const float* dy_blocked, float* dw, float* db) {
+  const Conv2dGeometry g = conv2d_geometry(s, "conv2d_backward_weights_onednn_blocked16");
+  if (g.rows == 0) return;
+  require_blocked16(s, "conv2d_backward_weights_onednn_blocked16");
+  try {
+    BackwardWeights& b = backward_weights_entry(s, true);
+    dnnl::stream& st = onednn::stream();
+    memory dy(b.diff_dst, onednn::engine(), const_cast<float*>(dy_blocked));
+    b.prim.execute(st, {{DNNL_ARG_SRC, b.x.in(x)},
+                        {DNNL_ARG_DIFF_DST, dy},
+                        {DNNL_ARG_DIFF_WEIGHTS, b.dw.out(dw)},
+                        {DNNL_ARG_DIFF_BIAS, b.db.out(db)},
+                        {DNNL_ARG_SCRATCHPAD, b.scratch}});
+    b.dw.finish();
+    b.db.finish();
+    st.wait();
+  } catch (const dnnl::error& e) {
+    onednn::rethrow("conv2d_backward_weights_onednn_blocked16", e);
+  }
+}
 
 void conv2d_forward_onednn(const Conv2dShape& s, const float* x, const float* w, const float* b,
                            float* y) {
@@ -159,7 +234,7 @@ void conv2d_forward_onednn(const Conv2dShape& s, const float* x, const float* w,
   if (g.rows == 0) return;
   try {
     const bool bias = b != nullptr;
-    Forward& f = onednn::cached<Forward>(key_of(s, bias), [&] { return make_forward(s, bias); });
+    Forward& f = forward_entry(s, bias);
     dnnl::stream& st = onednn::stream();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, f.x.in(x)},
                                          {DNNL_ARG_WEIGHTS, f.w.in(w)},
@@ -182,8 +257,7 @@ void conv2d_backward_onednn(const Conv2dShape& s, const float* x, const float* w
     dnnl::stream& st = onednn::stream();
     if (dw != nullptr) {
       const bool bias = db != nullptr;
-      BackwardWeights& b = onednn::cached<BackwardWeights>(
-          key_of(s, bias), [&] { return make_backward_weights(s, bias); });
+      BackwardWeights& b = backward_weights_entry(s, bias);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, b.x.in(x)},
                                            {DNNL_ARG_DIFF_DST, b.dy.in(dy)},
                                            {DNNL_ARG_DIFF_WEIGHTS, b.dw.out(dw)},

@@ -29,6 +29,15 @@ void conv2d_backward_onednn(const Conv2dShape&, const float*, const float*, cons
                             float*, float*) {
   missing("conv2d_backward_onednn");
 }
+bool conv2d_onednn_blocked16(const Conv2dShape&) { return false; }
+void conv2d_forward_onednn_blocked16(const Conv2dShape&, const float*, const float*, const float*,
+                                     float*) {
+  missing("conv2d_forward_onednn_blocked16");
+}
+void conv2d_backward_weights_onednn_blocked16(const Conv2dShape&, const float*, const float*,
+                                              float*, float*) {
+  missing("conv2d_backward_weights_onednn_blocked16");
+}
 void gemm_onednn(const GemmShape&, const float*, const float*, float*) { missing("gemm_onednn"); }
 
 }  // namespace lockstep::kernels

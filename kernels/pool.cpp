@@ -61,6 +61,57 @@ void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* 
   }
 }
 
+void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
+  maxpool_input_elements(s, "maxpool_forward_blocked16_cpu");
+  if (s.c % 16 != 0)
+    throw std::invalid_argument("maxpool_forward_blocked16_cpu: channels (" + std::to_string(s.c) +
+                                ") must be a multiple of 16");
+  const int oh = s.out_h(), ow = s.out_w(), c = s.c, blocks = s.c / 16;
+  LS_PARALLEL_FOR
+  for (int img = 0; img < s.n; ++img) {
+    for (int oy = 0; oy < oh; ++oy) {
+      for (int ox = 0; ox < ow; ++ox) {
+        const size_t out = ((static_cast<size_t>(img) * oh + oy) * ow + ox) * c;
+        for (int cb = 0; cb < blocks; ++cb) {
+          // One block's 16 channels are contiguous in the input and in the NHWC output; the window
+          // is visited tap by tap in the NHWC kernel's order, so ties resolve alike.
+          float* __restrict yo = y + out + cb * 16;
+          int32_t* __restrict ao = argmax + out + cb * 16;
+          for (int ky = 0; ky < s.k; ++ky) {
+            for (int kx = 0; kx < s.k; ++kx) {
+              const int32_t base = static_cast<int32_t>(
+                  (((img * blocks + cb) * s.h + oy * s.k + ky) * s.w + ox * s.k + kx) * 16);
+              const float* __restrict src = x + base;
+              if (ky == 0 && kx == 0) {
+                for (int ch = 0; ch < 16; ++ch) {
+                  yo[ch] = src[ch];
+                  ao[ch] = base + ch;
+                }
+                continue;
+              }
+              for (int ch = 0; ch < 16; ++ch) {
+                const float v = src[ch], cur = yo[ch];
+                const int32_t take = -static_cast<int32_t>(v > cur);
+                yo[ch] = v > cur ? v : cur;
+                ao[ch] = ((base + ch) & take) | (ao[ch] & ~take);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void maxpool_backward_blocked16_cpu(const PoolShape& s, const float* dy, const int32_t* argmax,
+                                    float* dx) {
+  if (s.c % 16 != 0)
+    throw std::invalid_argument("maxpool_backward_blocked16_cpu: channels (" +
+                                std::to_string(s.c) + ") must be a multiple of 16");
+  // An image's slice is the same size in either layout, and its argmax points into it.
+  maxpool_backward_cpu(s, dy, argmax, dx);
+}
+
 void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx) {
   maxpool_input_elements(s, "maxpool_backward_cpu");
   const size_t in_image = static_cast<size_t>(s.h) * s.w * s.c;

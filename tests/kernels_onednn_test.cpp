@@ -128,6 +128,42 @@ TEST_P(OnednnConv, BackwardSkipsWhatIsNull) {
 INSTANTIATE_TEST_SUITE_P(Shapes, OnednnConv, ::testing::ValuesIn(kConvCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The CNN's first layer keeps oneDNN's blocked output where oneDNN chooses it (one input channel
+// on AVX-512): its forward writes, and its weight gradient reads, exactly the values the NHWC
+// twins write and read, in 16-channel blocks.
+TEST(OnednnConvBlocked16, MatchesTheNhwcTwinExactly) {
+  SKIP_WITHOUT_ONEDNN();
+  const Conv2dShape s = conv(5, 28, 28, 1, 32, 3, 1, 1);
+  if (!conv2d_onednn_blocked16(s))
+    GTEST_SKIP() << "oneDNN lays this convolution's output out otherwise here ("
+                 << onednn_description() << ")";
+  EXPECT_FALSE(conv2d_onednn_blocked16(conv(5, 14, 14, 32, 64, 3, 1, 1)))
+      << "the second convolution runs on NHWC as it is";
+  const auto x = random_floats(x_size(s), 1), w = random_floats(w_size(s), 2),
+             b = random_floats(s.c_out, 3), dy = random_floats(y_size(s), 4);
+  const int oh = s.out_h(), ow = s.out_w();
+  const auto blocked = [&](const std::vector<float>& nhwc) {
+    std::vector<float> out(nhwc.size());
+    for (int img = 0; img < s.n; ++img)
+      for (int y = 0; y < oh; ++y)
+        for (int xx = 0; xx < ow; ++xx)
+          for (int c = 0; c < s.c_out; ++c)
+            out[(((size_t(img) * (s.c_out / 16) + c / 16) * oh + y) * ow + xx) * 16 + c % 16] =
+                nhwc[((size_t(img) * oh + y) * ow + xx) * s.c_out + c];
+    return out;
+  };
+  std::vector<float> y(y_size(s)), yb(y_size(s)), dw(w_size(s), 0.5f), dwb(dw),
+      db(s.c_out, 0.25f), dbb(db);
+  conv2d_forward_onednn(s, x.data(), w.data(), b.data(), y.data());
+  conv2d_forward_onednn_blocked16(s, x.data(), w.data(), b.data(), yb.data());
+  EXPECT_EQ(yb, blocked(y));
+  conv2d_backward_onednn(s, x.data(), w.data(), dy.data(), nullptr, dw.data(), db.data());
+  conv2d_backward_weights_onednn_blocked16(s, x.data(), blocked(dy).data(), dwb.data(),
+                                           dbb.data());
+  EXPECT_EQ(dwb, dw);
+  EXPECT_EQ(dbb, db);
+}
+
 TEST(OnednnConvShapes, RejectsBadShapesLikeTheCpuTwin) {
   SKIP_WITHOUT_ONEDNN();
   float v = 0;

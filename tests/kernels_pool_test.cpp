@@ -105,6 +105,45 @@ TEST(MaxPool, TieGoesToFirstElementOfWindow) {
   EXPECT_EQ(y, (std::vector<float>{1, 5}));
 }
 
+// NHWC [n, h, w, c] to 16-channel blocks [n, c / 16, h, w, 16] (c a multiple of 16).
+std::vector<float> to_blocked16(const std::vector<float>& x, const PoolShape& s) {
+  std::vector<float> b(x.size());
+  for (int img = 0; img < s.n; ++img)
+    for (int y = 0; y < s.h; ++y)
+      for (int xx = 0; xx < s.w; ++xx)
+        for (int c = 0; c < s.c; ++c)
+          b[((((size_t(img) * (s.c / 16) + c / 16) * s.h + y) * s.w + xx) * 16) + c % 16] =
+              x[((size_t(img) * s.h + y) * s.w + xx) * s.c + c];
+  return b;
+}
+
+// The blocked pair gives the NHWC pair's maxima and gradients exactly, ties included (few
+// distinct values), with the gradient in the blocked layout; channels not a multiple of 16 are
+// refused.
+TEST(MaxPool, Blocked16MatchesNhwcExactly) {
+  const PoolShape shapes[] = {{3, 28, 28, 32, 2}, {2, 7, 9, 16, 3}, {1, 4, 4, 48, 2}};
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> level(0, 3);
+  for (const PoolShape& s : shapes) {
+    SCOPED_TRACE(testing::Message() << s.n << "x" << s.h << "x" << s.w << "x" << s.c << " k=" << s.k);
+    const size_t in_n = size_t(s.n) * s.h * s.w * s.c;
+    const size_t out_n = size_t(s.n) * s.out_h() * s.out_w() * s.c;
+    std::vector<float> x(in_n), dy(out_n);
+    for (float& v : x) v = static_cast<float>(level(rng));
+    for (float& v : dy) v = static_cast<float>(level(rng)) - 1.5f;
+    std::vector<float> y(out_n), yb(out_n), dx(in_n), dxb(in_n, 9.0f);
+    std::vector<int32_t> arg(out_n), argb(out_n);
+    maxpool_forward_cpu(s, x.data(), y.data(), arg.data());
+    maxpool_backward_cpu(s, dy.data(), arg.data(), dx.data());
+    maxpool_forward_blocked16_cpu(s, to_blocked16(x, s).data(), yb.data(), argb.data());
+    maxpool_backward_blocked16_cpu(s, dy.data(), argb.data(), dxb.data());
+    EXPECT_EQ(yb, y);
+    EXPECT_EQ(dxb, to_blocked16(dx, s));
+  }
+  EXPECT_THROW(maxpool_forward_blocked16_cpu({1, 4, 4, 8, 2}, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+}
+
 TEST(MaxPool, RejectsBadShapes) {
   EXPECT_THROW(maxpool_forward_cpu({1, 2, 2, 1, 3}, nullptr, nullptr, nullptr),
                std::invalid_argument);

@@ -2,6 +2,7 @@
 
 #include "kernels/activation.h"
 #include "kernels/onednn.h"
+#include "runtime/base/error.h"
 #include "runtime/model/model_spec.h"
 
 namespace lockstep {
@@ -27,7 +28,9 @@ class Conv2dLayer : public Layer {
     return blas_workspace(batch) + (plan_.fused_relu ? static_cast<size_t>(batch) * out_size() : 0);
   }
   void forward(int batch, const float* x, float* y, float* workspace) override {
-    if (onednn_forward_)
+    if (plan_.out_blocked16)
+      kernels::conv2d_forward_onednn_blocked16(shape(batch), x, params_, bias(params_), y);
+    else if (onednn_forward_)
       kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y);
     else
       kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
@@ -40,7 +43,11 @@ class Conv2dLayer : public Layer {
       kernels::relu_backward_cpu(y, dy, masked, static_cast<size_t>(batch) * out_size());
       dy = masked;
     }
-    if (onednn_backward_)
+    if (plan_.out_blocked16) {
+      if (dx != nullptr) throw Error("conv: a blocked output is only planned for a first layer");
+      kernels::conv2d_backward_weights_onednn_blocked16(shape(batch), x, dy, grads_,
+                                                        bias(grads_));
+    } else if (onednn_backward_)
       kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
     else
       kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),

@@ -12,11 +12,18 @@ class MaxPoolLayer : public Layer {
     argmax_.resize(static_cast<size_t>(max_batch) * out_size());
   }
   void forward(int batch, const float* x, float* y, float*) override {
-    kernels::maxpool_forward_cpu(shape(batch), x, y, argmax_.data());
+    if (plan_.in_blocked16)
+      kernels::maxpool_forward_blocked16_cpu(shape(batch), x, y, argmax_.data());
+    else
+      kernels::maxpool_forward_cpu(shape(batch), x, y, argmax_.data());
   }
   void backward(int batch, const float*, const float*, const float* dy, float* dx,
                 float*) override {
-    if (dx) kernels::maxpool_backward_cpu(shape(batch), dy, argmax_.data(), dx);
+    if (!dx) return;
+    if (plan_.in_blocked16)
+      kernels::maxpool_backward_blocked16_cpu(shape(batch), dy, argmax_.data(), dx);
+    else
+      kernels::maxpool_backward_cpu(shape(batch), dy, argmax_.data(), dx);
   }
 
  private:
