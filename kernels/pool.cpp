@@ -61,11 +61,20 @@ void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* 
   }
 }
 
-void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
-  maxpool_input_elements(s, "maxpool_forward_blocked16_cpu");
+namespace {
+
+// The blocked pair's shape check: the NHWC one, and whole blocks of 16 channels.
+void require_blocks_of_16(const PoolShape& s, const char* who) {
+  maxpool_input_elements(s, who);
   if (s.c % 16 != 0)
-    throw std::invalid_argument("maxpool_forward_blocked16_cpu: channels (" + std::to_string(s.c) +
+    throw std::invalid_argument(std::string(who) + ": channels (" + std::to_string(s.c) +
                                 ") must be a multiple of 16");
+}
+
+}  // namespace
+
+void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
+  require_blocks_of_16(s, "maxpool_forward_blocked16_cpu");
   const int oh = s.out_h(), ow = s.out_w(), c = s.c, blocks = s.c / 16;
   // 16, but not a constant to the compiler: g++ unrolls a constant 16-trip loop into scalar code
   // before it would vectorise it (3x slower, 2026-11-26).
@@ -108,9 +117,7 @@ void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x, float* y,
 
 void maxpool_backward_blocked16_cpu(const PoolShape& s, const float* dy, const int32_t* argmax,
                                     float* dx) {
-  if (s.c % 16 != 0)
-    throw std::invalid_argument("maxpool_backward_blocked16_cpu: channels (" +
-                                std::to_string(s.c) + ") must be a multiple of 16");
+  require_blocks_of_16(s, "maxpool_backward_blocked16_cpu");
   // An image's slice is the same size in either layout, and its argmax points into it.
   maxpool_backward_cpu(s, dy, argmax, dx);
 }
