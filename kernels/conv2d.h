@@ -38,25 +38,36 @@ void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, c
                          float* dx, float* dw, float* db, float* workspace);
 
 // oneDNN twins (conv2d_onednn.cpp; onednn.h: availability, threads, the per-thread primitive
-// cache): the same shapes and contract, on the same NHWC / HWIO buffers; their scratch (reordered
-// operands, oneDNN's scratchpad) is the cached primitives' own, so they take no workspace.
+// cache): the same shapes and contract, on the same NHWC / HWIO buffers unless `io` says an
+// activation is in oneDNN's 16-channel blocks (below); their scratch (reordered operands,
+// oneDNN's scratchpad) is the cached primitives' own, so they take no workspace.
+//
+// The algorithm is oneDNN's to choose (convolution_auto) wherever the activations' layouts are
+// too: on AVX-512 it takes Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions of 16k channels at
+// batches of 16 or more (its own heuristic), which does the CNN's second convolution in 0.80x the
+// direct kernel's time and rounds differently (about 1e-6 of the largest output). `io.direct`
+// pins the direct algorithm (LOCKSTEP_CPU_CONV=direct in the layers).
+struct Conv2dIo {
+  // x (and dx) / y (and dy) laid out in 16-channel blocks, oneDNN's aBcd16b ("nChw16c":
+  // v[n][c / 16][h][w][c % 16]); the channels a multiple of 16, so the buffer holds as many
+  // floats as NHWC. Correct for any shape (a reorder where the primitive wants another layout);
+  // fast where conv2d_onednn_blocked16 says oneDNN chose that layout itself.
+  bool x_blocked16 = false;
+  bool y_blocked16 = false;
+  bool direct = false;
+};
 void conv2d_forward_onednn(const Conv2dShape& s, const float* x, const float* w, const float* b,
-                           float* y);
+                           float* y, Conv2dIo io = {});
 void conv2d_backward_onednn(const Conv2dShape& s, const float* x, const float* w, const float* dy,
-                            float* dx, float* dw, float* db);
+                            float* dx, float* dw, float* db, Conv2dIo io = {});
 
-// The oneDNN twins with the output in oneDNN's own layout, 16 channels to a block (aBcd16b,
-// "nChw16c": y[n][c / 16][oy][ox][c % 16]), for a convolution where oneDNN chooses that layout
-// (conv2d_onednn_blocked16: its forward writes it and its weight-gradient pass reads dy in it; a
-// first layer with one input channel on AVX-512; never with s.relu, and c_out a multiple of 16,
-// so the buffer holds as many floats as NHWC). A layer that reads that layout itself (the
-// max-pool, pool.h) spares the two reorders conv2d_*_onednn would make to and from NHWC. The
-// bias is required; the backward pass computes no dx.
-bool conv2d_onednn_blocked16(const Conv2dShape& s);
-void conv2d_forward_onednn_blocked16(const Conv2dShape& s, const float* x, const float* w,
-                                     const float* b, float* y_blocked);
-void conv2d_backward_weights_onednn_blocked16(const Conv2dShape& s, const float* x,
-                                              const float* dy_blocked, float* dw, float* db);
+// Whether oneDNN, left to choose the activations' layouts for this shape (every pass it would
+// run: forward, the weight gradient, and with more than one input channel the input gradient),
+// chooses the 16-channel blocks for the input (`io.x_blocked16` asks about x; a one-channel
+// input is never blocked) and the output (`io.y_blocked16`): on AVX-512 it does for 16k channels.
+// A layer that reads or writes that layout itself (the max-pool, pool.h; ReLUs) spares the
+// reorders to and from NHWC around each pass.
+bool conv2d_onednn_blocked16(const Conv2dShape& s, Conv2dIo io);
 
 // CUDA twins (conv2d.cu: im2col + cuBLAS): device pointers, a device workspace of the same size,
 // enqueued on `stream`.

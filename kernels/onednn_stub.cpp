@@ -22,22 +22,15 @@ void onednn_set_threads(int) {}
 const char* onednn_description() { return "none"; }
 bool onednn_avx512() { return false; }
 
-void conv2d_forward_onednn(const Conv2dShape&, const float*, const float*, const float*, float*) {
+void conv2d_forward_onednn(const Conv2dShape&, const float*, const float*, const float*, float*,
+                           Conv2dIo) {
   missing("conv2d_forward_onednn");
 }
 void conv2d_backward_onednn(const Conv2dShape&, const float*, const float*, const float*, float*,
-                            float*, float*) {
+                            float*, float*, Conv2dIo) {
   missing("conv2d_backward_onednn");
 }
-bool conv2d_onednn_blocked16(const Conv2dShape&) { return false; }
-void conv2d_forward_onednn_blocked16(const Conv2dShape&, const float*, const float*, const float*,
-                                     float*) {
-  missing("conv2d_forward_onednn_blocked16");
-}
-void conv2d_backward_weights_onednn_blocked16(const Conv2dShape&, const float*, const float*,
-                                              float*, float*) {
-  missing("conv2d_backward_weights_onednn_blocked16");
-}
+bool conv2d_onednn_blocked16(const Conv2dShape&, Conv2dIo) { return false; }
 void gemm_onednn(const GemmShape&, const float*, const float*, float*) { missing("gemm_onednn"); }
 
 }  // namespace lockstep::kernels

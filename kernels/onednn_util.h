@@ -32,6 +32,9 @@ class Staged {
   // An output: the memory the primitive writes; finish() then moves (or adds) it into `data`.
   dnnl::memory& out(void* data);
   void finish();
+  // Whether the operand goes through a reorder (the primitive chose another layout; always for an
+  // accumulated output).
+  bool reorders() const { return staged_; }
 
  private:
   dnnl::memory user_, own_;

@@ -73,7 +73,8 @@ void require_blocks_of_16(const PoolShape& s, const char* who) {
 
 }  // namespace
 
-void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
+void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax,
+                                   bool y_blocked16) {
   require_blocks_of_16(s, "maxpool_forward_blocked16_cpu");
   const int oh = s.out_h(), ow = s.out_w(), c = s.c, blocks = s.c / 16;
   // 16, but not a constant to the compiler: g++ unrolls a constant 16-trip loop into scalar code
@@ -83,12 +84,14 @@ void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x, float* y,
   for (int img = 0; img < s.n; ++img) {
     for (int oy = 0; oy < oh; ++oy) {
       for (int ox = 0; ox < ow; ++ox) {
-        const size_t out = ((static_cast<size_t>(img) * oh + oy) * ow + ox) * c;
         for (int cb = 0; cb < blocks; ++cb) {
-          // One block's 16 channels are contiguous in the input and in the NHWC output; the window
-          // is visited tap by tap in the NHWC kernel's order, so ties resolve alike.
-          float* __restrict yo = y + out + cb * lanes;
-          int32_t* __restrict ao = argmax + out + cb * lanes;
+          // One block's 16 channels are contiguous in the input and in either output layout; the
+          // window is visited tap by tap in the NHWC kernel's order, so ties resolve alike.
+          const size_t out =
+              y_blocked16 ? (((static_cast<size_t>(img) * blocks + cb) * oh + oy) * ow + ox) * lanes
+                          : ((static_cast<size_t>(img) * oh + oy) * ow + ox) * c + cb * lanes;
+          float* __restrict yo = y + out;
+          int32_t* __restrict ao = argmax + out;
           for (int ky = 0; ky < s.k; ++ky) {
             for (int kx = 0; kx < s.k; ++kx) {
               const int32_t base = static_cast<int32_t>(

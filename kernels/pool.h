@@ -25,11 +25,13 @@ void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* 
 void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx);
 
 // The same over an input laid out in 16-channel blocks (oneDNN's aBcd16b, as
-// conv2d_forward_onednn_blocked16 writes it: x[n][c / 16][h][w][c % 16]; c a multiple of 16):
-// y is NHWC as above, and argmax indexes the blocked input, whose gradient the backward pass
-// writes in the same blocked layout. The same maxima, ties and gradients as the NHWC pair.
+// conv2d_forward_onednn writes it with Conv2dIo::y_blocked16: x[n][c / 16][h][w][c % 16]; c a
+// multiple of 16): y is NHWC as above, or in the same blocks with y_blocked16 (then argmax, and
+// the dy of the backward pass, follow y's blocked order); argmax indexes the blocked input, whose
+// gradient the backward pass writes in the same blocked layout. The same maxima, ties and
+// gradients as the NHWC pair.
 void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x_blocked, float* y,
-                                   int32_t* argmax);
+                                   int32_t* argmax, bool y_blocked16 = false);
 void maxpool_backward_blocked16_cpu(const PoolShape& s, const float* dy, const int32_t* argmax,
                                     float* dx_blocked);
 

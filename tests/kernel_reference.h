@@ -85,4 +85,30 @@ double max_rel_error(const A& a, const B& b) {
   return e;
 }
 
+// NHWC [n, h, w, c] to oneDNN's 16-channel blocks [n, c / 16, h, w, 16] (c a multiple of 16),
+// and back.
+inline size_t blocked16_index(int n, int h, int w, int c, int img, int y, int x, int ch) {
+  return ((((static_cast<size_t>(img) * (c / 16) + ch / 16) * h + y) * w + x) * 16) + ch % 16;
+}
+inline std::vector<float> to_blocked16(const std::vector<float>& v, int n, int h, int w, int c) {
+  std::vector<float> b(v.size());
+  for (int img = 0; img < n; ++img)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int ch = 0; ch < c; ++ch)
+          b[blocked16_index(n, h, w, c, img, y, x, ch)] =
+              v[((static_cast<size_t>(img) * h + y) * w + x) * c + ch];
+  return b;
+}
+inline std::vector<float> from_blocked16(const std::vector<float>& b, int n, int h, int w, int c) {
+  std::vector<float> v(b.size());
+  for (int img = 0; img < n; ++img)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int ch = 0; ch < c; ++ch)
+          v[((static_cast<size_t>(img) * h + y) * w + x) * c + ch] =
+              b[blocked16_index(n, h, w, c, img, y, x, ch)];
+  return v;
+}
+
 }  // namespace lockstep::kernel_test

@@ -128,40 +128,79 @@ TEST_P(OnednnConv, BackwardSkipsWhatIsNull) {
 INSTANTIATE_TEST_SUITE_P(Shapes, OnednnConv, ::testing::ValuesIn(kConvCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// The CNN's first layer keeps oneDNN's blocked output where oneDNN chooses it (one input channel
-// on AVX-512): its forward writes, and its weight gradient reads, exactly the values the NHWC
-// twins write and read, in 16-channel blocks.
-TEST(OnednnConvBlocked16, MatchesTheNhwcTwinExactly) {
+// Activations in 16-channel blocks (Conv2dIo): the oracle's values, in blocks, for the CNN's first
+// layer (blocked output), its second (blocked input and output, at a batch where oneDNN takes
+// Winograd on AVX-512 and at one where it takes the direct kernel; with the direct algorithm
+// pinned; with a fused ReLU), and a blocked input alone. On AVX-512 oneDNN chooses these layouts
+// itself (conv2d_onednn_blocked16); elsewhere the twins reorder, with the same results.
+TEST(OnednnConvBlocked16, MatchesTheOracleInBlocks) {
   SKIP_WITHOUT_ONEDNN();
-  const Conv2dShape s = conv(5, 28, 28, 1, 32, 3, 1, 1);
-  if (!conv2d_onednn_blocked16(s))
-    GTEST_SKIP() << "oneDNN lays this convolution's output out otherwise here ("
-                 << onednn_description() << ")";
-  EXPECT_FALSE(conv2d_onednn_blocked16(conv(5, 14, 14, 32, 64, 3, 1, 1)))
-      << "the second convolution runs on NHWC as it is";
-  const auto x = random_floats(x_size(s), 1), w = random_floats(w_size(s), 2),
-             b = random_floats(s.c_out, 3), dy = random_floats(y_size(s), 4);
-  const int oh = s.out_h(), ow = s.out_w();
-  const auto blocked = [&](const std::vector<float>& nhwc) {
-    std::vector<float> out(nhwc.size());
-    for (int img = 0; img < s.n; ++img)
-      for (int y = 0; y < oh; ++y)
-        for (int xx = 0; xx < ow; ++xx)
-          for (int c = 0; c < s.c_out; ++c)
-            out[(((size_t(img) * (s.c_out / 16) + c / 16) * oh + y) * ow + xx) * 16 + c % 16] =
-                nhwc[((size_t(img) * oh + y) * ow + xx) * s.c_out + c];
-    return out;
+  using kernel_test::from_blocked16;
+  using kernel_test::to_blocked16;
+  struct Case {
+    const char* name;
+    Conv2dShape s;
+    Conv2dIo io;
   };
-  std::vector<float> y(y_size(s)), yb(y_size(s)), dw(w_size(s), 0.5f), dwb(dw),
-      db(s.c_out, 0.25f), dbb(db);
-  conv2d_forward_onednn(s, x.data(), w.data(), b.data(), y.data());
-  conv2d_forward_onednn_blocked16(s, x.data(), w.data(), b.data(), yb.data());
-  EXPECT_EQ(yb, blocked(y));
-  conv2d_backward_onednn(s, x.data(), w.data(), dy.data(), nullptr, dw.data(), db.data());
-  conv2d_backward_weights_onednn_blocked16(s, x.data(), blocked(dy).data(), dwb.data(),
-                                           dbb.data());
-  EXPECT_EQ(dwb, dw);
-  EXPECT_EQ(dbb, db);
+  Conv2dShape relu = conv(17, 14, 14, 32, 64, 3, 1, 1);
+  relu.relu = true;
+  const Case cases[] = {
+      {"conv1 blocked output", conv(5, 28, 28, 1, 32, 3, 1, 1), {false, true}},
+      {"conv2 blocked, batch 32", conv(32, 14, 14, 32, 64, 3, 1, 1), {true, true}},
+      {"conv2 blocked, batch 3", conv(3, 14, 14, 32, 64, 3, 1, 1), {true, true}},
+      {"conv2 blocked, direct", conv(32, 14, 14, 32, 64, 3, 1, 1), {true, true, true}},
+      {"conv2 blocked, fused relu", relu, {true, true}},
+      {"blocked input alone", conv(16, 9, 7, 16, 24, 3, 1, 1), {true, false}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Conv2dShape& s = c.s;
+    if (onednn_avx512()) {
+      EXPECT_TRUE(conv2d_onednn_blocked16(s, c.io)) << onednn_description();
+    }
+    const int oh = s.out_h(), ow = s.out_w();
+    const auto x_in = [&](const std::vector<float>& v) {
+      return c.io.x_blocked16 ? to_blocked16(v, s.n, s.h, s.w, s.c_in) : v;
+    };
+    const auto x_out = [&](const std::vector<float>& v) {
+      return c.io.x_blocked16 ? from_blocked16(v, s.n, s.h, s.w, s.c_in) : v;
+    };
+    const auto y_in = [&](const std::vector<float>& v) {
+      return c.io.y_blocked16 ? to_blocked16(v, s.n, oh, ow, s.c_out) : v;
+    };
+    const auto y_out = [&](const std::vector<float>& v) {
+      return c.io.y_blocked16 ? from_blocked16(v, s.n, oh, ow, s.c_out) : v;
+    };
+    const auto x = random_floats(x_size(s), 1), w = random_floats(w_size(s), 2),
+               b = random_floats(s.c_out, 3), dy = random_floats(y_size(s), 4);
+    std::vector<float> ws(conv2d_workspace_floats(s)), want(y_size(s)), got(y_size(s));
+    conv2d_forward_cpu(s, x.data(), w.data(), b.data(), want.data(), ws.data());
+    conv2d_forward_onednn(s, x_in(x).data(), w.data(), b.data(), got.data(), c.io);
+    EXPECT_LT(max_rel_error(y_out(got), want), kTolerance);
+    std::vector<float> dx_want(x_size(s)), dx(x_size(s), 7.0f), dw_want(w_size(s), 0.5f),
+        dw(dw_want), db_want(s.c_out, 0.25f), db(db_want);
+    const bool has_dx = s.c_in > 1;
+    conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), has_dx ? dx_want.data() : nullptr,
+                        dw_want.data(), db_want.data(), ws.data());
+    conv2d_backward_onednn(s, x_in(x).data(), w.data(), y_in(dy).data(),
+                           has_dx ? dx.data() : nullptr, dw.data(), db.data(), c.io);
+    if (has_dx) {
+      EXPECT_LT(max_rel_error(x_out(dx), dx_want), kTolerance);
+    }
+    EXPECT_LT(max_rel_error(dw, dw_want), kTolerance);
+    EXPECT_LT(max_rel_error(db, db_want), kTolerance);
+    // The bias gradient alone sums dy in its layout.
+    std::vector<float> db_only(s.c_out, 0.0f), db_only_want(db_only);
+    conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, nullptr, db_only_want.data(),
+                        ws.data());
+    conv2d_backward_onednn(s, x_in(x).data(), w.data(), y_in(dy).data(), nullptr, nullptr,
+                           db_only.data(), c.io);
+    EXPECT_LT(max_rel_error(db_only, db_only_want), kTolerance);
+  }
+  float v = 0;
+  EXPECT_THROW(conv2d_forward_onednn(conv(1, 4, 4, 8, 16, 3, 1, 1), &v, &v, &v, &v, {true, false}),
+               std::invalid_argument)
+      << "8 input channels are not whole blocks of 16";
 }
 
 TEST(OnednnConvShapes, RejectsBadShapesLikeTheCpuTwin) {

@@ -105,21 +105,13 @@ TEST(MaxPool, TieGoesToFirstElementOfWindow) {
   EXPECT_EQ(y, (std::vector<float>{1, 5}));
 }
 
-// NHWC [n, h, w, c] to 16-channel blocks [n, c / 16, h, w, 16] (c a multiple of 16).
 std::vector<float> to_blocked16(const std::vector<float>& x, const PoolShape& s) {
-  std::vector<float> b(x.size());
-  for (int img = 0; img < s.n; ++img)
-    for (int y = 0; y < s.h; ++y)
-      for (int xx = 0; xx < s.w; ++xx)
-        for (int c = 0; c < s.c; ++c)
-          b[((((size_t(img) * (s.c / 16) + c / 16) * s.h + y) * s.w + xx) * 16) + c % 16] =
-              x[((size_t(img) * s.h + y) * s.w + xx) * s.c + c];
-  return b;
+  return kernel_test::to_blocked16(x, s.n, s.h, s.w, s.c);
 }
 
 // The blocked pair gives the NHWC pair's maxima and gradients exactly, ties included (few
-// distinct values), with the gradient in the blocked layout; channels not a multiple of 16 are
-// refused.
+// distinct values), with the gradient in the blocked layout, and with the output (and dy) blocked
+// too; channels not a multiple of 16 are refused.
 TEST(MaxPool, Blocked16MatchesNhwcExactly) {
   const PoolShape shapes[] = {{3, 28, 28, 32, 2}, {2, 7, 9, 16, 3}, {1, 4, 4, 48, 2}};
   std::mt19937 rng(7);
@@ -139,6 +131,14 @@ TEST(MaxPool, Blocked16MatchesNhwcExactly) {
     maxpool_backward_blocked16_cpu(s, dy.data(), argb.data(), dxb.data());
     EXPECT_EQ(yb, y);
     EXPECT_EQ(dxb, to_blocked16(dx, s));
+    // Blocked in and out: y and dy in the output's blocks.
+    const PoolShape out_shape{s.n, s.out_h(), s.out_w(), s.c, 1};
+    std::vector<float> ybb(out_n), dxbb(in_n, 9.0f);
+    maxpool_forward_blocked16_cpu(s, to_blocked16(x, s).data(), ybb.data(), argb.data(), true);
+    maxpool_backward_blocked16_cpu(s, to_blocked16(dy, out_shape).data(), argb.data(),
+                                   dxbb.data());
+    EXPECT_EQ(ybb, to_blocked16(y, out_shape));
+    EXPECT_EQ(dxbb, to_blocked16(dx, s));
   }
   EXPECT_THROW(maxpool_forward_blocked16_cpu({1, 4, 4, 8, 2}, nullptr, nullptr, nullptr),
                std::invalid_argument);

@@ -78,19 +78,39 @@ void fuse_conv_relu(std::vector<LayerPlan>& plan) {
     if (plan[i].spec.type == "conv" && plan[i + 1].spec.type == "relu") plan[i].fused_relu = true;
 }
 
-// On the CPU a first-layer convolution whose output oneDNN lays out in 16-channel blocks (one
-// input channel, AVX-512) hands that layout to the max-pool right after it, which reads it and
-// writes the gradient back in it (LayerPlan::out_blocked16): the two reorders to and from NHWC
-// were 0.47 + 0.72 ms of a 13.7 ms step at batch 64 a rank (AVX-512 VM, 2026-11-26). Checked at
-// batch 1 and the largest; the kernels refuse any other batch whose layout would differ.
-void keep_first_conv_blocked(std::vector<LayerPlan>& plan, int max_batch) {
-  if (plan.size() < 2 || !kernels::onednn_built()) return;
-  LayerPlan& conv = plan[0];
-  LayerPlan& pool = plan[1];
-  if (conv.spec.type != "conv" || pool.spec.type != "maxpool" || conv.fused_relu) return;
-  for (int n : {1, max_batch})
-    if (!kernels::conv2d_onednn_blocked16(conv2d_shape(conv, n))) return;
-  conv.out_blocked16 = pool.in_blocked16 = true;
+// On the CPU the activations between convolutions and max-pools (ReLUs between them included)
+// stay in oneDNN's 16-channel blocks where oneDNN's convolutions choose that layout themselves
+// (AVX-512, channels a multiple of 16; a one-channel first layer's output too): the max-pools read
+// and write it, ReLUs do not care, and every reorder to and from NHWC is spared (the first
+// convolution's two were 0.47 + 0.72 ms of a 13.7 ms step at batch 64 a rank, AVX-512 VM,
+// 2026-11-26). With blocked activations on both sides oneDNN may also take Winograd for a 3x3
+// convolution (conv2d.h). Each hand-off is checked at batch 1 and the largest, from the first
+// layer on, so a convolution is checked with the layouts of its input already settled.
+bool hands_on_blocked16(const LayerPlan& from, int max_batch) {
+  if (from.spec.type == "maxpool") return from.in_blocked16;
+  return from.spec.type == "conv" && conv2d_keeps_blocked16(from, max_batch);
+}
+bool takes_blocked16(const LayerPlan& to, int max_batch) {
+  if (to.spec.type == "maxpool") return to.in[2] % 16 == 0;
+  return to.spec.type == "conv" && conv2d_keeps_blocked16(to, max_batch);
+}
+
+void keep_activations_blocked(std::vector<LayerPlan>& plan, int max_batch) {
+  if (!kernels::onednn_built()) return;
+  for (size_t i = 0; i + 1 < plan.size(); ++i) {
+    size_t next = i + 1;  // the next layer that is not a ReLU
+    while (next < plan.size() && plan[next].spec.type == "relu") ++next;
+    if (next == plan.size()) return;
+    LayerPlan& from = plan[i];
+    LayerPlan& to = plan[next];
+    from.out_blocked16 = to.in_blocked16 = true;
+    if (hands_on_blocked16(from, max_batch) && takes_blocked16(to, max_batch)) {
+      for (size_t r = i + 1; r < next; ++r) plan[r].in_blocked16 = plan[r].out_blocked16 = true;
+    } else {
+      from.out_blocked16 = to.in_blocked16 = false;
+    }
+    i = next - 1;
+  }
 }
 
 }  // namespace
@@ -108,7 +128,7 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   if (where == DeviceKind::cuda) check_cuda_layers(plan_);
   if (where == DeviceKind::cpu) {
     fuse_conv_relu(plan_);
-    if (placement_.cpu_kernels == CpuKernels::best) keep_first_conv_blocked(plan_, max_batch);
+    if (placement_.cpu_kernels == CpuKernels::best) keep_activations_blocked(plan_, max_batch);
   }
   size_t total = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {

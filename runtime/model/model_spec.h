@@ -86,12 +86,12 @@ struct LayerPlan {
   // ReLU in its forward pass (and masks its incoming gradient by it), and the ReLU layer passes
   // its input through (model.h).
   bool fused_relu = false;
-  // Set by the model on a CPU convolution and the max-pool directly after it when oneDNN lays the
-  // convolution's output out in 16-channel blocks (conv2d_onednn_blocked16: a first layer with one
-  // input channel): the activation between them, and its gradient, stay in that layout (same
-  // size), which the max-pool reads and writes, sparing two reorders a step (model.h).
-  bool out_blocked16 = false;  // the convolution
-  bool in_blocked16 = false;   // the max-pool
+  // Set by the model on CPU layers whose input (and its gradient) / output (and its gradient)
+  // stay in oneDNN's 16-channel blocks (aBcd16b, the same size as NHWC) between a convolution
+  // or max-pool and the next, ReLUs between them included (model.h): oneDNN's convolutions
+  // choose that layout themselves on AVX-512, and every reorder to and from NHWC is spared.
+  bool in_blocked16 = false;
+  bool out_blocked16 = false;
 };
 
 // Resolves shapes through the layers for an input sample shape and the data's output width;

@@ -1,5 +1,8 @@
 #include "runtime/model/layers/conv.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "kernels/activation.h"
 #include "kernels/onednn.h"
 #include "runtime/base/error.h"
@@ -7,6 +10,20 @@
 
 namespace lockstep {
 namespace {
+
+// LOCKSTEP_CPU_CONV: "auto" (the default: oneDNN chooses the algorithm where the activations are
+// blocked, Winograd for the CNN's second convolution) or "direct" (the direct algorithm always,
+// as PyTorch asks oneDNN for: its rounding, about 1e-6 of the largest output apart).
+bool cpu_conv_direct() {
+  static const bool direct = [] {
+    const char* env = std::getenv("LOCKSTEP_CPU_CONV");
+    const std::string v = env == nullptr ? "" : env;
+    if (v.empty() || v == "auto") return false;
+    if (v == "direct") return true;
+    throw UsageError("LOCKSTEP_CPU_CONV='" + v + "': expected auto or direct");
+  }();
+  return direct;
+}
 
 // With oneDNN, the forward pass runs on it; so does the backward pass unless oneDNN runs AVX2 (not
 // AVX-512) kernels and the layer has fewer input channels than those block them by (8): there it
@@ -28,10 +45,8 @@ class Conv2dLayer : public Layer {
     return blas_workspace(batch) + (plan_.fused_relu ? static_cast<size_t>(batch) * out_size() : 0);
   }
   void forward(int batch, const float* x, float* y, float* workspace) override {
-    if (plan_.out_blocked16)
-      kernels::conv2d_forward_onednn_blocked16(shape(batch), x, params_, bias(params_), y);
-    else if (onednn_forward_)
-      kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y);
+    if (onednn_forward_)
+      kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y, conv2d_io(plan_));
     else
       kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
   }
@@ -43,12 +58,9 @@ class Conv2dLayer : public Layer {
       kernels::relu_backward_cpu(y, dy, masked, static_cast<size_t>(batch) * out_size());
       dy = masked;
     }
-    if (plan_.out_blocked16) {
-      if (dx != nullptr) throw Error("conv: a blocked output is only planned for a first layer");
-      kernels::conv2d_backward_weights_onednn_blocked16(shape(batch), x, dy, grads_,
-                                                        bias(grads_));
-    } else if (onednn_backward_)
-      kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+    if (onednn_backward_)
+      kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
+                                      conv2d_io(plan_));
     else
       kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
                                    workspace);
@@ -56,11 +68,7 @@ class Conv2dLayer : public Layer {
 
  private:
   float* bias(float* base) const { return base + bias_offset(plan_); }
-  kernels::Conv2dShape shape(int batch) const {
-    kernels::Conv2dShape s = conv2d_shape(plan_, batch);
-    s.relu = plan_.fused_relu;
-    return s;
-  }
+  kernels::Conv2dShape shape(int batch) const { return conv2d_cpu_shape(plan_, batch); }
   size_t blas_workspace(int batch) const {
     return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
   }
@@ -68,6 +76,23 @@ class Conv2dLayer : public Layer {
 };
 
 }  // namespace
+
+kernels::Conv2dShape conv2d_cpu_shape(const LayerPlan& p, int batch) {
+  kernels::Conv2dShape s = conv2d_shape(p, batch);
+  s.relu = p.fused_relu;
+  return s;
+}
+
+kernels::Conv2dIo conv2d_io(const LayerPlan& p) {
+  return {p.in_blocked16, p.out_blocked16, cpu_conv_direct()};
+}
+
+bool conv2d_keeps_blocked16(const LayerPlan& p, int max_batch) {
+  if (!kernels::onednn_built() || (!kernels::onednn_avx512() && p.in[2] < 8)) return false;
+  for (int n : {1, max_batch})
+    if (!kernels::conv2d_onednn_blocked16(conv2d_cpu_shape(p, n), conv2d_io(p))) return false;
+  return true;
+}
 
 LayerType conv_layer_type() {
   LayerType t;

@@ -29,6 +29,15 @@ inline kernels::Conv2dShape conv2d_shape(const LayerPlan& p, int batch) {
   return s;
 }
 
+// The CPU layer's: the shape with its fused ReLU, and the oneDNN activation layouts
+// (LayerPlan::in_blocked16 / out_blocked16; the algorithm pinned by LOCKSTEP_CPU_CONV=direct,
+// conv.cpp; a bad value throws UsageError).
+kernels::Conv2dShape conv2d_cpu_shape(const LayerPlan& p, int batch);
+kernels::Conv2dIo conv2d_io(const LayerPlan& p);
+// Whether the CPU layer (oneDNN, CpuKernels::best) runs with the blocked activations its plan
+// asks for without reordering them: oneDNN chooses those layouts itself, at batch 1 and max_batch.
+bool conv2d_keeps_blocked16(const LayerPlan& p, int max_batch);
+
 std::unique_ptr<Layer> make_conv_cuda(const LayerPlan& plan, const CudaLayerPlacement& where);
 
 }  // namespace lockstep

@@ -13,7 +13,8 @@ class MaxPoolLayer : public Layer {
   }
   void forward(int batch, const float* x, float* y, float*) override {
     if (plan_.in_blocked16)
-      kernels::maxpool_forward_blocked16_cpu(shape(batch), x, y, argmax_.data());
+      kernels::maxpool_forward_blocked16_cpu(shape(batch), x, y, argmax_.data(),
+                                             plan_.out_blocked16);
     else
       kernels::maxpool_forward_cpu(shape(batch), x, y, argmax_.data());
   }
