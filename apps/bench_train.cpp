@@ -11,7 +11,8 @@
 // its share of the peak. The peak is measured in the same run (bench_peak.h), on every rank at once
 // and summed over the ranks: on the CPU the fastest of the build's GEMM and convolution kernels
 // (OpenBLAS sgemm and oneDNN matmul at 2048^3, --peak-size; oneDNN convolution at the CNN's conv2
-// shape) with the rank's threads, named in the output;
+// shape, on NHWC and in 16-channel blocks with oneDNN's algorithm: Winograd on AVX-512, counted
+// as the direct algorithm's FLOPs) with the rank's threads, named in the output;
 // on a GPU (--device cuda) a cuBLAS 8192^3 GEMM in the step's precision (--precision: fp32, or
 // bf16 with fp32 accumulation, then the fp32 rate is printed too), timed by CUDA events.
 #include <algorithm>

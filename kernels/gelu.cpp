@@ -6,8 +6,7 @@
 namespace lockstep::kernels {
 
 // No __restrict: the header allows in-place use; each element depends only on its own index.
-// Cloned for AVX-512 and AVX2 (chosen at load time by the CPU) beside the baseline build.
-#define LS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// Cloned for AVX-512 and AVX2 (parallel.h) beside the baseline build.
 
 namespace {
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -17,7 +18,24 @@
 #define LS_PARALLEL_FOR
 #endif
 
+// A loop function cloned for AVX-512 and AVX2 beside the baseline build, the clone chosen at load
+// time by the CPU (the library is built for baseline x86-64).
+#define LS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// A function compiled for AVX-512 alone: call it only where cpu_avx512f() is true.
+#define LS_AVX512 __attribute__((target("avx512f")))
+#define LS_ALWAYS_INLINE inline __attribute__((always_inline))
+
 namespace lockstep::kernels {
+
+// Whether the CPU runs AVX-512F, unless LOCKSTEP_CPU_BASELINE is set (non-empty): then the loops
+// dispatched on it take their baseline builds (a test runs them so on an AVX-512 machine).
+inline bool cpu_avx512f() {
+  static const bool has = [] {
+    const char* baseline = std::getenv("LOCKSTEP_CPU_BASELINE");
+    return (baseline == nullptr || *baseline == '\0') && __builtin_cpu_supports("avx512f");
+  }();
+  return has;
+}
 
 template <class Fn>
 void parallel_chunks(size_t n, size_t grain, Fn&& fn) {

@@ -26,14 +26,15 @@ void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* ar
 
 // The same over an input laid out in 16-channel blocks (oneDNN's aBcd16b, as
 // conv2d_forward_onednn writes it with Conv2dIo::y_blocked16: x[n][c / 16][h][w][c % 16]; c a
-// multiple of 16): y is NHWC as above, or in the same blocks with y_blocked16 (then argmax, and
-// the dy of the backward pass, follow y's blocked order); argmax indexes the blocked input, whose
-// gradient the backward pass writes in the same blocked layout. The same maxima, ties and
-// gradients as the NHWC pair.
+// multiple of 16): y is NHWC as above, or in the same blocks with y_blocked16 (argmax follows y's
+// order, and the backward pass's dy and dy_blocked16 must match the forward's y); argmax indexes
+// the blocked input, whose gradient the backward pass writes in the same blocked layout (every
+// element: no zeroing needed). The same maxima, ties and gradients as the NHWC pair. AVX-512 code
+// where the CPU has it (parallel.h).
 void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x_blocked, float* y,
                                    int32_t* argmax, bool y_blocked16 = false);
 void maxpool_backward_blocked16_cpu(const PoolShape& s, const float* dy, const int32_t* argmax,
-                                    float* dx_blocked);
+                                    float* dx_blocked, bool dy_blocked16 = false);
 
 // CUDA twins (pool.cu): device pointers, enqueued on `stream`.
 void maxpool_forward_cuda(const PoolShape& s, const float* x, float* y, int32_t* argmax,

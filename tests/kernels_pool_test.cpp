@@ -136,7 +136,7 @@ TEST(MaxPool, Blocked16MatchesNhwcExactly) {
     std::vector<float> ybb(out_n), dxbb(in_n, 9.0f);
     maxpool_forward_blocked16_cpu(s, to_blocked16(x, s).data(), ybb.data(), argb.data(), true);
     maxpool_backward_blocked16_cpu(s, to_blocked16(dy, out_shape).data(), argb.data(),
-                                   dxbb.data());
+                                   dxbb.data(), true);
     EXPECT_EQ(ybb, to_blocked16(y, out_shape));
     EXPECT_EQ(dxbb, to_blocked16(dx, s));
   }

@@ -22,7 +22,8 @@ class MaxPoolLayer : public Layer {
                 float*) override {
     if (!dx) return;
     if (plan_.in_blocked16)
-      kernels::maxpool_backward_blocked16_cpu(shape(batch), dy, argmax_.data(), dx);
+      kernels::maxpool_backward_blocked16_cpu(shape(batch), dy, argmax_.data(), dx,
+                                              plan_.out_blocked16);
     else
       kernels::maxpool_backward_cpu(shape(batch), dy, argmax_.data(), dx);
   }
