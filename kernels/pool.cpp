@@ -95,10 +95,11 @@ struct OutIndex {
 };
 
 // Forward over planes [p0, p1): each window visited tap by tap in the NHWC kernel's order, the
-// first maximum winning a tie, argmax the flat index into the blocked x.
+// first maximum winning a tie, argmax the flat index into the blocked x (-1 where a fused ReLU
+// gives 0).
 template <int W>
 LS_ALWAYS_INLINE void forward_planes(const PoolShape& s, const float* x, float* y, int32_t* argmax,
-                                     OutIndex at, size_t p0, size_t p1) {
+                                     OutIndex at, bool relu, size_t p0, size_t p1) {
   using L = Lanes<W>;
   using F = typename L::F;
   using I = typename L::I;
@@ -127,6 +128,14 @@ LS_ALWAYS_INLINE void forward_planes(const PoolShape& s, const float* x, float* 
               best[g] = more ? v : best[g];
               arg[g] = more ? tap + g * W + iota : arg[g];
             }
+          }
+        }
+        if (relu) {
+          const F zero = {};
+          for (int g = 0; g < L::kGroups; ++g) {
+            const I positive = best[g] > zero;
+            arg[g] = positive ? arg[g] : -1;
+            best[g] = best[g] < zero ? zero : best[g];  // as relu_forward_cpu: a NaN passes
           }
         }
         const size_t o = at(img, cb, oy, ox);
@@ -183,12 +192,12 @@ LS_ALWAYS_INLINE void backward_planes(const PoolShape& s, const float* dy, const
 }
 
 LS_AVX512 void forward_planes_avx512(const PoolShape& s, const float* x, float* y, int32_t* argmax,
-                                     OutIndex at, size_t p0, size_t p1) {
-  forward_planes<16>(s, x, y, argmax, at, p0, p1);
+                                     OutIndex at, bool relu, size_t p0, size_t p1) {
+  forward_planes<16>(s, x, y, argmax, at, relu, p0, p1);
 }
 void forward_planes_sse(const PoolShape& s, const float* x, float* y, int32_t* argmax, OutIndex at,
-                        size_t p0, size_t p1) {
-  forward_planes<4>(s, x, y, argmax, at, p0, p1);
+                        bool relu, size_t p0, size_t p1) {
+  forward_planes<4>(s, x, y, argmax, at, relu, p0, p1);
 }
 LS_AVX512 void backward_planes_avx512(const PoolShape& s, const float* dy, const int32_t* argmax,
                                       float* dx, OutIndex at, size_t p0, size_t p1) {
@@ -206,15 +215,15 @@ OutIndex out_index(const PoolShape& s, bool y_blocked16) {
 }  // namespace
 
 void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax,
-                                   bool y_blocked16) {
+                                   bool y_blocked16, bool relu) {
   require_blocks_of_16(s, "maxpool_forward_blocked16_cpu");
   const OutIndex at = out_index(s, y_blocked16);
   const bool wide = cpu_avx512f();
   parallel_chunks(static_cast<size_t>(s.n) * at.blocks, 1, [&](size_t b, size_t e) {
     if (wide)
-      forward_planes_avx512(s, x, y, argmax, at, b, e);
+      forward_planes_avx512(s, x, y, argmax, at, relu, b, e);
     else
-      forward_planes_sse(s, x, y, argmax, at, b, e);
+      forward_planes_sse(s, x, y, argmax, at, relu, b, e);
   });
 }
 

@@ -30,9 +30,11 @@ void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* ar
 // order, and the backward pass's dy and dy_blocked16 must match the forward's y); argmax indexes
 // the blocked input, whose gradient the backward pass writes in the same blocked layout (every
 // element: no zeroing needed). The same maxima, ties and gradients as the NHWC pair. AVX-512 code
-// where the CPU has it (parallel.h).
+// where the CPU has it (parallel.h). With `relu` the forward pass writes max(0, maximum) (a NaN
+// passes) and argmax -1 where that is not positive, so the backward pass gives those windows no
+// gradient: a ReLU after the pool, fused.
 void maxpool_forward_blocked16_cpu(const PoolShape& s, const float* x_blocked, float* y,
-                                   int32_t* argmax, bool y_blocked16 = false);
+                                   int32_t* argmax, bool y_blocked16 = false, bool relu = false);
 void maxpool_backward_blocked16_cpu(const PoolShape& s, const float* dy, const int32_t* argmax,
                                     float* dx_blocked, bool dy_blocked16 = false);
 

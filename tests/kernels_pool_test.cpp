@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernel_reference.h"
+#include "kernels/activation.h"
 #include "kernels/pool.h"
 
 namespace lockstep::kernels {
@@ -139,6 +140,20 @@ TEST(MaxPool, Blocked16MatchesNhwcExactly) {
                                    dxbb.data(), true);
     EXPECT_EQ(ybb, to_blocked16(y, out_shape));
     EXPECT_EQ(dxbb, to_blocked16(dx, s));
+    // A ReLU fused into the blocked pool: the pool then the ReLU, forward and back, on inputs
+    // shifted so that some windows are all negative (and some maxima exactly 0).
+    std::vector<float> xs(x), ys(out_n), r(out_n), dr(out_n), dxs(in_n), yf(out_n), dxf(in_n, 9.0f);
+    for (float& v : xs) v -= 2.0f;
+    maxpool_forward_cpu(s, xs.data(), ys.data(), arg.data());
+    relu_forward_cpu(ys.data(), r.data(), out_n);
+    relu_backward_cpu(r.data(), dy.data(), dr.data(), out_n);
+    maxpool_backward_cpu(s, dr.data(), arg.data(), dxs.data());
+    maxpool_forward_blocked16_cpu(s, to_blocked16(xs, s).data(), yf.data(), argb.data(), false,
+                                  true);
+    maxpool_backward_blocked16_cpu(s, dy.data(), argb.data(), dxf.data());
+    EXPECT_EQ(yf, r);
+    EXPECT_EQ(dxf, to_blocked16(dxs, s));
+    EXPECT_TRUE(std::count(r.begin(), r.end(), 0.0f) > 0) << "no window was cut by the ReLU";
   }
   EXPECT_THROW(maxpool_forward_blocked16_cpu({1, 4, 4, 8, 2}, nullptr, nullptr, nullptr),
                std::invalid_argument);

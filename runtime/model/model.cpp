@@ -86,6 +86,15 @@ void fuse_conv_relu(std::vector<LayerPlan>& plan) {
 // 2026-11-26). With blocked activations on both sides oneDNN may also take Winograd for a 3x3
 // convolution (conv2d.h). Each hand-off is checked at batch 1 and the largest, from the first
 // layer on, so a convolution is checked with the layouts of its input already settled.
+// A max-pool on blocked activations directly followed by a ReLU applies it as it writes each
+// window's maximum (and passes no gradient where the result is 0): one pass over its output less
+// forward and backward (the CNN's two ReLUs, 0.42 ms of a 10.5 ms step at batch 64 a rank).
+void fuse_pool_relu(std::vector<LayerPlan>& plan) {
+  for (size_t i = 0; i + 1 < plan.size(); ++i)
+    if (plan[i].spec.type == "maxpool" && plan[i].in_blocked16 && plan[i + 1].spec.type == "relu")
+      plan[i].fused_relu = true;
+}
+
 bool hands_on_blocked16(const LayerPlan& from, int max_batch) {
   if (from.spec.type == "maxpool") return from.in_blocked16;
   return from.spec.type == "conv" && conv2d_keeps_blocked16(from, max_batch);
@@ -128,7 +137,10 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   if (where == DeviceKind::cuda) check_cuda_layers(plan_);
   if (where == DeviceKind::cpu) {
     fuse_conv_relu(plan_);
-    if (placement_.cpu_kernels == CpuKernels::best) keep_activations_blocked(plan_, max_batch);
+    if (placement_.cpu_kernels == CpuKernels::best) {
+      keep_activations_blocked(plan_, max_batch);
+      fuse_pool_relu(plan_);
+    }
   }
   size_t total = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {

@@ -15,7 +15,8 @@
 // maxpool then relu (the same function and gradient, less work), so plan() lists them in the
 // order they run; layer indices and parameter names are those of the spec. On the CPU a
 // convolution directly followed by a ReLU applies it in its own forward pass (LayerPlan::
-// fused_relu) and the ReLU layer passes its input through.
+// fused_relu), and so does a max-pool on blocked activations, and the ReLU layer passes its input
+// through.
 //
 // Each layer is its type's (layer_registry.h) CPU layer or CUDA twin; a spec naming a CPU-only
 // type is refused on CUDA before any device work.

@@ -82,9 +82,9 @@ struct LayerPlan {
   // gradient to (a language model's output head tied to its token embedding); -1: none. The
   // planner of the type sets it (LayerCheck::earlier); the model binds it (Layer::bind_tied).
   int tied = -1;
-  // Set by the model on a CPU convolution directly followed by a ReLU: the convolution applies the
-  // ReLU in its forward pass (and masks its incoming gradient by it), and the ReLU layer passes
-  // its input through (model.h).
+  // Set by the model on a CPU convolution directly followed by a ReLU, and on a CPU max-pool with
+  // a blocked input directly followed by one: the layer applies the ReLU in its forward pass (and
+  // masks its incoming gradient by it), and the ReLU layer passes its input through (model.h).
   bool fused_relu = false;
   // Set by the model on CPU layers whose input (and its gradient) / output (and its gradient)
   // stay in oneDNN's 16-channel blocks (aBcd16b, the same size as NHWC) between a convolution

@@ -14,7 +14,7 @@ class MaxPoolLayer : public Layer {
   void forward(int batch, const float* x, float* y, float*) override {
     if (plan_.in_blocked16)
       kernels::maxpool_forward_blocked16_cpu(shape(batch), x, y, argmax_.data(),
-                                             plan_.out_blocked16);
+                                             plan_.out_blocked16, plan_.fused_relu);
     else
       kernels::maxpool_forward_cpu(shape(batch), x, y, argmax_.data());
   }
