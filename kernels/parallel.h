@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <string>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -27,14 +28,14 @@
 
 namespace lockstep::kernels {
 
-// Whether the CPU runs AVX-512F, unless LOCKSTEP_CPU_BASELINE is set (non-empty): then the loops
-// dispatched on it take their baseline builds (a test runs them so on an AVX-512 machine).
+// Whether the loops dispatched on the CPU take their AVX-512 builds: the CPU has AVX-512F, and
+// LOCKSTEP_CPU_ISA is not "baseline" (a test runs the baseline builds so on an AVX-512 machine).
 inline bool cpu_avx512f() {
-  static const bool has = [] {
-    const char* baseline = std::getenv("LOCKSTEP_CPU_BASELINE");
-    return (baseline == nullptr || *baseline == '\0') && __builtin_cpu_supports("avx512f");
+  static const bool use = [] {
+    const char* isa = std::getenv("LOCKSTEP_CPU_ISA");
+    return (isa == nullptr || std::string(isa) != "baseline") && __builtin_cpu_supports("avx512f");
   }();
-  return has;
+  return use;
 }
 
 template <class Fn>

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/lanes16.h"
 #include "kernels/parallel.h"
 
 namespace lockstep::kernels {
@@ -73,26 +74,10 @@ void require_blocks_of_16(const PoolShape& s, const char* who) {
 }
 
 // The blocked pair works a plane (image, block of 16 channels) at a time, an output position's 16
-// lanes in vectors of W floats: W = 16 in an AVX-512 build of the loops (one register; chosen when
-// the CPU has it, 0.35 against 0.78 ms for the CNN's first max-pool at batch 64), else W = 4
-// (baseline SSE2). GCC's vector types: no alias checks and no unrolling into scalar code, which
-// the plain 16-lane loops suffered.
-template <int W>
-struct Lanes {
-  typedef float F __attribute__((vector_size(4 * W)));
-  typedef int32_t I __attribute__((vector_size(4 * W)));
-  static constexpr int kGroups = 16 / W;
-};
-
-// Where a plane's output position (oy, ox) keeps its 16 lanes: in the blocked y, or in NHWC.
-struct OutIndex {
-  int oh, ow, blocks, c;
-  bool blocked;
-  size_t operator()(size_t img, int cb, int oy, int ox) const {
-    return blocked ? (((img * blocks + cb) * oh + oy) * ow + ox) * 16
-                   : ((img * oh + oy) * ow + ox) * c + cb * 16;
-  }
-};
+// lanes in vectors (lanes16.h): AVX-512 when the CPU has it (0.35 against 0.78 ms for the CNN's
+// first max-pool at batch 64 with plain 16-lane loops), else the baseline build.
+using lanes16::Lanes;
+using lanes16::OutIndex;
 
 // Forward over planes [p0, p1): each window visited tap by tap in the NHWC kernel's order, the
 // first maximum winning a tie, argmax the flat index into the blocked x (-1 where a fused ReLU

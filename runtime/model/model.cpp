@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "kernels/conv2d.h"
+#include "kernels/conv_pool.h"
 #include "kernels/cuda_memory.h"
 #include "kernels/onednn.h"
 #include "runtime/base/error.h"
@@ -95,6 +96,21 @@ void fuse_pool_relu(std::vector<LayerPlan>& plan) {
       plan[i].fused_relu = true;
 }
 
+// On AVX-512 a first convolution over one input channel and the max-pool after it run as one
+// kernel (kernels/conv_pool.h: the convolution's full-resolution output, 64 x 28x28x32 floats a
+// rank-step in the CNN, is never written), the pool's fused ReLU with them.
+void fuse_first_conv_pool(std::vector<LayerPlan>& plan) {
+  if (plan.size() < 2 || !kernels::conv_pool_fast()) return;
+  LayerPlan& conv = plan[0];
+  const LayerPlan& pool = plan[1];
+  if (conv.spec.type != "conv" || pool.spec.type != "maxpool" || conv.fused_relu) return;
+  const int k = pool.spec.args[0];
+  if (!kernels::conv_pool_supported(conv2d_cpu_shape(conv, 1), k)) return;
+  conv.fused_pool_k = k;
+  conv.fused_pool_relu = pool.fused_relu;
+  conv.out_blocked16 = pool.out_blocked16;
+}
+
 bool hands_on_blocked16(const LayerPlan& from, int max_batch) {
   if (from.spec.type == "maxpool") return from.in_blocked16;
   return from.spec.type == "conv" && conv2d_keeps_blocked16(from, max_batch);
@@ -140,11 +156,12 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
     if (placement_.cpu_kernels == CpuKernels::best) {
       keep_activations_blocked(plan_, max_batch);
       fuse_pool_relu(plan_);
+      fuse_first_conv_pool(plan_);
     }
   }
   size_t total = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {
-    if (i > 0 && plan_[i - 1].fused_relu)
+    if (i > 0 && (plan_[i - 1].fused_relu || plan_[i - 1].fused_pool_k > 0))
       layers_.push_back(std::make_unique<PassThroughLayer>(plan_[i]));
     else
       layers_.push_back(where == DeviceKind::cuda

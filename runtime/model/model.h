@@ -16,7 +16,8 @@
 // order they run; layer indices and parameter names are those of the spec. On the CPU a
 // convolution directly followed by a ReLU applies it in its own forward pass (LayerPlan::
 // fused_relu), and so does a max-pool on blocked activations, and the ReLU layer passes its input
-// through.
+// through; on AVX-512 a first convolution over one input channel runs the max-pool after it too
+// (LayerPlan::fused_pool_k), which then passes its input through.
 //
 // Each layer is its type's (layer_registry.h) CPU layer or CUDA twin; a spec naming a CPU-only
 // type is refused on CUDA before any device work.

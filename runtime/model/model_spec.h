@@ -92,6 +92,12 @@ struct LayerPlan {
   // choose that layout themselves on AVX-512, and every reorder to and from NHWC is spared.
   bool in_blocked16 = false;
   bool out_blocked16 = false;
+  // Set by the model on a CPU first-layer convolution over one input channel that runs the
+  // max-pool after it (window fused_pool_k; 0: none) in its own kernel (kernels/conv_pool.h), and
+  // that pool's fused ReLU (fused_pool_relu): the convolution's output is then the pool's, in the
+  // pool's layout (out_blocked16), and the pool layer passes its input through (model.h).
+  int fused_pool_k = 0;
+  bool fused_pool_relu = false;
 };
 
 // Resolves shapes through the layers for an input sample shape and the data's output width;

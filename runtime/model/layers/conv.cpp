@@ -1,9 +1,12 @@
 #include "runtime/model/layers/conv.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "kernels/activation.h"
+#include "kernels/conv_pool.h"
 #include "kernels/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model_spec.h"
@@ -40,18 +43,34 @@ class Conv2dLayer : public Layer {
         onednn_forward_(onednn),
         onednn_backward_(onednn && (plan.in[2] >= kOnednnBackwardMinChannels ||
                                     kernels::onednn_avx512())) {}
-  // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it.
+  // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it; with a
+  // fused pool, the per-image partial gradients.
   size_t workspace_floats(int batch) const override {
+    if (plan_.fused_pool_k > 0) return kernels::conv_pool_scratch_floats(pool_shape(batch));
     return blas_workspace(batch) + (plan_.fused_relu ? static_cast<size_t>(batch) * out_size() : 0);
   }
+  void reserve(int max_batch) override {
+    if (plan_.fused_pool_k == 0) return;
+    const kernels::ConvPoolShape s = pool_shape(max_batch);
+    argmax_.resize(static_cast<size_t>(max_batch) * s.out_h() * s.out_w() * s.conv.c_out);
+  }
   void forward(int batch, const float* x, float* y, float* workspace) override {
-    if (onednn_forward_)
+    if (plan_.fused_pool_k > 0)
+      kernels::conv_pool_forward_cpu(pool_shape(batch), x, params_, bias(params_), y,
+                                     argmax_.data());
+    else if (onednn_forward_)
       kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y, conv2d_io(plan_));
     else
       kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
   }
   void backward(int batch, const float* x, const float* y, const float* dy, float* dx,
                 float* workspace) override {
+    if (plan_.fused_pool_k > 0) {
+      if (dx != nullptr) throw Error("conv: a fused max-pool is only planned for a first layer");
+      kernels::conv_pool_backward_cpu(pool_shape(batch), x, dy, argmax_.data(), grads_,
+                                      bias(grads_), workspace);
+      return;
+    }
     if (plan_.fused_relu) {
       // dy is the gradient after the fused ReLU: zero it where the ReLU blocked (y = 0).
       float* masked = workspace + blas_workspace(batch);
@@ -69,10 +88,14 @@ class Conv2dLayer : public Layer {
  private:
   float* bias(float* base) const { return base + bias_offset(plan_); }
   kernels::Conv2dShape shape(int batch) const { return conv2d_cpu_shape(plan_, batch); }
+  kernels::ConvPoolShape pool_shape(int batch) const {
+    return {shape(batch), plan_.fused_pool_k, plan_.fused_pool_relu, plan_.out_blocked16};
+  }
   size_t blas_workspace(int batch) const {
     return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
   }
   bool onednn_forward_, onednn_backward_;
+  std::vector<int8_t> argmax_;  // with a fused pool: the forward's window positions
 };
 
 }  // namespace
