@@ -48,6 +48,7 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
   using L = Lanes<W>;
   using F = typename L::F;
   using I = typename L::I;
+  typedef int8_t Bytes __attribute__((vector_size(W)));
   constexpr int G = L::kGroups;
   const Conv2dShape& c = s.conv;
   const int K = KT > 0 ? KT : c.kh, k = s.k, oh = s.out_h(), ow = s.out_w(), cout = c.c_out;
@@ -58,6 +59,12 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
     for (int cb = 0; cb < at.blocks; ++cb) {
       F bias[G];
       std::memcpy(bias, b + cb * 16, sizeof(bias));
+      // The block's weights, held locally (in registers for a 3x3 kernel) when K is known.
+      constexpr int kHeld = KT > 0 ? KT * KT : 1;
+      F held[kHeld][G];
+      if constexpr (KT > 0)
+        for (int t = 0; t < kHeld; ++t)
+          std::memcpy(held[t], w + static_cast<size_t>(t) * cout + cb * 16, sizeof(held[t]));
       for (int py = 0; py < oh; ++py) {
         for (int px = 0; px < ow; ++px) {
           F best[G] = {};
@@ -72,10 +79,13 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
               for (int ky = 0; ky < K; ++ky) {
                 for (int kx = 0; kx < K; ++kx) {
                   const float v = row[ky * pad.w + kx];
-                  const float* tap = w + static_cast<size_t>(ky * K + kx) * cout + cb * 16;
                   for (int g = 0; g < G; ++g) {
                     F wv;
-                    std::memcpy(&wv, tap + g * W, sizeof(F));
+                    if constexpr (KT > 0)
+                      wv = held[ky * K + kx][g];
+                    else
+                      std::memcpy(&wv, w + static_cast<size_t>(ky * K + kx) * cout + cb * 16 + g * W,
+                                  sizeof(F));
                     acc[g] += v * wv;
                   }
                 }
@@ -104,8 +114,10 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
           }
           const size_t o = at(img, cb, py, px);
           std::memcpy(y + o, best, sizeof(best));
-          for (int g = 0; g < G; ++g)
-            for (int l = 0; l < W; ++l) argmax[o + g * W + l] = static_cast<int8_t>(arg[g][l]);
+          for (int g = 0; g < G; ++g) {
+            const Bytes narrow = __builtin_convertvector(arg[g], Bytes);
+            std::memcpy(argmax + o + g * W, &narrow, sizeof(narrow));
+          }
         }
       }
     }
@@ -120,6 +132,7 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
   using L = Lanes<W>;
   using F = typename L::F;
   using I = typename L::I;
+  typedef int8_t Bytes __attribute__((vector_size(W)));
   constexpr int G = L::kGroups;
   constexpr int kMaxTaps = KT > 0 ? KT * KT : 49;
   const Conv2dShape& c = s.conv;
@@ -138,10 +151,12 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
           const size_t o = at(img, cb, py, px);
           F g_dy[G];
           std::memcpy(g_dy, dy + o, sizeof(g_dy));
-          int32_t widened[16];
-          for (int l = 0; l < 16; ++l) widened[l] = argmax[o + l];
           I arg[G];
-          std::memcpy(arg, widened, sizeof(arg));
+          for (int g = 0; g < G; ++g) {
+            Bytes narrow;
+            std::memcpy(&narrow, argmax + o + g * W, sizeof(narrow));
+            arg[g] = __builtin_convertvector(narrow, I);
+          }
           const F zero = {};
           for (int g = 0; g < G; ++g) {
             g_dy[g] = arg[g] >= 0 ? g_dy[g] : zero;  // the fused ReLU's cut windows

@@ -3,6 +3,7 @@
 // keeps its 16 lanes in a blocked or an NHWC output. W = 16 in a function built for AVX-512
 // (LS_AVX512, parallel.h: one register), W = 4 in the baseline build (SSE2). GCC's vector types
 // carry no alias checks and are not unrolled into scalar code, which plain 16-lane loops suffered.
+// Types and a pure index function: any thread may use them. No collective calls.
 #pragma once
 
 #include <cstddef>

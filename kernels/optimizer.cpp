@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/parallel.h"
+
 namespace lockstep::kernels {
 
 void sgd_update_cpu(const SgdOptions& o, float* param, const float* grad, float* velocity,
@@ -31,6 +33,26 @@ void sgd_update_cpu(const SgdOptions& o, float* param, const float* grad, float*
   }
 }
 
+namespace {
+
+// The Adam loop, cloned for AVX-512 and AVX2 (parallel.h); vectorised whole because this file is
+// built with -fno-math-errno (kernels/CMakeLists.txt: sqrt of a second moment never sets errno)
+// and without FMA contraction: 0.13 -> 0.02 ms for the CNN's 50k parameters, the baseline
+// build's bits (IEEE sqrt and division).
+LS_VECTOR_CLONES void adam_span(float* __restrict p, const float* __restrict g,
+                                float* __restrict mm, float* __restrict vv, size_t n, float b1,
+                                float b2, float eps, float coupled_wd, float shrink,
+                                float step_size, float inv_sqrt_bc2) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + coupled_wd * p[i];
+    mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
+    vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
+    p[i] = p[i] * shrink - step_size * mm[i] / (std::sqrt(vv[i]) * inv_sqrt_bc2 + eps);
+  }
+}
+
+}  // namespace
+
 void adam_update_cpu(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
                      size_t n) {
   if (o.step < 1) throw std::invalid_argument("adam_update_cpu: step is 1-based");
@@ -43,17 +65,8 @@ void adam_update_cpu(const AdamOptions& o, float* param, const float* grad, floa
   // the gradient instead, so it also feeds the moments.
   const float shrink = o.decoupled ? 1.0f - o.lr * o.weight_decay : 1.0f;
   const float coupled_wd = o.decoupled ? 0.0f : o.weight_decay;
-  const float b1 = o.beta1, b2 = o.beta2, eps = o.eps;
-  float* __restrict p = param;
-  const float* __restrict g = grad;
-  float* __restrict mm = m;
-  float* __restrict vv = v;
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + coupled_wd * p[i];
-    mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
-    vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
-    p[i] = p[i] * shrink - step_size * mm[i] / (std::sqrt(vv[i]) * inv_sqrt_bc2 + eps);
-  }
+  adam_span(param, grad, m, v, n, o.beta1, o.beta2, o.eps, coupled_wd, shrink, step_size,
+            inv_sqrt_bc2);
 }
 
 double global_norm_cpu(const float* g, size_t n) {
