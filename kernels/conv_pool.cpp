@@ -40,8 +40,9 @@ struct Padded {
   }
 };
 
-// Images [i0, i1) forward. KT: the kernel size when known at compile time (3), else 0 and s.conv.kh.
-template <int W, int KT>
+// Images [i0, i1) forward. KT / PK: the kernel size / pool window when known at compile time
+// (3 / 2), else 0 and s.conv.kh / s.k.
+template <int W, int KT, int PK>
 LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, const float* w,
                                      const float* b, float* y, int8_t* argmax, size_t i0,
                                      size_t i1) {
@@ -51,7 +52,9 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
   typedef int8_t Bytes __attribute__((vector_size(W)));
   constexpr int G = L::kGroups;
   const Conv2dShape& c = s.conv;
-  const int K = KT > 0 ? KT : c.kh, k = s.k, oh = s.out_h(), ow = s.out_w(), cout = c.c_out;
+  const int K = KT > 0 ? KT : c.kh, k = PK > 0 ? PK : s.k, window = k * k, oh = s.out_h(),
+            ow = s.out_w(), cout = c.c_out;
+  constexpr int kMaxWindow = PK > 0 ? PK * PK : 121;  // conv_pool_supported: k <= 11
   const OutIndex at{oh, ow, cout / 16, cout, s.y_blocked16};
   Padded pad(c);
   for (size_t img = i0; img < i1; ++img) {
@@ -67,43 +70,39 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
           std::memcpy(held[t], w + static_cast<size_t>(t) * cout + cb * 16, sizeof(held[t]));
       for (int py = 0; py < oh; ++py) {
         for (int px = 0; px < ow; ++px) {
-          F best[G] = {};
-          I arg[G] = {};
-          for (int wy = 0; wy < k; ++wy) {
-            for (int wx = 0; wx < k; ++wx) {
-              // The convolution's output at (py * k + wy, px * k + wx), 16 channels.
-              // The taps in order, then the bias: the im2col product's order (and, with FMA,
-              // its bits), so near-ties in a window resolve as in the unfused layers.
-              F acc[G] = {};
-              const float* row = p + static_cast<size_t>(py * k + wy) * pad.w + px * k + wx;
-              for (int ky = 0; ky < K; ++ky) {
-                for (int kx = 0; kx < K; ++kx) {
-                  const float v = row[ky * pad.w + kx];
-                  for (int g = 0; g < G; ++g) {
-                    F wv;
-                    if constexpr (KT > 0)
-                      wv = held[ky * K + kx][g];
-                    else
-                      std::memcpy(&wv, w + static_cast<size_t>(ky * K + kx) * cout + cb * 16 + g * W,
-                                  sizeof(F));
-                    acc[g] += v * wv;
-                  }
+          // The convolution's outputs at the window's k*k positions, 16 channels each, summed
+          // side by side (independent chains); per output the taps in order, then the bias: the
+          // im2col product's order (and, with FMA, its bits), so near-ties in a window resolve
+          // as in the unfused layers.
+          F acc[kMaxWindow][G] = {};
+          const float* corner = p + static_cast<size_t>(py * k) * pad.w + px * k;
+          for (int ky = 0; ky < K; ++ky) {
+            for (int kx = 0; kx < K; ++kx) {
+              F wv[G];
+              if constexpr (KT > 0)
+                for (int g = 0; g < G; ++g) wv[g] = held[ky * K + kx][g];
+              else
+                std::memcpy(wv, w + static_cast<size_t>(ky * K + kx) * cout + cb * 16, sizeof(wv));
+              for (int wy = 0; wy < k; ++wy)
+                for (int wx = 0; wx < k; ++wx) {
+                  const float v = corner[(wy + ky) * pad.w + wx + kx];
+                  for (int g = 0; g < G; ++g) acc[wy * k + wx][g] += v * wv[g];
                 }
-              }
-              for (int g = 0; g < G; ++g) acc[g] += bias[g];
-              const int32_t pos = wy * k + wx;
-              for (int g = 0; g < G; ++g) {
-                if (pos == 0) {
-                  best[g] = acc[g];
-                  arg[g] = I{} + 0;
-                  continue;
-                }
-                const I more = acc[g] > best[g];  // strictly: the first maximum keeps a tie
-                best[g] = more ? acc[g] : best[g];
-                arg[g] = more ? I{} + pos : arg[g];
-              }
             }
           }
+          F best[G];
+          I arg[G];
+          for (int g = 0; g < G; ++g) {
+            best[g] = acc[0][g] + bias[g];
+            arg[g] = I{};
+          }
+          for (int q = 1; q < window; ++q)
+            for (int g = 0; g < G; ++g) {
+              const F out = acc[q][g] + bias[g];
+              const I more = out > best[g];  // strictly: the first maximum keeps a tie
+              best[g] = more ? out : best[g];
+              arg[g] = more ? I{} + q : arg[g];
+            }
           if (s.relu) {
             const F zero = {};
             for (int g = 0; g < G; ++g) {
@@ -132,7 +131,6 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
   using L = Lanes<W>;
   using F = typename L::F;
   using I = typename L::I;
-  typedef int8_t Bytes __attribute__((vector_size(W)));
   constexpr int G = L::kGroups;
   constexpr int kMaxTaps = KT > 0 ? KT * KT : 49;
   const Conv2dShape& c = s.conv;
@@ -151,12 +149,10 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
           const size_t o = at(img, cb, py, px);
           F g_dy[G];
           std::memcpy(g_dy, dy + o, sizeof(g_dy));
+          int32_t widened[16];
+          for (int l = 0; l < 16; ++l) widened[l] = argmax[o + l];
           I arg[G];
-          for (int g = 0; g < G; ++g) {
-            Bytes narrow;
-            std::memcpy(&narrow, argmax + o + g * W, sizeof(narrow));
-            arg[g] = __builtin_convertvector(narrow, I);
-          }
+          std::memcpy(arg, widened, sizeof(arg));
           const F zero = {};
           for (int g = 0; g < G; ++g) {
             g_dy[g] = arg[g] >= 0 ? g_dy[g] : zero;  // the fused ReLU's cut windows
@@ -188,10 +184,10 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
 template <int W>
 LS_ALWAYS_INLINE void forward_w(const ConvPoolShape& s, const float* x, const float* w,
                                 const float* b, float* y, int8_t* argmax, size_t i0, size_t i1) {
-  if (s.conv.kh == 3)
-    forward_images<W, 3>(s, x, w, b, y, argmax, i0, i1);
+  if (s.conv.kh == 3 && s.k == 2)
+    forward_images<W, 3, 2>(s, x, w, b, y, argmax, i0, i1);
   else
-    forward_images<W, 0>(s, x, w, b, y, argmax, i0, i1);
+    forward_images<W, 0, 0>(s, x, w, b, y, argmax, i0, i1);
 }
 template <int W>
 LS_ALWAYS_INLINE void backward_w(const ConvPoolShape& s, const float* x, const float* dy,
