@@ -90,25 +90,25 @@ double max_rel_error(const A& a, const B& b) {
 inline size_t blocked16_index(int n, int h, int w, int c, int img, int y, int x, int ch) {
   return ((((static_cast<size_t>(img) * (c / 16) + ch / 16) * h + y) * w + x) * 16) + ch % 16;
 }
-inline std::vector<float> to_blocked16(const std::vector<float>& v, int n, int h, int w, int c) {
-  std::vector<float> b(v.size());
+// One pass over every element, copying NHWC -> blocked (to_blocked = true) or back.
+inline std::vector<float> blocked16_copy(const std::vector<float>& v, int n, int h, int w, int c,
+                                         bool to_blocked) {
+  std::vector<float> out(v.size());
   for (int img = 0; img < n; ++img)
     for (int y = 0; y < h; ++y)
       for (int x = 0; x < w; ++x)
-        for (int ch = 0; ch < c; ++ch)
-          b[blocked16_index(n, h, w, c, img, y, x, ch)] =
-              v[((static_cast<size_t>(img) * h + y) * w + x) * c + ch];
-  return b;
+        for (int ch = 0; ch < c; ++ch) {
+          const size_t nhwc = ((static_cast<size_t>(img) * h + y) * w + x) * c + ch;
+          const size_t blocked = blocked16_index(n, h, w, c, img, y, x, ch);
+          out[to_blocked ? blocked : nhwc] = v[to_blocked ? nhwc : blocked];
+        }
+  return out;
+}
+inline std::vector<float> to_blocked16(const std::vector<float>& v, int n, int h, int w, int c) {
+  return blocked16_copy(v, n, h, w, c, true);
 }
 inline std::vector<float> from_blocked16(const std::vector<float>& b, int n, int h, int w, int c) {
-  std::vector<float> v(b.size());
-  for (int img = 0; img < n; ++img)
-    for (int y = 0; y < h; ++y)
-      for (int x = 0; x < w; ++x)
-        for (int ch = 0; ch < c; ++ch)
-          v[((static_cast<size_t>(img) * h + y) * w + x) * c + ch] =
-              b[blocked16_index(n, h, w, c, img, y, x, ch)];
-  return v;
+  return blocked16_copy(b, n, h, w, c, false);
 }
 
 }  // namespace lockstep::kernel_test
