@@ -79,14 +79,6 @@ void fuse_conv_relu(std::vector<LayerPlan>& plan) {
     if (plan[i].spec.type == "conv" && plan[i + 1].spec.type == "relu") plan[i].fused_relu = true;
 }
 
-// On the CPU the activations between convolutions and max-pools (ReLUs between them included)
-// stay in oneDNN's 16-channel blocks where oneDNN's convolutions choose that layout themselves
-// (AVX-512, channels a multiple of 16; a one-channel first layer's output too): the max-pools read
-// and write it, ReLUs do not care, and every reorder to and from NHWC is spared (the first
-// convolution's two were 0.47 + 0.72 ms of a 13.7 ms step at batch 64 a rank, AVX-512 VM,
-// 2026-11-26). With blocked activations on both sides oneDNN may also take Winograd for a 3x3
-// convolution (conv2d.h). Each hand-off is checked at batch 1 and the largest, from the first
-// layer on, so a convolution is checked with the layouts of its input already settled.
 // A max-pool on blocked activations directly followed by a ReLU applies it as it writes each
 // window's maximum (and passes no gradient where the result is 0): one pass over its output less
 // forward and backward (the CNN's two ReLUs, 0.42 ms of a 10.5 ms step at batch 64 a rank).
@@ -111,6 +103,14 @@ void fuse_first_conv_pool(std::vector<LayerPlan>& plan) {
   conv.out_blocked16 = pool.out_blocked16;
 }
 
+// On the CPU the activations between convolutions and max-pools (ReLUs between them included)
+// stay in oneDNN's 16-channel blocks where oneDNN's convolutions choose that layout themselves
+// (AVX-512, channels a multiple of 16; a one-channel first layer's output too): the max-pools read
+// and write it, ReLUs do not care, and every reorder to and from NHWC is spared (the first
+// convolution's two were 0.47 + 0.72 ms of a 13.7 ms step at batch 64 a rank, AVX-512 VM,
+// 2026-11-26). With blocked activations on both sides oneDNN may also take Winograd for a 3x3
+// convolution (conv2d.h). Each hand-off is checked at batch 1 and the largest, from the first
+// layer on, so a convolution is checked with the layouts of its input already settled.
 bool hands_on_blocked16(const LayerPlan& from, int max_batch) {
   if (from.spec.type == "maxpool") return from.in_blocked16;
   return from.spec.type == "conv" && conv2d_keeps_blocked16(from, max_batch);
