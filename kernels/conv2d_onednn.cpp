@@ -17,10 +17,10 @@
 // c_in == 1 the NHWC input is byte for byte the NCHW one oneDNN's first-layer kernel takes, so it
 // is described as NCHW and needs no reorder; that layer always lets oneDNN choose its output's
 // layout. With an activation in 16-channel blocks (Conv2dIo) the activations are format_tag::any,
-// and with the input in blocks the algorithm is convolution_auto: on AVX-512 oneDNN then takes Winograd for the CNN's second
-// convolution at batches of 16 or more (forward, input and weight gradient 1.86 + 2.18 + 2.25 ms
-// against the direct kernel's 2.36 + 2.41 + 2.53 in the same layout and 2.55 + 2.58 + 2.75 on
-// NHWC, batch 64, one thread, 2026-11-26). Gradients: dx is overwritten; dw and db are computed
+// and with the input in blocks the algorithm is convolution_auto: on AVX-512 oneDNN then takes
+// Winograd for the CNN's second convolution at batches of 16 or more (forward, input and weight
+// gradient 1.86 + 2.18 + 2.25 ms against the direct kernel's 2.36 + 2.41 + 2.53 in the same
+// layout and 2.55 + 2.58 + 2.75 on NHWC, batch 64, one thread, 2026-11-26). Gradients: dx is overwritten; dw and db are computed
 // into the entry's buffers and added into the caller's by the reorder (the accumulate contract).
 
 namespace lockstep::kernels {

@@ -34,8 +34,8 @@ struct Padded {
   }
   const float* load(const float* image, const Conv2dShape& c) {
     for (int y = 0; y < c.h; ++y)
-      std::memcpy(v.data() + static_cast<size_t>(y + pad) * w + pad, image + static_cast<size_t>(y) * c.w,
-                  sizeof(float) * c.w);
+      std::memcpy(v.data() + static_cast<size_t>(y + pad) * w + pad,
+                  image + static_cast<size_t>(y) * c.w, sizeof(float) * c.w);
     return v.data();
   }
 };

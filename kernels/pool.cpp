@@ -168,8 +168,8 @@ LS_ALWAYS_INLINE void backward_planes(const PoolShape& s, const float* dy, const
       }
       // Columns right of the last window.
       for (int ky = 0; ky < s.k; ++ky)
-        std::fill(plane + (oy * s.k + ky) * row + at.ow * s.k * 16, plane + (oy * s.k + ky + 1) * row,
-                  0.0f);
+        std::fill(plane + (oy * s.k + ky) * row + at.ow * s.k * 16,
+                  plane + (oy * s.k + ky + 1) * row, 0.0f);
     }
     // Rows below the last window.
     std::fill(plane + at.oh * s.k * row, plane + s.h * row, 0.0f);
