@@ -25,12 +25,18 @@ void check(const ConvPoolShape& s, const char* who) {
         "channels a multiple of 16 and a pool window no larger than the image");
 }
 
-// One image's input, zero-padded by K/2 on every side: the taps then need no bounds checks.
+// One image's input, zero-padded by K/2 on every side: the taps then need no bounds checks. The
+// buffer is the calling thread's, kept between calls (no allocation a step once it has grown).
 struct Padded {
   int pad, h, w;  // the padded size
-  std::vector<float> v;
-  explicit Padded(const Conv2dShape& c) : pad(c.kh / 2), h(c.h + 2 * pad), w(c.w + 2 * pad) {
+  std::vector<float>& v;
+  explicit Padded(const Conv2dShape& c)
+      : pad(c.kh / 2), h(c.h + 2 * pad), w(c.w + 2 * pad), v(buffer()) {
     v.assign(static_cast<size_t>(h) * w, 0.0f);
+  }
+  static std::vector<float>& buffer() {
+    thread_local std::vector<float> b;
+    return b;
   }
   const float* load(const float* image, const Conv2dShape& c) {
     for (int y = 0; y < c.h; ++y)

@@ -87,7 +87,7 @@ double max_rel_error(const A& a, const B& b) {
 
 // NHWC [n, h, w, c] to oneDNN's 16-channel blocks [n, c / 16, h, w, 16] (c a multiple of 16),
 // and back.
-inline size_t blocked16_index(int n, int h, int w, int c, int img, int y, int x, int ch) {
+inline size_t blocked16_index(int h, int w, int c, int img, int y, int x, int ch) {
   return ((((static_cast<size_t>(img) * (c / 16) + ch / 16) * h + y) * w + x) * 16) + ch % 16;
 }
 // One pass over every element, copying NHWC -> blocked (to_blocked = true) or back.
@@ -99,7 +99,7 @@ inline std::vector<float> blocked16_copy(const std::vector<float>& v, int n, int
       for (int x = 0; x < w; ++x)
         for (int ch = 0; ch < c; ++ch) {
           const size_t nhwc = ((static_cast<size_t>(img) * h + y) * w + x) * c + ch;
-          const size_t blocked = blocked16_index(n, h, w, c, img, y, x, ch);
+          const size_t blocked = blocked16_index(h, w, c, img, y, x, ch);
           out[to_blocked ? blocked : nhwc] = v[to_blocked ? nhwc : blocked];
         }
   return out;

@@ -35,14 +35,17 @@ bool cpu_conv_direct() {
 // VM, 2026-11-23), so those stay on OpenBLAS. With AVX-512 oneDNN is the faster one there too (the
 // CNN at 1 rank x 2 threads 1.26x faster, at 2 ranks 1.13x, Intel Xeon VM, 2026-11-26). oneDNN's
 // scratch belongs to its cached primitives (onednn.h); the OpenBLAS passes take the workspace.
+constexpr int kOnednnBackwardMinChannels = 8;
+bool onednn_backward_suits(const LayerPlan& p) {
+  return p.in[2] >= kOnednnBackwardMinChannels || kernels::onednn_avx512();
+}
+
 class Conv2dLayer : public Layer {
  public:
-  static constexpr int kOnednnBackwardMinChannels = 8;
   Conv2dLayer(const LayerPlan& plan, bool onednn)
       : Layer(plan),
         onednn_forward_(onednn),
-        onednn_backward_(onednn && (plan.in[2] >= kOnednnBackwardMinChannels ||
-                                    kernels::onednn_avx512())) {}
+        onednn_backward_(onednn && onednn_backward_suits(plan)) {}
   // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it; with a
   // fused pool, the per-image partial gradients.
   size_t workspace_floats(int batch) const override {
@@ -111,7 +114,8 @@ kernels::Conv2dIo conv2d_io(const LayerPlan& p) {
 }
 
 bool conv2d_keeps_blocked16(const LayerPlan& p, int max_batch) {
-  if (!kernels::onednn_built() || (!kernels::onednn_avx512() && p.in[2] < 8)) return false;
+  // Both passes must run on oneDNN for the blocked activations to reach it.
+  if (!kernels::onednn_built() || !onednn_backward_suits(p)) return false;
   for (int n : {1, max_batch})
     if (!kernels::conv2d_onednn_blocked16(conv2d_cpu_shape(p, n), conv2d_io(p))) return false;
   return true;
