@@ -10,6 +10,7 @@
 #include "kernels/cuda_memory.h"
 #include "kernels/gemm.h"
 #include "kernels/onednn.h"
+#include "kernels/winograd.h"
 #include "runtime/base/buffer.h"
 
 namespace lockstep::bench {
@@ -36,10 +37,13 @@ double best_seconds(Communicator& comm, Run run) {
 }
 
 // The CNN's second convolution (lockstep-train --model cnn) at a per-rank batch of 64: where its
-// training step spends most of its FLOPs. On NHWC activations (the direct algorithm), and with
-// them in 16-channel blocks, as the CNN runs it, where oneDNN chooses the algorithm (Winograd on
-// AVX-512): its rate counts the direct algorithm's FLOPs, as the training step's does.
-double host_conv_rate(Communicator& comm, kernels::Conv2dIo io) {
+// training step spends most of its FLOPs. `forward(s, x, w, b, y)` runs it: oneDNN on NHWC
+// activations (the direct algorithm), oneDNN with them in 16-channel blocks, where it chooses the
+// algorithm (Winograd on AVX-512), and Lockstep's Winograd kernels (kernels/winograd.h, blocked,
+// as the CNN runs them on AVX-512): the Winograd rates count the direct algorithm's FLOPs, as the
+// training step's does.
+template <class Forward>
+double host_conv_rate(Communicator& comm, Forward forward) {
   kernels::Conv2dShape s;
   s.n = 64, s.h = 14, s.w = 14, s.c_in = 32, s.c_out = 64;
   const size_t xs = static_cast<size_t>(s.n) * s.h * s.w * s.c_in;
@@ -47,9 +51,7 @@ double host_conv_rate(Communicator& comm, kernels::Conv2dIo io) {
   const size_t ys = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c_out;
   std::vector<float> x(xs, 0.5f), w(ws, 0.25f), b(s.c_out, 0.1f), y(ys);
   const double f = 2.0 * static_cast<double>(ys) * s.kh * s.kw * s.c_in;
-  return f / best_seconds(comm, [&] {
-    kernels::conv2d_forward_onednn(s, x.data(), w.data(), b.data(), y.data(), io);
-  });
+  return f / best_seconds(comm, [&] { forward(s, x.data(), w.data(), b.data(), y.data()); });
 }
 
 // Owns a stream and two timing events; frees them whatever throws.
@@ -75,14 +77,24 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n) {
   rates.push_back({"OpenBLAS sgemm " + cube, flops(n) / best_seconds(comm, [&] {
                      kernels::gemm_cpu(s, a.data(), b.data(), c.data());
                    })});
+  const std::string conv = "convolution 64x14x14x32->64 3x3";
+  if (kernels::winograd_fast())
+    rates.push_back({"Lockstep Winograd " + conv + " blocked (counted as direct)",
+                     host_conv_rate(comm, [](const kernels::Conv2dShape& cs, const float* x,
+                                             const float* w, const float* b, float* y) {
+                       kernels::winograd_forward_cpu(cs, x, w, b, y);
+                     })});
   if (!kernels::onednn_built()) return rates;
   rates.push_back({"oneDNN matmul " + cube, flops(n) / best_seconds(comm, [&] {
                      kernels::gemm_onednn(s, a.data(), b.data(), c.data());
                    })});
-  const std::string conv = "oneDNN convolution 64x14x14x32->64 3x3";
-  rates.push_back({conv, host_conv_rate(comm, {})});
-  rates.push_back({conv + " blocked (oneDNN's algorithm, counted as direct)",
-                   host_conv_rate(comm, {true, true})});
+  for (const bool blocked : {false, true})
+    rates.push_back({"oneDNN " + conv +
+                         (blocked ? " blocked (oneDNN's algorithm, counted as direct)" : ""),
+                     host_conv_rate(comm, [blocked](const kernels::Conv2dShape& cs, const float* x,
+                                                    const float* w, const float* b, float* y) {
+                       kernels::conv2d_forward_onednn(cs, x, w, b, y, {blocked, blocked});
+                     })});
   return rates;
 }
 

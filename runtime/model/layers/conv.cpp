@@ -8,24 +8,29 @@
 #include "kernels/activation.h"
 #include "kernels/conv_pool.h"
 #include "kernels/onednn.h"
+#include "kernels/winograd.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model_spec.h"
 
 namespace lockstep {
 namespace {
 
-// LOCKSTEP_CPU_CONV: "auto" (the default: oneDNN chooses the algorithm where the activations are
-// blocked, Winograd for the CNN's second convolution) or "direct" (the direct algorithm always,
-// as PyTorch asks oneDNN for: its rounding, about 1e-6 of the largest output apart).
-bool cpu_conv_direct() {
-  static const bool direct = [] {
+// LOCKSTEP_CPU_CONV: "auto" (the default: Lockstep's Winograd kernels, kernels/winograd.h, for a
+// 3x3 convolution of 16k channels on blocked activations on an AVX-512 CPU; elsewhere oneDNN
+// chooses the algorithm, Winograd too where the activations are blocked), "onednn" (oneDNN's
+// choice everywhere) or "direct" (oneDNN's direct algorithm always, as PyTorch asks oneDNN for:
+// its rounding, about 1e-6 of the largest output apart from either Winograd).
+enum class CpuConv { automatic, onednn, direct };
+CpuConv cpu_conv() {
+  static const CpuConv choice = [] {
     const char* env = std::getenv("LOCKSTEP_CPU_CONV");
     const std::string v = env == nullptr ? "" : env;
-    if (v.empty() || v == "auto") return false;
-    if (v == "direct") return true;
-    throw UsageError("LOCKSTEP_CPU_CONV='" + v + "': expected auto or direct");
+    if (v.empty() || v == "auto") return CpuConv::automatic;
+    if (v == "onednn") return CpuConv::onednn;
+    if (v == "direct") return CpuConv::direct;
+    throw UsageError("LOCKSTEP_CPU_CONV='" + v + "': expected auto, onednn or direct");
   }();
-  return direct;
+  return choice;
 }
 
 // With oneDNN, the forward pass runs on it; so does the backward pass unless oneDNN runs AVX2 (not
@@ -45,7 +50,10 @@ class Conv2dLayer : public Layer {
   Conv2dLayer(const LayerPlan& plan, bool onednn)
       : Layer(plan),
         onednn_forward_(onednn),
-        onednn_backward_(onednn && onednn_backward_suits(plan)) {}
+        onednn_backward_(onednn && onednn_backward_suits(plan)),
+        winograd_(onednn_forward_ && onednn_backward_ && plan.in_blocked16 && plan.out_blocked16 &&
+                  cpu_conv() == CpuConv::automatic && kernels::winograd_fast() &&
+                  kernels::winograd_supported(shape(1))) {}
   // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it; with a
   // fused pool, the per-image partial gradients.
   size_t workspace_floats(int batch) const override {
@@ -61,6 +69,8 @@ class Conv2dLayer : public Layer {
     if (plan_.fused_pool_k > 0)
       kernels::conv_pool_forward_cpu(pool_shape(batch), x, params_, bias(params_), y,
                                      argmax_.data());
+    else if (winograd_)
+      kernels::winograd_forward_cpu(shape(batch), x, params_, bias(params_), y);
     else if (onednn_forward_)
       kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y, conv2d_io(plan_));
     else
@@ -80,7 +90,9 @@ class Conv2dLayer : public Layer {
       kernels::relu_backward_cpu(y, dy, masked, static_cast<size_t>(batch) * out_size());
       dy = masked;
     }
-    if (onednn_backward_)
+    if (winograd_)
+      kernels::winograd_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+    else if (onednn_backward_)
       kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
                                       conv2d_io(plan_));
     else
@@ -98,6 +110,7 @@ class Conv2dLayer : public Layer {
     return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
   }
   bool onednn_forward_, onednn_backward_;
+  bool winograd_;  // kernels/winograd.h for every pass, on the blocked activations
   std::vector<int8_t> argmax_;  // with a fused pool: the forward's window positions
 };
 
@@ -110,7 +123,7 @@ kernels::Conv2dShape conv2d_cpu_shape(const LayerPlan& p, int batch) {
 }
 
 kernels::Conv2dIo conv2d_io(const LayerPlan& p) {
-  return {p.in_blocked16, p.out_blocked16, cpu_conv_direct()};
+  return {p.in_blocked16, p.out_blocked16, cpu_conv() == CpuConv::direct};
 }
 
 bool conv2d_keeps_blocked16(const LayerPlan& p, int max_batch) {

@@ -30,7 +30,7 @@ inline kernels::Conv2dShape conv2d_shape(const LayerPlan& p, int batch) {
 }
 
 // The CPU layer's: the shape with its fused ReLU, and the oneDNN activation layouts
-// (LayerPlan::in_blocked16 / out_blocked16; the algorithm pinned by LOCKSTEP_CPU_CONV=direct,
+// (LayerPlan::in_blocked16 / out_blocked16; the algorithm chosen by LOCKSTEP_CPU_CONV,
 // conv.cpp; a bad value throws UsageError).
 kernels::Conv2dShape conv2d_cpu_shape(const LayerPlan& p, int batch);
 kernels::Conv2dIo conv2d_io(const LayerPlan& p);
