@@ -335,9 +335,9 @@ LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, co
   // A pass's transforms, [e][k][c], each position's rows one cache line further than the tiles
   // need: power-of-two strides would put a tile's 36 stores in the same few L1 sets.
   const size_t tiles = static_cast<size_t>(t.rows) * kPass;
-  const size_t v_e = tiles * ci + 16, g_e = tiles * co + 16;
-  float* v = sized(0, v_e * kE);
-  float* g = sized(1, g_e * kE);
+  const size_t v_k = kE * ci + 16, g_k = kE * co + 16;
+  float* v = sized(0, v_k * tiles);
+  float* g = sized(1, g_k * tiles);
   const size_t du_floats = static_cast<size_t>(kE) * ci * co;
   std::memset(du, 0, sizeof(float) * (du_floats + co));
   float* db = sized(2, co);
@@ -346,9 +346,9 @@ LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, co
     const size_t p1 = std::min(i1, p0 + kPass);
     for (size_t img = p0; img < p1; ++img) {
       const size_t first = (img - p0) * t.rows;  // the image's first tile in the pass
-      transform_input(t, ci, x + img * x_image, v + first * ci, {v_e, size_t(ci)});
+      transform_input(t, ci, x + img * x_image, v + first * v_k, {size_t(ci), v_k});
       const float* d = dy + img * y_image;
-      transform_grad_output(t, co, d, g + first * co, {g_e, size_t(co)});
+      transform_grad_output(t, co, d, g + first * g_k, {size_t(co), g_k});
       for (int ob = 0; ob < co / 16; ++ob) {
         const float* plane = d + static_cast<size_t>(ob) * t.h * t.w * 16;
         F sum{};
@@ -359,7 +359,7 @@ LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, co
     // dU[e] (ci x co) += sum over the pass's tiles k of V[e][k][i] * Y[e][k][o].
     const int K = static_cast<int>(p1 - p0) * t.rows;
     for (int e = 0; e < kE; ++e)
-      product<true>(v + e * v_e, 1, ci, g + e * g_e, co,
+      product<true>(v + e * ci, 1, v_k, g + e * co, g_k,
                     du + static_cast<size_t>(e) * ci * co, co, ci, co, K);
   }
   std::memcpy(du + du_floats, db, sizeof(float) * co);
