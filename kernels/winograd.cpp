@@ -82,9 +82,10 @@ LS_INLINE_AVX512 void grad_kernel_1d(const F u[6], F o[3]) {
   o[2] = (1.0f / 6.0f) * (s34 - s12) + u[5];
 }
 
-// Where the transforms put a tile's 36 values: position e of tile k at e * e_stride + k * k_stride
-// (k_stride = kE * c: [k][e][c], a product's rows per tile; e_stride = tiles * c: [e][k][c], the
-// weight gradient's, whose product runs down the tiles).
+// Where the transforms put a tile's 36 values: position e of tile k at e * e_stride + k * k_stride.
+// Always [k][e][c] (e_stride = c); k_stride = kE * c in the convolutions, whose products take a
+// tile per row, and one cache line more in the weight gradient, whose products run down the tiles
+// of a position: with a power-of-two multiple there, the tiles' rows would share a few L1 sets.
 struct Layout {
   size_t e_stride, k_stride;
   float* at(float* base, int k, int e) const { return base + e * e_stride + k * k_stride; }
@@ -332,8 +333,8 @@ LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, co
                               float* du, size_t i0, size_t i1) {
   const size_t x_image = static_cast<size_t>(t.h) * t.w * ci;
   const size_t y_image = static_cast<size_t>(t.h) * t.w * co;
-  // A pass's transforms, [e][k][c], each position's rows one cache line further than the tiles
-  // need: power-of-two strides would put a tile's 36 stores in the same few L1 sets.
+  // A pass's transforms, [k][e][c], each tile one cache line further on than its values need
+  // (Layout).
   const size_t tiles = static_cast<size_t>(t.rows) * kPass;
   const size_t v_k = kE * ci + 16, g_k = kE * co + 16;
   float* v = sized(0, v_k * tiles);
@@ -356,7 +357,7 @@ LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, co
         store(db + ob * 16, load(db + ob * 16) + sum);
       }
     }
-    // dU[e] (ci x co) += sum over the pass's tiles k of V[e][k][i] * Y[e][k][o].
+    // dU[e] (ci x co) += sum over the pass's tiles k of V[k][e][i] * Y[k][e][o].
     const int K = static_cast<int>(p1 - p0) * t.rows;
     for (int e = 0; e < kE; ++e)
       product<true>(v + e * ci, 1, v_k, g + e * co, g_k,
