@@ -44,7 +44,7 @@ fwd, train = num("flops_per_sample_forward"), num("flops_per_sample_train")
 if abs(fwd - want_fwd) > 1e-3 * want_fwd: problems.append(f"forward FLOPs {fwd}, expected {want_fwd}")
 if abs(train - 3 * fwd) > 1e-3 * train: problems.append(f"train FLOPs {train} != 3 x {fwd}")
 if not num("achieved_gflops") > 0 or not num("peak_gflops") > 0: problems.append("GFLOP/s not positive")
-if not re.search(r"peak_gflops=[\d.]+ \((OpenBLAS sgemm|oneDNN matmul|oneDNN convolution|cuBLAS)", text):
+if not re.search(r"peak_gflops=[\d.]+ \((OpenBLAS sgemm|oneDNN matmul|oneDNN convolution|Lockstep Winograd convolution|cuBLAS)", text):
     problems.append("the peak does not name the kernel it came from")
 if f"{ranks} rank(s)" not in text: problems.append(f"header does not say {ranks} rank(s)")
 for p in problems:

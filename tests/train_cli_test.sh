@@ -80,6 +80,8 @@ refuse --lr-schedule --data fmnist.h5 --lr-schedule steps
 refuse --remainder --data fmnist.h5 --remainder keep
 refuse --device --data fmnist.h5 --device tpu
 refuse --threads --data fmnist.h5 --threads -1
+LOCKSTEP_CPU_CONV=fastest refuse "LOCKSTEP_CPU_CONV='fastest': expected auto, onednn or direct" \
+  --data fmnist.h5 --model cnn
 refuse --beta2 --data fmnist.h5 --beta2 1.5
 refuse frobnicate --data fmnist.h5 --frobnicate 1
 refuse --config --data fmnist.h5 --config missing.ini
