@@ -16,6 +16,7 @@ namespace {
 // are inlined into the LS_AVX512 entry points.
 typedef float F __attribute__((vector_size(64)));
 #define LS_INLINE_AVX512 LS_AVX512 LS_ALWAYS_INLINE
+#define LS_LAMBDA_AVX512 __attribute__((target("avx512f"), always_inline))
 constexpr int kE = 36;       // the 6x6 transformed positions of a tile
 constexpr int kChunk = 16;   // images per partial sum of the weight gradient
 constexpr int kPass = 4;     // images whose transforms one weight-gradient product spans
@@ -82,6 +83,26 @@ LS_INLINE_AVX512 void grad_kernel_1d(const F u[6], F o[3]) {
   o[2] = (1.0f / 6.0f) * (s34 - s12) + u[5];
 }
 
+// T x T^T for a 1-D transform T of N values to M (one of the above): down each column of x, then
+// along each row of the result, each row handed on as it is done. x(r, q) gives the input, and
+// out(r, row) takes the M values of output row r; both are lambdas marked LS_LAMBDA_AVX512 (a
+// lambda does not inherit its function's target).
+template <int N, int M, void (*T)(const F*, F*), class In, class Out>
+LS_INLINE_AVX512 void transform_2d(In x, Out out) {
+  F col[M][N];  // col[r][q]: T applied down column q
+  for (int q = 0; q < N; ++q) {
+    F v[N], o[M];
+    for (int r = 0; r < N; ++r) v[r] = x(r, q);
+    T(v, o);
+    for (int r = 0; r < M; ++r) col[r][q] = o[r];
+  }
+  for (int r = 0; r < M; ++r) {
+    F o[M];
+    T(col[r], o);
+    out(r, o);
+  }
+}
+
 // Where the transforms put a tile's 36 values: position e of tile k at e * e_stride + k * k_stride.
 // Always [k][e][c] (e_stride = c); k_stride = kE * c in the convolutions, whose products take a
 // tile per row, and one cache line more in the weight gradient, whose products run down the tiles
@@ -115,18 +136,11 @@ LS_INLINE_AVX512 void transform_input(const Tiles& t, int c, const float* x, flo
                           : F{};
           }
         }
-        F col[6][6];  // col[r][q]: B^T applied down column q
-        for (int q = 0; q < 6; ++q) {
-          F in[6], o[6];
-          for (int r = 0; r < 6; ++r) in[r] = d[r][q];
-          input_1d(in, o);
-          for (int r = 0; r < 6; ++r) col[r][q] = o[r];
-        }
-        for (int r = 0; r < 6; ++r) {
-          F o[6];
-          input_1d(col[r], o);
-          for (int q = 0; q < 6; ++q) store(l.at(v, k, r * 6 + q) + cb * 16, o[q]);
-        }
+        transform_2d<6, 6, input_1d>(
+            [&](int r, int q) LS_LAMBDA_AVX512 { return d[r][q]; },
+            [&](int r, const F* o) LS_LAMBDA_AVX512 {
+              for (int q = 0; q < 6; ++q) store(l.at(v, k, r * 6 + q) + cb * 16, o[q]);
+            });
       }
     }
   zero_rows(t, c, v, l);
@@ -141,28 +155,18 @@ LS_INLINE_AVX512 void transform_output(const Tiles& t, int c, const float* m, co
     for (int tx = 0; tx < t.tw; ++tx) {
       const float* in = m + static_cast<size_t>(ty * t.tw + tx) * kE * c;
       for (int cb = 0; cb < c / 16; ++cb) {
-        F col[4][6];  // col[r][q]: A^T applied down column q
-        for (int q = 0; q < 6; ++q) {
-          F v[6], o[4];
-          for (int r = 0; r < 6; ++r) v[r] = load(in + (r * 6 + q) * c + cb * 16);
-          output_1d(v, o);
-          for (int r = 0; r < 4; ++r) col[r][q] = o[r];
-        }
         const F bias = b != nullptr ? load(b + cb * 16) : F{};
         float* base = y + cb * plane;
-        for (int r = 0; r < 4; ++r) {
-          const int oy = 4 * ty + r;
-          if (oy >= t.h) break;
-          F o[4];
-          output_1d(col[r], o);
-          for (int q = 0; q < 4; ++q) {
-            const int ox = 4 * tx + q;
-            if (ox >= t.w) break;
-            F out = o[q] + bias;
-            if (relu) out = out > F{} ? out : F{};
-            store(base + (static_cast<size_t>(oy) * t.w + ox) * 16, out);
-          }
-        }
+        transform_2d<6, 4, output_1d>(
+            [&](int r, int q) LS_LAMBDA_AVX512 { return load(in + (r * 6 + q) * c + cb * 16); },
+            [&](int r, const F* o) LS_LAMBDA_AVX512 {
+              const int oy = 4 * ty + r;
+              for (int q = 0; q < 4 && oy < t.h && 4 * tx + q < t.w; ++q) {
+                F out = o[q] + bias;
+                if (relu) out = out > F{} ? out : F{};
+                store(base + (static_cast<size_t>(oy) * t.w + 4 * tx + q) * 16, out);
+              }
+            });
       }
     }
 }
@@ -177,23 +181,15 @@ LS_INLINE_AVX512 void transform_grad_output(const Tiles& t, int c, const float* 
       const int k = ty * t.tw + tx;
       for (int cb = 0; cb < c / 16; ++cb) {
         const float* base = dy + cb * plane;
-        F col[6][4];  // col[r][q]: A applied down column q
-        for (int q = 0; q < 4; ++q) {
-          const int ox = 4 * tx + q;
-          F v[4], o[6];
-          for (int r = 0; r < 4; ++r) {
-            const int oy = 4 * ty + r;
-            v[r] = oy < t.h && ox < t.w ? load(base + (static_cast<size_t>(oy) * t.w + ox) * 16)
-                                        : F{};
-          }
-          grad_output_1d(v, o);
-          for (int r = 0; r < 6; ++r) col[r][q] = o[r];
-        }
-        for (int r = 0; r < 6; ++r) {
-          F o[6];
-          grad_output_1d(col[r], o);
-          for (int q = 0; q < 6; ++q) store(l.at(out, k, r * 6 + q) + cb * 16, o[q]);
-        }
+        transform_2d<4, 6, grad_output_1d>(
+            [&](int r, int q) LS_LAMBDA_AVX512 {
+              const int oy = 4 * ty + r, ox = 4 * tx + q;
+              return oy < t.h && ox < t.w ? load(base + (static_cast<size_t>(oy) * t.w + ox) * 16)
+                                          : F{};
+            },
+            [&](int r, const F* o) LS_LAMBDA_AVX512 {
+              for (int q = 0; q < 6; ++q) store(l.at(out, k, r * 6 + q) + cb * 16, o[q]);
+            });
       }
     }
   zero_rows(t, c, out, l);
@@ -203,20 +199,14 @@ LS_INLINE_AVX512 void transform_grad_output(const Tiles& t, int c, const float* 
 LS_INLINE_AVX512 void transform_kernel(const float* g, int ci, int co, float* u) {
   for (int i = 0; i < ci; ++i)
     for (int ob = 0; ob < co / 16; ++ob) {
-      F col[6][3];  // col[r][kx]: G applied down column kx
-      for (int kx = 0; kx < 3; ++kx) {
-        F v[3], o[6];
-        for (int ky = 0; ky < 3; ++ky)
-          v[ky] = load(g + (static_cast<size_t>(ky * 3 + kx) * ci + i) * co + ob * 16);
-        kernel_1d(v, o);
-        for (int r = 0; r < 6; ++r) col[r][kx] = o[r];
-      }
-      for (int r = 0; r < 6; ++r) {
-        F o[6];
-        kernel_1d(col[r], o);
-        for (int q = 0; q < 6; ++q)
-          store(u + (static_cast<size_t>(r * 6 + q) * ci + i) * co + ob * 16, o[q]);
-      }
+      transform_2d<3, 6, kernel_1d>(
+          [&](int ky, int kx) LS_LAMBDA_AVX512 {
+            return load(g + (static_cast<size_t>(ky * 3 + kx) * ci + i) * co + ob * 16);
+          },
+          [&](int r, const F* o) LS_LAMBDA_AVX512 {
+            for (int q = 0; q < 6; ++q)
+              store(u + (static_cast<size_t>(r * 6 + q) * ci + i) * co + ob * 16, o[q]);
+          });
     }
 }
 
@@ -224,22 +214,16 @@ LS_INLINE_AVX512 void transform_kernel(const float* g, int ci, int co, float* u)
 LS_INLINE_AVX512 void add_kernel_gradient(const float* du, int ci, int co, float* dw) {
   for (int i = 0; i < ci; ++i)
     for (int ob = 0; ob < co / 16; ++ob) {
-      F col[3][6];  // col[ky][q]: G^T applied down column q
-      for (int q = 0; q < 6; ++q) {
-        F v[6], o[3];
-        for (int r = 0; r < 6; ++r)
-          v[r] = load(du + (static_cast<size_t>(r * 6 + q) * ci + i) * co + ob * 16);
-        grad_kernel_1d(v, o);
-        for (int ky = 0; ky < 3; ++ky) col[ky][q] = o[ky];
-      }
-      for (int ky = 0; ky < 3; ++ky) {
-        F o[3];
-        grad_kernel_1d(col[ky], o);
-        for (int kx = 0; kx < 3; ++kx) {
-          float* p = dw + (static_cast<size_t>(ky * 3 + kx) * ci + i) * co + ob * 16;
-          store(p, load(p) + o[kx]);
-        }
-      }
+      transform_2d<6, 3, grad_kernel_1d>(
+          [&](int r, int q) LS_LAMBDA_AVX512 {
+            return load(du + (static_cast<size_t>(r * 6 + q) * ci + i) * co + ob * 16);
+          },
+          [&](int ky, const F* o) LS_LAMBDA_AVX512 {
+            for (int kx = 0; kx < 3; ++kx) {
+              float* p = dw + (static_cast<size_t>(ky * 3 + kx) * ci + i) * co + ob * 16;
+              store(p, load(p) + o[kx]);
+            }
+          });
     }
 }
 
@@ -384,6 +368,13 @@ bool winograd_supported(const Conv2dShape& s) {
 }
 
 bool winograd_fast() { return cpu_avx512f(); }
+
+bool winograd_preferred(const Conv2dShape& s) {
+  if (!winograd_supported(s) || !winograd_fast()) return false;
+  const Tiles t(s);
+  const double bytes = 4.0 * t.rows * kE * (static_cast<double>(s.c_in) + s.c_out);
+  return bytes <= 1024.0 * 1024.0;
+}
 
 void winograd_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
                           float* y) {

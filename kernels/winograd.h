@@ -24,6 +24,11 @@ namespace lockstep::kernels {
 bool winograd_supported(const Conv2dShape& s);
 // Whether this CPU runs it (AVX-512F, and LOCKSTEP_CPU_ISA is not "baseline"; parallel.h).
 bool winograd_fast();
+// Whether a layer should take it over oneDNN's kernels: supported, fast here, and small enough
+// images that one image's transforms (its tiles x 36 x (c_in + c_out) floats) stay within 1 MiB
+// of a core's L2, the regime it was measured in (docs/PERFORMANCE.md); larger images are left to
+// oneDNN, whose kernels block them for the cache.
+bool winograd_preferred(const Conv2dShape& s);
 
 // x: n x c_in/16 x h x w x 16, y: n x c_out/16 x h x w x 16 (overwritten), w HWIO, b[c_out].
 // Throws std::invalid_argument for a shape winograd_supported refuses, std::logic_error where

@@ -125,6 +125,16 @@ TEST(WinogradThreads, SameBitsAtAnyThreadCount) {
   EXPECT_EQ(db[0], db[1]);
 }
 
+// Layers take it for small images only (one image's transforms within 1 MiB), where it was
+// measured; anything it does not support is never preferred.
+TEST(WinogradShapes, PreferredForSmallImagesOnly) {
+  if (!winograd_fast()) GTEST_SKIP() << "no AVX-512 here (or LOCKSTEP_CPU_ISA=baseline)";
+  EXPECT_TRUE(winograd_preferred({64, 14, 14, 32, 64}));  // the CNN's second convolution
+  EXPECT_TRUE(winograd_preferred({64, 28, 28, 32, 32}));
+  EXPECT_FALSE(winograd_preferred({64, 56, 56, 64, 64}));
+  EXPECT_FALSE(winograd_preferred({64, 14, 14, 8, 64}));
+}
+
 TEST(WinogradShapes, RefusesWhatItDoesNotCompute) {
   const Conv2dShape ok{2, 8, 8, 16, 32};
   EXPECT_TRUE(winograd_supported(ok));

@@ -16,10 +16,11 @@ namespace lockstep {
 namespace {
 
 // LOCKSTEP_CPU_CONV: "auto" (the default: Lockstep's Winograd kernels, kernels/winograd.h, for a
-// 3x3 convolution of 16k channels on blocked activations on an AVX-512 CPU; elsewhere oneDNN
-// chooses the algorithm, Winograd too where the activations are blocked), "onednn" (oneDNN's
-// choice everywhere) or "direct" (oneDNN's direct algorithm always, as PyTorch asks oneDNN for:
-// its rounding, about 1e-6 of the largest output apart from either Winograd).
+// 3x3 convolution of 16k channels on blocked activations of small images on an AVX-512 CPU,
+// winograd_preferred; elsewhere oneDNN chooses the algorithm, Winograd too where the activations
+// are blocked), "onednn" (oneDNN's choice everywhere) or "direct" (oneDNN's direct algorithm
+// always, as PyTorch asks oneDNN for: its rounding, about 1e-6 of the largest output apart from
+// either Winograd).
 enum class CpuConv { automatic, onednn, direct };
 CpuConv cpu_conv() {
   static const CpuConv choice = [] {
@@ -52,8 +53,7 @@ class Conv2dLayer : public Layer {
         onednn_forward_(onednn),
         onednn_backward_(onednn && onednn_backward_suits(plan)),
         winograd_(onednn_forward_ && onednn_backward_ && plan.in_blocked16 && plan.out_blocked16 &&
-                  cpu_conv() == CpuConv::automatic && kernels::winograd_fast() &&
-                  kernels::winograd_supported(shape(1))) {}
+                  cpu_conv() == CpuConv::automatic && kernels::winograd_preferred(shape(1))) {}
   // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it; with a
   // fused pool, the per-image partial gradients.
   size_t workspace_floats(int batch) const override {
