@@ -422,11 +422,14 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
       gradient_chunk(t, ci, co, x, dy, parts + c * per_chunk, c * kChunk,
                      std::min<size_t>(s.n, (c + 1) * kChunk));
   });
-  float* total = partial.data();
-  for (size_t c = 1; c < chunks; ++c) {
-    const float* part = partial.data() + c * per_chunk;
-    for (size_t i = 0; i < per_chunk; ++i) total[i] += part[i];
-  }
+  // The chunks in order into the first, spread over the threads by element: the same bits.
+  float* total = parts;
+  parallel_chunks(per_chunk, 4096, [&](size_t i0, size_t i1) {
+    for (size_t c = 1; c < chunks; ++c) {
+      const float* part = parts + c * per_chunk;
+      for (size_t i = i0; i < i1; ++i) total[i] += part[i];
+    }
+  });
   kernel_gradient(total, ci, co, dw);
   if (db != nullptr)
     for (int o = 0; o < co; ++o) db[o] += total[static_cast<size_t>(kE) * ci * co + o];
