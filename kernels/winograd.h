@@ -1,7 +1,7 @@
 // Winograd F(4x4, 3x3) convolution on the CPU, every pass, for 3x3 stride-1 convolutions with
 // padding 1 whose input and output channels are multiples of 16, on activations in oneDNN's
 // 16-channel blocks (aBcd16b, conv2d.h's Conv2dIo): the CNN's second convolution, which oneDNN
-// runs on its Winograd kernel (jit_wino_4x3) at 5.5-6.9 ms of a 8.5 ms rank-step
+// runs on its Winograd kernel (jit_wino_4x3) in 6.5 ms of an 8.5 ms rank-step, and this in 5.1-5.4
 // (docs/PERFORMANCE.md). Each 4x4 output tile is computed from its 6x6 input patch as
 // A^T [(G g G^T) . (B^T d B)] A (Lavin and Gray's matrices, interpolation points 0, +-1, +-2 and
 // infinity); the products of the 36 transformed positions are small GEMMs over the channels,
@@ -11,8 +11,8 @@
 // fixed chunk of images and the chunks added in order: the same bits at any thread count.
 // Rounding differs from the direct algorithm's by about 1e-6 of the largest output, as oneDNN's.
 //
-// AVX-512 only (one register per 16 channels): callers take it where winograd_fast() and
-// winograd_supported(s); elsewhere oneDNN's or OpenBLAS's twins. Stateless functions: threads
+// AVX-512 only (one register per 16 channels): layers take it where winograd_preferred(s);
+// elsewhere oneDNN's or OpenBLAS's twins. Stateless functions: threads
 // may call them on separate buffers (their scratch is per thread). No collective calls.
 #pragma once
 
