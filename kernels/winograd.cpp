@@ -196,7 +196,7 @@ LS_INLINE_AVX512 void transform_grad_output(const Tiles& t, int c, const float* 
 }
 
 // U[e][i][o] = G g G^T for each (input channel i, output channel o), g[ky][kx][i][o] (HWIO).
-LS_INLINE_AVX512 void transform_kernel(const float* g, int ci, int co, float* u) {
+LS_AVX512 void transform_kernel(const float* g, int ci, int co, float* u) {
   for (int i = 0; i < ci; ++i)
     for (int ob = 0; ob < co / 16; ++ob) {
       transform_2d<3, 6, kernel_1d>(
@@ -211,7 +211,7 @@ LS_INLINE_AVX512 void transform_kernel(const float* g, int ci, int co, float* u)
 }
 
 // dw[ky][kx][i][o] += (G^T dU G)[ky][kx], dU[e][i][o].
-LS_INLINE_AVX512 void add_kernel_gradient(const float* du, int ci, int co, float* dw) {
+LS_AVX512 void add_kernel_gradient(const float* du, int ci, int co, float* dw) {
   for (int i = 0; i < ci; ++i)
     for (int ob = 0; ob < co / 16; ++ob) {
       transform_2d<6, 3, grad_kernel_1d>(
@@ -276,7 +276,7 @@ LS_INLINE_AVX512 void product(const float* a, size_t a_row, size_t a_k, const fl
 
 // Per-thread scratch, kept between calls (no allocation a step once grown).
 std::vector<float>& scratch(int which) {
-  thread_local std::vector<float> buffers[3];
+  thread_local std::vector<float> buffers[2];
   return buffers[which];
 }
 float* sized(int which, size_t floats) {
@@ -303,14 +303,6 @@ LS_AVX512 void convolve_images(const Tiles& t, int ci, int co, const float* x, c
   }
 }
 
-LS_AVX512 void kernel_forward(const float* w, int ci, int co, float* u) {
-  transform_kernel(w, ci, co, u);
-}
-
-LS_AVX512 void kernel_gradient(const float* du, int ci, int co, float* dw) {
-  add_kernel_gradient(du, ci, co, dw);
-}
-
 // Images [i0, i1) (one chunk) of the weight gradient: du (kE x ci x co, then co for the bias)
 // overwritten with the chunk's sum.
 LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, const float* dy,
@@ -323,10 +315,8 @@ LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, co
   const size_t v_k = kE * ci + 16, g_k = kE * co + 16;
   float* v = sized(0, v_k * tiles);
   float* g = sized(1, g_k * tiles);
-  const size_t du_floats = static_cast<size_t>(kE) * ci * co;
-  std::memset(du, 0, sizeof(float) * (du_floats + co));
-  float* db = sized(2, co);
-  std::memset(db, 0, sizeof(float) * co);
+  std::memset(du, 0, sizeof(float) * (static_cast<size_t>(kE) * ci * co + co));
+  float* db = du + static_cast<size_t>(kE) * ci * co;
   for (size_t p0 = i0; p0 < i1; p0 += kPass) {
     const size_t p1 = std::min(i1, p0 + kPass);
     for (size_t img = p0; img < p1; ++img) {
@@ -347,7 +337,6 @@ LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, co
       product<true>(v + e * ci, 1, v_k, g + e * co, g_k,
                     du + static_cast<size_t>(e) * ci * co, co, ci, co, K);
   }
-  std::memcpy(du + du_floats, db, sizeof(float) * co);
 }
 
 void check(const Conv2dShape& s, const char* who) {
@@ -383,7 +372,7 @@ void winograd_forward_cpu(const Conv2dShape& s, const float* x, const float* w, 
   thread_local std::vector<float> u;
   u.resize(static_cast<size_t>(kE) * s.c_in * s.c_out);
   const float* kernel = u.data();  // the worker threads' `u` would be their own
-  kernel_forward(w, s.c_in, s.c_out, u.data());
+  transform_kernel(w, s.c_in, s.c_out, u.data());
   parallel_chunks(static_cast<size_t>(s.n), 1, [&](size_t i0, size_t i1) {
     convolve_images(t, s.c_in, s.c_out, x, kernel, b, s.relu, y, i0, i1);
   });
@@ -405,7 +394,7 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
           rotated[(static_cast<size_t>(tap) * co + o) * ci + i] =
               w[(static_cast<size_t>(8 - tap) * ci + i) * co + o];
     u.resize(static_cast<size_t>(kE) * ci * co);
-    kernel_forward(rotated.data(), co, ci, u.data());
+    transform_kernel(rotated.data(), co, ci, u.data());
     const float* kernel = u.data();
     parallel_chunks(static_cast<size_t>(s.n), 1, [&](size_t i0, size_t i1) {
       convolve_images(t, co, ci, dy, kernel, nullptr, false, dx, i0, i1);
@@ -430,7 +419,7 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
       for (size_t i = i0; i < i1; ++i) total[i] += part[i];
     }
   });
-  kernel_gradient(total, ci, co, dw);
+  add_kernel_gradient(total, ci, co, dw);
   if (db != nullptr)
     for (int o = 0; o < co; ++o) db[o] += total[static_cast<size_t>(kE) * ci * co + o];
 }
