@@ -45,6 +45,7 @@ namespace po = boost::program_options;
 
 struct Options {
   std::string model = "cnn", device = "auto", data, precision = "fp32", optimizer = "adam";
+  std::string cuda_graphs = "on";
   int64_t global_batch = 128, steps = 30, warmup = 5;
   double weight_decay = 0, clip_norm = 0;
   int threads = 0, peak_size = 0;  // 0: kHostPeakSize or kDevicePeakSize
@@ -75,6 +76,8 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
        "sgd | momentum | adam | adamw, as lockstep-train")
       ("weight-decay", po::value(&o->weight_decay)->default_value(0), "as lockstep-train")
       ("clip-norm", po::value(&o->clip_norm)->default_value(0), "as lockstep-train (0: off)")
+      ("cuda-graphs", po::value(&o->cuda_graphs)->default_value("on"),
+       "on | off: as lockstep-train (each full step captured in a CUDA graph on a GPU)")
       ("peak-size", po::value(&o->peak_size)->default_value(0),
        "n of the n^3 GEMM that measures the peak (0: 2048 on the CPU, 8192 on a GPU)");
   po::variables_map vm = parse_options("train", argc, argv, desc);
@@ -85,6 +88,8 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
   if (o->data_in_memory_mb < 0) throw UsageError("--data-in-memory-mb must be 0 or more");
   if (o->peak_size != 0 && (o->peak_size < 64 || o->peak_size > 16384))
     throw UsageError("--peak-size must be 0 (automatic) or in [64, 16384]");
+  if (o->cuda_graphs != "on" && o->cuda_graphs != "off")
+    throw UsageError("--cuda-graphs must be on or off, not '" + o->cuda_graphs + "'");
   if (o->device != "cpu" && o->device != "cuda" && o->device != "auto")
     throw UsageError("--device must be cpu, cuda or auto, not '" + o->device + "'");
   return true;
@@ -223,6 +228,7 @@ int run_train_bench(int argc, char** argv, const World& world) {
   c.print = false;
   c.device = ctx.device;  // the same device step as lockstep-train
   c.precision = precision;
+  c.cuda_graphs = o.cuda_graphs == "on";
   Trainer trainer(host, *ctx.grads, c);
   StepLog log;
   trainer.set_phase_hook([&log](Phase p, double b, double e) { log.on_phase(p, b, e); });
@@ -297,6 +303,10 @@ int run_train_bench(int argc, char** argv, const World& world) {
                   kernels::onednn_built() ? kernels::onednn_description() : "OpenBLAS");
     std::printf("# %lld timed steps after %lld warm-up steps; a step's time is the slowest rank's\n",
                 static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
+    if (gpu)
+      std::printf("# CUDA graphs %s: %lld of %lld steps replayed from a graph\n",
+                  c.cuda_graphs ? "on" : "off", static_cast<long long>(trainer.captured_steps()),
+                  static_cast<long long>(total_steps));
     // The mean counts every stall; the median's rate is what a quiet machine sustains.
     std::printf("samples_per_second=%.1f samples_per_second_at_median=%.1f\n", sps,
                 static_cast<double>(o.global_batch) / median(step));

@@ -99,4 +99,49 @@ float cuda_event_elapsed_ms(cudaEvent_t start, cudaEvent_t stop) {
   return ms;
 }
 
+void cuda_capture_begin(cudaStream_t stream) {
+  LS_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+}
+
+cudaGraphExec_t cuda_capture_end(cudaStream_t stream, std::string* why) {
+  cudaGraph_t graph = nullptr;
+  cudaError_t rc = cudaStreamEndCapture(stream, &graph);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    *why = std::string("cudaStreamEndCapture: ") + cudaGetErrorName(rc) + ": " +
+           cudaGetErrorString(rc);
+    return nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  rc = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = std::string("cudaGraphInstantiate: ") + cudaGetErrorName(rc) + ": " +
+           cudaGetErrorString(rc);
+    return nullptr;
+  }
+  return exec;
+}
+
+void cuda_capture_discard(cudaStream_t stream) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
+      status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  }
+  (void)cudaGetLastError();
+}
+
+void cuda_graph_launch(cudaGraphExec_t graph, cudaStream_t stream) {
+  LS_CHECK_CUDA(cudaGraphLaunch(graph, stream));
+}
+
+void cuda_graph_destroy(cudaGraphExec_t graph) noexcept {
+  if (graph != nullptr) (void)cudaGraphExecDestroy(graph);
+}
+
 }  // namespace lockstep::kernels

@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "kernels/cuda_stream.h"
 
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
 
 namespace lockstep::kernels {
 
@@ -48,5 +51,16 @@ void cuda_event_synchronize(cudaEvent_t event);
 // both have completed (after cuda_event_synchronize on `stop`).
 cudaEvent_t cuda_timing_event_create();
 float cuda_event_elapsed_ms(cudaEvent_t start, cudaEvent_t stop);
+
+// CUDA graphs of one stream's work (the training step, runtime/train/device_step.cpp). Capture is
+// in relaxed mode: other threads and streams may go on meanwhile. cuda_capture_end returns the
+// instantiated graph, or null with the reason in *why when the capture or the instantiation failed
+// (the capture is then discarded and the stream captures no more); cuda_capture_discard ends a
+// capture, if one is active, dropping what it recorded and the error that broke it.
+void cuda_capture_begin(cudaStream_t stream);
+cudaGraphExec_t cuda_capture_end(cudaStream_t stream, std::string* why);
+void cuda_capture_discard(cudaStream_t stream) noexcept;
+void cuda_graph_launch(cudaGraphExec_t graph, cudaStream_t stream);
+void cuda_graph_destroy(cudaGraphExec_t graph) noexcept;
 
 }  // namespace lockstep::kernels

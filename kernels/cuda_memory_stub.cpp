@@ -28,5 +28,10 @@ void cuda_stream_wait_event(cudaStream_t, cudaEvent_t) { cuda_not_built("cuda_st
 void cuda_event_synchronize(cudaEvent_t) { cuda_not_built("cuda_event_synchronize"); }
 cudaEvent_t cuda_timing_event_create() { cuda_not_built("cuda_timing_event_create"); }
 float cuda_event_elapsed_ms(cudaEvent_t, cudaEvent_t) { cuda_not_built("cuda_event_elapsed_ms"); }
+void cuda_capture_begin(cudaStream_t) { cuda_not_built("cuda_capture_begin"); }
+cudaGraphExec_t cuda_capture_end(cudaStream_t, std::string*) { cuda_not_built("cuda_capture_end"); }
+void cuda_capture_discard(cudaStream_t) noexcept {}
+void cuda_graph_launch(cudaGraphExec_t, cudaStream_t) { cuda_not_built("cuda_graph_launch"); }
+void cuda_graph_destroy(cudaGraphExec_t) noexcept {}
 
 }  // namespace lockstep::kernels

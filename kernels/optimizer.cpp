@@ -53,20 +53,40 @@ LS_VECTOR_CLONES void adam_span(float* __restrict p, const float* __restrict g,
 
 }  // namespace
 
-void adam_update_cpu(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
-                     size_t n) {
-  if (o.step < 1) throw std::invalid_argument("adam_update_cpu: step is 1-based");
+UpdateCoefficients sgd_coefficients(const SgdOptions& o) {
+  UpdateCoefficients c;
+  c.mode = o.momentum == 0.0f ? 0 : o.nesterov ? 2 : 1;
+  c.lr = o.lr;
+  c.momentum = o.momentum;
+  c.weight_decay = o.weight_decay;
+  return c;
+}
+
+UpdateCoefficients adam_coefficients(const AdamOptions& o) {
+  if (o.step < 1) throw std::invalid_argument("adam: step is 1-based");
+  UpdateCoefficients c;
+  c.mode = 3;
+  c.b1 = o.beta1;
+  c.b2 = o.beta2;
+  c.eps = o.eps;
   // Bias corrections in double: beta2^step for step in the millions is still well resolved.
   const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
-  const float step_size = static_cast<float>(o.lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  c.step_size = static_cast<float>(o.lr / bc1);
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   // AdamW shrinks the parameter before the Adam step (as PyTorch does); Adam folds the decay into
   // the gradient instead, so it also feeds the moments.
-  const float shrink = o.decoupled ? 1.0f - o.lr * o.weight_decay : 1.0f;
-  const float coupled_wd = o.decoupled ? 0.0f : o.weight_decay;
-  adam_span(param, grad, m, v, n, o.beta1, o.beta2, o.eps, coupled_wd, shrink, step_size,
-            inv_sqrt_bc2);
+  c.shrink = o.decoupled ? 1.0f - o.lr * o.weight_decay : 1.0f;
+  c.coupled_wd = o.decoupled ? 0.0f : o.weight_decay;
+  return c;
+}
+
+void adam_update_cpu(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
+                     size_t n) {
+  if (o.step < 1) throw std::invalid_argument("adam_update_cpu: step is 1-based");
+  const UpdateCoefficients c = adam_coefficients(o);
+  adam_span(param, grad, m, v, n, c.b1, c.b2, c.eps, c.coupled_wd, c.shrink, c.step_size,
+            c.inv_sqrt_bc2);
 }
 
 double global_norm_cpu(const float* g, size_t n) {

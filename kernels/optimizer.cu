@@ -9,43 +9,52 @@
 // Fused elementwise updates (one read and one write of each buffer per step) and a two-pass norm
 // whose partial sums depend only on n, never on scheduling: every rank computes the same norm bits
 // from the same all-reduced gradient, so clipping cannot make replicas drift. The coefficients are
-// computed on the host exactly as optimizer.cpp computes them.
+// computed on the host by optimizer.cpp's sgd_coefficients and adam_coefficients.
 
 namespace lockstep::kernels {
 
 namespace {
 
-enum class SgdMode { plain, momentum, nesterov };
-
-__global__ void sgd_kernel(SgdMode mode, float lr, float mu, float wd, float* __restrict__ p,
-                           const float* __restrict__ g, float* __restrict__ v, size_t n) {
-  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
-    const float gi = g[i] + wd * p[i];
-    if (mode == SgdMode::plain) {
-      p[i] -= lr * gi;
-      continue;
-    }
-    const float vi = mu * v[i] + gi;
-    v[i] = vi;
-    p[i] -= lr * (mode == SgdMode::nesterov ? gi + mu * vi : vi);
-  }
-}
-
-struct AdamCoefficients {
-  float b1, b2, eps, step_size, inv_sqrt_bc2, shrink, coupled_wd;
-};
-
-__global__ void adam_kernel(AdamCoefficients c, float* __restrict__ p, const float* __restrict__ g,
-                            float* __restrict__ m, float* __restrict__ v, size_t n) {
-  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+// One element's update with coefficients c: the body of the by-value and the gated kernels alike.
+__device__ __forceinline__ void update_element(const UpdateCoefficients& c, float* __restrict__ p,
+                                               const float* __restrict__ g, float* __restrict__ a,
+                                               float* __restrict__ b, size_t i) {
+  if (c.mode == 3) {  // adam: a = m, b = v
     const float pi = p[i];
     const float gi = g[i] + c.coupled_wd * pi;
-    const float mi = c.b1 * m[i] + (1.0f - c.b1) * gi;
-    const float vi = c.b2 * v[i] + (1.0f - c.b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
+    const float mi = c.b1 * a[i] + (1.0f - c.b1) * gi;
+    const float vi = c.b2 * b[i] + (1.0f - c.b2) * gi * gi;
+    a[i] = mi;
+    b[i] = vi;
     p[i] = pi * c.shrink - c.step_size * mi / (sqrtf(vi) * c.inv_sqrt_bc2 + c.eps);
+    return;
   }
+  const float gi = g[i] + c.weight_decay * p[i];
+  if (c.mode == 0) {
+    p[i] -= c.lr * gi;
+    return;
+  }
+  const float vi = c.momentum * a[i] + gi;  // a = velocity
+  a[i] = vi;
+  p[i] -= c.lr * (c.mode == 2 ? gi + c.momentum * vi : vi);
+}
+
+__global__ void update_kernel(UpdateCoefficients c, float* __restrict__ p,
+                              const float* __restrict__ g, float* __restrict__ a,
+                              float* __restrict__ b, size_t n) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
+    update_element(c, p, g, a, b, i);
+}
+
+__global__ void gated_update_kernel(const UpdateCoefficients* __restrict__ coefficients,
+                                    const double* __restrict__ gate, int gates,
+                                    float* __restrict__ p, const float* __restrict__ g,
+                                    float* __restrict__ a, float* __restrict__ b, size_t n) {
+  for (int k = 0; k < gates; ++k)
+    if (!isfinite(gate[k])) return;
+  const UpdateCoefficients c = *coefficients;
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
+    update_element(c, p, g, a, b, i);
 }
 
 constexpr size_t kMaxNormBlocks = 1024;
@@ -99,36 +108,30 @@ double read_norm(const double* device, cudaStream_t stream) {
 
 void sgd_update_cuda(const SgdOptions& o, float* param, const float* grad, float* velocity,
                      size_t n, cudaStream_t stream) {
-  SgdMode mode = SgdMode::plain;
-  if (o.momentum != 0.0f) {
-    if (velocity == nullptr)
-      throw std::invalid_argument("sgd_update_cuda: momentum needs a velocity");
-    mode = o.nesterov ? SgdMode::nesterov : SgdMode::momentum;
-  }
+  const UpdateCoefficients c = sgd_coefficients(o);
+  if (c.mode != 0 && velocity == nullptr)
+    throw std::invalid_argument("sgd_update_cuda: momentum needs a velocity");
   if (n == 0) return;
-  sgd_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(mode, o.lr, o.momentum,
-                                                                o.weight_decay, param, grad,
-                                                                velocity, n);
-  LS_CHECK_LAUNCH("sgd_kernel");
+  update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, param, grad, velocity,
+                                                                   nullptr, n);
+  LS_CHECK_LAUNCH("update_kernel (sgd)");
 }
 
 void adam_update_cuda(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
                       size_t n, cudaStream_t stream) {
   if (o.step < 1) throw std::invalid_argument("adam_update_cuda: step is 1-based");
   if (n == 0) return;
-  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
-  AdamCoefficients c;
-  c.b1 = o.beta1;
-  c.b2 = o.beta2;
-  c.eps = o.eps;
-  c.step_size = static_cast<float>(o.lr / bc1);
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  // AdamW shrinks the parameter before the step; Adam adds the decay to the gradient.
-  c.shrink = o.decoupled ? 1.0f - o.lr * o.weight_decay : 1.0f;
-  c.coupled_wd = o.decoupled ? 0.0f : o.weight_decay;
-  adam_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, param, grad, m, v, n);
-  LS_CHECK_LAUNCH("adam_kernel");
+  update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(adam_coefficients(o), param,
+                                                                   grad, m, v, n);
+  LS_CHECK_LAUNCH("update_kernel (adam)");
+}
+
+void gated_update_cuda(const UpdateCoefficients* c, const double* gate, int gates, float* param,
+                       const float* grad, float* a, float* b, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gated_update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, gate, gates, param,
+                                                                        grad, a, b, n);
+  LS_CHECK_LAUNCH("gated_update_kernel");
 }
 
 void global_norm_device_cuda(const float* g, size_t n, double* norm, cudaStream_t stream) {

@@ -58,4 +58,24 @@ void global_norm_device_cuda(const float* g, size_t n, double* norm, cudaStream_
 void clip_by_device_norm_cuda(float* g, size_t n, const double* norm, double max_norm,
                               cudaStream_t stream);
 
+// Updates captured in a CUDA graph (the training step replayed as one launch): a graph replays its
+// kernels with the arguments they were captured with, so the values that change from step to step
+// (the learning rate, Adam's bias corrections) are read from device memory, which the caller
+// rewrites before each replay, and the update is skipped on the device when one of
+// gate[0, gates) is not finite (the step's loss totals and gradient norm, computed earlier in the
+// same graph): what the host's NaN guard decides for an uncaptured step. UpdateCoefficients are
+// the values the CUDA kernels compute with; sgd_update_cuda and adam_update_cuda compute them with
+// the same functions, so a captured and an uncaptured update give identical bits.
+struct UpdateCoefficients {
+  int mode = 0;  // 0 sgd, 1 sgd with momentum, 2 nesterov, 3 adam (coupled or decoupled decay)
+  float lr = 0, momentum = 0, weight_decay = 0;  // sgd modes
+  float b1 = 0, b2 = 0, eps = 0, step_size = 0, inv_sqrt_bc2 = 0, shrink = 1, coupled_wd = 0;
+};
+UpdateCoefficients sgd_coefficients(const SgdOptions& o);
+UpdateCoefficients adam_coefficients(const AdamOptions& o);  // std::invalid_argument: step < 1
+// One update of param[0, n) with the coefficients at `c` (device memory) unless a gate is not
+// finite. a: momentum's velocity or Adam's m (null for plain sgd); b: Adam's v.
+void gated_update_cuda(const UpdateCoefficients* c, const double* gate, int gates, float* param,
+                       const float* grad, float* a, float* b, size_t n, cudaStream_t stream);
+
 }  // namespace lockstep::kernels

@@ -25,8 +25,8 @@
 # Environment: LOCKSTEP_GPU_BENCH_ARGS (collective sizes, default '-b 8 -e 1G -f 2'),
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
-# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 im2col file-reads
-# peers-fp32 peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which peers those parts run).
+# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 im2col no-graphs
+# file-reads peers-fp32 peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
 pass=quick
@@ -297,6 +297,8 @@ peer() {
 #               batch (--data-in-memory-mb 0) rather than from the split held in memory
 #   im2col      Lockstep's CNN, fp32 and bf16 at both batches, its convolutions as im2col +
 #               cuBLAS (LOCKSTEP_CUDA_CONV=im2col) rather than cuDNN
+#   no-graphs   Lockstep's CNN, fp32 and bf16 at both batches, each step launched kernel by
+#               kernel (--cuda-graphs off) rather than replayed from a CUDA graph
 #   peers-fp32  PyTorch eager, torch.compile (default and reduce-overhead) and JAX jit, same model
 #               and batches, fp32 (TF32 off); LOCKSTEP_GPU_PEERS picks some of
 #               "torch:eager torch:default torch:reduce-overhead jax" (the default all)
@@ -305,10 +307,10 @@ peer() {
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  for part in ${LOCKSTEP_GPU_PARTS:-bf16 im2col file-reads peers-fp32 peers-bf16 gpt accuracy}; do
+  for part in ${LOCKSTEP_GPU_PARTS:-bf16 im2col no-graphs file-reads peers-fp32 peers-bf16 gpt accuracy}; do
     case $part in
-      bf16|im2col|file-reads|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
-      *) record "part $part" failed "unknown part (bf16 im2col file-reads peers-fp32 peers-bf16 gpt accuracy)" ;;
+      bf16|im2col|no-graphs|file-reads|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
+      *) record "part $part" failed "unknown part (bf16 im2col no-graphs file-reads peers-fp32 peers-bf16 gpt accuracy)" ;;
     esac
   done
 }
@@ -320,6 +322,12 @@ long_im2col() {
   local batch precision
   for precision in fp32 bf16; do
     for batch in 128 1024; do LOCKSTEP_CUDA_CONV=im2col bench_train "$batch" "$precision"; done
+  done
+}
+long_no_graphs() {
+  local batch precision
+  for precision in fp32 bf16; do
+    for batch in 128 1024; do bench_train "$batch" "$precision" --cuda-graphs off; done
   done
 }
 long_file_reads() {

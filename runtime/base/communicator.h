@@ -75,6 +75,21 @@ class Communicator {
   // NCCL backend orders its stream by an event, without blocking the host; host backends ignore it.
   virtual void set_compute_stream(void* /*stream*/) {}
 
+  // CUDA graphs (DESIGN.md decision 18). Whether collectives on device buffers may be issued while
+  // the compute stream is being captured into a CUDA graph, becoming part of the graph (nccl: its
+  // stream joins the capture through the compute stream's event). False for host buffers and for
+  // device buffers staged through the host (mpi), whose copies wait for the host.
+  virtual bool capturable() const { return false; }
+  // Makes `stream` wait, on the device, for every collective issued so far: the host does not
+  // wait. Where capturable(), a capture of `stream` that issued collectives must call it before
+  // it ends (it joins their stream back into the capture).
+  virtual void join_stream(void* stream);
+  // A handle that is complete once the work queued on `stream` so far has run; its wait watches
+  // this communicator as a collective's wait does (nccl: past the deadline, or on an asynchronous
+  // error such as a dead peer, the communicator is aborted and the wait throws naming `what`), for
+  // collectives that run inside a CUDA graph launched on `stream`.
+  virtual WorkHandle watch_stream(void* stream, const std::string& what);
+
   virtual void all_reduce(const void* send, void* recv, size_t count, DType type, ReduceOp op) {
     all_reduce_async(send, recv, count, type, op)->wait(timeout_);
   }

@@ -90,10 +90,18 @@ void* BucketReducer::wire_ptr(const Bucket& k) {
   return grads_ + k.offset;
 }
 
-void BucketReducer::start_step(float* grads) {
+void BucketReducer::start_step(float* grads, bool captured) {
+  if (captured && !capturable())
+    throw Error("BucketReducer: this step cannot be captured (host gradients, or a communicator "
+                "that stages device buffers through the host)");
   grads_ = grads;
+  captured_ = captured;
   next_ = 0;
   pending_.clear();
+}
+
+bool BucketReducer::capturable() const {
+  return grads_on_ == DeviceKind::cuda && (comm_.capturable() || comm_.size() == 1);
 }
 
 void BucketReducer::launch(size_t b) {
@@ -106,6 +114,9 @@ void BucketReducer::launch(size_t b) {
     else
       kernels::cast_f32_to_bf16_cpu(grads_ + k.offset, w, k.count);
   }
+  // A captured step of one rank that the communicator cannot capture: the sum over one rank is
+  // the rank's own values, already in place.
+  if (captured_ && !comm_.capturable()) return;
   const DType type = wire_ == Precision::bf16 ? DType::bf16 : DType::f32;
   void* buf = wire_ptr(k);
   if (staged_) {
@@ -122,6 +133,13 @@ void BucketReducer::layer_done(int layer) {
 }
 
 void BucketReducer::drain() noexcept {
+  if (captured_) {
+    // Issued into a capture that is abandoned: they never run, and their events were recorded
+    // in the capture only, so there is nothing to wait for.
+    pending_.clear();
+    next_ = buckets_.size();
+    return;
+  }
   const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
   for (WorkHandle& w : pending_) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
@@ -136,11 +154,24 @@ void BucketReducer::drain() noexcept {
 }
 
 void BucketReducer::wait_all() {
+  if (captured_) throw Error("BucketReducer: a captured step ends with join(), not wait_all()");
   while (next_ < buckets_.size()) launch(next_++);
   for (WorkHandle& w : pending_) w->wait(comm_.timeout());
   pending_.clear();
+  cast_back();
+}
+
+void BucketReducer::join() {
+  if (!captured_) throw Error("BucketReducer: join() ends a captured step only");
+  while (next_ < buckets_.size()) launch(next_++);
+  if (!pending_.empty()) comm_.join_stream(stream_);
+  pending_.clear();  // their completion events are part of the capture; nobody polls them
+  cast_back();
+}
+
+void BucketReducer::cast_back() {
   for (const Bucket& k : buckets_) {
-    if (staged_)
+    if (staged_ && !captured_)
       kernels::cuda_copy_to_device(wire_ptr(k), host_mirror_.data() + k.offset * wire_bytes(),
                                    k.count * wire_bytes());
     if (wire_ != Precision::bf16) continue;

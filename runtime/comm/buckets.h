@@ -63,10 +63,20 @@ class BucketReducer {
   BucketReducer& operator=(const BucketReducer&) = delete;
 
   // Forgets any handles of a previous step (they must have been waited for) and sets the buffer.
-  void start_step(float* grads);
+  // `captured`: the step is being captured into a CUDA graph on the reducer's stream (needs
+  // capturable()); it ends with join() instead of wait_all().
+  void start_step(float* grads, bool captured = false);
   void layer_done(int layer);
   // Starts every bucket not yet started (for a backward pass that reported no layers), then waits.
   void wait_all();
+  // A captured step's wait_all(): starts the buckets not yet started, then makes the stream wait
+  // for the reductions on the device (Communicator::join_stream) and casts a bf16 wire back there.
+  // The host waits for nothing.
+  void join();
+  // Whether a step may be captured: device gradients, and a communicator whose collectives are
+  // captured with the stream (nccl) or a world of one rank, where the sum over the ranks is the
+  // rank's own gradient and a captured step issues no collective (a bf16 wire still rounds).
+  bool capturable() const;
   // For a step that fails with reductions in flight: waits for those already started (no more are
   // started), together at most the communicator's timeout, and forgets them, so that none writes
   // into the gradients after the caller has unwound; their errors are dropped (the caller's
@@ -76,6 +86,8 @@ class BucketReducer {
 
  private:
   void launch(size_t b);
+  // After the reductions: a staged bucket's copy back up, a bf16 wire's cast back to fp32.
+  void cast_back();
 
   // Where bucket b's reduction reads and writes (grads or the bf16 copy), and its element size.
   void* wire_ptr(const Bucket& k);
@@ -89,6 +101,7 @@ class BucketReducer {
   bool staged_ = false;  // device gradients over a host-buffer communicator
   bool orders_comm_ = false;  // this reducer set the communicator's compute stream
   float* grads_ = nullptr;
+  bool captured_ = false;  // the step in progress is captured (start_step)
   size_t next_ = 0;  // buckets [0, next_) have started
   std::vector<WorkHandle> pending_;
   Buffer<uint16_t> wire_copy_;               // bf16 wire: the buckets' values in bf16, same offsets

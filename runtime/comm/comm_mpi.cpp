@@ -43,6 +43,16 @@ const char* reduce_op_name(ReduceOp op) {
 
 const char* backend_name(Backend b) { return b == Backend::mpi ? "mpi" : "nccl"; }
 
+void Communicator::join_stream(void*) {
+  throw Error(std::string("the ") + backend_name(backend()) +
+              " communicator cannot join a CUDA stream (its collectives are not captured)");
+}
+
+WorkHandle Communicator::watch_stream(void*, const std::string& what) {
+  throw Error(std::string("the ") + backend_name(backend()) + " communicator cannot watch " + what +
+              " (its collectives are not captured)");
+}
+
 Backend parse_backend(const std::string& text) {
   if (text == "mpi") return Backend::mpi;
   if (text == "nccl") return Backend::nccl;

@@ -157,6 +157,26 @@ class NcclCommunicator : public Communicator {
     compute_stream_ = static_cast<cudaStream_t>(stream);
   }
 
+  // NCCL supports stream capture: a collective issued while the compute stream is captured runs
+  // on this communicator's stream, which joined the capture through compute_ready_.
+  bool capturable() const override { return true; }
+
+  void join_stream(void* stream) override {
+    LS_CHECK_CUDA(cudaEventRecord(joined_, stream_));
+    LS_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), joined_, 0));
+  }
+
+  WorkHandle watch_stream(void* stream, const std::string& what) override {
+    if (!state_->alive)
+      throw Error(rank_prefix() + " " + what + ": the NCCL communicator was aborted earlier (" +
+                  state_->lost + ")");
+    cudaEvent_t done = nullptr;
+    LS_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    auto work = std::make_unique<NcclWork>(state_, done, what);
+    LS_CHECK_CUDA(cudaEventRecord(done, static_cast<cudaStream_t>(stream)));
+    return work;
+  }
+
   WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType type,
                               ReduceOp op) override {
     const Span span{"nccl all_reduce", count * dtype_size(type), type};
@@ -253,6 +273,7 @@ class NcclCommunicator : public Communicator {
     LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
     trace_ = std::make_unique<GpuTrace>(stream_, "GPU stream: nccl");
     LS_CHECK_CUDA(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+    LS_CHECK_CUDA(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
     LS_CHECK_CUDA(cudaMallocAsync(&barrier_word_, sizeof(int32_t), stream_));
     LS_CHECK_CUDA(cudaMemsetAsync(barrier_word_, 0, sizeof(int32_t), stream_));
     barrier();
@@ -367,6 +388,8 @@ class NcclCommunicator : public Communicator {
     trace_.reset();
     if (barrier_word_ != nullptr) cudaFreeAsync(barrier_word_, stream_);
     if (compute_ready_ != nullptr) cudaEventDestroy(compute_ready_);
+    if (joined_ != nullptr) cudaEventDestroy(joined_);
+    joined_ = nullptr;
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     barrier_word_ = nullptr;
     compute_ready_ = nullptr;
@@ -381,6 +404,7 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<GpuTrace> trace_;  // device spans of stream_'s collectives
   cudaStream_t compute_stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;  // re-recorded on the compute stream before each collective
+  cudaEvent_t joined_ = nullptr;         // re-recorded on stream_ by join_stream()
   void* barrier_word_ = nullptr;
 };
 

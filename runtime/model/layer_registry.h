@@ -26,10 +26,12 @@
 
 namespace lockstep {
 
-// Where a CUDA layer computes: the stream its work is queued on, and whether its GEMMs run in bf16.
+// Where a CUDA layer computes: the stream its work is queued on, whether its GEMMs run in bf16,
+// and whether its training steps are replayed from CUDA graphs (ModelPlacement::graphs).
 struct CudaLayerPlacement {
   cudaStream_t stream = nullptr;
   Precision precision = Precision::fp32;
+  bool graphs = false;
 };
 
 // A named piece of a layer's parameters ("weight", "bias") with its shape; a layer's pieces follow

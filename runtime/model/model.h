@@ -70,6 +70,10 @@ struct ModelPlacement {
   GpuTrace* trace = nullptr;
   // cpu: oneDNN or OpenBLAS kernels (layers.h: CpuKernels).
   CpuKernels cpu_kernels = CpuKernels::best;
+  // cuda: the training steps will be replayed from CUDA graphs (DESIGN.md decision 18), where the
+  // host's time to enqueue a kernel no longer delays the device: a layer that times its kernel
+  // choices counts the device's time alone.
+  bool graphs = false;
 };
 
 // Layer ranges start at multiples of this many floats (256 bytes).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/cuda_memory.h"
 #include "kernels/optimizer.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model.h"
@@ -63,6 +64,19 @@ Optimizer::Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKi
       break;
   }
   pieces_ = {{0, n_, true}};
+  whole_ = {{0, n_, true}};
+}
+
+Optimizer::~Optimizer() {
+  if (captured_host_ != nullptr) kernels::cuda_host_free(captured_host_);
+}
+
+const std::vector<Optimizer::Piece>& Optimizer::update_pieces() const {
+  const bool adam = config_.kind == OptimizerKind::adam || config_.kind == OptimizerKind::adamw;
+  // adam's L2 and an undecayed adamw are one pass; a decaying adamw is one pass per piece (the
+  // elementwise update is the same on a piece as on the whole buffer).
+  const bool split = adam && config_.kind == OptimizerKind::adamw && config_.weight_decay != 0.0f;
+  return split ? pieces_ : whole_;
 }
 
 void Optimizer::set_decay_ranges(const ParamRanges& ranges) {
@@ -89,16 +103,38 @@ void Optimizer::set_decay_ranges(const ParamRanges& ranges) {
   if (at < n_ || pieces_.empty()) pieces_.push_back({at, n_, false});
 }
 
+namespace {
+
+kernels::SgdOptions sgd_options(const OptimizerConfig& c, float lr) {
+  kernels::SgdOptions o;
+  o.lr = lr;
+  o.momentum = c.kind == OptimizerKind::momentum ? c.momentum : 0.0f;
+  o.nesterov = c.nesterov;
+  o.weight_decay = c.weight_decay;
+  return o;
+}
+
+// Adam's options for update `step` of a piece that is decayed or not.
+kernels::AdamOptions adam_options(const OptimizerConfig& c, float lr, int64_t step, bool decay) {
+  kernels::AdamOptions o;
+  o.lr = lr;
+  o.beta1 = c.beta1;
+  o.beta2 = c.beta2;
+  o.eps = c.eps;
+  o.decoupled = c.kind == OptimizerKind::adamw;
+  o.step = step;
+  o.weight_decay = decay ? c.weight_decay : 0.0f;
+  return o;
+}
+
+}  // namespace
+
 void Optimizer::step(float* params, const float* grads, float lr) {
   ++steps_;
   switch (config_.kind) {
     case OptimizerKind::sgd:
     case OptimizerKind::momentum: {
-      kernels::SgdOptions o;
-      o.lr = lr;
-      o.momentum = config_.kind == OptimizerKind::momentum ? config_.momentum : 0.0f;
-      o.nesterov = config_.nesterov;
-      o.weight_decay = config_.weight_decay;
+      const kernels::SgdOptions o = sgd_options(config_, lr);
       float* velocity = a_.empty() ? nullptr : a_.data();
       if (device_ == DeviceKind::cuda)
         kernels::sgd_update_cuda(o, params, grads, velocity, n_, stream_);
@@ -108,19 +144,8 @@ void Optimizer::step(float* params, const float* grads, float lr) {
     }
     case OptimizerKind::adam:
     case OptimizerKind::adamw: {
-      kernels::AdamOptions o;
-      o.lr = lr;
-      o.beta1 = config_.beta1;
-      o.beta2 = config_.beta2;
-      o.eps = config_.eps;
-      o.decoupled = config_.kind == OptimizerKind::adamw;
-      o.step = steps_;
-      // adam's L2 and an undecayed adamw are one pass; a decaying adamw is one pass per piece
-      // (the elementwise update is the same on a piece as on the whole buffer).
-      const bool whole = !o.decoupled || config_.weight_decay == 0.0f;
-      const std::vector<Piece> all{{0, n_, true}};
-      for (const Piece& piece : whole ? all : pieces_) {
-        o.weight_decay = piece.decay ? config_.weight_decay : 0.0f;
+      for (const Piece& piece : update_pieces()) {
+        const kernels::AdamOptions o = adam_options(config_, lr, steps_, piece.decay);
         const size_t at = piece.begin, len = piece.end - piece.begin;
         if (device_ == DeviceKind::cuda)
           kernels::adam_update_cuda(o, params + at, grads + at, a_.data() + at, b_.data() + at,
@@ -130,6 +155,37 @@ void Optimizer::step(float* params, const float* grads, float lr) {
       }
       break;
     }
+  }
+}
+
+void Optimizer::set_captured_lr(float lr) {
+  if (device_ != DeviceKind::cuda)
+    throw std::logic_error("Optimizer::set_captured_lr: only a device optimizer is captured");
+  const std::vector<Piece>& pieces = update_pieces();
+  const size_t bytes = pieces.size() * sizeof(kernels::UpdateCoefficients);
+  if (captured_host_ == nullptr) {
+    captured_host_ = kernels::cuda_host_alloc(bytes);
+    captured_device_ = Buffer<unsigned char>(DeviceKind::cuda, bytes);
+  }
+  auto* c = static_cast<kernels::UpdateCoefficients*>(captured_host_);
+  const bool adam = config_.kind == OptimizerKind::adam || config_.kind == OptimizerKind::adamw;
+  for (size_t k = 0; k < pieces.size(); ++k)
+    c[k] = adam ? kernels::adam_coefficients(adam_options(config_, lr, steps_ + 1, pieces[k].decay))
+                : kernels::sgd_coefficients(sgd_options(config_, lr));
+}
+
+void Optimizer::step_captured(float* params, const float* grads, const double* gate, int gates) {
+  if (captured_host_ == nullptr)
+    throw std::logic_error("Optimizer::step_captured: set_captured_lr() first");
+  const std::vector<Piece>& pieces = update_pieces();
+  kernels::cuda_copy_to_device_async(captured_device_.data(), captured_host_,
+                                     captured_device_.size(), stream_);
+  const auto* c = reinterpret_cast<const kernels::UpdateCoefficients*>(captured_device_.data());
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const size_t at = pieces[k].begin, len = pieces[k].end - pieces[k].begin;
+    kernels::gated_update_cuda(c + k, gate, gates, params + at, grads + at,
+                               a_.empty() ? nullptr : a_.data() + at,
+                               b_.empty() ? nullptr : b_.data() + at, len, stream_);
   }
 }
 

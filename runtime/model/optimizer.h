@@ -60,6 +60,9 @@ class Optimizer {
  public:
   Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKind device = DeviceKind::cpu,
             cudaStream_t stream = nullptr);
+  ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
 
   // The parameters adamw decays, as (offset, count) pairs within the buffer; the rest get weight
   // decay 0. Any order; overlaps and adjacent ranges merge. Throws std::invalid_argument when a
@@ -69,6 +72,17 @@ class Optimizer {
   // One update with learning rate lr; counts it once, whatever the number of ranges. params and
   // grads are in the optimizer's memory.
   void step(float* params, const float* grads, float lr);
+
+  // The update captured in a CUDA graph (device optimizers only; DESIGN.md decision 18): enqueues
+  // the copy of the step's coefficients from page-locked host memory into device memory, then the
+  // update through gated_update_cuda (kernels/optimizer.h), skipped on the device when one of
+  // gate[0, gates) (device memory) is not finite. It does not count the update: count_update()
+  // does, once the host knows it was applied. Before each replay of the graph,
+  // set_captured_lr() writes the coefficients of the next update (steps() + 1) at rate lr; the
+  // caller must know the previous replay has finished with them (it has waited for the step).
+  void step_captured(float* params, const float* grads, const double* gate, int gates);
+  void set_captured_lr(float lr);
+  void count_update() { ++steps_; }
 
   const OptimizerConfig& config() const { return config_; }
   int64_t steps() const { return steps_; }
@@ -87,7 +101,14 @@ class Optimizer {
     bool decay;
   };
   std::vector<Piece> pieces_;
+  // The pieces one update runs over: the whole buffer, or pieces_ for a decaying adamw.
+  const std::vector<Piece>& update_pieces() const;
+  std::vector<Piece> whole_;
   Buffer<float> a_, b_;  // velocity (momentum) or m and v (adam, adamw)
+  // Captured updates: one coefficient set per update piece, in page-locked host memory (written
+  // before each replay) and on the device (the graph's copy of it).
+  void* captured_host_ = nullptr;
+  Buffer<unsigned char> captured_device_;
 };
 
 }  // namespace lockstep

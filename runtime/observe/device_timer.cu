@@ -17,6 +17,7 @@ struct DeviceTimer::State {
   cudaStream_t stream = nullptr;
   std::vector<cudaEvent_t> events;  // by id
   std::vector<int> free_ids;
+  std::vector<bool> pinned;  // by id: recorded inside a CUDA graph, reserved for it
   int outstanding = 0;
   DeviceClock clock;  // on steady_seconds()
 
@@ -27,7 +28,7 @@ struct DeviceTimer::State {
   }
 
   void give_back(int id) {
-    free_ids.push_back(id);
+    if (!pinned[static_cast<size_t>(id)]) free_ids.push_back(id);
     --outstanding;
   }
 };
@@ -41,11 +42,19 @@ DeviceTimer::~DeviceTimer() {
   for (cudaEvent_t e : state_->events) (void)cudaEventDestroy(e);
 }
 
-int DeviceTimer::record() {
+void DeviceTimer::calibrate_if_stale() {
   State& st = *state_;
   // Recalibrate only with nothing outstanding: every event read later lies after its reference.
   if (st.outstanding == 0 && st.clock.stale(steady_seconds()))
     LS_CHECK_CUDA(st.clock.calibrate(&steady_seconds));
+}
+
+int DeviceTimer::record() {
+  State& st = *state_;
+  calibrate_if_stale();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LS_CHECK_CUDA(cudaStreamIsCapturing(st.stream, &capture));
+  const bool captured = capture == cudaStreamCaptureStatusActive;
   int id;
   if (!st.free_ids.empty()) {
     id = st.free_ids.back();
@@ -54,20 +63,42 @@ int DeviceTimer::record() {
     cudaEvent_t e = nullptr;
     LS_CHECK_CUDA(cudaEventCreate(&e));
     st.events.push_back(e);
+    st.pinned.push_back(false);
     id = static_cast<int>(st.events.size() - 1);
   }
   ++st.outstanding;
   try {
-    LS_CHECK_CUDA(cudaEventRecord(st.event(id), st.stream));
+    if (captured)
+      LS_CHECK_CUDA(cudaEventRecordWithFlags(st.event(id), st.stream, cudaEventRecordExternal));
+    else
+      LS_CHECK_CUDA(cudaEventRecord(st.event(id), st.stream));
   } catch (...) {
     st.give_back(id);
     throw;
   }
+  st.pinned[static_cast<size_t>(id)] = captured;
   return id;
 }
 
 void DeviceTimer::record_again(int id) {
-  LS_CHECK_CUDA(cudaEventRecord(state_->event(id), state_->stream));
+  State& st = *state_;
+  if (st.pinned[static_cast<size_t>(id)])
+    LS_CHECK_CUDA(cudaEventRecordWithFlags(st.event(id), st.stream, cudaEventRecordExternal));
+  else
+    LS_CHECK_CUDA(cudaEventRecord(st.event(id), st.stream));
+}
+
+void DeviceTimer::rearm(int id) {
+  state_->event(id);
+  ++state_->outstanding;
+}
+
+void DeviceTimer::unpin(int id) {
+  State& st = *state_;
+  st.event(id);
+  if (!st.pinned[static_cast<size_t>(id)]) return;
+  st.pinned[static_cast<size_t>(id)] = false;
+  st.free_ids.push_back(id);
 }
 
 bool DeviceTimer::done(int id) {

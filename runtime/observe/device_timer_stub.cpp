@@ -18,5 +18,8 @@ bool DeviceTimer::done(int) { return true; }
 void DeviceTimer::wait(int) {}
 double DeviceTimer::seconds(int) { return 0; }
 void DeviceTimer::drop(int) {}
+void DeviceTimer::rearm(int) {}
+void DeviceTimer::calibrate_if_stale() {}
+void DeviceTimer::unpin(int) {}
 
 }  // namespace lockstep

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/base/error.h"
 #include "runtime/observe/device_timer.h"
 
 namespace lockstep {
@@ -90,7 +91,7 @@ void StepTimer::forward_end() {
 }
 
 void StepTimer::backward_progress() {
-  if (device_ == nullptr || current_.micro.empty()) return;
+  if (device_ == nullptr || current_.micro.empty() || capturing_ != nullptr) return;
   Micro& u = current_.micro.back();
   if (u.backward_marked)
     device_->record_again(u.backward_end.id);
@@ -101,7 +102,10 @@ void StepTimer::backward_progress() {
 
 void StepTimer::backward_end() {
   if (device_ == nullptr) return host_mark(Phase::backward);
-  if (!current_.micro.empty() && !current_.micro.back().backward_marked) backward_progress();
+  if (!current_.micro.empty() && !current_.micro.back().backward_marked) {
+    current_.micro.back().backward_end = device_mark();
+    current_.micro.back().backward_marked = true;
+  }
   t_ = steady_seconds();
 }
 
@@ -122,6 +126,7 @@ double StepTimer::updated() {
     return t_;
   }
   current_.updated = device_mark();
+  if (capturing_ != nullptr) captured_[capturing_] = current_;
   pending_.push_back(std::move(current_));
   current_ = Pending{};
   return t_;
@@ -184,6 +189,71 @@ void StepTimer::flush() {
   if (device_ == nullptr || pending_.empty()) return;
   device_->wait(pending_.back().updated.id);
   collect(true);
+}
+
+void StepTimer::for_each_id(const Pending& s, const std::function<void(int)>& f) const {
+  auto each = [&f](const Point& p) {
+    if (p.id >= 0) f(p.id);
+  };
+  for (const Micro& u : s.micro) {
+    each(u.forward_begin);
+    each(u.forward_end);
+    each(u.backward_end);
+  }
+  each(s.reduced);
+  each(s.updated);
+}
+
+void StepTimer::begin_capture(const void* key) {
+  if (device_ != nullptr) capturing_ = key;
+}
+
+void StepTimer::end_capture(bool ok) {
+  const void* key = capturing_;
+  capturing_ = nullptr;
+  if (device_ == nullptr || ok) return;
+  // Nothing of the capture ran: its events hold no times. The step runs again uncaptured.
+  std::vector<int> ids;
+  auto found = captured_.find(key);
+  if (found != captured_.end()) {  // updated() ran inside the capture: the step is pending
+    for_each_id(found->second, [&ids](int id) { ids.push_back(id); });
+    drop(pending_.back());
+    pending_.pop_back();
+    captured_.erase(found);
+  } else {
+    for_each_id(current_, [&ids](int id) { ids.push_back(id); });
+    drop(current_);
+  }
+  for (int id : ids) device_->unpin(id);
+  current_ = Pending{};
+  open_ = true;
+  t_ = steady_seconds();
+}
+
+double StepTimer::replayed(const void* key) {
+  open_ = false;
+  t_ = steady_seconds();
+  if (device_ == nullptr) return t_;
+  auto found = captured_.find(key);
+  if (found == captured_.end()) throw Error("StepTimer::replayed: no capture for this graph");
+  // The clock may take a new reference only while nothing is outstanding, before the events of
+  // this replay are counted.
+  device_->calibrate_if_stale();
+  Pending s = found->second;
+  if (!current_.micro.empty() && !s.micro.empty()) {
+    s.micro.front().data_begin = current_.micro.front().data_begin;
+    s.micro.front().data_end = current_.micro.front().data_end;
+  }
+  for_each_id(s, [this](int id) { device_->rearm(id); });
+  pending_.push_back(std::move(s));
+  current_ = Pending{};
+  return t_;
+}
+
+void StepTimer::forget_captures() {
+  if (device_ != nullptr)
+    for (auto& [key, s] : captured_) for_each_id(s, [this](int id) { device_->unpin(id); });
+  captured_.clear();
 }
 
 }  // namespace lockstep

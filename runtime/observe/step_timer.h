@@ -14,6 +14,8 @@
 #pragma once
 
 #include <deque>
+#include <functional>
+#include <map>
 #include <vector>
 
 #include "runtime/observe/step_times.h"
@@ -84,6 +86,21 @@ class StepTimer {
   // Device: waits for the steps still pending and passes them on.
   void flush();
 
+  // CUDA graphs (DESIGN.md decision 18). A step captured into a graph makes its device marks as
+  // usual, from forward_begin() to updated(), between begin_capture(key) and end_capture(ok):
+  // inside the capture they become the graph's own events (DeviceTimer pins them). A backward pass
+  // is marked once, at backward_end(). end_capture(true) keeps them for the graph `key`;
+  // end_capture(false) drops the step's marks (a capture that failed ran nothing) and reopens the
+  // step for its uncaptured run. A replayed step calls replayed(key) after data_ready(), in place
+  // of the marks from forward_begin() to updated(), before the graph is launched: the step's marks
+  // are then the graph's events, which the caller must read (collect(true) once it has waited for
+  // the step) before the graph is launched again. forget_captures() gives the events back (the
+  // graphs are gone).
+  void begin_capture(const void* key);
+  void end_capture(bool ok);
+  double replayed(const void* key);
+  void forget_captures();
+
  private:
   struct Point {
     int id = -1;    // the DeviceTimer event, not yet read; -1: t holds the time
@@ -113,6 +130,9 @@ class StepTimer {
   bool open_ = false;         // a step has started and not reached updated()
   Pending current_;           // device: the open step's marks
   std::deque<Pending> pending_;  // device: ended steps, oldest first, waiting for their events
+  const void* capturing_ = nullptr;           // the graph being captured (begin_capture)
+  std::map<const void*, Pending> captured_;   // each graph's marks: its events' ids
+  void for_each_id(const Pending& s, const std::function<void(int)>& f) const;
 };
 
 }  // namespace lockstep

@@ -317,6 +317,18 @@ std::vector<Row> build() {
       nullptr, +[](TrainConfig & c) -> auto& { return c.bucket_mb; }, kAny);
   bucket.check = [](const TrainConfig& c) { bucket_bytes_from_mb(c.bucket_mb); };
   t.push_back(bucket);
+  Row graphs{"cuda-graphs"};
+  graphs.group = G::runtime;
+  graphs.help =
+      "on | off: with --device cuda, capture each full training step in a CUDA graph and replay "
+      "it (one launch per step)";
+  graphs.get = [](const TrainConfig& c) { return std::string(c.cuda_graphs ? "on" : "off"); };
+  graphs.set = [](TrainConfig& c, const std::string& v) {
+    if (v != "on" && v != "off")
+      throw UsageError("--cuda-graphs must be on or off, not '" + v + "'");
+    c.cuda_graphs = v == "on";
+  };
+  t.push_back(graphs);
   t.push_back(number<int64_t>(
       "check-every", G::runtime, "steps between replica checksum checks (0: only at start and end)",
       nullptr, +[](TrainConfig & c) -> auto& { return c.check_every; }, at_least(0)));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "kernels/cuda_memory.h"
@@ -130,21 +131,105 @@ struct DeviceStep::Impl {
   DeviceTimer timer;
   GpuTrace compute_trace, copy_trace;
   LossTotals* sums() { return reinterpret_cast<LossTotals*>(scalars.data()); }
+  // The totals and the norm read back from the device (kNorm + 1 values): the step's outcome.
+  Step::Outcome outcome(const double* host, bool with_grads);
+
+  // CUDA graphs: the captured steps by key, the capture in progress, and the page-locked memory
+  // each replay's read-back lands in.
+  bool capturing = false;
+  std::map<const void*, cudaGraphExec_t> graphs;
+  Pinned<double> readback{kNorm + 1};
+  class Graphs;
+  std::unique_ptr<Graphs> graphs_view;
+  void clear_graphs() noexcept {
+    for (auto& [key, g] : graphs) kernels::cuda_graph_destroy(g);
+    graphs.clear();
+  }
 };
 
-DeviceStep::DeviceStep(const StepShape& shape) : impl_(std::make_unique<Impl>(shape)) {}
+class DeviceStep::Impl::Graphs final : public StepGraphs {
+ public:
+  explicit Graphs(Impl& m) : m_(m) {}
+
+  void begin() override {
+    kernels::cuda_capture_begin(m_.compute.get());
+    m_.capturing = true;
+  }
+
+  void gradient_norm(const float* grads, size_t n) override {
+    kernels::global_norm_device_cuda(grads, n, m_.scalars.data() + kNorm, m_.compute.get());
+  }
+
+  const double* gate() const override { return m_.scalars.data(); }
+
+  std::string end(const void* key) override {
+    cudaStream_t stream = m_.compute.get();
+    std::string why;
+    try {
+      // The step's one read-back, part of the graph: the totals and the norm into page-locked
+      // memory, then new totals.
+      kernels::cuda_copy_to_host_async(m_.readback.data(), m_.scalars.data(),
+                                       (kNorm + 1) * sizeof(double), stream);
+      kernels::cuda_zero(m_.scalars.data(), kNorm * sizeof(double), stream);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    m_.capturing = false;
+    if (!why.empty()) {
+      kernels::cuda_capture_discard(stream);
+      return why;
+    }
+    cudaGraphExec_t g = kernels::cuda_capture_end(stream, &why);
+    if (g == nullptr) return why;
+    auto [at, fresh] = m_.graphs.emplace(key, g);
+    if (!fresh) {
+      kernels::cuda_graph_destroy(at->second);
+      at->second = g;
+    }
+    return "";
+  }
+
+  void abort() noexcept override {
+    kernels::cuda_capture_discard(m_.compute.get());
+    m_.capturing = false;
+  }
+
+  bool ready(const void* key) const override { return m_.graphs.count(key) > 0; }
+
+  void launch(const void* key, const Batch& b) override {
+    auto found = m_.graphs.find(key);
+    if (found == m_.graphs.end()) throw Error("DeviceStep: no captured step for this input slot");
+    kernels::cuda_graph_launch(found->second, m_.compute.get());
+    m_.samples += static_cast<double>(b.valid) * static_cast<double>(m_.positions);
+  }
+
+  Step::Outcome outcome() override { return m_.outcome(m_.readback.data(), true); }
+
+  void clear() noexcept override { m_.clear_graphs(); }
+
+ private:
+  Impl& m_;
+};
+
+DeviceStep::DeviceStep(const StepShape& shape) : impl_(std::make_unique<Impl>(shape)) {
+  impl_->graphs_view = std::make_unique<Impl::Graphs>(*impl_);
+}
 
 DeviceStep::~DeviceStep() {
   // The device buffers are freed after the queued work that reads them.
   if (impl_) {
     try {
+      kernels::cuda_capture_discard(impl_->compute.get());
       kernels::cuda_stream_synchronize(impl_->compute.get());
       kernels::cuda_stream_synchronize(impl_->copy.get());
     } catch (...) {
       // A broken context has already been reported by the call that broke it.
     }
+    impl_->clear_graphs();
   }
 }
+
+StepGraphs* DeviceStep::graphs() { return impl_->graphs_view.get(); }
 
 ModelPlacement DeviceStep::placement(Precision precision) {
   return {DeviceKind::cuda, impl_->compute.get(), precision, &impl_->compute_trace};
@@ -233,7 +318,8 @@ void DeviceStep::loss(const Batch& b, const float* out, float scale, float* dout
     kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), predictions, m.outputs, scale, dout,
                            m.sums(), m.compute.get());
   m.compute_trace.end();
-  m.samples += static_cast<double>(b.valid) * static_cast<double>(m.positions);
+  // A captured loss counts its samples at each launch of the graph instead.
+  if (!m.capturing) m.samples += static_cast<double>(b.valid) * static_cast<double>(m.positions);
 }
 
 void DeviceStep::release() {
@@ -253,15 +339,19 @@ Step::Outcome DeviceStep::finish(const float* grads, size_t n) {
   // A synchronous copy through the legacy default stream: it runs after the compute stream's work.
   m.scalars.read(host, 0, kNorm + 1);
   kernels::cuda_zero(m.scalars.data(), kNorm * sizeof(double), m.compute.get());
+  return m.outcome(host, grads != nullptr);
+}
+
+Step::Outcome DeviceStep::Impl::outcome(const double* host, bool with_grads) {
   Outcome o;
-  std::memcpy(&o.totals, host, sizeof o.totals);
+  std::memcpy(static_cast<void*>(&o.totals), host, sizeof o.totals);
   if (o.totals.invalid_labels > 0)
     throw Error(std::to_string(static_cast<int64_t>(o.totals.invalid_labels)) +
-                " sample(s) of a batch have a label outside [0, " + std::to_string(m.outputs) +
+                " sample(s) of a batch have a label outside [0, " + std::to_string(outputs) +
                 "): the dataset's labels do not match its num_classes");
-  o.totals.samples = m.samples;
-  m.samples = 0;
-  o.grads_finite = grads == nullptr || std::isfinite(host[kNorm]);
+  o.totals.samples = samples;
+  samples = 0;
+  o.grads_finite = !with_grads || std::isfinite(host[kNorm]);
   return o;
 }
 

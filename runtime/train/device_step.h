@@ -72,6 +72,8 @@ class DeviceStep final : public Step {
   Outcome finish(const float* grads, size_t n) override;
   // By the norm of the last finish(), on the device.
   void clip(float* grads, size_t n, double max_norm) override;
+  // Captured training steps (step.h: StepGraphs): a graph per input slot.
+  StepGraphs* graphs() override;
 
  private:
   struct Impl;

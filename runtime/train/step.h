@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "kernels/loss_totals.h"
 #include "runtime/base/precision.h"
@@ -45,6 +46,8 @@ struct StepShape {
   bool classification = true;
   int positions = 1;
 };
+
+class StepGraphs;
 
 class Step {
  public:
@@ -83,6 +86,48 @@ class Step {
   // Scales grads[0, n) to L2 norm max_norm when its norm exceeds it (the gradient of the last
   // finish()).
   virtual void clip(float* grads, size_t n, double max_norm) = 0;
+  // Whole training steps captured into CUDA graphs and replayed (DeviceStep); null: none.
+  virtual StepGraphs* graphs() { return nullptr; }
+};
+
+// CUDA graphs (DESIGN.md decision 18): a training step of one micro-batch, captured once into a
+// graph on the compute stream (zeroed gradients, forward, loss, backward, gradient reduction,
+// gradient norm, clipping, update, the read-back of the totals and the norm) and then replayed
+// with one launch per step while the shapes stay the same. A graph is kept per `key` (the device
+// input buffer the batch was uploaded to: the graph reads that buffer). The Trainer drives it:
+//
+//   capture   upload(b); begin(); the step's work, with gradient_norm() after the reduction and
+//             the update gated on gate(); end(key); launch(key, b)
+//   replay    upload(b); launch(key, b)
+//   both      release(); wait for the stream (the gradient communicator's watch_stream); outcome()
+//
+// Between begin() and end() nothing runs: the work is recorded. Used by the training thread.
+class StepGraphs {
+ public:
+  // The doubles gate() points at: the step's loss totals and the gradient norm.
+  static constexpr int kGates = 5;
+
+  virtual ~StepGraphs() = default;
+  // The compute stream starts being captured; loss() stops counting samples (launch() does).
+  virtual void begin() = 0;
+  // Inside the capture: the L2 norm of grads[0, n) into the gate, as finish() computes it.
+  virtual void gradient_norm(const float* grads, size_t n) = 0;
+  // Device memory: a step whose loss or gradient is not finite leaves the update out
+  // (Optimizer::step_captured).
+  virtual const double* gate() const = 0;
+  // Ends the capture with the read-back of the gate into page-locked memory, instantiates the
+  // graph and keeps it under `key`. Returns why that failed ("" when it did not): the capture is
+  // then discarded and nothing of it ran.
+  virtual std::string end(const void* key) = 0;
+  // Ends a capture that threw, discarding it (nothing of it ran). Never throws.
+  virtual void abort() noexcept = 0;
+  virtual bool ready(const void* key) const = 0;
+  // Launches the graph `key` on the compute stream for batch `b` (the last uploaded).
+  virtual void launch(const void* key, const Batch& b) = 0;
+  // The step's outcome, as finish() gives it, once the host has waited for the launched graph.
+  virtual Step::Outcome outcome() = 0;
+  // Destroys every graph (their memory is freed as the device finishes them).
+  virtual void clear() noexcept = 0;
 };
 
 // The loss's weights of a batch whose rows hold `positions` predictions each: b.mask[r] repeated

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <optional>
 #include <utility>
 
+#include "kernels/cuda_memory.h"
 #include "runtime/base/error.h"
+#include "runtime/base/log.h"
 #include "runtime/comm/agree.h"
 #include "runtime/comm/buckets.h"
 #include "runtime/comm/replica_check.h"
@@ -53,7 +57,21 @@ struct Trainer::Impl {
   EvalResult last_eval;
   std::unique_ptr<StepGuard> guard;
   std::unique_ptr<BucketReducer> reducer;
+  // CUDA graphs (DESIGN.md decision 18): the step's graphs when full steps are captured (null:
+  // never, or no more after a failed capture), and the full steps run uncaptured before the first
+  // capture: a layer times its kernels at its first steps, which a graph must not record.
+  StepGraphs* graphs = nullptr;
+  int64_t warm_steps = 0;
 };
+
+namespace {
+
+// Full steps run uncaptured before a graph records one: the first times the convolutions' kernel
+// families (conv_cuda.cu), the second runs the settled choices once (first uses of a library's
+// workspace) so that the capture records the steady step.
+constexpr int64_t kWarmStepsBeforeCapture = 2;
+
+}  // namespace
 
 Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& config)
     : comm_(host),
@@ -101,7 +119,12 @@ void Trainer::build() {
   const int positions = m.info.positions;
   m.step = make_step(config_.device,
                      {shape_size(input), m.outputs, rows, m.classification, positions});
-  const ModelPlacement place = m.step->placement(config_.precision);
+  // CUDA graphs: the options and the backend decide, so every rank reaches the same answer.
+  const bool graphs = config_.device == DeviceKind::cuda && config_.cuda_graphs &&
+                      config_.grad_accum == 1 &&
+                      (grad_comm_.capturable() || grad_comm_.size() == 1);
+  ModelPlacement place = m.step->placement(config_.precision);
+  place.graphs = graphs;
   m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
   model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place, positions);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
@@ -110,6 +133,9 @@ void Trainer::build() {
   m.reducer = std::make_unique<BucketReducer>(
       grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
       config_.grad_reduce_dtype, place.device, place.stream);
+
+  if (graphs && m.step->graphs() != nullptr && m.reducer->capturable())
+    m.graphs = m.step->graphs();
 
   m.schedule.kind = config_.lr_schedule;
   m.schedule.peak_lr = scaled_lr(config_.lr, config_.lr_scaling, B, config_.base_batch);
@@ -196,28 +222,41 @@ LossTotals Trainer::train_step() {
   // Nsight sees the same phases as the trace and the step-time breakdown (nvtx.h).
   NvtxRange step_range("step", "step");
   NvtxPhases phases;
-  model_->zero_grads();
-  m.reducer->start_step(model_->grads());
   int64_t got_valid = 0;
   Step::Outcome o;
+  bool captured = false;
   try {
-    for (int j = 0; j < config_.grad_accum; ++j) {
-      phases.next("data wait", "data");
-      if (m.ahead) {
-        std::swap(m.batch, m.next);  // staged during the step before
-        m.ahead = false;
-      } else if (!m.train->next(m.batch)) {
-        break;
+    phases.next("data wait", "data");
+    bool have = take_batch();
+    const bool full = have && want_valid == B && m.batch.global_valid == B &&
+                      m.batch.valid == m.batch.rows && m.batch.rows == m.micro_rows;
+    if (full && m.graphs != nullptr && m.warm_steps >= kWarmStepsBeforeCapture && !tracing()) {
+      captured = captured_step(scale, phases, o);
+      if (captured) {
+        got_valid = m.batch.global_valid;
+        captured_steps_ += 1;
       }
-      micro_batch(scale, j + 1 == config_.grad_accum, phases);
-      got_valid += m.batch.global_valid;
+    }
+    if (!captured) {
+      model_->zero_grads();
+      m.reducer->start_step(model_->grads());
+      for (int j = 0; have;) {
+        micro_batch(scale, j + 1 == config_.grad_accum, phases);
+        got_valid += m.batch.global_valid;
+        if (++j == config_.grad_accum) break;
+        phases.next("data wait", "data");
+        have = take_batch();
+      }
+      if (full) m.warm_steps += 1;
     }
     if (got_valid != want_valid)
       throw Error("step " + std::to_string(state_.global_step) + " of epoch " +
                   std::to_string(state_.epoch + 1) + " got " + std::to_string(got_valid) +
                   " samples from the loader, expected " + std::to_string(want_valid));
-    phases.next("all_reduce", "collective");
-    o = reduce_gradients(phases);
+    if (!captured) {
+      phases.next("all_reduce", "collective");
+      o = reduce_gradients(phases);
+    }
   } catch (...) {
     // A layer, the loader or a reduction failed with bucket reductions in flight: they write into
     // the gradients, so they must finish before the error unwinds past the buffers.
@@ -226,8 +265,20 @@ LossTotals Trainer::train_step() {
   }
   const bool apply = m.guard->check_update(o.grads_finite, state_.global_step, state_.epoch) ==
                      Verdict::proceed;
-  if (apply) update();
-  const double t_end = m.timer->updated();
+  if (captured) {
+    // The graph applied the update unless this rank's loss or the reduced gradient was not
+    // finite; the guard's verdict also covers the other ranks' losses.
+    const bool applied = o.grads_finite && std::isfinite(o.totals.loss_sum);
+    if (applied && !apply)
+      throw Error("step " + std::to_string(state_.global_step + 1) + ": another rank's loss is not "
+                  "finite while this rank's loss and the reduced gradient are, and the captured "
+                  "step (CUDA graph) has already applied the update here; rerun with "
+                  "--cuda-graphs off to have such steps skipped or stopped on every rank");
+    if (apply) optimizer_->count_update();
+  } else if (apply) {
+    update();
+  }
+  const double t_end = captured ? steady_seconds() : m.timer->updated();
   phases.done();
   times_.total += t_end - t_start;
   times_.steps += 1;
@@ -236,6 +287,96 @@ LossTotals Trainer::train_step() {
   state_.global_step += 1;
   state_.samples_seen += want_valid;
   return apply ? o.totals : LossTotals{};  // a skipped step stays out of the reported loss
+}
+
+bool Trainer::take_batch() {
+  Impl& m = *impl_;
+  if (m.ahead) {
+    std::swap(m.batch, m.next);  // staged during the step before
+    m.ahead = false;
+    return true;
+  }
+  return m.train->next(m.batch);
+}
+
+bool Trainer::captured_step(float scale, NvtxPhases& phases, Step::Outcome& o) {
+  Impl& m = *impl_;
+  StepGraphs& graphs = *m.graphs;
+  StepTimer& timer = *m.timer;
+  const float* x = m.step->upload(m.batch);  // outside the graph: the copy stream's event
+  timer.data_ready();
+  // Read by the graph's update: the coefficients of this step's update (the last replay is done).
+  optimizer_->set_captured_lr(static_cast<float>(lr_at_step(state_.global_step)));
+  phases.next("captured step", "step");
+  const void* key = x;  // a graph per input slot: the graph reads its slot's buffers
+  if (!graphs.ready(key)) {
+    std::string why;
+    graphs.begin();
+    timer.begin_capture(key);
+    try {
+      record_step(x, scale);
+      why = graphs.end(key);
+    } catch (const std::exception& e) {
+      graphs.abort();
+      m.reducer->drain();
+      why = e.what();
+    }
+    // Every rank captures, or none does: a rank that runs the step uncaptured issues its
+    // collectives from the host, so the others must too.
+    const std::optional<FirstProblem> problem = first_problem(comm_, why.empty(), why);
+    timer.end_capture(!problem.has_value());
+    if (problem) {
+      graphs.clear();
+      timer.forget_captures();
+      m.graphs = nullptr;
+      if (comm_.rank() == 0) {
+        LS_LOG(warn) << "capturing the training step in a CUDA graph failed on rank "
+                     << problem->rank << " (" << problem->message
+                     << "); the run goes on without graphs";
+      }
+      return false;
+    }
+  } else {
+    timer.replayed(key);
+  }
+  graphs.launch(key, m.batch);
+  m.step->release();
+  // The next step's first micro-batch is taken and staged while the graph runs.
+  m.ahead = m.train->next(m.next);
+  if (m.ahead) m.step->stage(m.next);
+  phases.next("step wait", "step");
+  // The host waits for the step, watched as its collectives would be (a dead peer aborts NCCL).
+  void* stream = m.step->placement(config_.precision).stream;
+  if (grad_comm_.capturable())
+    grad_comm_.watch_stream(stream, "the captured training step")->wait(grad_comm_.timeout());
+  else
+    kernels::cuda_stream_synchronize(static_cast<cudaStream_t>(stream));
+  timer.collect(/*synced=*/true);
+  o = graphs.outcome();
+  m.guard->before_reduce(o.totals.loss_sum);
+  return true;
+}
+
+void Trainer::record_step(const float* x, float scale) {
+  Impl& m = *impl_;
+  StepTimer& timer = *m.timer;
+  const int rows = static_cast<int>(m.batch.rows);
+  timer.forward_begin();
+  model_->zero_grads();
+  m.reducer->start_step(model_->grads(), /*captured=*/true);
+  const float* out = model_->forward(x, rows);
+  m.step->loss(m.batch, out, scale, model_->output_grad());
+  timer.forward_end();
+  model_->backward(rows, [&](int layer) { m.reducer->layer_done(layer); });
+  timer.backward_end();
+  m.reducer->join();
+  timer.reduced();
+  m.graphs->gradient_norm(model_->grads(), model_->param_count());
+  if (config_.clip_norm > 0)
+    m.step->clip(model_->grads(), model_->param_count(), config_.clip_norm);
+  optimizer_->step_captured(model_->params(), model_->grads(), m.graphs->gate(),
+                            StepGraphs::kGates);
+  timer.updated();
 }
 
 void Trainer::micro_batch(float scale, bool last, NvtxPhases& phases) {

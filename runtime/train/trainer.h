@@ -78,6 +78,9 @@ struct TrainConfig {
   DeviceKind device = DeviceKind::cpu;            // where the layers compute
   Precision precision = Precision::fp32;          // compute dtype; bf16 needs device cuda
   Precision grad_reduce_dtype = Precision::fp32;  // dtype of the gradient all-reduce on the wire
+  // cuda: capture each full training step of one micro-batch in a CUDA graph and replay it
+  // (DESIGN.md decision 18), where the gradient communicator allows (Communicator::capturable).
+  bool cuda_graphs = true;
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = false;
@@ -148,6 +151,9 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   const DatasetInfo& train_info() const;
   const StepTimes& times() const { return times_; }
+  // Steps run as a replay of a CUDA graph (DESIGN.md decision 18), the capture's first launch
+  // included; 0 without --cuda-graphs or where the step cannot be captured.
+  int64_t captured_steps() const { return captured_steps_; }
   const StepGuard& guard() const;  // stop signal agreed, stopped early, steps skipped, checkpoint
   Communicator& comm() { return comm_; }  // host values' communicator: every collective above
   void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
@@ -158,6 +164,12 @@ class Trainer {
   void open_loaders();
   LossTotals train_step();  // one update; its totals (none when skipped)
   void micro_batch(float scale, bool last, NvtxPhases& phases);
+  bool take_batch();  // the staged next batch, or the loader's; false at the epoch's end
+  // A full step of one micro-batch through the step's CUDA graphs (DESIGN.md decision 18):
+  // captured at its first use for the batch's input slot, then replayed. False, on every rank,
+  // when a capture failed (the step has not run: the caller runs it uncaptured).
+  bool captured_step(float scale, NvtxPhases& phases, Step::Outcome& o);
+  void record_step(const float* x, float scale);  // the step's work, into the capture
   Step::Outcome reduce_gradients(NvtxPhases& phases);
   void update();
   void observe_step(const LossTotals& step);  // replica check and reports after a step
@@ -175,6 +187,7 @@ class Trainer {
   StepTimes times_;
   PhaseHook hook_;
   bool initialized_ = false;
+  int64_t captured_steps_ = 0;
 };
 
 }  // namespace lockstep

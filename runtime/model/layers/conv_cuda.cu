@@ -72,8 +72,8 @@ struct Directions {
 template <class T>
 class CudaConv2d : public CudaLayer {
  public:
-  CudaConv2d(const LayerPlan& plan, cudaStream_t stream, FamilyChoice families)
-      : CudaLayer(plan, stream), families_(families) {
+  CudaConv2d(const LayerPlan& plan, cudaStream_t stream, FamilyChoice families, bool graphs)
+      : CudaLayer(plan, stream), families_(families), graphs_(graphs) {
     // The direct kernels take the first layers of image models (few taps per output).
     families_.direct =
         families_.direct && kernels::conv2d_direct_supported(conv2d_shape(plan, 1));
@@ -195,8 +195,9 @@ class CudaConv2d : public CudaLayer {
   // The family whose `run` costs least among those allowed (`direct_ok`: the direction has a
   // direct kernel). A run's cost is the larger of its device time and the host's time to enqueue
   // it (where the host is slower the device waits for it: cuDNN's calls cost more host time than
-  // the kernels they replace), the mean of 3 after one untimed run (in which cuDNN times its own
-  // algorithms). Another family must beat im2col by 5%: a tie goes to im2col, whose fp32 layer
+  // the kernels they replace), or its device time alone where the steps are replayed from CUDA
+  // graphs (no host in between); the mean of 3 after one untimed run (in which cuDNN times its
+  // own algorithms). Another family must beat im2col by 5%: a tie goes to im2col, whose fp32 layer
   // keeps no weight copy.
   template <class Run>
   Family fastest(const kernels::Conv2dShape& s, const char* direction, const Run& run,
@@ -234,7 +235,7 @@ class CudaConv2d : public CudaLayer {
                                                             begin).count() / kTimedRuns;
       kernels::cuda_event_synchronize(stop_);
       device_ms[i] = kernels::cuda_event_elapsed_ms(start_, stop_) / kTimedRuns;
-      cost[i] = std::max(device_ms[i], host_ms[i]);
+      cost[i] = graphs_ ? device_ms[i] : std::max(device_ms[i], host_ms[i]);
       report += std::string(report.empty() ? "" : "; ") + name(f) + " " +
                 std::to_string(device_ms[i]) + " ms device, " + std::to_string(host_ms[i]) +
                 " ms host";
@@ -252,6 +253,7 @@ class CudaConv2d : public CudaLayer {
   }
 
   FamilyChoice families_;
+  bool graphs_;  // steps replayed from CUDA graphs: the host's time does not count
   Buffer<T> wk_;                     // the weights in cuDNN's KRSC order
   std::unique_ptr<Bf16Weights> w16_;  // bf16 HWIO, for the im2col family
   Buffer<float> scratch_;            // gradients written while the filter gradient is timed
@@ -264,8 +266,8 @@ class CudaConv2d : public CudaLayer {
 std::unique_ptr<Layer> make_conv_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
   const FamilyChoice families = family_choice();
   if (where.precision == Precision::bf16)
-    return std::make_unique<CudaConv2d<uint16_t>>(plan, where.stream, families);
-  return std::make_unique<CudaConv2d<float>>(plan, where.stream, families);
+    return std::make_unique<CudaConv2d<uint16_t>>(plan, where.stream, families, where.graphs);
+  return std::make_unique<CudaConv2d<float>>(plan, where.stream, families, where.graphs);
 }
 
 }  // namespace lockstep

@@ -1,0 +1,179 @@
+// Training steps captured in CUDA graphs (DESIGN.md decision 18) against the same training run
+// uncaptured (--cuda-graphs off): with the convolutions pinned to one kernel family
+// (LOCKSTEP_CUDA_CONV=im2col, so both runs take the same kernels), the parameters, the optimizer's
+// step count, every epoch's training loss and the test scores are bit for bit the same, in fp32
+// and bf16, over NCCL (one rank: its all-reduces are part of the graph) and over a one-rank host
+// communicator (no collective in the graph). The run crosses epochs whose last batch is partial
+// (run uncaptured), evaluates after each, follows a warm-up and cosine learning-rate schedule
+// (the graph's update reads each step's rate from device memory), clips, and reduces a bucket per
+// layer. Steps whose loss is not finite are skipped by the graph as the host skips them
+// uncaptured (--on-nan skip). With every kernel family allowed, the captured run stays within the
+// summation-order tolerance of the uncaptured one. Skips, with the reason, where no GPU answers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "runtime/base/communicator.h"
+#include "runtime/train/trainer.h"
+#include "test_util.h"
+#include "train_fixtures.h"
+
+using namespace lockstep;
+using namespace lockstep::testing_util;
+
+namespace {
+
+// 72 training images: four full steps of 16 and a partial one of 8 per epoch; 16 test images.
+std::string write_images() {
+  StripedImages s;
+  s.train_rows = 72;
+  return write_striped_images(local_temp_dir("train_graphs_gpu") + "/images.h5", s);
+}
+
+TrainConfig config(const std::string& data, Precision precision, bool graphs) {
+  TrainConfig c;
+  c.train.path = data;
+  c.model = "conv3x3:8,relu,maxpool2,flatten,dense:16,relu,dense";
+  c.optimizer.kind = OptimizerKind::adam;
+  c.lr = 3e-3;
+  c.lr_schedule = LrScheduleKind::cosine;
+  c.warmup_steps = 3;
+  c.min_lr = 1e-4;
+  c.global_batch = 16;
+  c.epochs = 3;
+  c.bucket_mb = 1e-6;  // a bucket per layer: several all-reduces inside the graph
+  c.clip_norm = 0.5;
+  c.seed = 11;
+  c.print = false;
+  c.device = DeviceKind::cuda;
+  c.precision = precision;
+  c.cuda_graphs = graphs;
+  return c;
+}
+
+struct Trained {
+  std::vector<float> params;
+  TrainResult result;
+  int64_t updates = 0, captured = 0, skipped = 0;
+};
+
+Trained train(Communicator& host, Communicator& grads, const TrainConfig& c) {
+  Trainer t(host, grads, c);
+  Trained r;
+  r.result = t.run();
+  r.params = t.model().params_to_host();
+  r.updates = t.optimizer().steps();
+  r.captured = t.captured_steps();
+  r.skipped = t.guard().skipped_steps();
+  return r;
+}
+
+// Elements whose bits differ.
+size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n + (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+}
+
+void expect_same_bits(const Trained& got, const Trained& want) {
+  EXPECT_EQ(0u, differing(got.params, want.params)) << "of " << want.params.size() << " parameters";
+  EXPECT_EQ(got.updates, want.updates);
+  ASSERT_EQ(got.result.epochs.size(), want.result.epochs.size());
+  for (size_t e = 0; e < want.result.epochs.size(); ++e) {
+    EXPECT_EQ(got.result.epochs[e].train_loss, want.result.epochs[e].train_loss) << "epoch " << e + 1;
+    EXPECT_EQ(got.result.epochs[e].test.loss, want.result.epochs[e].test.loss) << "epoch " << e + 1;
+  }
+  EXPECT_EQ(got.result.test.accuracy, want.result.test.accuracy);
+}
+
+class TrainGraphsGpu : public OnGpu0 {
+ protected:
+  void SetUp() override {
+    OnGpu0::SetUp();
+    if (IsSkipped()) return;
+    const char* was = std::getenv("LOCKSTEP_CUDA_CONV");
+    saved_ = was != nullptr ? was : "";
+    had_ = was != nullptr;
+  }
+  void TearDown() override {
+    if (had_)
+      setenv("LOCKSTEP_CUDA_CONV", saved_.c_str(), 1);
+    else
+      unsetenv("LOCKSTEP_CUDA_CONV");
+  }
+  std::string saved_;
+  bool had_ = false;
+};
+
+}  // namespace
+
+TEST_F(TrainGraphsGpu, CapturedStepsGiveTheBitsOfUncapturedSteps) {
+  setenv("LOCKSTEP_CUDA_CONV", "im2col", 1);
+  auto nccl = make_nccl_communicator(0, std::chrono::seconds(120));
+  auto mpi = make_mpi_communicator();
+  const std::string data = write_images();
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    for (Communicator* grads : {nccl.get(), mpi.get()}) {
+      SCOPED_TRACE(std::string(precision_name(p)) + ", gradients over " +
+                   backend_name(grads->backend()));
+      const Trained want = train(*mpi, *grads, config(data, p, false));
+      const Trained got = train(*mpi, *grads, config(data, p, true));
+      EXPECT_EQ(0, want.captured) << "--cuda-graphs off captures nothing";
+      // 3 epochs of 4 full steps, the first 2 run uncaptured before the first capture.
+      EXPECT_EQ(10, got.captured) << "every full step after the warm-up is a graph's";
+      EXPECT_EQ(15, got.updates);
+      expect_same_bits(got, want);
+      std::printf("%s over %s: %lld of %lld steps captured, test loss %.6f (uncaptured %.6f)\n",
+                  precision_name(p), backend_name(grads->backend()),
+                  static_cast<long long>(got.captured),
+                  static_cast<long long>(got.result.times.steps), got.result.test.loss,
+                  want.result.test.loss);
+    }
+  }
+}
+
+TEST_F(TrainGraphsGpu, NonFiniteStepsAreSkippedByTheGraphAsWithout) {
+  setenv("LOCKSTEP_CUDA_CONV", "im2col", 1);
+  auto mpi = make_mpi_communicator();
+  const std::string data = write_images();
+  TrainConfig c = config(data, Precision::fp32, false);
+  c.optimizer.kind = OptimizerKind::sgd;  // a huge rate: the loss overflows after a few steps
+  c.lr = 1e30;
+  c.lr_schedule = LrScheduleKind::constant;
+  c.warmup_steps = 0;
+  c.clip_norm = 0;
+  c.guard.on_nan = NanPolicy::skip;
+  const Trained want = train(*mpi, *mpi, c);
+  c.cuda_graphs = true;
+  const Trained got = train(*mpi, *mpi, c);
+  ASSERT_GT(want.skipped, 0) << "the rate was meant to make the loss overflow";
+  EXPECT_GT(got.captured, 0);
+  EXPECT_EQ(got.skipped, want.skipped);
+  EXPECT_EQ(got.updates, want.updates);
+  EXPECT_EQ(0u, differing(got.params, want.params))
+      << "a skipped step must leave the parameters as they were";
+  std::printf("%lld of 15 steps skipped (uncaptured: %lld), %lld captured\n",
+              static_cast<long long>(got.skipped), static_cast<long long>(want.skipped),
+              static_cast<long long>(got.captured));
+}
+
+TEST_F(TrainGraphsGpu, WithEveryKernelFamilyCapturedStepsStayWithinRounding) {
+  unsetenv("LOCKSTEP_CUDA_CONV");  // cuDNN, im2col and the direct kernels, timed per layer
+  auto nccl = make_nccl_communicator(0, std::chrono::seconds(120));
+  auto mpi = make_mpi_communicator();
+  const std::string data = write_images();
+  const Trained want = train(*mpi, *nccl, config(data, Precision::fp32, false));
+  const Trained got = train(*mpi, *nccl, config(data, Precision::fp32, true));
+  EXPECT_EQ(10, got.captured);
+  EXPECT_EQ(got.updates, want.updates);
+  const double rel = relative_difference(got.params, want.params);
+  std::printf("every kernel family: captured vs uncaptured relative L2 difference %.3g\n", rel);
+  EXPECT_LT(rel, 1e-4) << "two runs may time different kernel families: rounding only";
+}
