@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -25,9 +26,13 @@
 // shape and precision a plan: the descriptors and, at each direction's first use, its algorithms
 // as cuDNN times them there (cudnnFind*AlgorithmEx, on the call's own buffers and workspace),
 // fastest first, among those that fit the workspace budget and, in fp32, do not use the tensor
-// cores (no TF32: the fp32 contract is fp32 FMA, as cuBLAS's default math in gemm.cu): the
-// deterministic ones first, the others after them for a shape that has no deterministic one. The
-// first that runs is kept. Timing rather than cuDNN's heuristics, which on an H200 chose
+// cores (no TF32: the fp32 contract is fp32 FMA, as cuBLAS's default math in gemm.cu); with
+// LOCKSTEP_CUDNN_DETERMINISTIC=1 the deterministic ones first, the others after them for a shape
+// that has none. The first that runs is kept. A non-deterministic algorithm (atomic additions:
+// on an H100 the second CNN convolution's filter gradient took 0.42 ms that way against 0.65 ms
+// for the fastest deterministic one, at batch 1024 in fp32) changes the last bits of a rank's
+// gradient from run to run, not the replicas' agreement: every rank applies the same all-reduced
+// sum. Timing rather than cuDNN's heuristics, which on an H200 chose
 // algorithms slower than im2col + cuBLAS for the CNN's layers (docs/PERFORMANCE.md); the price is
 // that two runs may choose differently where two algorithms time alike (their sums differ in
 // order, as with PyTorch's cudnn.benchmark).
@@ -151,6 +156,18 @@ bool refused(cudnnStatus_t rc) {
 #endif
 }
 
+// LOCKSTEP_CUDNN_DETERMINISTIC=1: cuDNN's deterministic algorithms first (the same bits run after
+// run where the same algorithms are chosen); otherwise cuDNN's time order alone, as PyTorch's
+// cudnn.benchmark without its deterministic flag. The runtime's convolution layer checks the
+// value (conv_cuda.cu).
+bool deterministic_first() {
+  static const bool first = [] {
+    const char* v = std::getenv("LOCKSTEP_CUDNN_DETERMINISTIC");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return first;
+}
+
 // cuDNN's timed answers (perf[0, count), fastest first) that the plan may use.
 template <class Perf>
 void list_candidates(Choice& c, const Perf* perf, int count, bool bf16, size_t budget) {
@@ -164,7 +181,7 @@ void list_candidates(Choice& c, const Perf* perf, int count, bool bf16, size_t b
       continue;
     const Candidate cand{static_cast<int>(p.algo), bf16 ? p.mathType : CUDNN_FMA_MATH, p.memory,
                          p.determinism == CUDNN_DETERMINISTIC};
-    (cand.deterministic ? c.candidates : others).push_back(cand);
+    (cand.deterministic || !deterministic_first() ? c.candidates : others).push_back(cand);
   }
   c.candidates.insert(c.candidates.end(), others.begin(), others.end());
   c.listed = true;

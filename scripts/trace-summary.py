@@ -7,8 +7,9 @@ For each track (thread) of rank R (default 0): every span name (a layer's forwar
 apart) with its count, total, mean and share of the track's total (on the host's training track
 the phases hold their layers' spans, so both count there). On a GPU run it then compares the device's own timeline: how much of
 the time the "GPU phases" spans cover was taken by the spans of "GPU stream: compute" (the
-layers' kernels, the loss, the optimizer), and so how much the compute stream sat idle inside
-the step (launch gaps, waits for the host). --skip-steps N drops the spans that begin before the
+layers' kernels, the loss, the optimizer; the parts inside those phases only, not an
+evaluation's), and so how much the compute stream sat idle inside the step (launch gaps, waits
+for the host). --skip-steps N drops the spans that begin before the
 end of step N's optimizer phase (warm-up). Exit 1 on a file that is not a
 trace, 2 on bad arguments.
 """
@@ -69,7 +70,14 @@ def main():
     compute = by_track.get("GPU stream: compute", [])
     if phases and compute:
         covered = sum(e["dur"] for e in phases)
-        busy = sum(e["dur"] for e in compute)
+        # Only the compute spans' time inside the steps' phases counts: an evaluation's forward
+        # passes run between steps.
+        windows = sorted((e["ts"], e["ts"] + e["dur"]) for e in phases)
+        busy = 0.0
+        for e in compute:
+            b, f = e["ts"], e["ts"] + e["dur"]
+            busy += sum(max(0.0, min(f, w1) - max(b, w0)) for w0, w1 in windows
+                        if w0 < f and w1 > b)
         print(f"GPU stream: compute busy {busy / 1e3:.3f} ms of the {covered / 1e3:.3f} ms its "
               f"steps' phases span ({100 * busy / covered:.1f}%; the rest: launch gaps and waits "
               f"for the host)")

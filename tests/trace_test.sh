@@ -84,6 +84,23 @@ summary=$(python3 "$summary_py" trace.json --rank 1 --skip-steps 2) || fail "tra
 for want in "optimizer" "dense0 \(backward\)" "relu1 \(backward\)" "dense2 \(backward\)"; do
   grep -qE "^training +$want +10 " <<<"$summary" || fail "trace-summary.py: no '$want' row of 10: $summary"
 done
+# The GPU comparison counts compute spans inside the steps' phases only (an evaluation's forward
+# passes run between steps): two phases of 100 us, kernels of 50 + 30 us inside them, one of 80
+# us outside, one of 20 us straddling a phase's end by 10 us: 90 of 200 us, 45.0%.
+cat >gpu.json <<'JSON'
+{"traceEvents": [
+ {"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "GPU phases"}},
+ {"ph": "M", "name": "thread_name", "pid": 0, "tid": 2, "args": {"name": "GPU stream: compute"}},
+ {"ph": "X", "pid": 0, "tid": 1, "name": "forward", "ts": 0, "dur": 100},
+ {"ph": "X", "pid": 0, "tid": 1, "name": "backward", "ts": 300, "dur": 100},
+ {"ph": "X", "pid": 0, "tid": 2, "name": "conv0", "ts": 10, "dur": 50},
+ {"ph": "X", "pid": 0, "tid": 2, "name": "conv0", "ts": 310, "dur": 30},
+ {"ph": "X", "pid": 0, "tid": 2, "name": "conv0", "ts": 150, "dur": 80},
+ {"ph": "X", "pid": 0, "tid": 2, "name": "dense1", "ts": 390, "dur": 20}]}
+JSON
+gpu_summary=$(python3 "$summary_py" gpu.json) || fail "trace-summary.py of a GPU trace exits $?"
+grep -q "busy 0.090 ms of the 0.200 ms .*(45.0%" <<<"$gpu_summary" ||
+  fail "trace-summary.py: compute spans outside the steps' phases counted: $gpu_summary"
 python3 "$summary_py" m.jsonl >/dev/null 2>&1
 [[ $? -eq 1 ]] || fail "trace-summary.py of a file that is not a trace: exit 1 expected"
 

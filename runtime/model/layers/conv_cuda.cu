@@ -48,6 +48,10 @@ struct FamilyChoice {
   bool im2col = true, cudnn = false, direct = false;
 };
 FamilyChoice family_choice() {
+  // Read by the cuDNN kernels themselves (conv2d_cudnn.cu); refused here in words.
+  if (const char* d = std::getenv("LOCKSTEP_CUDNN_DETERMINISTIC");
+      d != nullptr && std::string(d) != "0" && std::string(d) != "1")
+    throw UsageError(std::string("LOCKSTEP_CUDNN_DETERMINISTIC='") + d + "': expected 0 or 1");
   const bool built = kernels::conv2d_cudnn_available();
   const char* env = std::getenv("LOCKSTEP_CUDA_CONV");
   const std::string c = env != nullptr ? env : "";
