@@ -26,12 +26,13 @@
 // shape and precision a plan: the descriptors and, at each direction's first use, its algorithms
 // as cuDNN times them there (cudnnFind*AlgorithmEx, on the call's own buffers and workspace),
 // fastest first, among those that fit the workspace budget and, in fp32, do not use the tensor
-// cores (no TF32: the fp32 contract is fp32 FMA, as cuBLAS's default math in gemm.cu); with
-// LOCKSTEP_CUDNN_DETERMINISTIC=1 the deterministic ones first, the others after them for a shape
-// that has none. The first that runs is kept. A non-deterministic algorithm (atomic additions:
-// on an H100 the second CNN convolution's filter gradient took 0.42 ms that way against 0.65 ms
-// for the fastest deterministic one, at batch 1024 in fp32) changes the last bits of a rank's
-// gradient from run to run, not the replicas' agreement: every rank applies the same all-reduced
+// cores (no TF32: the fp32 contract is fp32 FMA, as cuBLAS's default math in gemm.cu): the
+// deterministic ones first, the others after them for a shape that has none; with
+// LOCKSTEP_CUDNN_DETERMINISTIC=0, cuDNN's time order alone. The first that runs is kept. A
+// non-deterministic algorithm (atomic additions: on an H100 the second CNN convolution's filter
+// gradient took 0.42 ms that way against 0.65 ms for the fastest deterministic one, at batch 1024
+// in fp32) changes the last bits of a rank's gradient from run to run (so a filter gradient
+// computed twice differs), not the replicas' agreement: every rank applies the same all-reduced
 // sum. Timing rather than cuDNN's heuristics, which on an H200 chose
 // algorithms slower than im2col + cuBLAS for the CNN's layers (docs/PERFORMANCE.md); the price is
 // that two runs may choose differently where two algorithms time alike (their sums differ in
@@ -156,14 +157,14 @@ bool refused(cudnnStatus_t rc) {
 #endif
 }
 
-// LOCKSTEP_CUDNN_DETERMINISTIC=1: cuDNN's deterministic algorithms first (the same bits run after
-// run where the same algorithms are chosen); otherwise cuDNN's time order alone, as PyTorch's
+// cuDNN's deterministic algorithms first (the same bits run after run where the same algorithms
+// are chosen), unless LOCKSTEP_CUDNN_DETERMINISTIC=0: then cuDNN's time order alone, as PyTorch's
 // cudnn.benchmark without its deterministic flag. The runtime's convolution layer checks the
 // value (conv_cuda.cu).
 bool deterministic_first() {
   static const bool first = [] {
     const char* v = std::getenv("LOCKSTEP_CUDNN_DETERMINISTIC");
-    return v != nullptr && std::string(v) == "1";
+    return v == nullptr || std::string(v) != "0";
   }();
   return first;
 }

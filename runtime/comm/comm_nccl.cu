@@ -19,6 +19,12 @@
 // that the Work handle polls. Both streams are blocking streams, so work on the legacy default
 // stream (plain cudaMemcpy uploads) is ordered before them as well.
 //
+// CUDA graphs: capturable() is true. A collective issued while the compute stream is captured
+// joins its stream to the capture through the compute stream's event, and join_stream() joins it
+// back; such a collective runs at each replay of the graph. watch_stream() gives a handle on an
+// event after a launched graph whose wait polls like a collective's (watchdog, abort at the
+// deadline), since the graph's collectives have no handles of their own.
+//
 // Trace: while --trace records, each collective is also a span timed by the device on the track
 // "GPU stream: nccl" (gpu_trace.h), from when the stream starts it (after the compute stream's
 // event) to when it finishes, with its bytes and dtype.

@@ -21,6 +21,11 @@
 // update) and "GPU stream: copy" (each batch's copy, with its bytes). Off --trace a span costs one
 // atomic load.
 //
+// CUDA graphs (graphs(), step.h: StepGraphs; DESIGN.md decision 18): a full training step is
+// captured on the compute stream once per input slot, with the read-back of the totals and the
+// norm into page-locked memory as its last node, and replayed with one launch; loss() inside a
+// capture leaves the sample count to each launch.
+//
 // Used by the training thread only; the host blocks only in finish() and in upload() when a slot's
 // previous copy is still running.
 // No collective calls: the Trainer runs the gradient reduction between loss() and finish().

@@ -11,6 +11,8 @@
 //                     when asked, the update on placement()'s stream
 //   evaluation        the micro-batch calls with scale 0 and no dout, then finish(nullptr, 0)
 //
+// A device step may also run whole steps from CUDA graphs (graphs(), StepGraphs below).
+//
 // Loss totals gather from the first loss() after a finish() up to the next finish(), in the
 // order of the calls; samples counts each batch's valid rows (Batch::valid) times positions, so
 // the mean loss and accuracy are per token for a token split.

@@ -24,7 +24,9 @@
 // through host memory. Loss sums, flags, checksums and agreements are host values: they go over
 // the host communicator (comm()), which the caller passes explicitly (Context::host); the trainer
 // makes no communicator of its own.
-// model().params() are then device pointers; params_to_host() copies them down.
+// model().params() are then device pointers; params_to_host() copies them down. On cuda a full
+// step of one micro-batch is captured in a CUDA graph and replayed (TrainConfig::cuda_graphs;
+// DESIGN.md decision 18), with the same results.
 //
 // Used by one thread.
 #pragma once

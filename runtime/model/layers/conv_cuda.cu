@@ -14,8 +14,8 @@
 // choices are settled, its forward refreshes only the weight copies they read. LOCKSTEP_CUDA_CONV
 // pins one family: im2col or cudnn. The choices, with their times, are logged at debug level
 // (LOCKSTEP_LOG_LEVEL=debug). Two runs may choose differently where two families time alike;
-// their results then differ in summation order only. (The direct kernels came after the last GPU
-// session: not yet run on a GPU.)
+// their results then differ in summation order only. Where the training steps are replayed from
+// CUDA graphs (CudaLayerPlacement::graphs) a family's cost is its device time alone.
 // Plain C++ over the kernels' launchers: it is a .cu only so that it is built with CUDA and
 // conv_cuda_stub.cpp without.
 #include <algorithm>
