@@ -8,18 +8,27 @@
 // (the graph's update reads each step's rate from device memory), clips, and reduces a bucket per
 // layer. Steps whose loss is not finite are skipped by the graph as the host skips them
 // uncaptured (--on-nan skip). With every kernel family allowed, the captured run stays within the
-// summation-order tolerance of the uncaptured one. Skips, with the reason, where no GPU answers.
+// summation-order tolerance of the uncaptured one. A model with a layer that a graph cannot record
+// (it reads from the device synchronously) trains uncaptured, with the bits of --cuda-graphs off:
+// the failed capture is discarded and the step runs again. Skips, with the reason, where no GPU
+// answers.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "kernels/activation.h"
+#include "kernels/cuda_memory.h"
+#include "kernels/cuda_stream.h"
 #include "runtime/base/communicator.h"
+#include "runtime/model/layer_registry.h"
 #include "runtime/train/trainer.h"
 #include "test_util.h"
 #include "train_fixtures.h"
@@ -91,6 +100,48 @@ void expect_same_bits(const Trained& got, const Trained& want) {
     EXPECT_EQ(got.result.epochs[e].test.loss, want.result.epochs[e].test.loss) << "epoch " << e + 1;
   }
   EXPECT_EQ(got.result.test.accuracy, want.result.test.accuracy);
+}
+
+// "hostrelu": a ReLU whose CUDA twin also reads one value of its output back to the host at each
+// forward, as a careless custom layer might: a synchronous copy, which a stream capture cannot
+// record.
+class HostReadRelu : public Layer {
+ public:
+  HostReadRelu(const LayerPlan& plan, cudaStream_t stream) : Layer(plan), stream_(stream) {}
+  void forward(int batch, const float* x, float* y, float*) override {
+    kernels::relu_forward_cuda(x, y, static_cast<size_t>(batch) * out_size(), stream_);
+    float first = 0;
+    kernels::cuda_copy_to_host(&first, y, sizeof first);
+  }
+  void backward(int batch, const float*, const float* y, const float* dy, float* dx,
+                float*) override {
+    if (dx) kernels::relu_backward_cuda(y, dy, dx, static_cast<size_t>(batch) * out_size(), stream_);
+  }
+
+ private:
+  cudaStream_t stream_;
+};
+
+void register_host_read_relu() {
+  static const bool once = [] {
+    LayerType t;
+    t.name = "hostrelu";
+    t.parse = [](const LayerToken& tok) {
+      tok.expect_args(0, 0);
+      return std::vector<int>{};
+    };
+    t.format = [](const LayerSpec&) { return std::string("hostrelu"); };
+    t.plan = [](LayerPlan& p, const LayerCheck&) { p.out = p.in; };
+    t.make_cpu = [](const LayerPlan&, CpuKernels) -> std::unique_ptr<Layer> {
+      throw std::logic_error("hostrelu is a GPU test's layer");
+    };
+    t.make_cuda = [](const LayerPlan& p, const CudaLayerPlacement& where) -> std::unique_ptr<Layer> {
+      return std::make_unique<HostReadRelu>(p, where.stream);
+    };
+    register_layer(t);
+    return true;
+  }();
+  (void)once;
 }
 
 class TrainGraphsGpu : public OnGpu0 {
@@ -176,4 +227,20 @@ TEST_F(TrainGraphsGpu, WithEveryKernelFamilyCapturedStepsStayWithinRounding) {
   const double rel = relative_difference(got.params, want.params);
   std::printf("every kernel family: captured vs uncaptured relative L2 difference %.3g\n", rel);
   EXPECT_LT(rel, 1e-4) << "two runs may time different kernel families: rounding only";
+}
+
+TEST_F(TrainGraphsGpu, AStepAGraphCannotRecordRunsUncapturedWithTheSameBits) {
+  setenv("LOCKSTEP_CUDA_CONV", "im2col", 1);
+  register_host_read_relu();
+  auto nccl = make_nccl_communicator(0, std::chrono::seconds(120));
+  auto mpi = make_mpi_communicator();
+  const std::string data = write_images();
+  TrainConfig c = config(data, Precision::fp32, false);
+  c.model = "conv3x3:8,hostrelu,maxpool2,flatten,dense:16,relu,dense";
+  const Trained want = train(*mpi, *nccl, c);
+  c.cuda_graphs = true;
+  const Trained got = train(*mpi, *nccl, c);
+  EXPECT_EQ(0, got.captured) << "the capture failed: every step ran uncaptured";
+  EXPECT_EQ(15, got.updates);
+  expect_same_bits(got, want);
 }
