@@ -26,7 +26,7 @@
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
 # LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 im2col no-graphs
-# file-reads peers-fp32 peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which peers those parts run).
+# cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
 pass=quick
@@ -187,7 +187,7 @@ data_args=()
 bench_train() {
   local batch=$1 precision=$2
   shift 2
-  local tag="$*${LOCKSTEP_CUDA_CONV:+ conv $LOCKSTEP_CUDA_CONV}"
+  local tag="$*${LOCKSTEP_CUDA_CONV:+ conv $LOCKSTEP_CUDA_CONV}${LOCKSTEP_CUDNN_DETERMINISTIC:+ cudnn deterministic $LOCKSTEP_CUDNN_DETERMINISTIC}"
   local log="$logs/bench_train_${batch}_${precision}${tag:+_${tag//[^a-z0-9]/}}.log"
   # Debug logging: the convolution layers' choices of kernel family, with their times.
   LOCKSTEP_LOG_LEVEL=debug step "$step_timeout" "$log" "$bench" train --device cuda \
@@ -299,6 +299,8 @@ peer() {
 #               cuBLAS (LOCKSTEP_CUDA_CONV=im2col) rather than cuDNN
 #   no-graphs   Lockstep's CNN, fp32 and bf16 at both batches, each step launched kernel by
 #               kernel (--cuda-graphs off) rather than replayed from a CUDA graph
+#   cudnn-any   Lockstep's CNN, fp32 and bf16 at both batches, cuDNN's fastest algorithms whether
+#               deterministic or not (LOCKSTEP_CUDNN_DETERMINISTIC=0)
 #   peers-fp32  PyTorch eager, torch.compile (default and reduce-overhead) and JAX jit, same model
 #               and batches, fp32 (TF32 off); LOCKSTEP_GPU_PEERS picks some of
 #               "torch:eager torch:default torch:reduce-overhead jax" (the default all)
@@ -307,10 +309,10 @@ peer() {
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  for part in ${LOCKSTEP_GPU_PARTS:-bf16 im2col no-graphs file-reads peers-fp32 peers-bf16 gpt accuracy}; do
+  for part in ${LOCKSTEP_GPU_PARTS:-bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy}; do
     case $part in
-      bf16|im2col|no-graphs|file-reads|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
-      *) record "part $part" failed "unknown part (bf16 im2col no-graphs file-reads peers-fp32 peers-bf16 gpt accuracy)" ;;
+      bf16|im2col|no-graphs|cudnn-any|file-reads|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
+      *) record "part $part" failed "unknown part (bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy)" ;;
     esac
   done
 }
@@ -328,6 +330,12 @@ long_no_graphs() {
   local batch precision
   for precision in fp32 bf16; do
     for batch in 128 1024; do bench_train "$batch" "$precision" --cuda-graphs off; done
+  done
+}
+long_cudnn_any() {
+  local batch precision
+  for precision in fp32 bf16; do
+    for batch in 128 1024; do LOCKSTEP_CUDNN_DETERMINISTIC=0 bench_train "$batch" "$precision"; done
   done
 }
 long_file_reads() {

@@ -80,6 +80,7 @@ refuse --lr-schedule --data fmnist.h5 --lr-schedule steps
 refuse --remainder --data fmnist.h5 --remainder keep
 refuse --device --data fmnist.h5 --device tpu
 refuse --threads --data fmnist.h5 --threads -1
+refuse "--cuda-graphs must be on or off" --data fmnist.h5 --cuda-graphs maybe
 LOCKSTEP_CPU_CONV=fastest refuse "LOCKSTEP_CPU_CONV='fastest': expected auto, onednn or direct" \
   --data fmnist.h5 --model cnn
 refuse --beta2 --data fmnist.h5 --beta2 1.5
