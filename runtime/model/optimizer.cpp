@@ -72,10 +72,9 @@ Optimizer::~Optimizer() {
 }
 
 const std::vector<Optimizer::Piece>& Optimizer::update_pieces() const {
-  const bool adam = config_.kind == OptimizerKind::adam || config_.kind == OptimizerKind::adamw;
-  // adam's L2 and an undecayed adamw are one pass; a decaying adamw is one pass per piece (the
-  // elementwise update is the same on a piece as on the whole buffer).
-  const bool split = adam && config_.kind == OptimizerKind::adamw && config_.weight_decay != 0.0f;
+  // sgd, momentum, adam's L2 and an undecayed adamw are one pass; a decaying adamw is one pass per
+  // piece (the elementwise update is the same on a piece as on the whole buffer).
+  const bool split = config_.kind == OptimizerKind::adamw && config_.weight_decay != 0.0f;
   return split ? pieces_ : whole_;
 }
 

@@ -181,11 +181,7 @@ class DeviceStep::Impl::Graphs final : public StepGraphs {
     }
     cudaGraphExec_t g = kernels::cuda_capture_end(stream, &why);
     if (g == nullptr) return why;
-    auto [at, fresh] = m_.graphs.emplace(key, g);
-    if (!fresh) {
-      kernels::cuda_graph_destroy(at->second);
-      at->second = g;
-    }
+    m_.graphs.emplace(key, g);  // a key is captured once: the Trainer replays a ready() one
     return "";
   }
 

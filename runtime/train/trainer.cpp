@@ -61,6 +61,7 @@ struct Trainer::Impl {
   // never, or no more after a failed capture), and the full steps run uncaptured before the first
   // capture: a layer times its kernels at its first steps, which a graph must not record.
   StepGraphs* graphs = nullptr;
+  cudaStream_t stream = nullptr;  // the step's compute stream (ModelPlacement::stream)
   int64_t warm_steps = 0;
 };
 
@@ -134,8 +135,10 @@ void Trainer::build() {
       grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
       config_.grad_reduce_dtype, place.device, place.stream);
 
-  if (graphs && m.step->graphs() != nullptr && m.reducer->capturable())
+  if (graphs && m.step->graphs() != nullptr && m.reducer->capturable()) {
     m.graphs = m.step->graphs();
+    m.stream = place.stream;
+  }
 
   m.schedule.kind = config_.lr_schedule;
   m.schedule.peak_lr = scaled_lr(config_.lr, config_.lr_scaling, B, config_.base_batch);
@@ -228,8 +231,8 @@ LossTotals Trainer::train_step() {
   try {
     phases.next("data wait", "data");
     bool have = take_batch();
-    const bool full = have && want_valid == B && m.batch.global_valid == B &&
-                      m.batch.valid == m.batch.rows && m.batch.rows == m.micro_rows;
+    // Every row of every rank's slice is real: the same answer on every rank.
+    const bool full = have && want_valid == B && m.batch.global_valid == B;
     if (full && m.graphs != nullptr && m.warm_steps >= kWarmStepsBeforeCapture && !tracing()) {
       captured = captured_step(scale, phases, o);
       if (captured) {
@@ -346,11 +349,10 @@ bool Trainer::captured_step(float scale, NvtxPhases& phases, Step::Outcome& o) {
   if (m.ahead) m.step->stage(m.next);
   phases.next("step wait", "step");
   // The host waits for the step, watched as its collectives would be (a dead peer aborts NCCL).
-  void* stream = m.step->placement(config_.precision).stream;
   if (grad_comm_.capturable())
-    grad_comm_.watch_stream(stream, "the captured training step")->wait(grad_comm_.timeout());
+    grad_comm_.watch_stream(m.stream, "the captured training step")->wait(grad_comm_.timeout());
   else
-    kernels::cuda_stream_synchronize(static_cast<cudaStream_t>(stream));
+    kernels::cuda_stream_synchronize(m.stream);
   timer.collect(/*synced=*/true);
   o = graphs.outcome();
   m.guard->before_reduce(o.totals.loss_sum);
