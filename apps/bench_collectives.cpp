@@ -29,6 +29,7 @@
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
 #include "runtime/comm/agree.h"
+#include "runtime/comm/nccl_bootstrap.h"
 #include "runtime/process/context.h"
 #include "runtime/process/device.h"
 
@@ -411,7 +412,7 @@ int run_collectives_bench(int argc, char** argv, const World& world) {
     if (world.rank == 0) std::printf("#\n# backend nccl: skipped, %s\n", nccl_skip.c_str());
   } else if (want_nccl) {
     activate_device(device);
-    auto comm = make_nccl_communicator(device.index, o.timeout);
+    auto comm = make_nccl_communicator(device.index, o.timeout, *host);
     wrong += run_backend("nccl (device buffers)", *comm, *host, true, o);
   }
   if (world.rank == 0) {

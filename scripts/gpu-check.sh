@@ -25,8 +25,9 @@
 # Environment: LOCKSTEP_GPU_BENCH_ARGS (collective sizes, default '-b 8 -e 1G -f 2'),
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
-# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: bf16 im2col no-graphs
-# cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which peers those parts run).
+# LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: multi-rank bf16 im2col
+# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which
+# peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
 pass=quick
@@ -145,6 +146,22 @@ run_gtest() {
   fi
 }
 
+# e2e_script SCRIPT: an end-to-end GPU script over the built apps, recorded by its exit status.
+e2e_script() {
+  local name rc
+  name=$(basename "$1" .sh)
+  LOCKSTEP_BIN="$build/apps" LOCKSTEP_SRC="$root" MPIEXEC="$mpiexec" \
+    step "$step_timeout" "$logs/$name.log" bash "$1"
+  rc=$?
+  case $rc in
+    0) record "$name" passed "$(grep -a '^ok: ' "$logs/$name.log" | cut -c5-80 | tr '\n' ';')" ;;
+    77) skip_result "$name" "$(grep -a -m1 'skipped' "$logs/$name.log" | sed 's/^skipped: //')" ;;
+    124) record "$name" failed "timed out after $step_timeout s" ;;
+    *) record "$name" failed "exit $rc: $(grep -a -m1 'FAIL' "$logs/$name.log" || tail -1 "$logs/$name.log")" ;;
+  esac
+  cat "$logs/$name.log"
+}
+
 # A GPU test that skips where a GPU is listed hides a broken driver or runtime: that fails.
 skip_result() {
   if [[ $gpu_present -eq 1 ]]; then
@@ -219,7 +236,11 @@ quick_pass() {
   # The gtest binaries ctest labels gpu, run directly so that a build folder from another machine
   # (whose ctest files name other paths) works too.
   shopt -s nullglob
-  local gpu_tests=("$build"/tests/*_gpu_test) shared_tests=("$build"/tests/*_gpu_mpi_test) t name rc
+  local gpu_tests=("$build"/tests/*_gpu_test) shared_tests=() t name rc
+  # NCCL with peers needs its own launch (the part multi-rank).
+  for t in "$build"/tests/*_gpu_mpi_test; do
+    [[ $t == */nccl_hosts_gpu_mpi_test ]] || shared_tests+=("$t")
+  done
   [[ ${#gpu_tests[@]} -eq 0 ]] && record "gpu tests" failed "no *_gpu_test binary in $build/tests"
   for t in "${gpu_tests[@]}"; do
     name=$(basename "$t")
@@ -232,18 +253,7 @@ quick_pass() {
       "$mpiexec" -n 2 --oversubscribe "$t" --gtest_color=no
   done
   # End-to-end GPU scripts over the built apps.
-  for t in "$root"/tests/*_gpu_test.sh; do
-    name=$(basename "$t" .sh)
-    LOCKSTEP_BIN="$build/apps" LOCKSTEP_SRC="$root" MPIEXEC="$mpiexec" \
-      step "$step_timeout" "$logs/$name.log" bash "$t"
-    rc=$?
-    case $rc in
-      0) record "$name" passed "" ;;
-      77) skip_result "$name" "$(grep -a -m1 'skipped' "$logs/$name.log" | sed 's/^skipped: //')" ;;
-      124) record "$name" failed "timed out after $step_timeout s" ;;
-      *) record "$name" failed "exit $rc: $(grep -a -m1 'FAIL' "$logs/$name.log" || tail -1 "$logs/$name.log")" ;;
-    esac
-  done
+  for t in "$root"/tests/*_gpu_test.sh; do e2e_script "$t"; done
 
   # One rank on one GPU: bus bandwidth is 0 by definition (nccl-tests: factor (n-1)/n), so the
   # table shows the smallest size's latency and the largest size's algorithm bandwidth.
@@ -292,6 +302,11 @@ peer() {
 
 # The long pass in parts, run in the order LOCKSTEP_GPU_PARTS names them (default: all, in this
 # order):
+#   multi-rank  NCCL with peers: 2 and 3 ranks on the GPU(s), each rank its own NCCL_HOSTID, so
+#               that NCCL treats them as separate hosts and connects them over its network
+#               transport (sockets on loopback): nccl_hosts_gpu_mpi_test at 2 and 3 ranks, the
+#               end-to-end faults (nccl_hosts_gpu_test.sh), and lockstep-bench collectives at 2
+#               ranks (a correctness run: two ranks time-slicing one GPU, not a bandwidth figure)
 #   bf16        Lockstep's CNN in bf16 at batch 128 and 1024
 #   file-reads  Lockstep's CNN, fp32 and bf16 at both batches, its rows read from the file each
 #               batch (--data-in-memory-mb 0) rather than from the split held in memory
@@ -309,12 +324,35 @@ peer() {
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  for part in ${LOCKSTEP_GPU_PARTS:-bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy}; do
-    case $part in
-      bf16|im2col|no-graphs|cudnn-any|file-reads|peers-fp32|peers-bf16|gpt|accuracy) "long_${part/-/_}" ;;
-      *) record "part $part" failed "unknown part (bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy)" ;;
-    esac
+  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy"
+  for part in ${LOCKSTEP_GPU_PARTS:-$all}; do
+    if [[ " $all " == *" $part "* ]]; then "long_${part/-/_}"; else record "part $part" failed "unknown part ($all)"; fi
   done
+}
+long_multi_rank() {
+  local np log t="$build/tests/nccl_hosts_gpu_mpi_test" rc figures_nccl wrong
+  # Each rank its own NCCL host; NCCL over sockets on loopback; NCCL_DEBUG=VERSION prints the
+  # NCCL version that the programs loaded.
+  local hosts=(sh -c 'NCCL_HOSTID=lockstep-check-$OMPI_COMM_WORLD_RANK exec "$0" "$@"')
+  local nccl_env=(-x NCCL_IB_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo -x NCCL_DEBUG=VERSION)
+  for np in 2 3; do
+    run_gtest "nccl_hosts_gpu_mpi_test -n $np" "$logs/nccl_hosts_gpu_mpi_test_np$np.log" \
+      "$mpiexec" -n "$np" --oversubscribe "${nccl_env[@]}" "${hosts[@]}" "$t" --gtest_color=no
+    cat "$logs/nccl_hosts_gpu_mpi_test_np$np.log"
+  done
+  e2e_script "$root/tests/nccl_hosts_gpu_test.sh"
+  log="$logs/bench_nccl_2ranks.log"
+  step "$step_timeout" "$log" "$mpiexec" -n 2 --oversubscribe "${nccl_env[@]}" \
+    -x LOCKSTEP_TEST_ONLY_NCCL_SHARES_GPU=1 "${hosts[@]}" "$bench" collectives --backend nccl \
+    -b 8 -e 64M -f 8 -w 3 -n 10
+  rc=$?
+  if [[ $rc -eq 0 ]]; then
+    wrong=$(grep -aoE '^# wrong values: [0-9]+' "$log" | grep -oE '[0-9]+$')
+    [[ "${wrong:-1}" == 0 ]] || { rc=1; echo "wrong values: ${wrong:-?}" >>"$log"; }
+  fi
+  figures_nccl=$(grep -aoE 'NCCL version [^ ]+' "$log" | head -1)
+  gpu_step "bench collectives nccl (2 ranks, NET over lo)" "$rc" "$log" "${figures_nccl:-} wrong ${wrong:-?}"
+  cat "$log"
 }
 long_bf16() {
   local batch

@@ -34,22 +34,12 @@ train() {  # train P args...: output in $out, exit status in $rc
   out=$(timeout 120 "$mpiexec" -n "$np" --oversubscribe "$bin/lockstep-train" "$@" 2>&1)
   rc=$?
 }
-# The rank processes of a job started in the background as `timeout ... mpiexec ...` (pid $1)
-# whose MPI rank is $2.
-rank_pid() {
-  local p q
-  for p in $(pgrep -P "$1"); do
-    for q in $(pgrep -P "$p"); do
-      grep -qz "^OMPI_COMM_WORLD_RANK=$2\$" "/proc/$q/environ" 2>/dev/null && echo "$q"
-    done
-  done
-}
 # stop_rank1 JOB LOG: stops rank 1 of the mpiexec JOB (SIGSTOP), waits for the job to end, then
 # kills the stopped rank; sets rc, took (ms from the stop to the end) and out (LOG's text). Fails
 # and returns 1 when rank 1 cannot be found.
 stop_rank1() {
   local victim start
-  victim=$(rank_pid "$1" 1)
+  victim=$(e2e_rank_pid "$1" 1)
   if [[ -z $victim ]]; then
     fail "could not find rank 1"
     return 1
@@ -84,7 +74,7 @@ start_long_run() {
 # --- kill -9 of rank 2 mid-training: the job ends, non-zero, within the bound ---
 timeout_s=10
 start_long_run killed --timeout $timeout_s || fail "the run to kill never wrote its first checkpoint"
-victim=$(rank_pid "$job" 2)
+victim=$(e2e_rank_pid "$job" 2)
 if [[ -z $victim ]]; then
   fail "could not find rank 2"
 else

@@ -16,8 +16,8 @@
 // thread-safe: one thread issues collectives.
 //
 // bf16/f16 reductions differ by backend. mpi: each rank's values are widened to float32, reduced
-// in float32 and rounded to 16 bits once at the end. nccl: reduced natively in bf16/f16, so every
-// partial sum is rounded to 16 bits (with many ranks or large magnitudes the result can differ
+// in float32 and rounded to 16 bits once at the end. nccl: summed natively in bf16/f16, so every
+// partial sum is rounded to 16 bits (a mean then divides the sum in float32 and rounds once) (with many ranks or large magnitudes the result can differ
 // from the mpi backend's by more than one 16-bit ulp); a caller that needs float32 accumulation
 // over NCCL reduces a float32 buffer.
 #pragma once
@@ -89,6 +89,9 @@ class Communicator {
   // error such as a dead peer, the communicator is aborted and the wait throws naming `what`), for
   // collectives that run inside a CUDA graph launched on `stream`.
   virtual WorkHandle watch_stream(void* stream, const std::string& what);
+  // Why this communicator can take no more collectives (nccl: aborted after a timeout or a failed
+  // peer); empty while it can.
+  virtual std::string lost() const { return ""; }
 
   virtual void all_reduce(const void* send, void* recv, size_t count, DType type, ReduceOp op) {
     all_reduce_async(send, recv, count, type, op)->wait(timeout_);
@@ -132,10 +135,11 @@ struct MpiCommOptions {
 // several times slower; comm/mpi_inline.h).
 std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommOptions& options = {});
 
-// NCCL backend on CUDA device `device`: rank 0's ncclGetUniqueId reaches every rank by MPI_Bcast,
-// then a non-blocking ncclCommInitRankConfig and a barrier, each of which must complete within
-// `timeout` (also the collectives' timeout()): a rank that never joins makes the others throw
-// TimeoutError. A wait that times out aborts the communicator, and ends the job at once should the
+// NCCL backend on CUDA device `device`: rank 0's ncclGetUniqueId reaches every rank by a broadcast
+// over a temporary MPI communicator of the world (comm/nccl_bootstrap.h takes the caller's host
+// communicator instead), then a non-blocking ncclCommInitRankConfig and a barrier, each of which
+// must complete within `timeout` (also the collectives' timeout()): a rank that never joins makes
+// the others throw TimeoutError. A wait that times out aborts the communicator, and ends the job at once should the
 // abort itself hang (comm_nccl.cu says why). Throws UsageError where NCCL is not built.
 bool nccl_available();
 std::unique_ptr<Communicator> make_nccl_communicator(int device,

@@ -1,10 +1,11 @@
 // NCCL backend of Communicator (DESIGN.md decisions 2 and 3); stands in for comm_nccl_stub.cpp.
 //
-// Bootstrap: rank 0's ncclGetUniqueId reaches every rank by MPI_Bcast; every rank creates its
-// communicator on its device with ncclCommInitRankConfig in NCCL's non-blocking mode
-// (config.blocking = 0) and polls it under the communicator's timeout, so a rank that never joins
-// fails the others with a TimeoutError instead of hanging them; then a barrier (NCCL has none: a
-// one-word all-reduce).
+// Bootstrap: rank 0's ncclGetUniqueId reaches every rank by a broadcast over the host communicator
+// under its deadline (nccl_bootstrap.h: a rank 0 that is slow or stuck before it gets there fails
+// the others with a TimeoutError); every rank creates its communicator on its device with
+// ncclCommInitRankConfig in NCCL's non-blocking mode (config.blocking = 0) and polls it under the
+// communicator's timeout, so a rank that never joins fails the others with a TimeoutError instead
+// of hanging them; then a barrier (NCCL has none: a one-word all-reduce).
 //
 // Non-blocking mode: any NCCL call may return ncclInProgress and finish in NCCL's background
 // thread (the first collective to a peer connects to it, for one). Until the communicator's state
@@ -37,23 +38,35 @@
 // other path is that bounded abort.
 //
 // Differences from the MPI backend a caller may see: bf16/f16 are reduced by NCCL in their own
-// precision (each addition rounds); mean is ncclAvg (floats: sum pre-multiplied by 1/size;
-// integers: sum, then division rounded toward zero, as the interface promises), except on one rank,
-// where it is ncclSum: the same values, and NCCL 2.28's one-rank ncclAvg left 3 of 2^20 + 3 floats
-// of an out-of-place all_reduce or reduce_scatter unwritten on an H200 (collectives_gpu_test).
-#include <cuda_runtime_api.h>
-#include <mpi.h>
+// precision (each addition rounds). Mean is ncclSum followed, at 2+ ranks, by a division by the
+// world size on the communicator's stream, as the MPI backend does it: floats divided in their own
+// precision, bf16/f16 widened to float32, divided and rounded once, integers divided rounding
+// toward zero. Not ncclAvg: it multiplies each element by 1/size rounded to the element type
+// before summing (a bf16 1/3 is 0.3340, so a mean of ones at 3 ranks came out 1.0020), and NCCL
+// 2.28's one-rank ncclAvg left 3 of 2^20 + 3 floats of an out-of-place all_reduce or
+// reduce_scatter unwritten on an H200 (collectives_gpu_test).
+//
+// Events: each collective's Work handle polls an event taken from a pool that the handles give
+// back, so a step's collectives create no CUDA events after the first steps.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <sstream>
+#include <vector>
 
 #include "runtime/base/communicator.h"
 #include "runtime/base/cuda_check.h"
+#include "runtime/comm/agree.h"
+#include "kernels/bf16.cuh"
+#include "kernels/cuda_launch.cuh"
 #include "runtime/base/error.h"
+#include "runtime/comm/nccl_bootstrap.h"
 #include "runtime/comm/nccl_watchdog.h"
 #include "runtime/observe/gpu_trace.h"
 
@@ -111,14 +124,61 @@ ncclDataType_t nccl_type(DType t) {
   return ncclFloat32;
 }
 
-ncclRedOp_t nccl_op(ReduceOp op, int world_size) {
+// Mean is a sum here, divided afterwards (divide_by_size).
+ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::mean: return world_size == 1 ? ncclSum : ncclAvg;
+    case ReduceOp::sum:
+    case ReduceOp::mean: return ncclSum;
     case ReduceOp::max: return ncclMax;
     case ReduceOp::min: return ncclMin;
   }
   return ncclSum;
+}
+
+// x[i] = x[i] / by, computed as the MPI backend computes a mean from a sum (mpi_ops.h).
+template <class T>
+__global__ void divide_kernel(T* x, size_t n, T by) {
+  for (size_t i = kernels::cuda::thread_index(); i < n; i += kernels::cuda::thread_stride())
+    x[i] = static_cast<T>(x[i] / by);
+}
+__global__ void divide_bf16_kernel(uint16_t* x, size_t n, float by) {
+  using kernels::cuda::from_bf16;
+  using kernels::cuda::to_bf16;
+  for (size_t i = kernels::cuda::thread_index(); i < n; i += kernels::cuda::thread_stride())
+    x[i] = to_bf16(from_bf16(x[i]) / by);
+}
+__global__ void divide_f16_kernel(__half* x, size_t n, float by) {
+  for (size_t i = kernels::cuda::thread_index(); i < n; i += kernels::cuda::thread_stride())
+    x[i] = __float2half_rn(__half2float(x[i]) / by);
+}
+
+template <class T>
+void divide_as(void* x, size_t n, T by, cudaStream_t stream) {
+  divide_kernel<T><<<kernels::cuda::grid_for(n), kernels::cuda::kThreads, 0, stream>>>(
+      static_cast<T*>(x), n, by);
+}
+
+// Turns the sum of `size` ranks in x[0, n) into their mean, on `stream` after the sum.
+void divide_by_size(void* x, size_t n, DType type, int size, cudaStream_t stream) {
+  if (size == 1 || n == 0) return;
+  const unsigned grid = kernels::cuda::grid_for(n);
+  constexpr int threads = kernels::cuda::kThreads;
+  switch (type) {
+    case DType::f32: divide_as<float>(x, n, static_cast<float>(size), stream); break;
+    case DType::f64: divide_as<double>(x, n, static_cast<double>(size), stream); break;
+    case DType::i32: divide_as<int32_t>(x, n, size, stream); break;
+    case DType::i64: divide_as<int64_t>(x, n, size, stream); break;
+    case DType::u8: divide_as<uint8_t>(x, n, static_cast<uint8_t>(size), stream); break;
+    case DType::bf16:
+      divide_bf16_kernel<<<grid, threads, 0, stream>>>(static_cast<uint16_t*>(x), n,
+                                                       static_cast<float>(size));
+      break;
+    case DType::f16:
+      divide_f16_kernel<<<grid, threads, 0, stream>>>(static_cast<__half*>(x), n,
+                                                      static_cast<float>(size));
+      break;
+  }
+  LS_CHECK_CUDA(cudaGetLastError());
 }
 
 std::string describe(const char* name, size_t count, DType type, const std::string& extra) {
@@ -140,12 +200,14 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 class NcclCommunicator : public Communicator {
  public:
-  NcclCommunicator(int device, Millis timeout)
+  // `host` carries the unique id (its ranks are this communicator's); null: a temporary MPI
+  // communicator over the world does.
+  NcclCommunicator(int device, Millis timeout, Communicator* host)
       : device_(device), state_(std::make_shared<NcclState>()) {
     set_timeout(timeout);
     state_->device = device;
     try {
-      init();
+      init(host);
     } catch (...) {
       release(/*failing=*/true);
       throw;
@@ -172,14 +234,14 @@ class NcclCommunicator : public Communicator {
     LS_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), joined_, 0));
   }
 
+  std::string lost() const override { return state_->lost; }
+
   WorkHandle watch_stream(void* stream, const std::string& what) override {
     if (!state_->alive)
       throw Error(rank_prefix() + " " + what + ": the NCCL communicator was aborted earlier (" +
                   state_->lost + ")");
-    cudaEvent_t done = nullptr;
-    LS_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    auto work = std::make_unique<NcclWork>(state_, done, what);
-    LS_CHECK_CUDA(cudaEventRecord(done, static_cast<cudaStream_t>(stream)));
+    auto work = std::make_unique<NcclWork>(state_, state_->take_event(), what);
+    LS_CHECK_CUDA(cudaEventRecord(work->event(), static_cast<cudaStream_t>(stream)));
     return work;
   }
 
@@ -188,9 +250,10 @@ class NcclCommunicator : public Communicator {
     const Span span{"nccl all_reduce", count * dtype_size(type), type};
     return launch(describe("all_reduce", count, type, reduce_op_name(op)), span, count,
                   [&](const std::string& what) {
-                    LS_NCCL_ISSUE(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op, size_),
+                    LS_NCCL_ISSUE(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op),
                                                 state_->comm, stream_),
                                   what);
+                    if (op == ReduceOp::mean) divide_by_size(recv, count, type, size_, stream_);
                   });
   }
 
@@ -237,16 +300,17 @@ class NcclCommunicator : public Communicator {
       if (recv != own && overlaps(recv, block, send, block * size_)) {
         void* scratch = nullptr;
         LS_CHECK_CUDA(cudaMallocAsync(&scratch, block, stream_));
-        LS_NCCL_ISSUE(ncclReduceScatter(send, scratch, count, nccl_type(type), nccl_op(op, size_),
+        LS_NCCL_ISSUE(ncclReduceScatter(send, scratch, count, nccl_type(type), nccl_op(op),
                                         state_->comm, stream_),
                       what);
         LS_CHECK_CUDA(cudaMemcpyAsync(recv, scratch, block, cudaMemcpyDeviceToDevice, stream_));
         LS_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
       } else {
-        LS_NCCL_ISSUE(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op, size_),
+        LS_NCCL_ISSUE(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op),
                                         state_->comm, stream_),
                       what);
       }
+      if (op == ReduceOp::mean) divide_by_size(recv, count, type, size_, stream_);
     });
   }
 
@@ -261,11 +325,18 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
-  void init() {
-    LS_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    LS_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  void init(Communicator* host) {
+    std::unique_ptr<Communicator> own_host;
+    if (host == nullptr) {
+      own_host = make_mpi_communicator();
+      own_host->set_timeout(timeout());
+      host = own_host.get();
+    }
+    require_host_buffers(*host, "the NCCL unique id's broadcast");
+    rank_ = host->rank();
+    size_ = host->size();
     LS_CHECK_CUDA(cudaSetDevice(device_));
-    ncclUniqueId id = unique_id_from_rank0();
+    ncclUniqueId id = unique_id_from_rank0(*host);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t rc = ncclCommInitRankConfig(&state_->comm, size_, id, rank_, &config);
@@ -285,23 +356,18 @@ class NcclCommunicator : public Communicator {
     barrier();
   }
 
-  // Rank 0 makes the id; the broadcast also carries whether that worked, so that on failure
-  // every rank fails at once instead of waiting for an id that never comes.
-  ncclUniqueId unique_id_from_rank0() {
-    struct {
-      int ok;
-      ncclUniqueId id;
-    } msg{};
-    ncclResult_t rc = ncclSuccess;
-    if (rank_ == 0) {
-      rc = ncclGetUniqueId(&msg.id);
-      msg.ok = rc == ncclSuccess ? 1 : 0;
-    }
-    LS_CHECK_MPI(MPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, MPI_COMM_WORLD));
-    if (rank_ == 0) LS_CHECK_NCCL(rc);
-    if (msg.ok == 0)
-      throw Error(rank_prefix() + " rank 0 could not create the NCCL unique id; see its message");
-    return msg.id;
+  // Rank 0 makes the id; every rank gets it over `host`, under its deadline.
+  static ncclUniqueId unique_id_from_rank0(Communicator& host) {
+    ncclUniqueId id{};
+    const std::vector<unsigned char> bytes =
+        broadcast_unique_id(host, sizeof id, [](void* out) -> std::string {
+          const ncclResult_t rc = ncclGetUniqueId(static_cast<ncclUniqueId*>(out));
+          if (rc == ncclSuccess) return "";
+          return std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(rc) + " (hint: " +
+                 detail::nccl_hint(rc) + ")";
+        });
+    std::memcpy(&id, bytes.data(), sizeof id);
+    return id;
   }
 
   // What LS_NCCL_ISSUE does with an NCCL call's return code: in progress, wait (with the
@@ -342,10 +408,8 @@ class NcclCommunicator : public Communicator {
       enqueue(what);
       trace_->end();
     }
-    cudaEvent_t done = nullptr;
-    LS_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    auto work = std::make_unique<NcclWork>(state_, done, std::move(what));
-    LS_CHECK_CUDA(cudaEventRecord(done, stream_));
+    auto work = std::make_unique<NcclWork>(state_, state_->take_event(), std::move(what));
+    LS_CHECK_CUDA(cudaEventRecord(work->event(), stream_));
     return work;
   }
 
@@ -419,7 +483,12 @@ class NcclCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_nccl_communicator(int device, Millis timeout) {
-  return std::make_unique<NcclCommunicator>(device, timeout);
+  return std::make_unique<NcclCommunicator>(device, timeout, nullptr);
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(int device, Millis timeout,
+                                                     Communicator& host) {
+  return std::make_unique<NcclCommunicator>(device, timeout, &host);
 }
 
 }  // namespace lockstep

@@ -15,6 +15,30 @@ std::string seconds(Millis t) {
   return os.str();
 }
 
+NcclState::~NcclState() {
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+}
+
+cudaEvent_t NcclState::take_event() {
+  if (!spare_events_.empty()) {
+    cudaEvent_t e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  LS_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void NcclState::give_back(cudaEvent_t event) noexcept {
+  if (event == nullptr) return;
+  if (spare_events_.size() < kSpareEvents) {
+    spare_events_.push_back(event);
+    return;
+  }
+  cudaEventDestroy(event);
+}
+
 void NcclState::forget(const std::string& why) {
   comm = nullptr;
   alive = false;
@@ -69,10 +93,17 @@ void NcclState::settle(const std::string& what, Millis timeout) {
     if (now != ncclInProgress) fail(what, now);
     if (Clock::now() - start >= timeout) {
       abort(what + " timed out");
-      throw TimeoutError(rank_prefix() + " " + what + " did not complete within " +
-                         seconds(timeout) +
-                         ": a peer rank has died, stalled, or never reached it; the NCCL "
-                         "communicator was aborted");
+      // Start-up is where a wrong network interface shows first.
+    const std::string network =
+        what.rfind("nccl init", 0) == 0
+            ? "; if every rank reached it, the ranks may not reach each other over the network "
+              "NCCL chose: name the interface (--iface, LOCKSTEP_IFACE or NCCL_SOCKET_IFNAME) "
+              "and rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
+            : "";
+    throw TimeoutError(rank_prefix() + " " + what + " did not complete within " +
+                       seconds(timeout) +
+                       ": a peer rank has died, stalled, or never reached it; the NCCL "
+                       "communicator was aborted" + network);
     }
     backoff.pause();
   }

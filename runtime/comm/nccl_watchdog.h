@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/base/communicator.h"
 
@@ -66,6 +67,18 @@ struct NcclState {
   bool alive = false;         // initialised, neither aborted nor destroyed
   std::string lost;           // why it is not alive any more
 
+  NcclState() = default;
+  NcclState(const NcclState&) = delete;
+  NcclState& operator=(const NcclState&) = delete;
+  ~NcclState();
+
+  // Completion events for the handles: one from the spares, else a new one; a handle gives its
+  // event back when it is destroyed (re-recording an event replaces what it waits for, so one
+  // still pending may be reused). At most kSpareEvents are kept.
+  cudaEvent_t take_event();
+  void give_back(cudaEvent_t event) noexcept;
+  static constexpr size_t kSpareEvents = 64;
+
   // Marks the communicator gone; the caller has freed it, or abort() is about to.
   void forget(const std::string& why);
 
@@ -87,6 +100,9 @@ struct NcclState {
   // communicator's state has left ncclInProgress). Past `timeout`, or on an error, aborts and
   // throws TimeoutError or Error naming `what`.
   void settle(const std::string& what, Millis timeout);
+
+ private:
+  std::vector<cudaEvent_t> spare_events_;
 };
 
 // The handle of one collective: done once its completion event (recorded on the communicator's
@@ -95,11 +111,12 @@ class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<NcclState> state, cudaEvent_t event, std::string what)
       : state_(std::move(state)), event_(event), what_(std::move(what)) {}
-  ~NcclWork() override { cudaEventDestroy(event_); }
+  ~NcclWork() override { state_->give_back(event_); }
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;
 
   bool done() override { return poll(); }
+  cudaEvent_t event() const { return event_; }  // recorded after the collective
   void wait(Millis timeout) override;
 
  private:

@@ -8,6 +8,7 @@
 // over `host`).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -27,14 +28,19 @@ struct Context {
   void* compute_stream = nullptr;  // cudaStream_t of the CUDA build; null on CPU
 };
 
+// How many CUDA devices this rank sees; sets *reason when none.
+using GpuCounter = std::function<int(std::string* reason)>;
+
 struct ContextOptions {
   std::string device = "cpu";  // cpu | cuda | auto
   std::string comm = "auto";   // auto (nccl on cuda, mpi on cpu) | mpi | nccl
   Millis timeout = kDefaultCollectiveTimeout;
+  GpuCounter gpu_count;        // test seam; empty: the CUDA runtime (cuda_device_count)
 };
 
-// Picks the device (device.h rules), agreeing on it over `host`, then builds the gradient
-// communicator. `host`: every rank of `world` over host memory (MpiSession::world_comm()); it must
+// Picks the device (device.h rules), agreeing on it over `host` (a rank left on the CPU by
+// --device auto while others chose GPUs is an agreed UsageError naming it and its CUDA reason),
+// then builds the gradient communicator (NCCL's unique id travels over `host`). `host`: every rank of `world` over host memory (MpiSession::world_comm()); it must
 // outlive the Context, and takes options.timeout too. Collective: all ranks call it.
 Context make_context(const World& world, Communicator& host, const ContextOptions& options);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -68,8 +69,11 @@ struct Slot {
   bool used = false;
 };
 
-// Device scalars: a LossTotals (4 doubles) then the gradient norm.
+// Device scalars: a LossTotals (4 doubles), the gradient norm, then (captured steps at several
+// ranks) the loss summed over the ranks.
 constexpr size_t kNorm = 4;
+constexpr size_t kGlobalLoss = kNorm + 1;
+constexpr size_t kScalars = kGlobalLoss + 1;
 static_assert(sizeof(LossTotals) == kNorm * sizeof(double));
 
 template <class T>
@@ -95,7 +99,7 @@ struct DeviceStep::Impl {
       : input_size(shape.input_size), outputs(shape.outputs),
         classification(shape.classification), positions(static_cast<size_t>(shape.positions)),
         y_width(classification ? positions : positions * static_cast<size_t>(outputs)),
-        scalars(DeviceKind::cuda, kNorm + 1), timer(compute.get()),
+        scalars(DeviceKind::cuda, kScalars), timer(compute.get()),
         compute_trace(compute.get(), "GPU stream: compute"),
         copy_trace(copy.get(), "GPU stream: copy") {
     const size_t rows = static_cast<size_t>(shape.max_rows);
@@ -134,11 +138,13 @@ struct DeviceStep::Impl {
   // The totals and the norm read back from the device (kNorm + 1 values): the step's outcome.
   Step::Outcome outcome(const double* host, bool with_grads);
 
-  // CUDA graphs: the captured steps by key, the capture in progress, and the page-locked memory
-  // each replay's read-back lands in.
+  // CUDA graphs: the captured steps by key, the capture in progress, the page-locked memory
+  // each replay's read-back lands in, and whether the graphs gate on the loss over all ranks
+  // (StepGraphs::share_loss) or on this rank's totals.
   bool capturing = false;
   std::map<const void*, cudaGraphExec_t> graphs;
-  Pinned<double> readback{kNorm + 1};
+  Pinned<double> readback{kScalars};
+  bool shared_loss = false;
   class Graphs;
   std::unique_ptr<Graphs> graphs_view;
   void clear_graphs() noexcept {
@@ -156,11 +162,29 @@ class DeviceStep::Impl::Graphs final : public StepGraphs {
     m_.capturing = true;
   }
 
+  void share_loss(Communicator& grads) override {
+    m_.shared_loss = grads.size() > 1;
+    if (!m_.shared_loss) return;
+    // Its handle is dropped: the collective is part of the capture, and the gradients' join
+    // (BucketReducer::join) joins its stream back before the gate is read.
+    grads.all_reduce_async(&m_.sums()->loss_sum, m_.scalars.data() + kGlobalLoss, 1, DType::f64,
+                           ReduceOp::sum);
+  }
+
   void gradient_norm(const float* grads, size_t n) override {
     kernels::global_norm_device_cuda(grads, n, m_.scalars.data() + kNorm, m_.compute.get());
   }
 
-  const double* gate() const override { return m_.scalars.data(); }
+  // [norm, loss over the ranks] once shared; else [this rank's totals, norm].
+  const double* gate() const override {
+    return m_.shared_loss ? m_.scalars.data() + kNorm : m_.scalars.data();
+  }
+  int gates() const override { return m_.shared_loss ? 2 : static_cast<int>(kNorm + 1); }
+
+  bool applied() const override {
+    const double* g = m_.readback.data() + (m_.shared_loss ? kNorm : 0);
+    return std::all_of(g, g + gates(), [](double v) { return std::isfinite(v); });
+  }
 
   std::string end(const void* key) override {
     cudaStream_t stream = m_.compute.get();
@@ -169,7 +193,7 @@ class DeviceStep::Impl::Graphs final : public StepGraphs {
       // The step's one read-back, part of the graph: the totals and the norm into page-locked
       // memory, then new totals.
       kernels::cuda_copy_to_host_async(m_.readback.data(), m_.scalars.data(),
-                                       (kNorm + 1) * sizeof(double), stream);
+                                       kScalars * sizeof(double), stream);
       kernels::cuda_zero(m_.scalars.data(), kNorm * sizeof(double), stream);
     } catch (const std::exception& e) {
       why = e.what();
@@ -356,6 +380,12 @@ void DeviceStep::clip(float* grads, size_t n, double max_norm) {
   m.compute_trace.begin_span("clip", "optimizer");
   kernels::clip_by_device_norm_cuda(grads, n, m.scalars.data() + kNorm, max_norm, m.compute.get());
   m.compute_trace.end();
+}
+
+void DeviceStep::poison_loss() {
+  static const double inf = std::numeric_limits<double>::infinity();
+  kernels::cuda_copy_to_device_async(&impl_->sums()->loss_sum, &inf, sizeof inf,
+                                     impl_->compute.get());
 }
 
 }  // namespace lockstep

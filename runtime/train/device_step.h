@@ -79,6 +79,8 @@ class DeviceStep final : public Step {
   void clip(float* grads, size_t n, double max_norm) override;
   // Captured training steps (step.h: StepGraphs): a graph per input slot.
   StepGraphs* graphs() override;
+  // Queued on the compute stream: +Inf into the device totals' loss, which the loss adds to.
+  void poison_loss() override;
 
  private:
   struct Impl;

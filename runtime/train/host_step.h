@@ -28,6 +28,7 @@ class HostStep final : public Step {
   const LossTotals* totals_before_reduce() const override { return &totals_; }
   Outcome finish(const float* grads, size_t n) override;
   void clip(float* grads, size_t n, double max_norm) override;
+  void poison_loss() override;
 
  private:
   StepShape shape_;

@@ -90,6 +90,9 @@ class Step {
   virtual void clip(float* grads, size_t n, double max_norm) = 0;
   // Whole training steps captured into CUDA graphs and replayed (DeviceStep); null: none.
   virtual StepGraphs* graphs() { return nullptr; }
+  // Test hook (Trainer, LOCKSTEP_TEST_LOSS_INF): the loss of the step in progress, before its
+  // loss is computed, becomes +Inf on this rank alone, its gradient untouched.
+  virtual void poison_loss() = 0;
 };
 
 // CUDA graphs (DESIGN.md decision 18): a training step of one micro-batch, captured once into a
@@ -106,17 +109,23 @@ class Step {
 // Between begin() and end() nothing runs: the work is recorded. Used by the training thread.
 class StepGraphs {
  public:
-  // The doubles gate() points at: the step's loss totals and the gradient norm.
-  static constexpr int kGates = 5;
-
   virtual ~StepGraphs() = default;
   // The compute stream starts being captured; loss() stops counting samples (launch() does).
   virtual void begin() = 0;
+  // Inside the capture, after the loss: where `grads` has several ranks, the loss summed over
+  // them (an all-reduce of one double, joined back by the gradients' join_stream) becomes the
+  // gate's loss, so that a loss that is not finite on one rank leaves the update out on every
+  // rank, as the host's agreed verdict does uncaptured; on one rank the local totals are the gate.
+  virtual void share_loss(Communicator& grads) = 0;
   // Inside the capture: the L2 norm of grads[0, n) into the gate, as finish() computes it.
   virtual void gradient_norm(const float* grads, size_t n) = 0;
-  // Device memory: a step whose loss or gradient is not finite leaves the update out
-  // (Optimizer::step_captured).
+  // Device memory, gates() doubles: a step whose loss or gradient is not finite leaves the update
+  // out (Optimizer::step_captured).
   virtual const double* gate() const = 0;
+  virtual int gates() const = 0;
+  // Once the host has waited for a launched graph: whether its update was applied (every gate
+  // value finite).
+  virtual bool applied() const = 0;
   // Ends the capture with the read-back of the gate into page-locked memory, instantiates the
   // graph and keeps it under `key`. Returns why that failed ("" when it did not): the capture is
   // then discarded and nothing of it ran.

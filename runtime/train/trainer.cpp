@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <exception>
 #include <optional>
 #include <utility>
 
@@ -63,6 +65,12 @@ struct Trainer::Impl {
   StepGraphs* graphs = nullptr;
   cudaStream_t stream = nullptr;  // the step's compute stream (ModelPlacement::stream)
   int64_t warm_steps = 0;
+  // Test hooks (read once, at construction): the rank whose capture fails
+  // (LOCKSTEP_TEST_CAPTURE_FAIL_RANK), and the rank and 1-based step whose loss becomes +Inf
+  // with its gradient untouched (LOCKSTEP_TEST_LOSS_INF=rank:step). -1: none.
+  int capture_fail_rank = -1;
+  int inf_loss_rank = -1;
+  int64_t inf_loss_step = -1;
 };
 
 namespace {
@@ -72,6 +80,23 @@ namespace {
 // workspace) so that the capture records the steady step.
 constexpr int64_t kWarmStepsBeforeCapture = 2;
 
+// The test hooks' values: a number, or "a:b" (two numbers); -1 where unset or malformed.
+int64_t env_number(const char* name, int part = 0) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return -1;
+  std::string text(v);
+  if (part == 1) {
+    const size_t colon = text.find(':');
+    if (colon == std::string::npos) return -1;
+    text = text.substr(colon + 1);
+  } else {
+    text = text.substr(0, text.find(':'));
+  }
+  char* end = nullptr;
+  const long long n = std::strtoll(text.c_str(), &end, 10);
+  return end != text.c_str() && *end == '\0' ? n : -1;
+}
+
 }  // namespace
 
 Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& config)
@@ -79,6 +104,9 @@ Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& con
       grad_comm_(grads),
       config_(config),
       impl_(std::make_unique<Impl>()) {
+  impl_->capture_fail_rank = static_cast<int>(env_number("LOCKSTEP_TEST_CAPTURE_FAIL_RANK"));
+  impl_->inf_loss_rank = static_cast<int>(env_number("LOCKSTEP_TEST_LOSS_INF"));
+  impl_->inf_loss_step = env_number("LOCKSTEP_TEST_LOSS_INF", 1);
   // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a
   // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
   // before any collective.
@@ -179,7 +207,21 @@ void Trainer::open_loaders() {
   m.test = std::make_unique<ShardedLoader>(test_spec, eo, rank, P);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // Unwinding with a captured step perhaps in flight: its collectives wait on the device for peers
+  // that may never launch theirs, and the step's destructor synchronises its stream. Wait for the
+  // stream as for a collective first (the deadline, then the communicator's abort, which ends
+  // them), so that the job ends instead of hanging here.
+  Impl& m = *impl_;
+  if (std::uncaught_exceptions() > 0 && m.stream != nullptr && grad_comm_.capturable()) {
+    try {
+      grad_comm_.watch_stream(m.stream, "the training step in flight while ending")
+          ->wait(grad_comm_.timeout());
+    } catch (const std::exception&) {
+      // Reported by the error that unwinds; the communicator is aborted.
+    }
+  }
+}
 
 const DatasetInfo& Trainer::train_info() const { return impl_->info; }
 const StepGuard& Trainer::guard() const { return *impl_->guard; }
@@ -228,6 +270,8 @@ LossTotals Trainer::train_step() {
   int64_t got_valid = 0;
   Step::Outcome o;
   bool captured = false;
+  if (m.inf_loss_rank == comm_.rank() && m.inf_loss_step == state_.global_step + 1)
+    m.step->poison_loss();
   try {
     phases.next("data wait", "data");
     bool have = take_batch();
@@ -269,14 +313,14 @@ LossTotals Trainer::train_step() {
   const bool apply = m.guard->check_update(o.grads_finite, state_.global_step, state_.epoch) ==
                      Verdict::proceed;
   if (captured) {
-    // The graph applied the update unless this rank's loss or the reduced gradient was not
-    // finite; the guard's verdict also covers the other ranks' losses.
-    const bool applied = o.grads_finite && std::isfinite(o.totals.loss_sum);
-    if (applied && !apply)
-      throw Error("step " + std::to_string(state_.global_step + 1) + ": another rank's loss is not "
-                  "finite while this rank's loss and the reduced gradient are, and the captured "
-                  "step (CUDA graph) has already applied the update here; rerun with "
-                  "--cuda-graphs off to have such steps skipped or stopped on every rank");
+    // The graph applied the update unless the loss over all ranks or the reduced gradient was not
+    // finite: what the guard's agreed verdict says too.
+    const bool applied = m.graphs->applied();
+    if (applied != apply)
+      throw Error("step " + std::to_string(state_.global_step + 1) + ": the captured step (CUDA "
+                  "graph) " + (applied ? "applied" : "left out") + " the update, but the ranks' "
+                  "agreed verdict " + (apply ? "applies" : "leaves out") + " it; rerun with "
+                  "--cuda-graphs off");
     if (apply) optimizer_->count_update();
   } else if (apply) {
     update();
@@ -322,6 +366,9 @@ bool Trainer::captured_step(float scale, NvtxPhases& phases, Step::Outcome& o) {
     } catch (const std::exception& e) {
       graphs.abort();
       m.reducer->drain();
+      // A peer that never came, or a communicator that failed, is no capture problem: going on
+      // without graphs would only fail later on a dead communicator, with a misleading message.
+      if (dynamic_cast<const TimeoutError*>(&e) != nullptr || !grad_comm_.lost().empty()) throw;
       why = e.what();
     }
     // Every rank captures, or none does: a rank that runs the step uncaptured issues its
@@ -363,11 +410,14 @@ void Trainer::record_step(const float* x, float scale) {
   Impl& m = *impl_;
   StepTimer& timer = *m.timer;
   const int rows = static_cast<int>(m.batch.rows);
+  if (m.capture_fail_rank == comm_.rank())
+    throw Error("test hook LOCKSTEP_TEST_CAPTURE_FAIL_RANK: the capture fails on this rank");
   timer.forward_begin();
   model_->zero_grads();
   m.reducer->start_step(model_->grads(), /*captured=*/true);
   const float* out = model_->forward(x, rows);
   m.step->loss(m.batch, out, scale, model_->output_grad());
+  m.graphs->share_loss(grad_comm_);
   timer.forward_end();
   model_->backward(rows, [&](int layer) { m.reducer->layer_done(layer); });
   timer.backward_end();
@@ -377,7 +427,7 @@ void Trainer::record_step(const float* x, float scale) {
   if (config_.clip_norm > 0)
     m.step->clip(model_->grads(), model_->param_count(), config_.clip_norm);
   optimizer_->step_captured(model_->params(), model_->grads(), m.graphs->gate(),
-                            StepGraphs::kGates);
+                            m.graphs->gates());
   timer.updated();
 }
 

@@ -72,3 +72,14 @@ e2e_small_fashion_mnist() {
   "$data_app" fashion-mnist --source "$small" --out "$out" >/dev/null 2>&1 ||
     { echo "FAIL: lockstep-data fashion-mnist --source $small"; return 1; }
 }
+
+# e2e_rank_pid JOB RANK: the process of MPI rank RANK in a job started in the background as
+# `timeout ... mpiexec ...` (JOB, the pid of timeout), found by its OMPI_COMM_WORLD_RANK.
+e2e_rank_pid() {
+  local p q
+  for p in $(pgrep -P "$1"); do
+    for q in $(pgrep -P "$p"); do
+      grep -qz "^OMPI_COMM_WORLD_RANK=$2\$" "/proc/$q/environ" 2>/dev/null && echo "$q"
+    done
+  done
+}

@@ -1,0 +1,455 @@
+// NCCL with peers: every rank its own NCCL rank, several ranks in the job. On a machine with one
+// GPU the ranks share it, each given its own NCCL_HOSTID: NCCL refuses two ranks on one GPU of one
+// host, but ranks whose host hashes differ count as separate hosts to it and talk over its network
+// transport (sockets on loopback with NCCL_SOCKET_IFNAME=lo) - the multi-node path, proxy thread
+// included, which one NCCL rank never takes (its collectives are local copies). scripts/gpu-check.sh
+// runs it so (part multi-rank) at 2 and 3 ranks:
+//   mpiexec -n 2 sh -c 'NCCL_HOSTID=h$OMPI_COMM_WORLD_RANK exec "$0" "$@"' nccl_hosts_gpu_mpi_test
+// What it checks:
+//   - every collective, element type and reduce op at small sizes gives, byte for byte, the MPI
+//     backend's result for the same inputs;
+//   - a mean of constants is exactly the constant (fp32, bf16, f16; at 3 ranks 1/3 is inexact);
+//   - the CNN trained 20 steps at P ranks ends within 1e-5 (relative L2) of one rank that takes
+//     the same global batches in P micro-batches, every rank holding the same parameters;
+//   - captured steps (CUDA graphs, NCCL inside) give the bits of uncaptured ones;
+//   - a capture that fails on one rank is agreed: every rank goes on uncaptured, at once, with
+//     the bits of --cuda-graphs off;
+//   - a loss that is not finite on one rank alone skips the step on every rank, captured or not.
+// Skips, saying why, where no GPU answers, or where ranks share a GPU without distinct
+// NCCL_HOSTID values (ctest's plain mpiexec runs).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "collective_cases.h"
+#include "gpu_test_util.h"
+#include "kernels/cuda_memory.h"
+#include "runtime/base/communicator.h"
+#include "runtime/base/dtype.h"
+#include "runtime/comm/nccl_bootstrap.h"
+#include "runtime/process/bootstrap.h"
+#include "runtime/train/trainer.h"
+#include "solo_communicator.h"
+#include "test_util.h"
+#include "train_fixtures.h"
+
+using namespace lockstep;
+using namespace lockstep::testing_util;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Why this job cannot run NCCL with peers here ("" when it can), the same on every rank; the GPU
+// this rank takes in *device.
+std::string peers_skip_reason(int* device) {
+  std::string why = gpu_skip_reason();
+  const World world = discover_world();
+  std::string reason;
+  const int gpus = why.empty() ? cuda_device_count(&reason) : 0;
+  *device = gpus > 0 ? world.local_rank % gpus : 0;
+  // Every rank's NCCL_HOSTID: distinct values make ranks on one GPU separate hosts to NCCL.
+  constexpr int kLen = 128;
+  char mine[kLen] = {};
+  if (const char* h = std::getenv("NCCL_HOSTID")) std::snprintf(mine, kLen, "%s", h);
+  std::vector<char> all(static_cast<size_t>(kLen) * world.size);
+  MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD);
+  std::set<std::string> ids;
+  for (int r = 0; r < world.size; ++r) {
+    std::string id(&all[static_cast<size_t>(r) * kLen]);
+    if (!id.empty()) ids.insert(id);
+  }
+  const bool own_hosts = static_cast<int>(ids.size()) == world.size;
+  if (why.empty() && gpus < world.local_size && !own_hosts)
+    why = std::to_string(world.local_size) + " ranks share " + std::to_string(gpus) +
+          " GPU(s) and their NCCL_HOSTID values are not distinct (give each rank its own, e.g. "
+          "sh -c 'NCCL_HOSTID=h$OMPI_COMM_WORLD_RANK exec \"$0\" \"$@\"')";
+  // Every rank takes the same verdict (a rank without a GPU makes all skip).
+  int ok = why.empty() ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (ok == 0 && why.empty()) why = "another rank has no usable GPU for NCCL";
+  return why;
+}
+
+// The job's host communicator and NCCL communicator, made once (NCCL's start-up over sockets is
+// the slow part) and released before MPI finalizes.
+struct Peers {
+  std::unique_ptr<Communicator> host, nccl;
+};
+Peers& peers() {
+  static Peers p;
+  return p;
+}
+
+class NcclPeers : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    skip_ = peers_skip_reason(&device_);
+    if (!skip_.empty()) return;
+    activate_device({DeviceKind::cuda, device_});
+    Peers& p = peers();
+    p.host = make_mpi_communicator();
+    p.host->set_timeout(std::chrono::seconds(120));
+    p.nccl = make_nccl_communicator(device_, std::chrono::seconds(120), *p.host);
+    if (p.nccl->rank() == 0)
+      std::printf("NCCL with peers: %d rank(s) on GPU %d, NCCL_HOSTID %s on rank 0\n",
+                  p.nccl->size(), device_,
+                  std::getenv("NCCL_HOSTID") ? std::getenv("NCCL_HOSTID") : "<unset>");
+  }
+  static void TearDownTestSuite() {
+    peers().nccl.reset();
+    peers().host.reset();
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+  }
+  Communicator& host() { return *peers().host; }
+  Communicator& nccl() { return *peers().nccl; }
+
+  static std::string skip_;
+  static int device_;
+};
+std::string NcclPeers::skip_;
+int NcclPeers::device_ = 0;
+
+// ---- collectives against the MPI backend ----
+
+// `count` values of type t for `rank`: test_value(rank, i), small integers exact in every type.
+std::vector<unsigned char> encoded(DType t, size_t count, int rank) {
+  std::vector<unsigned char> out(count * dtype_size(t));
+  for (size_t i = 0; i < count; ++i) {
+    const double v = test_value(rank, i);
+    unsigned char* p = out.data() + i * dtype_size(t);
+    switch (t) {
+      case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
+      case DType::f64: std::memcpy(p, &v, 8); break;
+      case DType::bf16:
+      case DType::f16: {
+        const float f = static_cast<float>(v);
+        uint16_t h = 0;
+        float_to_half(t, &f, &h, 1);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DType::i32: { const int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
+      case DType::i64: { const int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+      case DType::u8: *p = static_cast<unsigned char>(v); break;
+    }
+  }
+  return out;
+}
+
+// A device copy of host bytes, freed at scope end.
+struct OnDevice {
+  explicit OnDevice(size_t bytes) : ptr(kernels::cuda_alloc(bytes > 0 ? bytes : 1)), size(bytes) {}
+  OnDevice(const std::vector<unsigned char>& host) : OnDevice(host.size()) {
+    kernels::cuda_copy_to_device(ptr, host.data(), host.size());
+  }
+  ~OnDevice() { kernels::cuda_free(ptr); }
+  std::vector<unsigned char> read() const {
+    std::vector<unsigned char> h(size);
+    kernels::cuda_copy_to_host(h.data(), ptr, size);
+    return h;
+  }
+  void* ptr;
+  size_t size;
+};
+
+enum class Kind { all_reduce, all_reduce_in_place, reduce_scatter, all_gather, broadcast };
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::all_reduce: return "all_reduce";
+    case Kind::all_reduce_in_place: return "all_reduce in place";
+    case Kind::reduce_scatter: return "reduce_scatter";
+    case Kind::all_gather: return "all_gather";
+    case Kind::broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+// One collective on `comm` over buffers made by `ops`; returns the output's bytes.
+std::vector<unsigned char> run_one(Communicator& comm, bool device, Kind k, DType t, ReduceOp op,
+                                   int root, size_t n) {
+  const int P = comm.size(), r = comm.rank();
+  const size_t es = dtype_size(t);
+  const size_t in_count = k == Kind::reduce_scatter ? n * P : n;
+  const size_t out_count = k == Kind::all_gather ? n * P : n;
+  std::vector<unsigned char> in = encoded(t, in_count, r);
+  std::vector<unsigned char> out(out_count * es, 0xA5);  // poisoned
+  auto call = [&](const void* send, void* recv, void* inout) {
+    switch (k) {
+      case Kind::all_reduce: comm.all_reduce(send, recv, n, t, op); break;
+      case Kind::all_reduce_in_place: comm.all_reduce(inout, inout, n, t, op); break;
+      case Kind::reduce_scatter: comm.reduce_scatter(send, recv, n, t, op); break;
+      case Kind::all_gather: comm.all_gather(send, recv, n, t); break;
+      case Kind::broadcast: comm.broadcast(inout, n, t, root); break;
+    }
+  };
+  const bool inout = k == Kind::all_reduce_in_place || k == Kind::broadcast;
+  if (!device) {
+    if (inout) {
+      call(nullptr, nullptr, in.data());
+      return in;
+    }
+    call(in.data(), out.data(), nullptr);
+    return out;
+  }
+  OnDevice din(in), dout(out);
+  if (inout) {
+    call(nullptr, nullptr, din.ptr);
+    return din.read();
+  }
+  call(din.ptr, dout.ptr, nullptr);
+  return dout.read();
+}
+
+TEST_F(NcclPeers, EveryCollectiveTypeAndOpGivesTheMpiBackendsBytes) {
+  auto mpi = make_mpi_communicator();
+  mpi->set_timeout(std::chrono::seconds(120));
+  const int P = nccl().size();
+  size_t cases = 0, wrong_cases = 0;
+  for (DType t : all_dtypes()) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{65539}}) {
+      for (Kind k : {Kind::all_reduce, Kind::all_reduce_in_place, Kind::reduce_scatter,
+                     Kind::all_gather, Kind::broadcast}) {
+        const bool reduces = k != Kind::all_gather && k != Kind::broadcast;
+        const std::vector<ReduceOp> ops = reduces ? all_ops() : std::vector<ReduceOp>{ReduceOp::sum};
+        const int roots = k == Kind::broadcast ? P : 1;
+        for (ReduceOp op : ops) {
+          for (int root = 0; root < roots; ++root) {
+            const auto want = run_one(*mpi, false, k, t, op, root, n);
+            const auto got = run_one(nccl(), true, k, t, op, root, n);
+            ++cases;
+            if (got == want) continue;
+            ++wrong_cases;
+            size_t first = 0;
+            while (first < got.size() && got[first] == want[first]) ++first;
+            ADD_FAILURE() << kind_name(k) << " " << dtype_name(t) << " "
+                          << (reduces ? reduce_op_name(op) : "") << " root " << root << ", "
+                          << n << " elements: bytes differ from the MPI backend's from byte "
+                          << first << " (element " << first / dtype_size(t) << ")";
+          }
+        }
+      }
+    }
+  }
+  if (nccl().rank() == 0)
+    std::printf("%zu collective cases at %d ranks: %zu differ from the MPI backend\n", cases, P,
+                wrong_cases);
+}
+
+TEST_F(NcclPeers, MeanOfAConstantIsExactlyTheConstant) {
+  const int P = nccl().size();
+  const size_t n = 1000;
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    for (double c : {1.0, 0.75, 3.0, 96.0}) {
+      std::vector<unsigned char> host(n * dtype_size(t));
+      for (size_t i = 0; i < n; ++i) {
+        const float f = static_cast<float>(c);
+        if (t == DType::f32) {
+          std::memcpy(host.data() + i * 4, &f, 4);
+        } else {
+          uint16_t h = 0;
+          float_to_half(t, &f, &h, 1);
+          std::memcpy(host.data() + i * 2, &h, 2);
+        }
+      }
+      OnDevice buf(host);
+      nccl().all_reduce(buf.ptr, buf.ptr, n, t, ReduceOp::mean);
+      EXPECT_EQ(buf.read(), host) << "mean over " << P << " ranks of " << c << " in "
+                                  << dtype_name(t);
+      // reduce_scatter: each rank's block of P blocks of the constant.
+      std::vector<unsigned char> blocks;
+      for (int r = 0; r < P; ++r) blocks.insert(blocks.end(), host.begin(), host.end());
+      OnDevice in(blocks), out(host.size());
+      nccl().reduce_scatter(in.ptr, out.ptr, n, t, ReduceOp::mean);
+      EXPECT_EQ(out.read(), host) << "reduce_scatter mean over " << P << " ranks of " << c
+                                  << " in " << dtype_name(t);
+    }
+  }
+}
+
+// ---- training ----
+
+// 16 rows per rank per step, 10 steps an epoch: the 20 steps cross an epoch and its evaluation.
+const std::string& data_file() {
+  static const std::string path = [] {
+    const std::string path = shared_temp_dir("nccl_hosts_gpu") + "/images.h5";
+    if (world_rank() == 0) {
+      StripedImages s;
+      s.side = 28;
+      s.train_rows = 160 * world_size();
+      s.test_rows = 48;
+      write_striped_images(path, s);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return path;
+  }();
+  return path;
+}
+
+// The CNN (--model cnn) with its convolutions pinned to im2col + cuBLAS, so that every run takes
+// the same kernels whatever cuDNN's timing would pick.
+TrainConfig cnn(int micro_batches) {
+  setenv("LOCKSTEP_CUDA_CONV", "im2col", 1);
+  TrainConfig c;
+  c.train.path = data_file();
+  c.model = "cnn";
+  c.optimizer.kind = OptimizerKind::momentum;
+  c.lr = 0.02;
+  c.global_batch = 16 * world_size();
+  c.grad_accum = micro_batches;
+  c.steps = 20;
+  c.bucket_mb = 0.05;  // several buckets
+  c.seed = 7;
+  c.print = false;
+  c.device = DeviceKind::cuda;
+  return c;
+}
+
+// Captured and uncaptured runs: Adam, a warm-up and cosine schedule (read from device memory by
+// the graph), clipping, a bucket per layer.
+TrainConfig cnn_graphs(bool graphs) {
+  TrainConfig c = cnn(1);
+  c.optimizer.kind = OptimizerKind::adam;
+  c.lr = 2e-3;
+  c.lr_schedule = LrScheduleKind::cosine;
+  c.warmup_steps = 3;
+  c.min_lr = 1e-4;
+  c.clip_norm = 0.5;
+  c.bucket_mb = 1e-6;
+  c.cuda_graphs = graphs;
+  return c;
+}
+
+struct Trained {
+  std::vector<float> params;
+  TrainResult result;
+  int64_t updates = 0, captured = 0, skipped = 0;
+  double seconds = 0;
+};
+
+Trained train(Communicator& host, Communicator& grads, const TrainConfig& c) {
+  const auto start = Clock::now();
+  Trainer t(host, grads, c);
+  Trained r;
+  r.result = t.run();
+  r.params = t.model().params_to_host();
+  r.updates = t.optimizer().steps();
+  r.captured = t.captured_steps();
+  r.skipped = t.guard().skipped_steps();
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = a.size() > b.size() ? a.size() - b.size() : b.size() - a.size();
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+// Elements of this rank's parameters whose bits differ from rank 0's.
+size_t differing_from_rank0(Communicator& host, const std::vector<float>& params) {
+  std::vector<float> rank0 = params;
+  host.broadcast(rank0.data(), rank0.size(), DType::f32, 0);
+  return differing(params, rank0);
+}
+
+void expect_same_bits(const Trained& got, const Trained& want) {
+  EXPECT_EQ(0u, differing(got.params, want.params)) << "of " << want.params.size() << " parameters";
+  EXPECT_EQ(got.updates, want.updates);
+  ASSERT_EQ(got.result.epochs.size(), want.result.epochs.size());
+  for (size_t e = 0; e < want.result.epochs.size(); ++e)
+    EXPECT_EQ(got.result.epochs[e].train_loss, want.result.epochs[e].train_loss) << "epoch " << e + 1;
+  EXPECT_EQ(got.result.test.loss, want.result.test.loss);
+}
+
+// Sets an environment variable for a scope (a test hook the Trainer reads when it is made).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  const char* name_;
+};
+
+TEST_F(NcclPeers, PRanksMatchOneRankWithPMicroBatches) {
+  const int P = nccl().size();
+  const Trained parallel = train(host(), nccl(), cnn(1));
+  SoloCommunicator solo;
+  const Trained alone = train(solo, solo, cnn(P));
+  const double rel = relative_difference(parallel.params, alone.params);
+  if (nccl().rank() == 0)
+    std::printf("CNN, 20 steps: %d NCCL ranks vs 1 rank with %d micro-batches: relative L2 "
+                "difference %.3g, test loss %.6f vs %.6f\n",
+                P, P, rel, parallel.result.test.loss, alone.result.test.loss);
+  EXPECT_LT(rel, 1e-5);
+  EXPECT_EQ(parallel.updates, 20);
+  EXPECT_EQ(0u, differing_from_rank0(host(), parallel.params)) << "the ranks' parameters differ";
+}
+
+TEST_F(NcclPeers, CapturedStepsGiveTheBitsOfUncapturedSteps) {
+  const Trained want = train(host(), nccl(), cnn_graphs(false));
+  const Trained got = train(host(), nccl(), cnn_graphs(true));
+  EXPECT_EQ(0, want.captured);
+  EXPECT_EQ(18, got.captured) << "every step after the two warm-up steps is a graph's";
+  expect_same_bits(got, want);
+  EXPECT_EQ(0u, differing_from_rank0(host(), got.params)) << "the ranks' parameters differ";
+  if (nccl().rank() == 0)
+    std::printf("captured at %d ranks: %lld of 20 steps, %.2f s (uncaptured %.2f s), test loss "
+                "%.6f, differing parameters %zu\n",
+                nccl().size(), static_cast<long long>(got.captured), got.seconds, want.seconds,
+                got.result.test.loss, differing(got.params, want.params));
+}
+
+TEST_F(NcclPeers, ACaptureFailingOnOneRankIsAgreedAtOnce) {
+  const Trained want = train(host(), nccl(), cnn_graphs(false));
+  ScopedEnv hook("LOCKSTEP_TEST_CAPTURE_FAIL_RANK", std::to_string(nccl().size() - 1));
+  const Trained got = train(host(), nccl(), cnn_graphs(true));
+  EXPECT_EQ(0, got.captured) << "a rank captured although the last rank's capture failed";
+  expect_same_bits(got, want);
+  // Not the collective timeout (120 s) of a rank left waiting in the capture.
+  EXPECT_LT(got.seconds, want.seconds + 30) << "the fallback waited";
+}
+
+TEST_F(NcclPeers, ALossNotFiniteOnOneRankSkipsTheStepOnEveryRank) {
+  // Step 5's loss is +Inf on the last rank alone, its gradient finite.
+  ScopedEnv hook("LOCKSTEP_TEST_LOSS_INF", std::to_string(nccl().size() - 1) + ":5");
+  Trained runs[2];
+  for (bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "captured" : "uncaptured");
+    TrainConfig c = cnn_graphs(graphs);
+    c.guard.on_nan = NanPolicy::skip;
+    const Trained& r = runs[graphs] = train(host(), nccl(), c);
+    EXPECT_EQ(1, r.skipped);
+    EXPECT_EQ(19, r.updates);
+    if (graphs) {
+      EXPECT_EQ(18, r.captured) << "step 5 is a replay whose gate leaves the update out";
+    }
+    EXPECT_EQ(0u, differing_from_rank0(host(), r.params)) << "the ranks' parameters differ";
+  }
+  EXPECT_EQ(0u, differing(runs[1].params, runs[0].params))
+      << "the captured run skipped otherwise than the uncaptured one";
+}
+
+}  // namespace
