@@ -92,7 +92,7 @@ void NcclState::settle(const std::string& what, Millis timeout) {
     if (now == ncclSuccess) return;
     if (now != ncclInProgress) fail(what, now);
     if (Clock::now() - start >= timeout) {
-      abort(what + " timed out");
+      abort(what + " did not complete within " + seconds(timeout));
       // Start-up is where a wrong network interface shows first.
     const std::string network =
         what.rfind("nccl init", 0) == 0
@@ -114,11 +114,10 @@ void NcclWork::wait(Millis timeout) {
   Backoff backoff;
   while (!poll()) {
     if (Clock::now() - start >= timeout) {
-      state_->abort(what_ + " timed out");
-      throw TimeoutError(rank_prefix() + " " + what_ + " did not complete within " +
-                         seconds(timeout) +
-                         ": a peer rank has died, stalled, or skipped this collective; the NCCL "
-                         "communicator was aborted");
+      const std::string why = what_ + " did not complete within " + seconds(timeout) +
+                              ": a peer rank has died, stalled, or skipped this collective";
+      state_->abort(why);
+      throw TimeoutError(rank_prefix() + " " + why + "; the NCCL communicator was aborted");
     }
     backoff.pause();
   }

@@ -73,13 +73,18 @@ e2e_small_fashion_mnist() {
     { echo "FAIL: lockstep-data fashion-mnist --source $small"; return 1; }
 }
 
-# e2e_rank_pid JOB RANK: the process of MPI rank RANK in a job started in the background as
-# `timeout ... mpiexec ...` (JOB, the pid of timeout), found by its OMPI_COMM_WORLD_RANK.
+# e2e_rank_pid JOB RANK: the process of MPI rank RANK among the descendants of JOB (e.g. the pid of
+# `timeout ... mpiexec ...` started in the background), found by its OMPI_COMM_WORLD_RANK. Reads
+# /proc alone (a GPU image may lack procps), at any depth (a launcher may start ranks through a
+# daemon or a wrapper).
 e2e_rank_pid() {
-  local p q
-  for p in $(pgrep -P "$1"); do
-    for q in $(pgrep -P "$p"); do
-      grep -qz "^OMPI_COMM_WORLD_RANK=$2\$" "/proc/$q/environ" 2>/dev/null && echo "$q"
-    done
+  local pid
+  for pid in $(awk -v p="$1" '/^PPid:/ && $2 == p { split(FILENAME, f, "/"); print f[3] }' \
+                 /proc/[0-9]*/status 2>/dev/null); do
+    if grep -qz "^OMPI_COMM_WORLD_RANK=$2\$" "/proc/$pid/environ" 2>/dev/null; then
+      echo "$pid"
+    else
+      e2e_rank_pid "$pid" "$2"
+    fi
   done
 }
