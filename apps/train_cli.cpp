@@ -68,6 +68,7 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
   co.comm = o.comm;
   co.timeout = Millis(static_cast<int64_t>(o.timeout_seconds * 1000));
+  co.startup_timeout = Millis(static_cast<int64_t>(o.startup_timeout_seconds * 1000));
   Context ctx = make_context(world, world_comm, co);
 
   const int threads = o.threads > 0 ? o.threads : default_blas_threads(world);
@@ -79,6 +80,7 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   c.print = o.progress != "none";
   c.progress_bar = o.progress == "bar" || (o.progress == "auto" && terminal);
   Trainer trainer(*ctx.host, *ctx.grads, c);
+  trainer.set_deadlines(co.timeout, co.startup_timeout);
   if (world.rank == 0 && c.print)
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
                      backend_name(ctx.grads->backend()), threads);

@@ -138,6 +138,20 @@ std::vector<Row> build_table() {
                     o.timeout_seconds = number_in("timeout", v, 0, 86400, true,
                                                   "a number of seconds in (0, 86400]");
                   }));
+  place_after(t, "timeout",
+              own(
+                  "startup-timeout", 0, G::runtime,
+                  "seconds one-off work may take across ranks: start-up, NCCL's connections, "
+                  "--resume, the first 3 steps and the first evaluation (at least --timeout)",
+                  [](const TrainOptions& o) {
+                    std::ostringstream os;
+                    os << o.startup_timeout_seconds;
+                    return os.str();
+                  },
+                  [](TrainOptions& o, const std::string& v) {
+                    o.startup_timeout_seconds = number_in("startup-timeout", v, 0, 86400, true,
+                                                          "a number of seconds in (0, 86400]");
+                  }));
   place_after(t, "check-every",
               own(
                   "threads", 0, G::runtime, "BLAS threads per rank (0: cores / ranks on this host)",

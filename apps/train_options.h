@@ -18,6 +18,7 @@ struct TrainOptions {
   std::string device = "auto";  // cpu | cuda | auto
   std::string comm = "auto";    // auto | mpi | nccl
   double timeout_seconds = 60;
+  double startup_timeout_seconds = 600;  // one-off start-up work across ranks (at least timeout)
   std::string resume;           // --resume: a checkpoint file or folder
   bool overwrite_checkpoints = false;  // a fresh run deletes the checkpoints already there
   int threads = 0;              // BLAS threads per rank; 0: cores / ranks on the host

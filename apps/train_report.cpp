@@ -75,10 +75,16 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
                static_cast<long long>(t.total_steps()), optimizer_name(c.optimizer.kind),
                t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
                lr_schedule_name(c.lr_schedule));
+  std::fprintf(stderr,
+               "deadlines: a collective %g s (--timeout); start-up, the first %lld steps and the "
+               "first evaluation %g s (--startup-timeout)\n",
+               static_cast<double>(t.steady_timeout().count()) / 1000.0,
+               static_cast<long long>(Trainer::kStartupSteps),
+               static_cast<double>(t.comm().timeout().count()) / 1000.0);
   const GuardOptions& g = c.guard;
   if (!g.checkpoint_dir.empty()) {
     const uint64_t bytes = checkpoint_bytes(t);
-    const Millis deadline = checkpoint_deadline(g, t.comm().timeout(), bytes);
+    const Millis deadline = checkpoint_deadline(g, t.steady_timeout(), bytes);
     const char* earlier = "none allowed";
     if (g.existing == ExistingCheckpoints::keep) earlier = "kept (--resume)";
     if (g.existing == ExistingCheckpoints::replace) earlier = "deleted (--overwrite-checkpoints)";

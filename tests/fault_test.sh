@@ -240,6 +240,22 @@ train 2 "${poison[@]}"
 grep -q "error: the loss is not finite (NaN or Inf) at step $first (epoch 1): training stopped" <<<"$out" &&
   [[ $rc -eq 2 ]] || fail "--on-nan stop did not stop at step $first with exit 2 (exit $rc)"$'\n'"$out"
 
+# --- a rank late to its first batch: the start-up deadline, not --timeout, bounds the wait ---
+# Rank 1 waits 3 s before its first batch (test hook), as a rank reading a large split from a slow
+# shared file system would; --timeout 1 alone would fail rank 0 in the first step's all-reduce.
+late=(--data long.h5 --model mlp:16 --global-batch 32 --steps 6 --progress none --timeout 1)
+out=$(LOCKSTEP_TEST_DELAY_FIRST_BATCH=1:3000 timeout 120 "$mpiexec" -n 2 --oversubscribe \
+      -x LOCKSTEP_TEST_DELAY_FIRST_BATCH "$bin/lockstep-train" "${late[@]}" --startup-timeout 30 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "rank 1 late by 3 s with --startup-timeout 30: exit $rc"$'\n'"$out"
+out=$(LOCKSTEP_TEST_DELAY_FIRST_BATCH=1:3000 timeout 120 "$mpiexec" -n 2 --oversubscribe \
+      -x LOCKSTEP_TEST_DELAY_FIRST_BATCH "$bin/lockstep-train" "${late[@]}" --startup-timeout 1 2>&1)
+rc2=$?
+[[ $rc2 -ne 0 && $rc2 -ne 124 ]] && grep -q "did not complete within 1 s" <<<"$out" ||
+  fail "rank 1 late by 3 s with --startup-timeout 1: exit $rc2, expected a timeout"$'\n'"$out"
+[[ $rc -eq 0 && $rc2 -ne 0 ]] &&
+  echo "ok: a rank 3 s late to its first batch: done under --startup-timeout 30 (--timeout 1), a timeout under --startup-timeout 1"
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1

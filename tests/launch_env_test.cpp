@@ -314,6 +314,31 @@ TEST(GpuSlot, DeviceChoiceTakesIndexZeroOfAPerTaskGpu) {
   }
 }
 
+TEST(CheckLaunchEnv, TasksThatStartedAsSingletonsAreAnError) {
+  // srun started 2 tasks, but MPI says this one is a world of one (no working PMI): two
+  // independent trainings would write the same checkpoint files.
+  ScopedEnv env;
+  for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) env.set(k, nullptr);
+  env.set("SLURM_JOB_ID", "78");
+  env.set("SLURM_STEP_ID", "0");
+  env.set("SLURM_PROCID", "1");
+  env.set("SLURM_LOCALID", "1");
+  env.set("SLURM_NODEID", "0");
+  env.set("SLURM_STEP_NUM_TASKS", "2");
+  env.set("SLURM_STEP_TASKS_PER_NODE", "2");
+  World w = discover_world();
+  ASSERT_EQ(1, w.size) << "run this test as a single process";
+  auto world_comm = make_mpi_communicator();
+  try {
+    check_launch_env(&w, *world_comm);
+    ADD_FAILURE() << "2 srun tasks that each are an MPI job of one were accepted";
+  } catch (const UsageError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(std::string::npos, msg.find("started 2 tasks")) << msg;
+    EXPECT_NE(std::string::npos, msg.find("--mpi=pmix")) << msg;
+  }
+}
+
 TEST(CheckLaunchEnv, WarnsWhenTheLauncherDisagreesWithMpi) {
   // This binary runs as one process; pretend srun said it was local rank 1 of 2.
   ScopedEnv env;

@@ -33,7 +33,15 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   set_rank_prefix(world_.rank, world_.size, world_.host);
   init_logging(world_.rank);
   world_comm_ = make_mpi_communicator();
-  check_launch_env(&world_, *world_comm_);
+  try {
+    check_launch_env(&world_, *world_comm_);
+  } catch (...) {
+    // A launch this process cannot train in (tasks that are MPI jobs of their own): MPI ends
+    // cleanly here, since no destructor will.
+    world_comm_.reset();
+    MPI_Finalize();
+    throw;
+  }
 }
 
 MpiSession::~MpiSession() {

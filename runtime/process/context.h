@@ -35,6 +35,9 @@ struct ContextOptions {
   std::string device = "cpu";  // cpu | cuda | auto
   std::string comm = "auto";   // auto (nccl on cuda, mpi on cpu) | mpi | nccl
   Millis timeout = kDefaultCollectiveTimeout;
+  // One-off start-up work (the device agreement, NCCL's id and initialisation) and what follows
+  // until Trainer::set_deadlines runs under the larger of the two; 0: `timeout`.
+  Millis startup_timeout{0};
   GpuCounter gpu_count;        // test seam; empty: the CUDA runtime (cuda_device_count)
 };
 

@@ -1,5 +1,6 @@
 #include "runtime/process/device.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -59,7 +60,8 @@ Context make_context(const World& world, Communicator& host, const ContextOption
   Context ctx;
   ctx.world = world;
   ctx.host = &host;
-  host.set_timeout(options.timeout);
+  const Millis deadline = std::max(options.timeout, options.startup_timeout);
+  host.set_timeout(deadline);
   bool want_mpi = options.comm == "mpi";
   // Every rank must agree on the device, or some would wait in NCCL and others in MPI.
   DeviceChoice choice;
@@ -97,13 +99,13 @@ Context make_context(const World& world, Communicator& host, const ContextOption
   ctx.device = choice.kind;
   ctx.device_index = choice.index;
   if (use_nccl) {
-    ctx.own_grads = make_nccl_communicator(choice.index, options.timeout, host);
+    ctx.own_grads = make_nccl_communicator(choice.index, deadline, host);
   } else if (choice.kind == DeviceKind::cuda) {
     MpiCommOptions mo;
     mo.device_buffers = true;
     ctx.own_grads = make_mpi_communicator(mo);
   }
-  if (ctx.own_grads) ctx.own_grads->set_timeout(options.timeout);
+  if (ctx.own_grads) ctx.own_grads->set_timeout(deadline);
   ctx.grads = ctx.own_grads ? ctx.own_grads.get() : &host;
   return ctx;
 }

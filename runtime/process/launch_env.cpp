@@ -287,6 +287,15 @@ void check_launch_env(World* world, Communicator& world_comm) {
   world->gpu_index = slot.index;
   world->gpu_peers = slot.peers;
 
+  // Tasks that each started as an MPI job of their own would train N copies side by side, each
+  // rank 0, writing the same checkpoints and metrics: an error, not a warning.
+  if (env.size > 1 && world->size == 1)
+    throw UsageError(std::string(launcher_name(env.launcher)) + " started " + std::to_string(env.size) +
+                     " tasks, but this one is an MPI job of its own (MPI_Comm_size is 1), so " +
+                     std::to_string(env.size) + " independent trainings would write the same "
+                     "files: with srun, pass --mpi=pmix (srun --mpi=list shows what this Slurm "
+                     "offers); with mpirun, use the mpirun of the MPI library Lockstep was built "
+                     "with");
   std::vector<std::string> issues = disagreements(env, *world);
   issues.insert(issues.end(), env.problems.begin(), env.problems.end());
   // Rank 0 reports the first rank with an issue and how many there are, so a problem on any rank

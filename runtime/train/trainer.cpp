@@ -1,11 +1,13 @@
 #include "runtime/train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "kernels/cuda_memory.h"
@@ -71,6 +73,15 @@ struct Trainer::Impl {
   int capture_fail_rank = -1;
   int inf_loss_rank = -1;
   int64_t inf_loss_step = -1;
+  // ... and the rank whose first step of the run waits before its first batch, and how long
+  // (LOCKSTEP_TEST_DELAY_FIRST_BATCH=rank:ms).
+  int delay_rank = -1;
+  int64_t delay_ms = -1;
+  // Deadlines (set_deadlines): zero until set; the start-up steps still to run and whether the
+  // first evaluation is done.
+  Millis steady{0}, startup{0};
+  int64_t startup_steps_left = 0;
+  bool evaluated = false;
 };
 
 namespace {
@@ -107,6 +118,8 @@ Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& con
   impl_->capture_fail_rank = static_cast<int>(env_number("LOCKSTEP_TEST_CAPTURE_FAIL_RANK"));
   impl_->inf_loss_rank = static_cast<int>(env_number("LOCKSTEP_TEST_LOSS_INF"));
   impl_->inf_loss_step = env_number("LOCKSTEP_TEST_LOSS_INF", 1);
+  impl_->delay_rank = static_cast<int>(env_number("LOCKSTEP_TEST_DELAY_FIRST_BATCH"));
+  impl_->delay_ms = env_number("LOCKSTEP_TEST_DELAY_FIRST_BATCH", 1);
   // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a
   // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
   // before any collective.
@@ -231,6 +244,23 @@ int64_t Trainer::total_steps() const {
   return config_.steps > 0 ? config_.steps : config_.epochs * impl_->steps_per_epoch;
 }
 
+void Trainer::set_deadlines(Millis steady, Millis startup) {
+  Impl& m = *impl_;
+  m.steady = steady;
+  m.startup = std::max(steady, startup);
+  m.startup_steps_left = kStartupSteps;
+  apply_timeout(m.startup);
+}
+
+Millis Trainer::steady_timeout() const {
+  return impl_->steady.count() > 0 ? impl_->steady : comm_.timeout();
+}
+
+void Trainer::apply_timeout(Millis t) {
+  comm_.set_timeout(t);
+  grad_comm_.set_timeout(t);
+}
+
 double Trainer::lr_at_step(int64_t global_step) const {
   return lr_at(impl_->schedule, global_step);
 }
@@ -272,6 +302,10 @@ LossTotals Trainer::train_step() {
   bool captured = false;
   if (m.inf_loss_rank == comm_.rank() && m.inf_loss_step == state_.global_step + 1)
     m.step->poison_loss();
+  if (m.delay_rank == comm_.rank() && m.delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(m.delay_ms));
+    m.delay_ms = -1;
+  }
   try {
     phases.next("data wait", "data");
     bool have = take_batch();
@@ -333,6 +367,7 @@ LossTotals Trainer::train_step() {
   state_.step_in_epoch += 1;
   state_.global_step += 1;
   state_.samples_seen += want_valid;
+  if (m.startup_steps_left > 0 && --m.startup_steps_left == 0) apply_timeout(m.steady);
   return apply ? o.totals : LossTotals{};  // a skipped step stays out of the reported loss
 }
 
@@ -489,6 +524,9 @@ void Trainer::update() {
 EvalResult Trainer::evaluate() {
   TraceSpan span("evaluate", "evaluation");
   Impl& m = *impl_;
+  // The first evaluation reads the test split (held in memory: all of it at its first batch).
+  const bool first = m.startup.count() > 0 && !m.evaluated;
+  if (first) apply_timeout(m.startup);
   m.test->start_epoch(0);
   while (m.test->next(m.batch)) {
     const float* out = model_->forward(m.step->upload(m.batch), static_cast<int>(m.batch.rows));
@@ -503,6 +541,8 @@ EvalResult Trainer::evaluate() {
   e.accuracy = t.accuracy();
   m.last_eval_step = static_cast<double>(state_.global_step);
   m.last_eval = e;
+  m.evaluated = true;
+  if (first && m.startup_steps_left == 0) apply_timeout(m.steady);
   return e;
 }
 

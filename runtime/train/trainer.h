@@ -158,6 +158,15 @@ class Trainer {
   int64_t captured_steps() const { return captured_steps_; }
   const StepGuard& guard() const;  // stop signal agreed, stopped early, steps skipped, checkpoint
   Communicator& comm() { return comm_; }  // host values' communicator: every collective above
+  // Collective deadlines (DESIGN.md decision 8): `steady` for the steps; `startup` (the larger
+  // one counts) for one-off work that ranks may reach minutes apart: the first kStartupSteps steps
+  // of run() (a split held in memory read at the first batch, cuDNN's first use and kernel timing,
+  // NCCL's lazy connections, the first capture) and the first evaluation (the test split's read).
+  // Sets both communicators to the start-up deadline now, so that resuming runs under it too
+  // (make_context leaves them there for construction). Without it both keep what they were given.
+  void set_deadlines(Millis steady, Millis startup);
+  Millis steady_timeout() const;  // the steps' deadline (the host communicator's, if none set)
+  static constexpr int64_t kStartupSteps = 3;
   void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
 
  private:
@@ -178,6 +187,7 @@ class Trainer {
   bool act_on(Verdict v);   // true: the run ends
   void save_checkpoint();
   bool run_epoch(EpochSummary& s);  // false: stopped early
+  void apply_timeout(Millis t);     // both communicators' deadline
 
   Communicator& comm_;       // host values
   Communicator& grad_comm_;  // the gradient buckets
