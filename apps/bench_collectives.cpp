@@ -359,20 +359,22 @@ long long run_backend(const char* label, Communicator& comm, Communicator& host,
 
 // Every rank gives its verdict; returns "" when all can run NCCL, else the first failing rank's
 // reason (the same text on every rank). The GPU is picked as lockstep-train picks it
-// (choose_device: the launcher's GPU slot, one rank per GPU), so both use the same GPU per rank.
+// (choose_device: the launcher's GPU slot; check_gpu_sharing: one rank per GPU), so both use the
+// same GPU per rank.
 std::string nccl_problem(Communicator& host, const World& world, DeviceChoice* device) {
   std::string why;
   if (!nccl_available()) {
     why = "this binary was built without NCCL (configure with LOCKSTEP_CUDA=ON)";
   } else {
     try {
-      *device = choose_device("cuda", world, /*share_allowed=*/false);
+      *device = choose_device("cuda", world);
     } catch (const UsageError& e) {
       why = e.what();
     }
   }
   try {
     agree_or_throw(host, why.empty(), why);
+    check_gpu_sharing(host, world, *device, /*share_allowed=*/false);
   } catch (const UsageError& e) {
     return e.what();
   }

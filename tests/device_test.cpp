@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/base/error.h"
 #include "runtime/process/bootstrap.h"
@@ -39,54 +41,80 @@ std::string usage_message(const std::function<void()>& fn) {
 
 TEST(DeviceChoice, BadValueIsRefusedNamingTheChoices) {
   World w = host_with("node1", 0, 1);
-  std::string msg = usage_message([&] { choose_device("gpu", w, false); });
+  std::string msg = usage_message([&] { choose_device("gpu", w); });
   EXPECT_NE(msg.find("'gpu'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cpu, cuda or auto"), std::string::npos) << msg;
-  EXPECT_THROW(choose_device_given("", w, false, 4, ""), UsageError);
+  EXPECT_THROW(choose_device_given("", w, 4, ""), UsageError);
 }
 
 TEST(DeviceChoice, CudaWithoutGpuGivesTheRuntimesReason) {
   World w = host_with("node1", 0, 1);
   std::string msg = usage_message([&] {
-    choose_device_given("cuda", w, false, 0, "cudaErrorInsufficientDriver: driver too old");
+    choose_device_given("cuda", w, 0, "cudaErrorInsufficientDriver: driver too old");
   });
   EXPECT_EQ("no CUDA device: cudaErrorInsufficientDriver: driver too old", msg);
 }
 
 TEST(DeviceChoice, AutoFallsBackToCpuWithoutGpu) {
   World w = host_with("node1", 0, 1);
-  EXPECT_EQ(DeviceKind::cpu, choose_device_given("auto", w, false, 0, "no driver").kind);
-  DeviceChoice gpu = choose_device_given("auto", w, false, 1, "");
+  EXPECT_EQ(DeviceKind::cpu, choose_device_given("auto", w, 0, "no driver").kind);
+  DeviceChoice gpu = choose_device_given("auto", w, 1, "");
   EXPECT_EQ(DeviceKind::cuda, gpu.kind);
   EXPECT_EQ(0, gpu.index);
-  EXPECT_EQ(DeviceKind::cpu, choose_device_given("cpu", w, false, 8, "").kind);
+  EXPECT_EQ(DeviceKind::cpu, choose_device_given("cpu", w, 8, "").kind);
 }
 
 TEST(DeviceChoice, EachRankTakesTheGpuOfItsLocalRank) {
   for (int r = 0; r < 4; ++r) {
-    DeviceChoice c = choose_device_given("cuda", host_with("node1", r, 4), false, 4, "");
+    DeviceChoice c = choose_device_given("cuda", host_with("node1", r, 4), 4, "");
     EXPECT_EQ(DeviceKind::cuda, c.kind);
     EXPECT_EQ(r, c.index);
   }
 }
 
-TEST(DeviceChoice, MoreLocalRanksThanGpusNamesHostAndBothCounts) {
+TEST(DeviceChoice, MoreLocalRanksThanGpusShareThemRoundRobin) {
   World w = host_with("node07", 5, 8);
-  std::string msg = usage_message([&] { choose_device_given("cuda", w, false, 4, ""); });
+  DeviceChoice c = choose_device_given("cuda", w, 4, "");
+  EXPECT_EQ(DeviceKind::cuda, c.kind);
+  EXPECT_EQ(1, c.index);
+  EXPECT_EQ(0, choose_device_given("cuda", w, 1, "").index);
+}
+
+// Every rank's claim (host, GPU UUID) for a layout of hosts and GPUs.
+std::vector<GpuClaim> claims(const std::vector<std::pair<std::string, std::string>>& layout) {
+  std::vector<GpuClaim> out;
+  for (const auto& [host, gpu] : layout) out.push_back({host, gpu});
+  return out;
+}
+
+TEST(GpuSharing, RanksOnOneGpuByUuidNameHostAndBothCounts) {
+  // 8 ranks over 4 GPUs on node07 (round robin): refused, naming the host and both counts.
+  std::vector<std::pair<std::string, std::string>> layout;
+  for (int r = 0; r < 8; ++r) layout.push_back({"node07", "GPU-" + std::to_string(r % 4)});
+  const std::string msg = gpu_sharing_problem(claims(layout), false);
   EXPECT_NE(msg.find("node07"), std::string::npos) << msg;
   EXPECT_NE(msg.find("8 ranks"), std::string::npos) << msg;
   EXPECT_NE(msg.find("4 GPU"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--comm mpi"), std::string::npos) << msg;
-  // auto does not hide the problem by falling back to the CPU.
-  EXPECT_THROW(choose_device_given("auto", w, false, 4, ""), UsageError);
+  EXPECT_EQ("", gpu_sharing_problem(claims(layout), /*share_allowed=*/true)) << "--comm mpi";
 }
 
-TEST(DeviceChoice, MpiCommunicatorLetsRanksShareGpus) {
-  World w = host_with("node07", 5, 8);
-  DeviceChoice c = choose_device_given("cuda", w, /*share_allowed=*/true, 4, "");
-  EXPECT_EQ(DeviceKind::cuda, c.kind);
-  EXPECT_EQ(1, c.index);
-  EXPECT_EQ(0, choose_device_given("cuda", w, true, 1, "").index);
+TEST(GpuSharing, PerTaskGpusThatAllReadZeroAreDistinctGpus) {
+  // Slurm's per-task device cgroups: every task's CUDA_VISIBLE_DEVICES is "0" and it sees one
+  // GPU, index 0 - its own, as the UUIDs show.
+  std::vector<std::pair<std::string, std::string>> layout;
+  for (int r = 0; r < 8; ++r) layout.push_back({"node1", "GPU-aaaa-" + std::to_string(r)});
+  EXPECT_EQ("", gpu_sharing_problem(claims(layout), false));
+  // The same GPU UUID on two hosts is two GPUs (a UUID is per GPU; hosts are told apart first).
+  EXPECT_EQ("", gpu_sharing_problem(claims({{"a", "GPU-1"}, {"b", "GPU-1"}}), false));
+}
+
+TEST(GpuSharing, DistinctSpellingsOfOneGpuAreOneGpu) {
+  // CUDA_VISIBLE_DEVICES "0" on rank 0 and "GPU-<uuid of 0>" on rank 1: different strings, one
+  // GPU.
+  const std::string msg =
+      gpu_sharing_problem(claims({{"node2", "GPU-1234"}, {"node2", "GPU-1234"}}), false);
+  EXPECT_NE(msg.find("node2 runs 2 ranks that see the same 1 GPU"), std::string::npos) << msg;
 }
 
 TEST(DeviceChoice, ThisMachineAnswersCudaWithGpuOrTheReason) {
@@ -94,14 +122,14 @@ TEST(DeviceChoice, ThisMachineAnswersCudaWithGpuOrTheReason) {
   std::string reason;
   int gpus = cuda_device_count(&reason);
   if (gpus > 0) {
-    EXPECT_EQ(DeviceKind::cuda, choose_device("cuda", w, false).kind);
-    EXPECT_EQ(DeviceKind::cuda, choose_device("auto", w, false).kind);
+    EXPECT_EQ(DeviceKind::cuda, choose_device("cuda", w).kind);
+    EXPECT_EQ(DeviceKind::cuda, choose_device("auto", w).kind);
     return;
   }
   EXPECT_FALSE(reason.empty()) << "no GPU and no reason why";
-  std::string msg = usage_message([&] { choose_device("cuda", w, false); });
+  std::string msg = usage_message([&] { choose_device("cuda", w); });
   EXPECT_EQ("no CUDA device: " + reason, msg);
-  EXPECT_EQ(DeviceKind::cpu, choose_device("auto", w, false).kind);
+  EXPECT_EQ(DeviceKind::cpu, choose_device("auto", w).kind);
 }
 
 TEST(DeviceChoice, ContextForCudaWithoutGpuFailsOnEveryRankWithTheReason) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 
 #include "kernels/cuda_info.h"
 #include "runtime/base/cuda_check.h"
@@ -25,6 +26,21 @@ constexpr uint64_t kPoolKeepBytes = uint64_t{256} << 20;
 // kernels/ asks the runtime (checking cudaGetDeviceCount's return code, not only the count it
 // leaves untouched on failure); one answer for tests, benchmarks and device choice.
 int cuda_device_count(std::string* reason) { return kernels::cuda_device_count_or_reason(reason); }
+
+std::string cuda_device_uuid(int index) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, index) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(p.uuid.bytes);
+  char text[48];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return text;
+}
 
 void activate_device(const DeviceChoice& choice) {
   if (choice.kind != DeviceKind::cuda) return;

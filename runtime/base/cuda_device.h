@@ -15,6 +15,10 @@ namespace lockstep {
 // "not built with CUDA") when none can be used.
 int cuda_device_count(std::string* reason);
 
+// The identity of CUDA device `index` as NVIDIA tools print it ("GPU-" and its UUID), the same
+// whatever CUDA_VISIBLE_DEVICES numbers it as; "" where it cannot be read (a build without CUDA).
+std::string cuda_device_uuid(int index);
+
 struct DeviceChoice {
   DeviceKind kind = DeviceKind::cpu;
   int index = -1;

@@ -8,6 +8,7 @@ int cuda_device_count(std::string* reason) {
   return 0;
 }
 
+std::string cuda_device_uuid(int) { return ""; }
 void activate_device(const DeviceChoice&) {}
 void use_active_device() {}
 bool cuda_built() { return false; }

@@ -39,6 +39,7 @@ struct ContextOptions {
   // until Trainer::set_deadlines runs under the larger of the two; 0: `timeout`.
   Millis startup_timeout{0};
   GpuCounter gpu_count;        // test seam; empty: the CUDA runtime (cuda_device_count)
+  std::function<std::string(int index)> gpu_uuid;  // test seam; empty: cuda_device_uuid
 };
 
 // Picks the device (device.h rules), agreeing on it over `host` (a rank left on the CPU by

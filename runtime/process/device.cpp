@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -13,32 +14,41 @@
 
 namespace lockstep {
 
+namespace {
+
+std::string too_many_ranks(const std::string& host, int ranks, int gpus) {
+  return "host " + host + " runs " + std::to_string(ranks) + " ranks that see the same " +
+         std::to_string(gpus) + " GPU(s): start at most one rank per GPU, or use --comm mpi to "
+         "let ranks share a GPU";
+}
+
+}  // namespace
+
 bool test_only_nccl_shares_gpu() {
   static const bool on = [] {
     const char* v = std::getenv(kTestOnlyNcclSharesGpuEnv);
     const bool set = v != nullptr && std::strcmp(v, "1") == 0;
-    if (set)
+    if (set) {
       LS_LOG(warn) << kTestOnlyNcclSharesGpuEnv << "=1: ranks may share a GPU over NCCL (a test "
                    << "switch: NCCL accepts it only for ranks given different NCCL_HOSTID values, "
                    << "which it then treats as separate hosts)";
+    }
     return set;
   }();
   return on;
 }
 
-DeviceChoice choose_device(const std::string& want, const World& world, bool share_allowed,
+DeviceChoice choose_device(const std::string& want, const World& world,
                            const GpuCounter& gpu_count) {
   // --device cpu never wakes the CUDA runtime.
-  if (want != "cuda" && want != "auto")
-    return choose_device_given(want, world, share_allowed, 0, "");
+  if (want != "cuda" && want != "auto") return choose_device_given(want, world, 0, "");
   std::string reason;
   int count = gpu_count ? gpu_count(&reason) : cuda_device_count(&reason);
-  return choose_device_given(want, world, share_allowed || test_only_nccl_shares_gpu(), count,
-                             reason);
+  return choose_device_given(want, world, count, reason);
 }
 
-DeviceChoice choose_device_given(const std::string& want, const World& world, bool share_allowed,
-                                 int count, const std::string& reason) {
+DeviceChoice choose_device_given(const std::string& want, const World& world, int count,
+                                 const std::string& reason) {
   if (want != "cpu" && want != "cuda" && want != "auto")
     throw UsageError("--device must be cpu, cuda or auto, not '" + want + "'");
   if (want == "cpu") return {};
@@ -46,14 +56,52 @@ DeviceChoice choose_device_given(const std::string& want, const World& world, bo
     if (want == "auto") return {};
     throw UsageError("no CUDA device: " + reason);
   }
-  // Ranks given their own GPUs by the launcher (Slurm --gpus-per-task) each take index 0.
-  GpuSlot slot = gpu_slot(world);
-  if (slot.peers > count && !share_allowed)
-    throw UsageError("host " + world.host + " runs " + std::to_string(slot.peers) +
-                     " ranks that see the same " + std::to_string(count) +
-                     " GPU(s): start at most one rank per GPU, or use --comm mpi to let ranks "
-                     "share a GPU");
+  // Ranks given their own GPUs by the launcher (Slurm --gpus-per-task) each take index 0. Whether
+  // ranks end up sharing a GPU is judged afterwards by its UUID (check_gpu_sharing).
+  const GpuSlot slot = gpu_slot(world);
   return {DeviceKind::cuda, slot.index % count};
+}
+
+std::string gpu_sharing_problem(const std::vector<GpuClaim>& claims, bool share_allowed) {
+  if (share_allowed) return "";
+  for (size_t i = 0; i < claims.size(); ++i) {
+    const GpuClaim& c = claims[i];
+    if (c.gpu.empty()) continue;
+    int sharing = 0;
+    std::set<std::string> gpus;
+    int ranks = 0;
+    for (size_t j = 0; j < claims.size(); ++j) {
+      if (claims[j].host != c.host) continue;
+      ranks += 1;
+      if (!claims[j].gpu.empty()) gpus.insert(claims[j].gpu);
+      if (claims[j].gpu == c.gpu) sharing += 1;
+    }
+    if (sharing > 1)
+      return too_many_ranks(c.host, ranks, static_cast<int>(gpus.size())) + " (" +
+             std::to_string(sharing) + " of them on " + c.gpu + ")";
+  }
+  return "";
+}
+
+void check_gpu_sharing(Communicator& host, const World& world, const DeviceChoice& choice,
+                       bool share_allowed, const std::function<std::string(int)>& uuid) {
+  if (choice.kind != DeviceKind::cuda) return;
+  // Fixed-size records: host name, then the GPU's UUID.
+  constexpr size_t kField = 96;
+  std::vector<char> mine(2 * kField, '\0');
+  const std::string gpu = uuid ? uuid(choice.index) : cuda_device_uuid(choice.index);
+  world.host.copy(mine.data(), kField - 1);
+  gpu.copy(mine.data() + kField, kField - 1);
+  std::vector<char> all(mine.size() * static_cast<size_t>(host.size()));
+  host.all_gather(mine.data(), all.data(), mine.size(), DType::u8);
+  std::vector<GpuClaim> claims;
+  for (int r = 0; r < host.size(); ++r) {
+    const char* rec = all.data() + static_cast<size_t>(r) * mine.size();
+    claims.push_back({std::string(rec), std::string(rec + kField)});
+  }
+  const std::string problem =
+      gpu_sharing_problem(claims, share_allowed || test_only_nccl_shares_gpu());
+  agree_or_throw(host, problem.empty(), problem);
 }
 
 Context make_context(const World& world, Communicator& host, const ContextOptions& options) {
@@ -75,7 +123,7 @@ Context make_context(const World& world, Communicator& host, const ContextOption
         if (n <= 0) no_gpu = *why;
         return n;
       };
-      choice = choose_device(options.device, world, want_mpi, count);
+      choice = choose_device(options.device, world, count);
     } catch (const UsageError& e) {
       problem = e.what();
     }
@@ -95,6 +143,7 @@ Context make_context(const World& world, Communicator& host, const ContextOption
   const bool use_nccl = choice.kind == DeviceKind::cuda && !want_mpi;
   agree_or_throw(host, !(options.comm == "nccl" && choice.kind != DeviceKind::cuda),
                  "--comm nccl needs --device cuda");
+  check_gpu_sharing(host, world, choice, want_mpi, options.gpu_uuid);
   activate_device(choice);
   ctx.device = choice.kind;
   ctx.device_index = choice.index;
