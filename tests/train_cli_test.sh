@@ -134,7 +134,11 @@ rc=$?
 grep -q '6 steps in all' <<<"$out" || fail "--steps 6 on the command line did not win over the config"
 grep -q 'mlp:16' <<<"$out" || fail "the config's model was not used"
 stdout=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
-         --config run.ini --steps 6 --progress none 2>/dev/null)
+         --config run.ini --steps 6 --progress none --metrics quiet.jsonl 2>/dev/null)
+# A batch job's --progress none prints no progress, and still writes its --metrics.
+quiet_lines=$(grep -c '"kind":"train"' quiet.jsonl 2>/dev/null || echo 0)
+[[ $quiet_lines -eq 3 ]] || fail "--progress none --metrics: $quiet_lines train lines, expected 3"
+grep -q '"kind":"eval"' quiet.jsonl || fail "--progress none --metrics: no evaluation line"
 last2=$(tail -2 <<<"$stdout")
 grep -qE '^test_loss=[0-9.]+$' <<<"$(head -1 <<<"$last2")" || fail "second-to-last line: $last2"
 grep -qE '^test_accuracy=0\.[0-9]+$' <<<"$(tail -1 <<<"$last2")" || fail "last line: $last2"

@@ -44,7 +44,7 @@ Progress::Progress(bool enabled, bool bar, bool classification, const std::strin
                    bool bits_per_byte)
     : enabled_(enabled), bar_(bar), classification_(classification),
       bits_per_byte_(bits_per_byte) {
-  if (!enabled_ || metrics_path.empty()) return;
+  if (metrics_path.empty()) return;
   metrics_ = std::fopen(metrics_path.c_str(), "w");
   if (!metrics_)
     throw UsageError("--metrics: cannot write '" + metrics_path + "': " + std::strerror(errno));
@@ -55,9 +55,10 @@ Progress::~Progress() {
 }
 
 void Progress::report(const ProgressReport& r) {
-  if (!enabled_) return;
   last_ = r;
-  if (bar_) {
+  if (!enabled_) {
+    // nothing on the terminal; the metrics line below all the same
+  } else if (bar_) {
     draw_bar(r);
   } else {
     std::fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f", r.epoch, r.epochs,
@@ -126,9 +127,10 @@ void Progress::finish_line() {
 }
 
 void Progress::note(const std::string& text, const std::string& json) {
-  if (!enabled_) return;
-  finish_line();
-  std::fprintf(stderr, "%s\n", text.c_str());
+  if (enabled_) {
+    finish_line();
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
   if (metrics_) {
     std::fputs((json + "\n").c_str(), metrics_);
     std::fflush(metrics_);
@@ -136,16 +138,17 @@ void Progress::note(const std::string& text, const std::string& json) {
 }
 
 void Progress::epoch_end(const EpochSummary& s, int epochs) {
-  if (!enabled_) return;
-  finish_line();
-  std::printf("epoch %d/%d: train_loss=%.4f", s.epoch, epochs, s.train_loss);
-  if (classification_) std::printf(" train_accuracy=%.4f", s.train_accuracy);
-  if (bits_per_byte_) std::printf(" train_bits_per_byte=%.4f", bits_per_byte(s.train_loss));
-  std::printf(" test_loss=%.4f", s.test.loss);
-  if (classification_) std::printf(" test_accuracy=%.4f", s.test.accuracy);
-  if (bits_per_byte_) std::printf(" test_bits_per_byte=%.4f", bits_per_byte(s.test.loss));
-  std::printf(" time=%.1fs samples/s=%.0f\n", s.seconds, s.samples_per_second);
-  std::fflush(stdout);
+  if (enabled_) {
+    finish_line();
+    std::printf("epoch %d/%d: train_loss=%.4f", s.epoch, epochs, s.train_loss);
+    if (classification_) std::printf(" train_accuracy=%.4f", s.train_accuracy);
+    if (bits_per_byte_) std::printf(" train_bits_per_byte=%.4f", bits_per_byte(s.train_loss));
+    std::printf(" test_loss=%.4f", s.test.loss);
+    if (classification_) std::printf(" test_accuracy=%.4f", s.test.accuracy);
+    if (bits_per_byte_) std::printf(" test_bits_per_byte=%.4f", bits_per_byte(s.test.loss));
+    std::printf(" time=%.1fs samples/s=%.0f\n", s.seconds, s.samples_per_second);
+    std::fflush(stdout);
+  }
   if (metrics_) {
     std::string line = "{\"kind\":\"eval\",\"step\":" + std::to_string(s.global_step) +
                        ",\"epoch\":" + std::to_string(s.epoch) +

@@ -43,8 +43,9 @@ struct ProgressReport {
 
 class Progress {
  public:
-  // Opens the metrics file (truncating it) when the path is non-empty and enabled; throws
-  // UsageError naming --metrics when it cannot.
+  // `enabled`: this rank prints progress (lines or a bar) and epoch summaries. Opens the metrics
+  // file (truncating it) when the path is non-empty, printing or not (a batch job's --progress
+  // none keeps its --metrics); throws UsageError naming --metrics when it cannot.
   Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path,
            bool bits_per_byte = false);
   ~Progress();
