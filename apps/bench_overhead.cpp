@@ -24,6 +24,7 @@
 #include "apps/bench_values.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
+#include "runtime/comm/replica_check.h"
 
 namespace lockstep::bench {
 
@@ -86,6 +87,23 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The replica check's checksum (comm/replica_check.h) over 256 MiB: its rate bounds how long a
+// replica check of a large model takes on every rank. The median of 5 passes.
+void print_checksum_speed() {
+  std::vector<unsigned char> buf(size_t{256} << 20);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<unsigned char>(i * 131);
+  std::vector<double> rates;
+  uint64_t sink = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    sink ^= checksum64(buf.data(), buf.size());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rates.push_back(static_cast<double>(buf.size()) / s / 1e9);
+  }
+  std::printf("# replica checksum (checksum64) over 256 MiB: %.2f GB/s (median of 5; sum %016llx)\n",
+              median(rates), static_cast<unsigned long long>(sink));
 }
 
 // Elements of `recv` that are not the sum over ranks of input_value.
@@ -227,6 +245,7 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
     std::printf("# paired overhead ratio (median of lockstep / mpi per step): %s\n",
                 paired.c_str());
     std::printf("# wrong values: lockstep %.0f, mpi %.0f\n", wrong[0], wrong[1]);
+    print_checksum_speed();
     std::fflush(stdout);
   }
   return wrong[0] == 0 && wrong[1] == 0 ? 0 : 1;
