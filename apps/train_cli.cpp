@@ -76,6 +76,7 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
 
   TrainConfig& c = o.config;
   c.device = ctx.device;
+  c.host_ranks = world.local_size;
   const bool terminal = isatty(STDERR_FILENO) != 0;
   c.print = o.progress != "none";
   c.progress_bar = o.progress == "bar" || (o.progress == "auto" && terminal);

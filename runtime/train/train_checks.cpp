@@ -2,10 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <fstream>
+#include <exception>
 #include <string>
+#include <utility>
 
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -90,7 +93,7 @@ DatasetInfo inspect_training_data(TrainConfig& c) {
 }
 
 void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs,
-                      int64_t micro_rows, uint64_t held_bytes) {
+                      int64_t micro_rows, uint64_t held_bytes, uint64_t host_memory) {
   const int64_t B = c.global_batch;
   if (B > info.rows)
     throw UsageError("--global-batch " + std::to_string(B) + " is larger than the " +
@@ -108,10 +111,15 @@ void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs
   const double activations = 4.0 * rows * m.per_row, params = 4.0 * 4.0 * m.params;
   const double held = static_cast<double>(held_bytes);
   const double need = batches + activations + params + held;
-  const uint64_t have = available_host_memory();
-  if (have > 0 && need > static_cast<double>(have))
+  const int ranks = std::max(c.host_ranks, 1);
+  const uint64_t have = host_memory;
+  if (have > 0 && need * ranks > static_cast<double>(have))
     throw UsageError("--global-batch " + std::to_string(B) + " with --model " + c.model +
-                     " needs about " + gib(need) + " per rank (" + gib(batches + activations) +
+                     " needs about " + gib(need) + " per rank" +
+                     (ranks > 1 ? ", " + gib(need * ranks) + " for the " +
+                                      std::to_string(ranks) + " ranks on this host"
+                                : std::string()) +
+                     " (" + gib(batches + activations) +
                      " for batches and activations at " + std::to_string(micro_rows) +
                      " rows per rank and micro-batch, " + gib(params) +
                      " for parameters, gradients and optimizer state" +
@@ -122,12 +130,48 @@ void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs
                      "lower --global-batch, raise --grad-accum or use a smaller --model");
 }
 
+namespace {
+
+// A number of bytes from a cgroup file; 0 when absent or "max" (no limit).
+uint64_t cgroup_bytes(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text == "max") return 0;
+  try {
+    return std::stoull(text);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// What this process's memory cgroup still allows (its limit less its usage); 0 when unlimited
+// or unknown. cgroup v2 first, then v1.
+uint64_t cgroup_room() {
+  for (const auto& [limit_file, usage_file] :
+       {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
+    const uint64_t limit = cgroup_bytes(limit_file);
+    // v1 reports "no limit" as a huge number (a page count's worth of bytes near 2^63).
+    if (limit == 0 || limit > (uint64_t{1} << 60)) continue;
+    const uint64_t used = cgroup_bytes(usage_file);
+    return limit > used ? limit - used : 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 uint64_t available_host_memory() {
+  uint64_t have = 0;
   std::ifstream in("/proc/meminfo");
   for (std::string line; std::getline(in, line);)
-    if (line.rfind("MemAvailable:", 0) == 0) return std::stoull(line.substr(13)) * 1024;
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+    if (line.rfind("MemAvailable:", 0) == 0) have = std::stoull(line.substr(13)) * 1024;
+  if (have == 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) have = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  }
+  const uint64_t room = cgroup_room();
+  return room > 0 && (have == 0 || room < have) ? room : have;
 }
 
 }  // namespace lockstep

@@ -19,15 +19,18 @@ struct TrainConfig;
 // training split.
 DatasetInfo inspect_training_data(TrainConfig& c);
 
+// The memory this process may still use, in bytes: MemAvailable in /proc/meminfo, or less where
+// the process's memory cgroup (a Slurm job's, a container's) leaves less below its limit; 0 when
+// unknown.
+uint64_t available_host_memory();
+
 // Refuses a global batch larger than the training split, and one whose buffers on a rank
 // (batches in flight, activations and their gradients, convolution workspace, at `micro_rows`
-// rows per micro-batch; the `held_bytes` of splits the loaders will hold in memory) would not fit
-// in the memory this host has available, before any of them is allocated. The message names
-// --global-batch and both sizes.
+// rows per micro-batch; the `held_bytes` of splits the loaders will hold in memory), times the
+// c.host_ranks ranks that share this host, would not fit in `host_memory`, before any of them
+// is allocated. The message names --global-batch and the sizes.
 void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs,
-                      int64_t micro_rows, uint64_t held_bytes = 0);
-
-// The memory this host has available now (MemAvailable in /proc/meminfo), in bytes; 0 when unknown.
-uint64_t available_host_memory();
+                      int64_t micro_rows, uint64_t held_bytes = 0,
+                      uint64_t host_memory = available_host_memory());
 
 }  // namespace lockstep

@@ -97,6 +97,7 @@ struct TrainConfig {
   int64_t data_in_memory_mb = kDefaultInMemoryBytes >> 20;
   std::string metrics_path;    // JSON lines, written by rank 0; empty: none
   bool print = true;           // rank 0 prints progress and epoch lines
+  int host_ranks = 1;          // ranks sharing this host's memory (World::local_size; the program)
   bool progress_bar = false;   // a redrawn bar (a terminal) instead of plain lines
   GuardOptions guard;          // checkpoints, stop signals, NaN policy (step_guard.h)
 };
