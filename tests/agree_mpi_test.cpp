@@ -123,6 +123,33 @@ TEST(AgreeOverCommunicator, ResumeAgreesOverTheTrainersCommunicatorOnly) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST(AgreeOverCommunicator, OnlyRankZeroReadsTheCheckpointToResume) {
+  // All ranks train together; rank 0 saves. Resuming, only rank 0 names the file (the others a
+  // folder they cannot see, as with a node-local --checkpoint-dir): rank 0 reads it and every rank
+  // continues from its state, the same as rank 0's.
+  auto comm = make_mpi_communicator();
+  TrainConfig c = small_config();
+  c.global_batch = 16 * comm->size();
+  Trainer first(*comm, c);
+  first.run();
+  const std::string dir = testing_util::shared_temp_dir("agree-resume-rank0");
+  const std::string saved =
+      world_rank() == 0 ? save_checkpoint(dir, capture_checkpoint(first, comm->size()), 0) : "";
+  c.steps = 4;
+  Trainer again(*comm, c);
+  const std::string wanted =
+      world_rank() == 0 ? saved : "/nonexistent/rank" + std::to_string(world_rank());
+  const std::string used = resume_from_checkpoint(again, wanted);
+  if (world_rank() == 0) {
+    EXPECT_EQ(saved, used);
+  }
+  EXPECT_EQ(2, again.state().global_step);
+  EXPECT_EQ(first.model().params_to_host(), again.model().params_to_host());
+  EXPECT_EQ(first.optimizer().steps(), again.optimizer().steps());
+  again.run();  // verifies the replicas when it starts
+  EXPECT_EQ(4, again.state().global_step);
+}
+
 TEST(AgreeOverCommunicator, HostValuesNeverReachADeviceBufferCommunicator) {
   SoloCommunicator device(/*device_buffers=*/true);
   try {

@@ -174,21 +174,52 @@ CheckpointExpectation expected_checkpoint(Trainer& t) {
 }
 
 std::string resume_from_checkpoint(Trainer& t, const std::string& path) {
+  Communicator& comm = t.comm();
   std::string problem, file;
   CheckpointState s;
-  try {
-    file = resolve_checkpoint(path);
-    s = load_checkpoint(file);
-    check_resumable(t, s, file);
-  } catch (const UsageError& e) {
-    problem = e.what();
+  // Rank 0 alone reads the file: N ranks reading one file of a shared file system do not scale,
+  // and the other ranks need not see --checkpoint-dir at all (a node-local folder).
+  if (comm.rank() == 0) {
+    try {
+      file = resolve_checkpoint(path);
+      s = load_checkpoint(file);
+      check_resumable(t, s, file);
+    } catch (const UsageError& e) {
+      problem = e.what();
+    }
   }
   // Over the trainer's communicator: its ranks, and only they, leave together.
-  agree_or_throw(t.comm(), problem.empty(), problem);
-  restore_into(t, s);
-  LS_LOG(info) << "resuming from " << file << ": step " << s.global_step << " (epoch "
-               << s.epoch + 1 << ", step " << s.step_in_epoch << " of " << t.steps_per_epoch()
-               << "), written at " << s.world_size << " rank(s)";
+  agree_or_throw(comm, problem.empty(), problem);
+  if (comm.rank() == 0) restore_into(t, s);
+  // Rank 0's restored state to every rank: the parameters, each optimizer buffer, the counters.
+  std::vector<float> params = t.model().params_to_host();
+  comm.broadcast(params.data(), params.size(), DType::f32, 0);
+  t.model().write_params(0, params.data(), params.size());
+  for (StateBuffer& buf : t.optimizer().state()) {
+    std::vector<float> v = buf.data->to_host();
+    comm.broadcast(v.data(), v.size(), DType::f32, 0);
+    buf.data->write(v.data(), 0, v.size());
+  }
+  int64_t counters[6] = {s.epoch, s.step_in_epoch, s.global_step, s.world_size,
+                         static_cast<int64_t>(comm.rank() == 0 ? s.scalars.at("optimizer_steps") : 0),
+                         static_cast<int64_t>(comm.rank() == 0 ? s.scalars.at("samples_seen") : 0)};
+  comm.broadcast(counters, 6, DType::i64, 0);
+  std::vector<char> name(file.begin(), file.end());
+  int64_t name_size = static_cast<int64_t>(name.size());
+  comm.broadcast(&name_size, 1, DType::i64, 0);
+  name.resize(static_cast<size_t>(name_size));
+  comm.broadcast(name.data(), name.size(), DType::u8, 0);
+  file.assign(name.begin(), name.end());
+  t.optimizer().set_steps(counters[4]);
+  TrainState state;
+  state.epoch = static_cast<int>(counters[0]);
+  state.step_in_epoch = counters[1];
+  state.global_step = counters[2];
+  state.samples_seen = counters[5];
+  t.restore(state);
+  LS_LOG(info) << "resuming from " << file << ": step " << state.global_step << " (epoch "
+               << state.epoch + 1 << ", step " << state.step_in_epoch << " of "
+               << t.steps_per_epoch() << "), written at " << counters[3] << " rank(s)";
   return file;
 }
 

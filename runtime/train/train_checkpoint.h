@@ -61,9 +61,10 @@ std::string write_checkpoint(const TrainingParts& run, Communicator& comm, const
 // What this trainer's model and optimizer need of a checkpoint.
 CheckpointExpectation expected_checkpoint(Trainer& trainer);
 
-// Collective: every rank loads `path` (a file, or a folder's newest checkpoint), checks it against
-// the trainer and restores it (Trainer::restore). When any rank refuses, every rank throws the same
-// UsageError. Returns the file used.
+// Collective: rank 0 loads `path` (a file, or a folder's newest checkpoint) and checks it against
+// the trainer; when it refuses, every rank throws the same UsageError. Otherwise rank 0 restores
+// it and broadcasts the parameters, the optimizer state and the counters, which every rank
+// restores (Trainer::restore): the other ranks never open the file. Returns the file used.
 std::string resume_from_checkpoint(Trainer& trainer, const std::string& path);
 
 }  // namespace lockstep
