@@ -10,6 +10,8 @@
 #   --hostfile FILE      Open MPI hostfile, one host per line ("node1 slots=4"); default: this host
 #   --hosts LIST         instead of a hostfile: comma-separated hosts ("node1,node2")
 #   --ranks-per-node N   ranks on each host; default: the GPUs nvidia-smi lists here, else 1
+#                        (with a warning when other hosts are named: a login node without GPUs
+#                        is no guide to the compute nodes)
 #   --np N               total ranks; default: hosts x ranks-per-node. Alone (no
 #                        --ranks-per-node), ranks fill each host's slots in hostfile order
 #   --iface LIST         network interface(s) (names like ib0,eth0 or a CIDR like 10.0.0.0/24) for
@@ -28,7 +30,8 @@
 #   --mca KEY VALUE      any other Open MPI parameter (repeatable)
 #
 # The program and its arguments must exist at the same path on every host. Every LOCKSTEP_*,
-# NCCL_*, UCX_* and OMP_NUM_THREADS variable set here is passed on to every rank.
+# NCCL_*, UCX_*, CUDA_* and OMP_NUM_THREADS variable set here is passed on to every rank, and so
+# are PATH and LD_LIBRARY_PATH; CUDA_VISIBLE_DEVICES is not (it names this host's devices).
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -75,12 +78,21 @@ fi
 # on every host.
 use_ppr=1
 [[ -n "$per_node" || -z "$np" ]] || use_ppr=0
+per_node_guessed=0 gpus=0
 if [[ -z "$per_node" ]]; then
-  per_node=1
+  per_node=1 per_node_guessed=1
   if command -v nvidia-smi >/dev/null 2>&1; then
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-    [[ $gpus -ge 1 ]] && per_node=$gpus
+    if [[ $gpus -ge 1 ]]; then per_node=$gpus; fi
   fi
+fi
+# This host's GPU count stands for every host's. Launched from a login node without GPUs that is
+# one rank per node on GPU nodes, which runs, slowly, without a word: say so. (Only where the
+# count places ranks: not for --np alone with a hostfile.)
+if [[ $per_node_guessed -eq 1 && $gpus -eq 0 && ( -n "$hostfile" || -n "$hosts" ) &&
+      ( $use_ppr -eq 1 || -n "$hosts" ) ]]; then
+  echo "launch-mpirun: warning: no GPU on this host (${HOSTNAME:-?}), so 1 rank per node;" \
+       "pass --ranks-per-node N for N GPUs per node" >&2
 fi
 is_count "$per_node" || die "--ranks-per-node must be a positive number, not '$per_node'"
 [[ -n "$np" ]] || np=$((host_count * per_node))
@@ -114,9 +126,16 @@ fi
 cmd+=(--mca oob_tcp_keepalive_time $((host_timeout / 2))
       --mca oob_tcp_keepalive_intvl $((host_timeout / 6)) --mca oob_tcp_keepalive_probes 3)
 cmd+=("${mca[@]}")
+# mpirun passes none of these on by itself. PATH and LD_LIBRARY_PATH: a build whose NCCL, cuDNN or
+# HDF5 is found through LD_LIBRARY_PATH (modules, conda) rather than its RUNPATH would otherwise
+# stop on the second host at "libnccl.so.2: cannot open shared object file". CUDA_VISIBLE_DEVICES
+# is left out: it names the devices of the host it was set on (often none, or another set, on a
+# login node), and copied to every host it would hide or mis-pick GPUs there; each rank takes its
+# local rank's GPU among what its own host shows.
 for var in $(compgen -e); do
   case "$var" in
-    LOCKSTEP_*|NCCL_*|UCX_*|OMP_NUM_THREADS) cmd+=(-x "$var") ;;
+    CUDA_VISIBLE_DEVICES) ;;
+    LOCKSTEP_*|NCCL_*|UCX_*|CUDA_*|OMP_NUM_THREADS|PATH|LD_LIBRARY_PATH) cmd+=(-x "$var") ;;
   esac
 done
 cmd+=("$@")

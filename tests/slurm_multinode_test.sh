@@ -6,8 +6,8 @@
 # checks that:
 #   - the job completes with exit code 0;
 #   - ranks 0-1 run on the first node and 2-3 on the second, each as the right local rank, node
-#     and GPU (CUDA_VISIBLE_DEVICES 0 or 1 on each node, GPU slot 0), and the launcher and MPI
-#     agree;
+#     and GPU (both GPUs of its node visible, CUDA_VISIBLE_DEVICES=0,1, and the GPU slot of its
+#     local rank), and the launcher and MPI agree;
 #   - the results equal those of the same 4 ranks on one host (mpiexec).
 # Daemons and namespaces are removed on every exit. Exit 77 (skipped) only when Slurm or network
 # namespaces cannot run here for a reason outside the project.
@@ -70,11 +70,14 @@ check() {
   if "$@"; then log "ok: $what"; else log "FAILED: $what"; fails=$((fails + 1)); fi
 }
 
+# The script asks for 4 GPUs per node; these nodes have 2 fake ones (none where mknod is refused).
+gpus=()
+[[ $SLURM_FAKE_GPUS -eq 0 ]] || gpus=(--gpus-per-node="$SLURM_FAKE_GPUS")
 # The nodes share this machine's cores: ranks must yield while they wait, or TCP starves.
 job=$(LOCKSTEP_TRAIN=$bin/lockstep-train LOCKSTEP_LOG_RANKS=all LOCKSTEP_LOG_LEVEL=debug LOCKSTEP_IFACE=$HOST_IFACE \
-  OMPI_MCA_mpi_yield_when_idle=1 sl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 \
+  OMPI_MCA_mpi_yield_when_idle=1 sl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 "${gpus[@]}" \
   --time=10 --chdir="$tmp" --output="$tmp/job-%j.out" "$batch_script" "${train_args[@]}")
-log "submitted job $job: sbatch --ntasks-per-node=2 $batch_script ${train_args[*]}"
+log "submitted job $job: sbatch --ntasks-per-node=2 ${gpus[*]} $batch_script ${train_args[*]}"
 st=$(slurm_wait_job "$job" "$limit_s")
 out=$tmp/job-$job.out
 log "job $job: $st, ExitCode=$(slurm_job_field "$job" ExitCode), NodeList=$(slurm_job_field "$job" NodeList)"
@@ -89,8 +92,8 @@ for r in 0 1 2 3; do
     "^\[rank $r/4 ${HOST_NAME[node]}\] launcher: slurm \(Slurm job $job step 0, node $node/2, rank $r/4, local $local/2\)" \
     "$out"
   if [[ $SLURM_FAKE_GPUS -gt 0 ]]; then
-    check "rank $r saw only GPU $local of its node and takes GPU slot 0" grep -Eq \
-      "^\[rank $r/4 [^]]*\] launcher: .*CUDA_VISIBLE_DEVICES=$local,.*MPI: 4 rank\(s\), 2 on this host; GPU slot 0 of 1 rank" \
+    check "rank $r saw both GPUs of its node and takes GPU slot $local" grep -Eq \
+      "^\[rank $r/4 [^]]*\] launcher: .*CUDA_VISIBLE_DEVICES=0,1[,;].*MPI: 4 rank\(s\), 2 on this host; GPU slot $local of 2 rank" \
       "$out"
   fi
 done

@@ -4,9 +4,12 @@
 # project's own scripts/slurm/lockstep.sbatch unchanged with sbatch (2 tasks, CPU device, a small
 # regression dataset), and checks that:
 #   - the job completes with exit code 0 and reports test_mse=;
-#   - each task was started by srun --mpi=pmix with the right rank and local rank, saw only its own
-#     GPU (CUDA_VISIBLE_DEVICES 0 and 1, --gpus-per-task=1) and so took GPU slot 0, and the
-#     launcher and MPI agreed;
+#   - each task was started by srun --mpi=pmix with the right rank and local rank, saw both GPUs
+#     of the node (CUDA_VISIBLE_DEVICES=0,1: the script asks --gpus-per-node, not per task) and
+#     took the GPU slot of its local rank, and the launcher and MPI agreed;
+#   - a job with --cpus-per-task=2 gives its task 2 cores (since Slurm 22.05 srun needs
+#     SRUN_CPUS_PER_TASK for that, which the script sets), on the cluster started again to bind
+#     tasks to cores (task/affinity) as clusters do; the rank's launcher line reports its cores.
 #   - SIGTERM to the batch script (what --signal=B:TERM sends before the time limit) makes the job
 #     checkpoint (--checkpoint-dir), the step exit 75 (stopped early), the job requeue itself and
 #     resume, finishing with the same results as the uninterrupted job;
@@ -55,12 +58,16 @@ log "cluster up: $(sl sinfo -h -o '%P %a %D %T %N %G')"
 
 # Submits the batch script unchanged: only sbatch options and the trainer's arguments vary (and
 # the program run as lockstep-train: SUBMIT_TRAIN, default the build's).
+#   submit [SBATCH_OPTION...] -- TRAIN_ARG...   (the options override the defaults here)
 submit() {
-  local extra=()
-  [[ $(nproc) -ge 2 ]] || extra+=(--overcommit)
+  local opts=(--ntasks-per-node=2 --cpus-per-task=1 --time=10 --chdir="$tmp" --output="$tmp/job-%j.out")
+  [[ $(nproc) -ge 2 ]] || opts+=(--overcommit)
+  # The script asks for 4 GPUs per node; this node has 2 fake ones (none where mknod is refused).
+  [[ $SLURM_FAKE_GPUS -eq 0 ]] || opts+=(--gpus-per-node="$SLURM_FAKE_GPUS")
+  while [[ $1 != -- ]]; do opts+=("$1"); shift; done
+  shift
   LOCKSTEP_TRAIN=${SUBMIT_TRAIN:-$bin/lockstep-train} LOCKSTEP_LOG_RANKS=all LOCKSTEP_LOG_LEVEL=debug \
-    sl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 "${extra[@]}" --time=10 \
-    --chdir="$tmp" --output="$tmp/job-%j.out" "$batch_script" "$@"
+    sl sbatch --parsable "${opts[@]}" "$batch_script" "$@"
 }
 
 log "making the dataset"
@@ -88,7 +95,7 @@ body() { sed -n '/^# ---- body/,$p' "$1"; }
 check "lockstep-multinode.sbatch has lockstep.sbatch's body" \
   diff <(body "$batch_script") <(body "$src/scripts/slurm/lockstep-multinode.sbatch")
 
-job=$(submit "${train_args[@]}")
+job=$(submit -- "${train_args[@]}")
 log "submitted job $job: sbatch $batch_script ${train_args[*]}"
 st=$(slurm_wait_job "$job" "$limit_s")
 out=$tmp/job-$job.out
@@ -101,8 +108,8 @@ for r in 0 1; do
   check "rank $r was launched by srun as local rank $r of 2" \
     grep -Eq "\[rank $r/2 [^]]*\] launcher: slurm \(Slurm job $job step 0, node 0/1, rank $r/2, local $r/2\)" "$out"
   if [[ $SLURM_FAKE_GPUS -gt 0 ]]; then
-    check "rank $r saw only its own GPU ($r) and takes GPU slot 0" \
-      grep -Eq "\[rank $r/2 [^]]*\] launcher: .*CUDA_VISIBLE_DEVICES=$r,.*GPU slot 0 of 1 rank" "$out"
+    check "rank $r saw both GPUs of the node and takes GPU slot $r" \
+      grep -Eq "\[rank $r/2 [^]]*\] launcher: .*CUDA_VISIBLE_DEVICES=0,1[,;].*GPU slot $r of 2 rank" "$out"
   fi
 done
 check "launcher and MPI agree" bash -c "! grep -q 'disagree' '$out'"
@@ -112,7 +119,7 @@ final=$(results "$out")
 
 # ---- requeue on SIGTERM, resume from the checkpoint ----
 ckpt=$tmp/ckpt
-job2=$(submit "${train_args[@]}" --checkpoint-dir "$ckpt")
+job2=$(submit -- "${train_args[@]}" --checkpoint-dir "$ckpt")
 out2=$tmp/job-$job2.out
 log "submitted job $job2 with --checkpoint-dir; SIGTERM to its batch script once it trains"
 deadline=$((SECONDS + 120))
@@ -144,7 +151,7 @@ exit \$rc
 WRAP
 chmod 755 "$wrapper"
 short_args=("${train_args[@]/#80/2}")  # --epochs 80 -> 2
-job3=$(SUBMIT_TRAIN=$wrapper submit "${short_args[@]}" --checkpoint-dir "$tmp/ckpt3")
+job3=$(SUBMIT_TRAIN=$wrapper submit -- "${short_args[@]}" --checkpoint-dir "$tmp/ckpt3")
 out3=$tmp/job-$job3.out
 log "submitted job $job3; SIGTERM to its batch script once training has completed"
 deadline=$((SECONDS + 120))
@@ -157,6 +164,31 @@ check "job $job3 was not restarted" test "$(slurm_job_field "$job3" Restarts)" =
 check "job $job3 exit code 0:0" test "$(slurm_job_field "$job3" ExitCode)" = "0:0"
 check "the batch script said why it did not requeue" \
   grep -q "not requeueing: training had completed" "$out3"
+
+# ---- --cpus-per-task reaches the tasks ----
+# Unbound (task/none, above) every task may run on every core, whatever it was given; so the
+# cluster starts again binding tasks to their cores. Only here: ranks bound to a core each train
+# the jobs above too fast for their SIGTERM to land mid-run. One task: this node's 2 cores are all
+# a task of 2 CPUs can get here. Without SRUN_CPUS_PER_TASK srun (22.05 and later) gives the step
+# one CPU per task, and the bound task sees 1 core.
+if [[ $(nproc) -ge 2 ]]; then
+  slurm_stop || true  # its kills of ended daemons fail, as they may (set -e is off within)
+  # shellcheck disable=SC2034  # read by slurm_start
+  SLURM_TASK_PLUGIN=task/affinity SLURM_TASK_PLUGIN_PARAM=cores
+  log "starting the cluster again, binding tasks to cores (task/affinity)"
+  slurm_start "$tmp/cluster-bound" || { slurm_show_logs; echo "FAIL: $SLURM_ERROR"; exit 1; }
+  # Job ids start again at 1: its own output file.
+  job4=$(submit --ntasks-per-node=1 --cpus-per-task=2 --output="$tmp/job-bound-%j.out" -- \
+    "${short_args[@]}")
+  st4=$(slurm_wait_job "$job4" "$limit_s")
+  out4=$tmp/job-bound-$job4.out
+  show_output "bound-$job4"
+  check "job $job4 (--cpus-per-task=2) completed" test "$st4" = COMPLETED
+  check "its rank has the 2 cores it asked for" \
+    grep -Eq "launcher: slurm \(Slurm job $job4 step 0.*; 2 usable cores\$" "$out4"
+else
+  log "not checked: --cpus-per-task=2 needs 2 cores, this machine has $(nproc)"
+fi
 
 if [[ $fails -ne 0 ]]; then
   echo "FAIL: $fails check(s) failed"

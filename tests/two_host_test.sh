@@ -8,7 +8,11 @@
 #   - training completes and its results (per-epoch losses, final metrics, parameter errors) equal
 #     those of the same 4 ranks on one host;
 #   - taking the link down mid-run makes every rank exit within a bound (--timeout 10), a rank on
-#     each host with the communicator's timeout error.
+#     each host with the communicator's timeout error;
+#   - the ranks on the other host, which starts with a fresh environment as over ssh, get PATH,
+#     LD_LIBRARY_PATH and CUDA_* from the launching host, but not its CUDA_VISIBLE_DEVICES; and
+#     launch-mpirun.sh --dry-run shows them passed on (-x), and warns when the default ranks per
+#     node came from a host without GPUs (a fake nvidia-smi stands for both kinds of host).
 # Bounded by a watchdog; namespaces and their processes are removed on every exit. Exit 77
 # (skipped) only when network namespaces cannot be created here.
 set -euo pipefail
@@ -63,7 +67,10 @@ case "\$host" in
   $ip_b | $name_b) ns=$ns_b name=$name_b ;;
   *) echo "agent: unknown host \$host" >&2; exit 255 ;;
 esac
-exec nsenter --net="/var/run/netns/\$ns" unshare --uts sh -c "hostname \$name && \$*"
+# Like ssh, a fresh environment on the other host: what its ranks get from this one is only what
+# mpirun passes on.
+exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \\
+  nsenter --net="/var/run/netns/\$ns" unshare --uts sh -c "hostname \$name && \$*"
 EOF
 chmod +x "$tmp/agent.sh"
 printf '%s slots=2\n%s slots=2\n' "$ip_a" "$ip_b" >"$tmp/hosts"
@@ -96,6 +103,50 @@ train=("$bin/lockstep-train" --data "$tmp/reg.h5" --model linear --device cpu --
 
 # The results a user compares: epoch losses (without timings), final metrics.
 results() { sed -nE 's/^(epoch [0-9]+\/[0-9]+: train_loss=[^ ]* test_loss=[^ ]*).*/\1/p; /^(test_mse|test_loss|w_max_error|b_error)=/p' "$1"; }
+
+# ---- the environment passed on ----
+log "launch-mpirun --dry-run: the variables passed on, the ranks-per-node warning"
+mkdir "$tmp/no-gpu" "$tmp/two-gpus"
+printf '#!/bin/sh\nexit 0\n' >"$tmp/no-gpu/nvidia-smi"
+printf '#!/bin/sh\necho "GPU 0: fake"; echo "GPU 1: fake"\n' >"$tmp/two-gpus/nvidia-smi"
+chmod +x "$tmp/no-gpu/nvidia-smi" "$tmp/two-gpus/nvidia-smi"
+lib_dir=/opt/lockstep-two-host-test/lib
+# dry FAKE_BIN: a dry run as from a host whose nvidia-smi is FAKE_BIN's; stdout to dry.out,
+# stderr to dry.err.
+dry() {
+  PATH=$tmp/$1:$PATH LD_LIBRARY_PATH=$lib_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+    CUDA_MODULE_LOADING=LAZY CUDA_VISIBLE_DEVICES=1 \
+    "$src/scripts/launch-mpirun.sh" --dry-run --hostfile "$tmp/hosts" -- "$bin/lockstep-train" \
+    >"$tmp/dry.out" 2>"$tmp/dry.err"
+}
+dry no-gpu
+echo "---- dry run, from a host without GPUs"
+cat "$tmp/dry.out" "$tmp/dry.err"
+echo "----"
+for var in LD_LIBRARY_PATH PATH CUDA_MODULE_LOADING; do
+  check "the dry run passes $var on" grep -q -- "-x $var " "$tmp/dry.out"
+done
+check "the dry run does not pass CUDA_VISIBLE_DEVICES on" \
+  bash -c "! grep -q -- '-x CUDA_VISIBLE_DEVICES' '$tmp/dry.out'"
+check "one rank per node from a host without GPUs, and one line of warning that says so" \
+  eval "grep -q -- '--map-by ppr:1:node' '$tmp/dry.out' && test \$(wc -l <'$tmp/dry.err') -eq 1 &&
+        grep -q 'no GPU on this host.*--ranks-per-node' '$tmp/dry.err'"
+dry two-gpus
+check "two ranks per node from a host with two GPUs, without a warning" \
+  eval "grep -q -- '--map-by ppr:2:node' '$tmp/dry.out' && test ! -s '$tmp/dry.err'"
+
+log "what the ranks on each host get"
+# shellcheck disable=SC2016  # expanded by each rank's shell
+LD_LIBRARY_PATH=$lib_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} CUDA_MODULE_LOADING=LAZY \
+  CUDA_VISIBLE_DEVICES=1 launch 60 sh -c 'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname):" \
+    "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-unset} CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset}" \
+    "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset} PATH=$PATH"' >"$tmp/env.out" 2>&1 || true
+cat "$tmp/env.out"
+for r in 2 3; do
+  check "rank $r on $name_b has LD_LIBRARY_PATH, CUDA_MODULE_LOADING and PATH, not CUDA_VISIBLE_DEVICES" \
+    grep -qxF "rank $r on $name_b: LD_LIBRARY_PATH=$lib_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} CUDA_MODULE_LOADING=LAZY CUDA_VISIBLE_DEVICES=unset PATH=$PATH" \
+    "$tmp/env.out"
+done
 
 # ---- reference: the same 4 ranks on one host ----
 log "4 ranks on one host"

@@ -11,6 +11,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/comm/agree.h"
+#include "runtime/process/blas_threads.h"
 
 extern char** environ;
 
@@ -309,6 +310,9 @@ void check_launch_env(World* world, Communicator& world_comm) {
     summary << "; MPI: " << world->size << " rank(s), " << world->local_size
             << " on this host; GPU slot " << slot.index << " of " << slot.peers
             << " rank(s) seeing these GPUs";
+  // What the launcher left this rank to run on: a binding narrower than asked for (srun without
+  // --cpus-per-task since Slurm 22.05) shows here.
+  summary << "; " << usable_cores() << " usable cores";
   world->launch_summary = summary.str();
   LS_LOG(debug) << world->launch_summary;
   if (first) {

@@ -17,6 +17,8 @@
 #   slurm_job_field ID FIELD     one field of `scontrol show job ID`
 #   slurm_show_logs              the last lines of every daemon log
 #   slurm_stop                   cancels what is left, stops the daemons; safe to repeat
+# Set before slurm_start: SLURM_TASK_PLUGIN (default task/none: tasks are not bound to CPUs) and
+# SLURM_TASK_PLUGIN_PARAM (TaskPluginParam, e.g. cores with task/affinity).
 # shellcheck shell=bash disable=SC2034  # the globals are for the sourcing test
 
 slurm_nodes_=()      # "name addr host" per node
@@ -25,6 +27,8 @@ slurm_dir_=""
 slurm_client_host_=""
 SLURM_ERROR=""
 SLURM_FAKE_GPUS=0    # GPUs per node that Slurm knows of (0 where mknod is refused)
+SLURM_TASK_PLUGIN=task/none
+SLURM_TASK_PLUGIN_PARAM=""
 
 slurm_tools() {
   local tools=(munged slurmctld slurmd sbatch scontrol squeue scancel sinfo) tool
@@ -124,7 +128,8 @@ AuthInfo=socket=$dir/munge.sock,cred_expire=10
 CredType=cred/munge
 MpiDefault=pmix
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$SLURM_TASK_PLUGIN
+${SLURM_TASK_PLUGIN_PARAM:+TaskPluginParam=$SLURM_TASK_PLUGIN_PARAM}
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 JobRequeue=1
