@@ -150,10 +150,16 @@ void InlineCollectives::broadcast(void* buf, size_t count, DType type, int root,
   auto what = [&] {
     return describe("broadcast", count, type, ("root " + std::to_string(root)).c_str());
   };
+  // Through a buffer of its own: a broadcast given up on stays started, and when a late peer
+  // joins it MPI still reads (root) or writes (the others) it, after the caller's buffer is gone.
+  const size_t bytes = count * dtype_size(type);
   Started s;
-  LS_CHECK_MPI(
-      MPI_Ibcast(buf, static_cast<int>(count), mpi_type(type), root, comm_, &s.requests[0]));
+  s.scratch.resize(bytes);
+  if (rank_ == root && bytes > 0) std::memcpy(s.scratch.data(), buf, bytes);
+  LS_CHECK_MPI(MPI_Ibcast(s.scratch.data(), static_cast<int>(count), mpi_type(type), root, comm_,
+                          &s.requests[0]));
   finish(s, deadline, what);
+  if (rank_ != root && bytes > 0) std::memcpy(buf, s.scratch.data(), bytes);
 }
 
 void InlineCollectives::barrier(const Deadline& deadline) {

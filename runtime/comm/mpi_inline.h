@@ -73,8 +73,8 @@ class InlineCollectives {
 
  private:
   // A started collective or exchange step: its requests (a receive and a send, or one request
-  // in [0]), and the buffers they may still write: the float32 staging of a 16-bit reduction and
-  // the receive buffer of the exchange.
+  // in [0]), and the buffers they may still read or write: the float32 staging of a 16-bit
+  // reduction, the receive buffer of the exchange, a broadcast's staging.
   struct Started {
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     std::vector<float> wide;

@@ -307,7 +307,8 @@ std::vector<Row> build() {
   t.push_back(choice<Precision>(
       "grad-reduce-dtype", G::runtime,
       "fp32 | bf16: dtype of the gradient all-reduce (bf16 halves the "
-      "bytes, rounds the sums)",
+      "bytes, rounds the sums; over NCCL every partial sum rounds, an error that grows with the "
+      "ranks)",
       nullptr, +[](TrainConfig & c) -> auto& { return c.grad_reduce_dtype; },
       parse_reduce_precision, precision_name));
   Row bucket = number<double>(

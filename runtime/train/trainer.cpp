@@ -172,6 +172,13 @@ void Trainer::build() {
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
                                            place.device, place.stream);
   optimizer_->set_decay_ranges(matrix_ranges(model_->param_tensors()));  // adamw: matrices only
+  if (config_.grad_reduce_dtype == Precision::bf16 && grad_comm_.backend() == Backend::nccl &&
+      grad_comm_.size() >= 16 && comm_.rank() == 0) {
+    LS_LOG(debug) << "--grad-reduce-dtype bf16 over NCCL at " << grad_comm_.size()
+                  << " ranks: NCCL rounds every partial sum to bf16 (a ring adds "
+                  << grad_comm_.size() - 1 << " times), so the reduced gradient carries more "
+                     "rounding than at a few ranks; fp32 on the wire keeps it exact to fp32";
+  }
   m.reducer = std::make_unique<BucketReducer>(
       grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
       config_.grad_reduce_dtype, place.device, place.stream);
