@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_config.h"
 
 namespace lockstep {
 

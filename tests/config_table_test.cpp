@@ -12,7 +12,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/train/config_table.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_config.h"
 #include "test_util.h"
 
 namespace lockstep {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/base/error.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_config.h"
 
 using namespace lockstep;
 

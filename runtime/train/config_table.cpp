@@ -10,7 +10,7 @@
 #include "runtime/base/error.h"
 #include "runtime/comm/buckets.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_config.h"
 
 namespace lockstep {
 

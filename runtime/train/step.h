@@ -51,6 +51,11 @@ struct StepShape {
 
 class StepGraphs;
 
+// How the step's work runs (Trainer): eagerly, each call enqueued or computed as it is made and the
+// host deciding between them (whether to update), or recording, queued into a CUDA graph's capture
+// that is replayed later, its decisions taken on the device (StepGraphs).
+enum class StepMode { eager, recording };
+
 class Step {
  public:
   struct Outcome {

@@ -14,7 +14,7 @@
 #include "runtime/base/log.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_config.h"
 
 namespace lockstep {
 namespace {

@@ -1,4 +1,6 @@
-// TrainConfig's parsing helpers and its check (declared in trainer.h).
+#include "runtime/train/train_config.h"
+
+// TrainConfig's parsing helpers and its check.
 #include <cmath>
 #include <string>
 
@@ -8,7 +10,6 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/train/config_table.h"
 #include "runtime/train/train_checks.h"
-#include "runtime/train/trainer.h"
 
 namespace lockstep {
 

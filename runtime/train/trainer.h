@@ -48,64 +48,12 @@
 #include "runtime/observe/step_times.h"
 #include "runtime/train/step.h"
 #include "runtime/train/step_guard.h"
+#include "runtime/train/train_config.h"
 #include "runtime/train/train_state.h"
 
 namespace lockstep {
 
 class NvtxPhases;
-
-enum class LossKind { automatic, cross_entropy, mse };
-LossKind parse_loss(const std::string& text);  // auto | cross-entropy | mse; UsageError naming --loss
-const char* loss_name(LossKind k);
-
-// A run's settings. These member initialisers are the options' defaults: lockstep-train --help
-// shows them through the option table (config_table.h), which names each option's member.
-struct TrainConfig {
-  DatasetSpec train;                 // group "train" by default
-  std::string test_group = "test";   // the same file's split that evaluate() scores
-  std::string model = "cnn";
-  LossKind loss = LossKind::automatic;  // cross-entropy for labels, mse for float targets
-  OptimizerConfig optimizer;
-  double lr = 1e-3;
-  LrScheduleKind lr_schedule = LrScheduleKind::constant;
-  int64_t warmup_steps = 0;
-  double min_lr = 0.0;
-  LrScaling lr_scaling = LrScaling::none;
-  int64_t base_batch = 256;
-  int64_t global_batch = 128;  // B: samples per update over all ranks
-  int epochs = 5;
-  int64_t steps = 0;           // > 0: stop after this many updates (overrides epochs)
-  int grad_accum = 1;          // K micro-batches of B/K per update
-  double bucket_mb = 25;       // gradient bucket size in MiB (0: one all-reduce after backward)
-  DeviceKind device = DeviceKind::cpu;            // where the layers compute
-  Precision precision = Precision::fp32;          // compute dtype; bf16 needs device cuda
-  Precision grad_reduce_dtype = Precision::fp32;  // dtype of the gradient all-reduce on the wire
-  // cuda: capture each full training step of one micro-batch in a CUDA graph and replay it
-  // (DESIGN.md decision 18), where the gradient communicator allows (Communicator::capturable).
-  bool cuda_graphs = true;
-  uint64_t seed = 0;
-  bool shuffle = true;
-  bool drop_remainder = false;
-  double clip_norm = 0.0;      // > 0: clip the averaged gradient to this global L2 norm
-  int64_t log_every = 50;      // steps between reduced loss/accuracy reports
-  int64_t check_every = 100;   // steps between replica checks (0: only at start and end)
-  int64_t straggler_every = 100;  // steps between straggler reports (straggler.h; 0: none)
-  bool eval_every_epoch = true;
-  int prefetch = 2;
-  // Each split of at most this many MiB as stored is read whole into memory once (every rank
-  // holds it); 0: each batch reads its rows from the file (ShardedLoader).
-  int64_t data_in_memory_mb = kDefaultInMemoryBytes >> 20;
-  std::string metrics_path;    // JSON lines, written by rank 0; empty: none
-  bool print = true;           // rank 0 prints progress and epoch lines
-  int host_ranks = 1;          // ranks sharing this host's memory (World::local_size; the program)
-  bool progress_bar = false;   // a redrawn bar (a terminal) instead of plain lines
-  GuardOptions guard;          // checkpoints, stop signals, NaN policy (step_guard.h)
-};
-
-// Checks the values a user sets, each in words naming its option, for a world of `world_size`
-// ranks (throws UsageError): every option's rule from its row (config_table.h), then the rules
-// across options.
-void validate(const TrainConfig& c, int world_size);
 
 struct TrainResult {
   std::vector<EpochSummary> epochs;
@@ -175,15 +123,25 @@ class Trainer {
   void build();
   void open_loaders();
   LossTotals train_step();  // one update; its totals (none when skipped)
-  void micro_batch(float scale, bool last, NvtxPhases& phases);
   bool take_batch();  // the staged next batch, or the loader's; false at the epoch's end
-  // A full step of one micro-batch through the step's CUDA graphs (DESIGN.md decision 18):
-  // captured at its first use for the batch's input slot, then replayed. False, on every rank,
-  // when a capture failed (the step has not run: the caller runs it uncaptured).
-  bool captured_step(float scale, NvtxPhases& phases, Step::Outcome& o);
-  void record_step(const float* x, float scale);  // the step's work, into the capture
+  void inject_test_faults();  // test_hooks.h, before a step
+  void check_valid(int64_t got, int64_t want) const;  // the loader gave the step's rows
+  // The step's work, written once for both ways a step runs (step.h, StepMode): begin_step zeroes
+  // the gradients and starts the buckets; micro_batch_work runs one micro-batch's forward, loss
+  // and backward, handing finished layers to the buckets on the last; apply_update clips and
+  // updates (eager: at the host's word; recording: gated on the device).
+  void begin_step(StepMode mode);
+  void micro_batch_work(const float* x, float scale, bool last, StepMode mode,
+                        NvtxPhases* phases);
+  void apply_update(StepMode mode);
+  // Eager: every micro-batch, then the gradients reduced and read back.
+  Step::Outcome eager_step(float scale, bool have, int64_t want_valid, NvtxPhases& phases);
   Step::Outcome reduce_gradients(NvtxPhases& phases);
-  void update();
+  // Replayed (graph_step.h): false, on every rank, when a capture failed (the step has not run:
+  // the caller runs it eagerly). record_step is the step's work into the capture.
+  bool graph_step(float scale, NvtxPhases& phases, Step::Outcome& o);
+  void record_step(const float* x, float scale);
+  void confirm_captured_update(bool apply);  // the graph's update against the agreed verdict
   void observe_step(const LossTotals& step);  // replica check and reports after a step
   bool act_on(Verdict v);   // true: the run ends
   void save_checkpoint();

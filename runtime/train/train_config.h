@@ -1,0 +1,72 @@
+// TrainConfig: a run's settings, the runtime's API for them (DESIGN.md, "Options: one table").
+// Its member initialisers are the options' defaults; the option table (config_table.h) reads and
+// writes each member as text, and validate() applies every rule. Apart from the Trainer, the
+// option table, the checks and the checkpoint code need only this header. Plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/base/device_kind.h"
+#include "runtime/base/precision.h"
+#include "runtime/data/dataset.h"
+#include "runtime/model/lr_schedule.h"
+#include "runtime/model/optimizer.h"
+#include "runtime/train/step_guard.h"
+
+namespace lockstep {
+
+enum class LossKind { automatic, cross_entropy, mse };
+LossKind parse_loss(const std::string& text);  // auto | cross-entropy | mse; UsageError naming --loss
+const char* loss_name(LossKind k);
+
+// A run's settings. These member initialisers are the options' defaults: lockstep-train --help
+// shows them through the option table (config_table.h), which names each option's member.
+struct TrainConfig {
+  DatasetSpec train;                 // group "train" by default
+  std::string test_group = "test";   // the same file's split that evaluate() scores
+  std::string model = "cnn";
+  LossKind loss = LossKind::automatic;  // cross-entropy for labels, mse for float targets
+  OptimizerConfig optimizer;
+  double lr = 1e-3;
+  LrScheduleKind lr_schedule = LrScheduleKind::constant;
+  int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+  LrScaling lr_scaling = LrScaling::none;
+  int64_t base_batch = 256;
+  int64_t global_batch = 128;  // B: samples per update over all ranks
+  int epochs = 5;
+  int64_t steps = 0;           // > 0: stop after this many updates (overrides epochs)
+  int grad_accum = 1;          // K micro-batches of B/K per update
+  double bucket_mb = 25;       // gradient bucket size in MiB (0: one all-reduce after backward)
+  DeviceKind device = DeviceKind::cpu;            // where the layers compute
+  Precision precision = Precision::fp32;          // compute dtype; bf16 needs device cuda
+  Precision grad_reduce_dtype = Precision::fp32;  // dtype of the gradient all-reduce on the wire
+  // cuda: capture each full training step of one micro-batch in a CUDA graph and replay it
+  // (DESIGN.md decision 18), where the gradient communicator allows (Communicator::capturable).
+  bool cuda_graphs = true;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_remainder = false;
+  double clip_norm = 0.0;      // > 0: clip the averaged gradient to this global L2 norm
+  int64_t log_every = 50;      // steps between reduced loss/accuracy reports
+  int64_t check_every = 100;   // steps between replica checks (0: only at start and end)
+  int64_t straggler_every = 100;  // steps between straggler reports (straggler.h; 0: none)
+  bool eval_every_epoch = true;
+  int prefetch = 2;
+  // Each split of at most this many MiB as stored is read whole into memory once (every rank
+  // holds it); 0: each batch reads its rows from the file (ShardedLoader).
+  int64_t data_in_memory_mb = kDefaultInMemoryBytes >> 20;
+  std::string metrics_path;    // JSON lines, written by rank 0; empty: none
+  bool print = true;           // rank 0 prints progress and epoch lines
+  int host_ranks = 1;          // ranks sharing this host's memory (World::local_size; the program)
+  bool progress_bar = false;   // a redrawn bar (a terminal) instead of plain lines
+  GuardOptions guard;          // checkpoints, stop signals, NaN policy (step_guard.h)
+};
+
+// Checks the values a user sets, each in words naming its option, for a world of `world_size`
+// ranks (throws UsageError): every option's rule from its row (config_table.h), then the rules
+// across options.
+void validate(const TrainConfig& c, int world_size);
+
+}  // namespace lockstep
