@@ -1,6 +1,7 @@
 // The trainer's test hooks: faults that the multi-rank tests inject on one rank, read once from
 // the environment when a Trainer is made (LOCKSTEP_TEST_*; unset: inert). Each names the rank it
-// acts on, so the same environment can reach every rank of a job. Plain data.
+// acts on, so the same environment can reach every rank of a job. Plain data, read by the
+// training thread; no collective calls.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // TrainConfig: a run's settings, the runtime's API for them (DESIGN.md, "Options: one table").
 // Its member initialisers are the options' defaults; the option table (config_table.h) reads and
 // writes each member as text, and validate() applies every rule. Apart from the Trainer, the
-// option table, the checks and the checkpoint code need only this header. Plain data.
+// option table, the checks and the checkpoint code need only this header. Plain data (one thread
+// uses a value at a time); validate() makes no collective calls.
 #pragma once
 
 #include <cstdint>

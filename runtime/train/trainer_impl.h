@@ -1,6 +1,6 @@
 // The Trainer's private state (trainer.h), shared by its two sources: trainer.cpp (construction,
 // the run, evaluation, checkpoints) and trainer_step.cpp (one training step, eager or replayed).
-// Internal to runtime/train/.
+// Internal to runtime/train/ (not installed); the training thread's, as the Trainer is. No calls.
 #pragma once
 
 #include <memory>

@@ -18,7 +18,7 @@ set(cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/Lockstep)
 # installed (stage_header.cmake). tests/public_headers_test.sh reads this list too.
 set(LOCKSTEP_PRIVATE_HEADERS runtime/base/cuda_check.h runtime/comm/nccl_watchdog.h
     runtime/comm/mpi_inline.h runtime/comm/mpi_ops.h runtime/data/h5_read.h kernels/parallel.h
-    kernels/cuda_check.h kernels/cublas_handle.h kernels/onednn_util.h)
+    kernels/cuda_check.h kernels/cublas_handle.h kernels/onednn_util.h runtime/train/trainer_impl.h)
 file(GLOB_RECURSE public_headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
      ${PROJECT_SOURCE_DIR}/runtime/*.h ${PROJECT_SOURCE_DIR}/kernels/*.h)
 list(REMOVE_ITEM public_headers ${LOCKSTEP_PRIVATE_HEADERS})
