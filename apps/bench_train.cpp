@@ -28,6 +28,7 @@
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
 #include "apps/bench_peak.h"
+#include "apps/train_options.h"
 #include "kernels/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/base/precision.h"
@@ -43,13 +44,17 @@ namespace {
 
 namespace po = boost::program_options;
 
+// The options this benchmark shares with lockstep-train, taken from its table: the same help,
+// defaults and refusals (train_options.h).
+const std::vector<std::string> kTrainOptions = {
+    "model",     "global-batch", "device",       "precision",   "data-in-memory-mb",
+    "threads",   "optimizer",    "weight-decay", "clip-norm",   "cuda-graphs"};
+
 struct Options {
-  std::string model = "cnn", device = "auto", data, precision = "fp32", optimizer = "adam";
-  std::string cuda_graphs = "on";
-  int64_t global_batch = 128, steps = 30, warmup = 5;
-  double weight_decay = 0, clip_norm = 0;
-  int threads = 0, peak_size = 0;  // 0: kHostPeakSize or kDevicePeakSize
-  int64_t data_in_memory_mb = TrainConfig{}.data_in_memory_mb;
+  TrainOptions train;  // kTrainOptions
+  std::string data;    // empty: synthetic
+  int64_t steps = 30, warmup = 5;
+  int peak_size = 0;  // 0: kHostPeakSize or kDevicePeakSize
 };
 
 // A GPU needs a larger product than a CPU core group to run near its peak.
@@ -59,39 +64,23 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
   po::options_description desc("lockstep-bench train [options]");
   desc.add_options()
       ("help,h", "show this help")
-      ("model", po::value(&o->model)->default_value("cnn"), "model spec, as lockstep-train --model")
-      ("global-batch", po::value(&o->global_batch)->default_value(128), "samples per update over all ranks")
       ("steps", po::value(&o->steps)->default_value(30), "timed steps")
       ("warmup", po::value(&o->warmup)->default_value(5), "untimed steps first")
-      ("device", po::value(&o->device)->default_value("auto"), "cpu | cuda | auto")
-      ("precision", po::value(&o->precision)->default_value("fp32"),
-       "fp32 | bf16 (bf16 GEMMs, fp32 master weights; needs --device cuda), as lockstep-train")
       ("data", po::value(&o->data)->default_value("", "\"\""),
        "HDF5 dataset file (lockstep-data); default: synthetic 28x28x1 images, 10 classes, or for "
        "a language model (--model gpt...) random bytes in sequences of its context")
-      ("data-in-memory-mb", po::value(&o->data_in_memory_mb)->default_value(o->data_in_memory_mb),
-       "as lockstep-train: a split of at most this many MiB is read whole into memory (0: never)")
-      ("threads", po::value(&o->threads)->default_value(0), "BLAS threads per rank (0: cores / ranks)")
-      ("optimizer", po::value(&o->optimizer)->default_value("adam"),
-       "sgd | momentum | adam | adamw, as lockstep-train")
-      ("weight-decay", po::value(&o->weight_decay)->default_value(0), "as lockstep-train")
-      ("clip-norm", po::value(&o->clip_norm)->default_value(0), "as lockstep-train (0: off)")
-      ("cuda-graphs", po::value(&o->cuda_graphs)->default_value("on"),
-       "on | off: as lockstep-train (each full step captured in a CUDA graph on a GPU)")
       ("peak-size", po::value(&o->peak_size)->default_value(0),
        "n of the n^3 GEMM that measures the peak (0: 2048 on the CPU, 8192 on a GPU)");
+  po::options_description shared("as lockstep-train");
+  add_train_options(shared, kTrainOptions);
+  desc.add(shared);
   po::variables_map vm = parse_options("train", argc, argv, desc);
   if (print_help_if_asked(vm, desc, world.rank)) return false;
+  set_train_options(vm, kTrainOptions, o->train);
   if (o->steps < 1) throw UsageError("--steps must be 1 or more");
   if (o->warmup < 0) throw UsageError("--warmup must be 0 or more");
-  if (o->threads < 0) throw UsageError("--threads must be 0 (automatic) or more");
-  if (o->data_in_memory_mb < 0) throw UsageError("--data-in-memory-mb must be 0 or more");
   if (o->peak_size != 0 && (o->peak_size < 64 || o->peak_size > 16384))
     throw UsageError("--peak-size must be 0 (automatic) or in [64, 16384]");
-  if (o->cuda_graphs != "on" && o->cuda_graphs != "off")
-    throw UsageError("--cuda-graphs must be on or off, not '" + o->cuda_graphs + "'");
-  if (o->device != "cpu" && o->device != "cuda" && o->device != "auto")
-    throw UsageError("--device must be cpu, cuda or auto, not '" + o->device + "'");
   return true;
 }
 
@@ -177,20 +166,22 @@ struct StepLog {
 int run_train_bench(int argc, char** argv, const World& world) {
   Options o;
   if (!parse(argc, argv, world, &o)) return 0;
-  const Precision precision = parse_precision(o.precision, "--precision");
-  if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
+  const TrainConfig& given = o.train.config;
+  const Precision precision = given.precision;
+  if (o.train.device == "cuda" && !layers_available(DeviceKind::cuda))
     throw UsageError("--device cuda: " + gpu_training_missing() + "; use --device cpu");
   ContextOptions co;
-  co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
+  co.device = layers_available(DeviceKind::cuda) ? o.train.device : "cpu";
   // The subcommands get the World only (bench_commands.h), so this one makes its world's host
   // communicator; the trainer, the step times and the peak rates use it, the gradients ctx.grads.
   auto world_comm = make_mpi_communicator();
   Context ctx = make_context(world, *world_comm, co);
   Communicator& host = *ctx.host;
-  const int threads = o.threads > 0 ? o.threads : default_blas_threads(world);
+  const int threads = o.train.threads > 0 ? o.train.threads : default_blas_threads(world);
   set_blas_threads(threads);
 
   const int64_t total_steps = o.warmup + o.steps;
+  const int64_t global_batch = given.global_batch;
   std::string path = o.data;
   std::string temp;
   if (path.empty()) {
@@ -198,11 +189,11 @@ int run_train_bench(int argc, char** argv, const World& world) {
     temp = (std::filesystem::temp_directory_path() /
             ("lockstep-bench-train-" + std::to_string(getpid()) + "-" + std::to_string(world.rank) + ".h5"))
                .string();
-    const int64_t rows = std::max<int64_t>(o.global_batch, 1) * std::min<int64_t>(total_steps, 8);
-    if (const int T = language_model_context(o.model); T > 0)
-      write_synthetic_text(temp, rows, std::max<int64_t>(o.global_batch, 1), T);
+    const int64_t rows = std::max<int64_t>(global_batch, 1) * std::min<int64_t>(total_steps, 8);
+    if (const int T = language_model_context(given.model); T > 0)
+      write_synthetic_text(temp, rows, std::max<int64_t>(global_batch, 1), T);
     else
-      write_synthetic(temp, rows, std::max<int64_t>(o.global_batch, 1));
+      write_synthetic(temp, rows, std::max<int64_t>(global_batch, 1));
     path = temp;
   }
   struct Cleanup {
@@ -212,14 +203,8 @@ int run_train_bench(int argc, char** argv, const World& world) {
     }
   } cleanup{temp};
 
-  TrainConfig c;
+  TrainConfig c = given;  // the shared options as given, the benchmark's settings below
   c.train.path = path;
-  c.model = o.model;
-  c.optimizer.kind = parse_optimizer(o.optimizer);
-  c.optimizer.weight_decay = static_cast<float>(o.weight_decay);
-  c.clip_norm = o.clip_norm;
-  c.global_batch = o.global_batch;
-  c.data_in_memory_mb = o.data_in_memory_mb;
   c.steps = total_steps;
   c.eval_every_epoch = false;
   c.log_every = total_steps + 1;
@@ -227,8 +212,6 @@ int run_train_bench(int argc, char** argv, const World& world) {
   c.straggler_every = 0;
   c.print = false;
   c.device = ctx.device;  // the same device step as lockstep-train
-  c.precision = precision;
-  c.cuda_graphs = o.cuda_graphs == "on";
   Trainer trainer(host, *ctx.grads, c);
   StepLog log;
   trainer.set_phase_hook([&log](Phase p, double b, double e) { log.on_phase(p, b, e); });
@@ -282,21 +265,21 @@ int run_train_bench(int argc, char** argv, const World& world) {
     double mean = 0;
     for (double s : step) mean += s;
     mean /= static_cast<double>(step.size());
-    const double sps = static_cast<double>(o.global_batch) / mean;
+    const double sps = static_cast<double>(global_batch) / mean;
     const double achieved = sps * 3 * fwd;
     const std::string data =
         !o.data.empty()                          ? "data " + o.data
-        : language_model_context(o.model) > 0 ? "synthetic random bytes"
+        : language_model_context(given.model) > 0 ? "synthetic random bytes"
                                                 : "synthetic data (28x28x1, 10 classes)";
     if (gpu)
       std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), device %s, "
                   "precision %s, %s\n",
-                  o.model.c_str(), static_cast<long long>(o.global_batch), world.size,
+                  given.model.c_str(), static_cast<long long>(global_batch), world.size,
                   device_kind_name(ctx.device), precision_name(precision), data.c_str());
     else
       std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), %d BLAS "
                   "thread(s) per rank, device %s, %s\n",
-                  o.model.c_str(), static_cast<long long>(o.global_batch), world.size, threads,
+                  given.model.c_str(), static_cast<long long>(global_batch), world.size, threads,
                   device_kind_name(ctx.device), data.c_str());
     if (!gpu)
       std::printf("# CPU convolutions and dense layers on %s\n",
@@ -309,12 +292,12 @@ int run_train_bench(int argc, char** argv, const World& world) {
                   static_cast<long long>(total_steps));
     // The mean counts every stall; the median's rate is what a quiet machine sustains.
     std::printf("samples_per_second=%.1f samples_per_second_at_median=%.1f\n", sps,
-                static_cast<double>(o.global_batch) / median(step));
+                static_cast<double>(global_batch) / median(step));
     // A language model's samples are sequences: its rate in tokens (positions) too.
     const int positions = trainer.model().positions();
     if (positions > 1)
       std::printf("tokens_per_second=%.1f tokens_per_second_at_median=%.1f\n", sps * positions,
-                  static_cast<double>(o.global_batch) * positions / median(step));
+                  static_cast<double>(global_batch) * positions / median(step));
     std::printf("step_ms_median=%.3f step_ms_min=%.3f step_ms_max=%.3f step_ms_mean=%.3f\n",
                 median(step) * 1e3, *std::min_element(step.begin(), step.end()) * 1e3,
                 *std::max_element(step.begin(), step.end()) * 1e3, mean * 1e3);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "runtime/base/error.h"
 #include "runtime/train/config_table.h"
@@ -196,38 +197,67 @@ std::string shown_default(std::string d) {
   return d;
 }
 
-// --help's sections from the table; every value is text, parsed by its row, and shows the default
-// of a default-constructed TrainOptions (an empty one as "").
+// One row as a Boost option: every value is text, parsed by its row, and shows the default of a
+// default-constructed TrainOptions (an empty one as "").
+void add_row(po::options_description& section, const Row& r, const TrainOptions& defaults) {
+  std::string spelled = r.name;
+  if (r.short_name != 0) spelled += std::string(",") + r.short_name;
+  // Boost copies the text, so a computed one need not outlive this call.
+  const std::string help = std::string(r.help) + (r.help_more ? r.help_more() : "");
+  if (r.is_switch && r.name == std::string("help")) {
+    section.add_options()(spelled.c_str(), help.c_str());
+  } else if (r.is_switch) {
+    section.add_options()(spelled.c_str(), po::bool_switch(), help.c_str());
+  } else if (r.required) {
+    section.add_options()(spelled.c_str(), po::value<std::string>(), help.c_str());
+  } else {
+    const std::string d = r.get(defaults);
+    section.add_options()(spelled.c_str(),
+                          po::value<std::string>()->default_value(d, shown_default(d)),
+                          help.c_str());
+  }
+}
+
+// Sets o from the rows given in vm; a default stays the struct's own value.
+void set_given(const po::variables_map& vm, const Row& r, TrainOptions& o) {
+  if (!vm.count(r.name) || vm[r.name].defaulted()) return;
+  if (r.is_switch) {
+    if (vm[r.name].as<bool>()) r.set(o, "1");
+  } else {
+    r.set(o, vm[r.name].as<std::string>());
+  }
+}
+
+const Row& row_named(const std::string& name) {
+  for (const Row& r : table())
+    if (r.name == name) return r;
+  throw std::logic_error("lockstep-train has no option --" + name);
+}
+
+// --help's sections from the table.
 po::options_description describe(const std::string& program) {
   const TrainOptions defaults;
   po::options_description all(program + " options");
   for (int g = 0; g <= static_cast<int>(G::faults); ++g) {
     po::options_description section(option_group_title(static_cast<G>(g)));
-    for (const Row& r : table()) {
-      if (r.group != static_cast<G>(g)) continue;
-      std::string spelled = r.name;
-      if (r.short_name != 0) spelled += std::string(",") + r.short_name;
-      // Boost copies the text, so a computed one need not outlive this call.
-      const std::string help = std::string(r.help) + (r.help_more ? r.help_more() : "");
-      if (r.is_switch && r.name == std::string("help")) {
-        section.add_options()(spelled.c_str(), help.c_str());
-      } else if (r.is_switch) {
-        section.add_options()(spelled.c_str(), po::bool_switch(), help.c_str());
-      } else if (r.required) {
-        section.add_options()(spelled.c_str(), po::value<std::string>(), help.c_str());
-      } else {
-        const std::string d = r.get(defaults);
-        section.add_options()(spelled.c_str(),
-                              po::value<std::string>()->default_value(d, shown_default(d)),
-                              help.c_str());
-      }
-    }
+    for (const Row& r : table())
+      if (r.group == static_cast<G>(g)) add_row(section, r, defaults);
     all.add(section);
   }
   return all;
 }
 
 }  // namespace
+
+void add_train_options(po::options_description& desc, const std::vector<std::string>& names) {
+  const TrainOptions defaults;
+  for (const std::string& name : names) add_row(desc, row_named(name), defaults);
+}
+
+void set_train_options(const po::variables_map& vm, const std::vector<std::string>& names,
+                       TrainOptions& o) {
+  for (const std::string& name : names) set_given(vm, row_named(name), o);
+}
 
 std::string program_name(const char* argv0) {
   if (argv0 == nullptr || *argv0 == '\0') return "lockstep-train";
@@ -268,14 +298,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
   }
 
   // Only what was given is set: a default stays the struct's own value.
-  for (const Row& r : table()) {
-    if (!vm.count(r.name) || vm[r.name].defaulted()) continue;
-    if (r.is_switch) {
-      if (vm[r.name].as<bool>()) r.set(o, "1");
-    } else {
-      r.set(o, vm[r.name].as<std::string>());
-    }
-  }
+  for (const Row& r : table()) set_given(vm, r, o);
   TrainConfig& c = o.config;
   if (c.train.path.empty()) throw UsageError("--data is required: an HDF5 file or a dataset name");
   o.data = c.train.path;

@@ -6,7 +6,9 @@
 // row or by validate(TrainConfig), and the message names the option. Main thread only.
 #pragma once
 
+#include <boost/program_options.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/train/train_config.h"
 
@@ -33,6 +35,15 @@ struct TrainOptions {
 // Throws UsageError naming the option (or the config file) on anything it cannot accept. --help
 // and the errors name the program as argv[0]'s file name (a user's program that calls train_main).
 TrainOptions parse_train_options(int argc, char** argv);
+
+// Another program's options that are lockstep-train's (lockstep-bench train): each named row
+// added to `desc` with lockstep-train's help and default, and set from `vm` by the same row, so
+// both programs take and refuse the same values in the same words. A name that is no
+// lockstep-train option is a programming error (std::logic_error).
+void add_train_options(boost::program_options::options_description& desc,
+                       const std::vector<std::string>& names);
+void set_train_options(const boost::program_options::variables_map& vm,
+                       const std::vector<std::string>& names, TrainOptions& o);
 
 // The file name of argv[0] ("lockstep-train", "custom_train"); "lockstep-train" when it is empty.
 std::string program_name(const char* argv0);

@@ -103,7 +103,22 @@ if ! "$bin" collectives --backend all -b 8 -e 8 -n 1 -w 0 2>/dev/null | grep -q 
   expect_error "--backend nccl: " collectives --backend nccl -b 8 -e 8
 fi
 
-if [[ $failures -gt 0 ]]; then
+if # --- the options lockstep-bench train shares with lockstep-train: the same refusals, word for word ---
+train_bin="${bin%/lockstep-bench}/lockstep-train"
+if [[ -x $train_bin ]]; then
+  for bad in "--global-batch -3" "--device gpu" "--precision fp8" "--optimizer lion" \
+             "--weight-decay x" "--clip-norm -1" "--cuda-graphs maybe" "--threads 1.5" \
+             "--data-in-memory-mb -2"; do
+    # shellcheck disable=SC2086  # the option and its value are two words on purpose
+    from_train=$("$train_bin" $bad 2>&1 | grep -m1 '^error:')
+    # shellcheck disable=SC2086
+    from_bench=$("$bin" train $bad 2>&1 | grep -m1 '^error:')
+    [[ -n $from_train && $from_train == "$from_bench" ]] ||
+      fail "lockstep-bench train $bad: '$from_bench', lockstep-train: '$from_train'"
+  done
+fi
+
+[[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1
 fi
