@@ -47,7 +47,7 @@ int run_bench(int argc, char** argv, const World& world) {
       ("group", po::value(&spec.group)->default_value("train"), "split to read")
       ("x-name", po::value(&spec.x_name), "input dataset (default images, else x)")
       ("y-name", po::value(&spec.y_name), "target dataset (default labels, else y)")
-      ("global-batch", po::value(&lo.global_batch)->required(),
+      ("global-batch", po::value(&lo.rows_per_step)->required(),
        "global batch B (divisible by the ranks)")
       ("epochs", po::value(&epochs)->default_value(2), "epochs to read")
       ("prefetch", po::value(&lo.prefetch)->default_value(2),
@@ -67,6 +67,8 @@ int run_bench(int argc, char** argv, const World& world) {
   Parsed p = parse_options("bench", argc, argv, opts, "file", world);
   if (p.help_shown) return 0;
   if (epochs < 1) throw UsageError("--epochs must be at least 1");
+  if (std::string why = split_problem(lo.rows_per_step, world.size, "--global-batch"); !why.empty())
+    throw UsageError(why);
   if (remainder != "mask" && remainder != "drop")
     throw UsageError("--remainder must be mask or drop, not '" + remainder + "'");
   if (cache_mb < 0 || cache_mb > (int64_t{1} << 20))
@@ -120,8 +122,8 @@ int run_bench(int argc, char** argv, const World& world) {
               "cache %lld MiB\n",
               info.path.c_str(), info.group.c_str(), static_cast<long long>(info.rows),
               info.x_type.c_str(), info.classification ? "images" : "inputs", world.size,
-              static_cast<long long>(lo.global_batch),
-              static_cast<long long>(lo.global_batch / world.size),
+              static_cast<long long>(lo.rows_per_step),
+              static_cast<long long>(lo.rows_per_step / world.size),
               static_cast<long long>(loader->steps_per_epoch()), lo.prefetch,
               lo.shuffle ? "on" : "off", compute_ms, static_cast<long long>(cache_mb));
   std::printf("%5s %5s %12s %10s %8s %10s\n", "epoch", "rank", "samples/s", "MB read", "share",

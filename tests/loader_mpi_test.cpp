@@ -81,7 +81,7 @@ std::vector<std::vector<int64_t>> gather_global_batches(ShardedLoader& loader, i
 TEST_F(LoaderMpi, EveryRowOnceAndTheSameGlobalBatchesAtAnyWorldSize) {
   const World2 w = world();
   LoaderOptions o;
-  o.global_batch = kBatch;
+  o.rows_per_step = kBatch;
   o.seed = 2024;
   auto loader = open_sharded_loader(spec_, o, *make_mpi_communicator());
   ASSERT_EQ(loader->steps_per_epoch(), 9);
@@ -113,7 +113,7 @@ TEST_F(LoaderMpi, EveryRowOnceAndTheSameGlobalBatchesAtAnyWorldSize) {
 
 TEST_F(LoaderMpi, DropRemainderRunsTheSameStepsOnEveryRank) {
   LoaderOptions o;
-  o.global_batch = kBatch;
+  o.rows_per_step = kBatch;
   o.drop_remainder = true;
   auto loader = open_sharded_loader(spec_, o, *make_mpi_communicator());
   uint64_t bytes = 0;
@@ -128,7 +128,7 @@ TEST_F(LoaderMpi, DropRemainderRunsTheSameStepsOnEveryRank) {
 TEST_F(LoaderMpi, ABadInputOnOneRankStopsEveryRankWithItsMessage) {
   const World2 w = world();
   LoaderOptions o;
-  o.global_batch = kBatch;
+  o.rows_per_step = kBatch;
   DatasetSpec spec = spec_;
   if (w.rank == w.size - 1) spec.path = dir_ + "/only-the-last-rank-looks-here.h5";
   try {
@@ -145,7 +145,7 @@ TEST_F(LoaderMpi, ABatchThatDoesNotDivideIsRefusedEverywhere) {
   const World2 w = world();
   if (w.size == 1) GTEST_SKIP() << "every batch divides by one rank";
   LoaderOptions o;
-  o.global_batch = w.size * 3 + 1;
+  o.rows_per_step = w.size * 3 + 1;
   try {
     open_sharded_loader(spec_, o, *make_mpi_communicator());
     ADD_FAILURE() << "accepted";

@@ -104,19 +104,19 @@ class Loader : public ::testing::Test {
 
 LoaderOptions batch_of(int64_t b) {
   LoaderOptions o;
-  o.global_batch = b;
+  o.rows_per_step = b;
   o.seed = 11;
   return o;
 }
 
 TEST_F(Loader, RefusesBatchSizesThatCannotBeSharded) {
   const DatasetSpec spec = make(10);
-  expect_refused(spec, batch_of(0), 1, {"--global-batch", "positive"});
-  expect_refused(spec, batch_of(3), 4, {"--global-batch", "smaller than the 4 ranks", "try 4"});
-  expect_refused(spec, batch_of(10), 4, {"--global-batch", "does not divide", "try 8 or 12"});
+  expect_refused(spec, batch_of(0), 1, {"rows per step", "positive"});
+  expect_refused(spec, batch_of(3), 4, {"rows per step 3", "fewer than the 4 ranks", "try 4"});
+  expect_refused(spec, batch_of(10), 4, {"rows per step 10", "does not divide", "try 8 or 12"});
   LoaderOptions drop = batch_of(12);
   drop.drop_remainder = true;
-  expect_refused(spec, drop, 1, {"10 rows", "fewer than the global batch 12", "no step"});
+  expect_refused(spec, drop, 1, {"10 rows", "fewer than the rows per step 12", "no step"});
   LoaderOptions bad_prefetch = batch_of(2);
   bad_prefetch.prefetch = -1;
   expect_refused(spec, bad_prefetch, 1, {"prefetch"});

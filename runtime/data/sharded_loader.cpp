@@ -73,7 +73,7 @@ struct ShardedLoader::Impl {
 
 void ShardedLoader::Impl::fill(Batch& b, int64_t step) {
   const DatasetInfo& info = reader.info();
-  const int64_t rows = info.rows, B = options.global_batch;
+  const int64_t rows = info.rows, B = options.rows_per_step;
   const auto n = static_cast<size_t>(local);
   const auto sample = static_cast<size_t>(info.sample_size);
   b.epoch = epoch;
@@ -158,21 +158,12 @@ void ShardedLoader::Impl::stop_worker() {
 
 ShardedLoader::ShardedLoader(const DatasetSpec& spec, const LoaderOptions& options, int rank,
                              int size) {
-  const int64_t B = options.global_batch;
+  const int64_t B = options.rows_per_step;
   if (size < 1 || rank < 0 || rank >= size)
     throw Error("ShardedLoader: rank " + std::to_string(rank) + " outside a world of " +
                 std::to_string(size));
-  if (B <= 0)
-    throw UsageError("global batch (--global-batch) must be positive, got " + std::to_string(B));
-  if (B < size)
-    throw UsageError("global batch (--global-batch) " + std::to_string(B) +
-                     " is smaller than the " + std::to_string(size) +
-                     " ranks: every rank needs at least one row per step; " +
-                     suggest_batch_sizes(B, size));
-  if (B % size != 0)
-    throw UsageError("global batch (--global-batch) " + std::to_string(B) +
-                     " does not divide by the " + std::to_string(size) + " ranks; " +
-                     suggest_batch_sizes(B, size));
+  if (std::string why = split_problem(B, size, "rows per step"); !why.empty())
+    throw UsageError(why);
   if (options.prefetch < 0)
     throw UsageError("prefetch depth must be 0 or more, got " + std::to_string(options.prefetch));
   impl_ = std::make_unique<Impl>(spec, options, rank, size);
@@ -180,7 +171,7 @@ ShardedLoader::ShardedLoader(const DatasetSpec& spec, const LoaderOptions& optio
   impl_->local = B / size;
   if (options.drop_remainder && info.rows < B)
     throw UsageError(info.path + ": " + info.group + "/" + info.x_name + " has " +
-                     std::to_string(info.rows) + " rows, fewer than the global batch " +
+                     std::to_string(info.rows) + " rows, fewer than the rows per step " +
                      std::to_string(B) + ": with remainder drop no step would run");
   impl_->steps = options.drop_remainder ? info.rows / B : (info.rows + B - 1) / B;
 }
@@ -199,7 +190,7 @@ void ShardedLoader::start_epoch(int epoch, int64_t first_step) {
   if (first_step < 0 || first_step > m.steps)
     throw UsageError("cannot start epoch " + std::to_string(epoch) + " at step " +
                      std::to_string(first_step) + ": an epoch has " + std::to_string(m.steps) +
-                     " steps at this global batch");
+                     " steps at this many rows per step");
   m.epoch = epoch;
   m.perm = permutation(m.reader.info().rows, m.options.seed, epoch, m.options.shuffle);
   m.consume_step = first_step;
@@ -267,6 +258,17 @@ std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
   }
   agree_or_throw(comm, loader != nullptr, message);
   return loader;
+}
+
+std::string split_problem(int64_t rows, int size, const std::string& what) {
+  if (rows <= 0) return what + " must be positive, not " + std::to_string(rows);
+  if (rows < size)
+    return what + " " + std::to_string(rows) + " is fewer than the " + std::to_string(size) +
+           " ranks: every rank needs at least one row per step; " + suggest_batch_sizes(rows, size);
+  if (rows % size != 0)
+    return what + " " + std::to_string(rows) + " does not divide by the " +
+           std::to_string(size) + " ranks; " + suggest_batch_sizes(rows, size);
+  return "";
 }
 
 std::string suggest_batch_sizes(int64_t batch, int size) {

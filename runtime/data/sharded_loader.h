@@ -1,7 +1,8 @@
 // Per-rank loader of a dataset split (DESIGN.md decisions 5 and 6).
 //
 // Each epoch has one global permutation of the rows, from (seed, epoch); with shuffle off, the file
-// order. Global batch k is perm[k*B, (k+1)*B); rank r of P takes positions [r*B/P, (r+1)*B/P) of
+// order. Step k takes perm[k*B, (k+1)*B) (B: rows_per_step); rank r of P takes positions
+// [r*B/P, (r+1)*B/P) of
 // it. The sequence of global batches is therefore the same at every P. A last, partial global batch
 // is kept and padded with mask 0 (remainder mask) or dropped (remainder drop); every rank runs the
 // same number of steps either way, so none leaves the others waiting in a collective.
@@ -24,7 +25,10 @@
 namespace lockstep {
 
 struct LoaderOptions {
-  int64_t global_batch = 0;  // B: must divide by the world size P
+  // Rows of the split each step takes over all ranks, padding included: a trainer's micro-batch
+  // of every rank (its global batch / --grad-accum). Must be positive, at least the world size P
+  // and divide by it; each rank takes rows_per_step / P of them.
+  int64_t rows_per_step = 0;
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = false;
@@ -51,7 +55,9 @@ struct Batch {
 
 class ShardedLoader {
  public:
-  // Validates (throws UsageError): B > 0, B divisible by P, B >= P, dataset non-empty.
+  // Validates (throws UsageError, in the loader's terms: rows per step): B > 0, B divisible by P,
+  // B >= P, dataset non-empty. A trainer checks its --global-batch and --grad-accum first
+  // (validate(TrainConfig)), so its users see these only from other programs.
   ShardedLoader(const DatasetSpec& spec, const LoaderOptions& options, int rank, int size);
   ~ShardedLoader();
   ShardedLoader(const ShardedLoader&) = delete;
@@ -88,5 +94,10 @@ std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
 // The nearest valid global batch sizes around `batch` for `size` ranks, for error messages:
 // "try 126 or 128".
 std::string suggest_batch_sizes(int64_t batch, int size);
+
+// Why `rows` rows a step cannot be shared out among `size` ranks, "" when they can (positive, at
+// least one a rank, a multiple of the ranks), naming them `what`: "rows per step" (the loader's
+// own refusal) or the option a program takes them from ("--global-batch").
+std::string split_problem(int64_t rows, int size, const std::string& what);
 
 }  // namespace lockstep

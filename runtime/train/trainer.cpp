@@ -128,7 +128,7 @@ void Trainer::open_loaders() {
   Impl& m = *impl_;
   const int P = comm_.size(), rank = comm_.rank();
   LoaderOptions lo;
-  lo.global_batch = config_.global_batch / config_.grad_accum;
+  lo.rows_per_step = config_.global_batch / config_.grad_accum;
   lo.seed = config_.seed;
   lo.shuffle = config_.shuffle;
   lo.drop_remainder = config_.drop_remainder;
@@ -138,7 +138,7 @@ void Trainer::open_loaders() {
   DatasetSpec test_spec = config_.train;
   test_spec.group = config_.test_group;
   LoaderOptions eo = lo;
-  eo.global_batch = m.micro_rows * P;
+  eo.rows_per_step = m.micro_rows * P;
   eo.shuffle = false;
   eo.drop_remainder = false;
   m.test = std::make_unique<ShardedLoader>(test_spec, eo, rank, P);
