@@ -29,8 +29,8 @@ struct ConvPoolShape {
 // Whether the fused kernels take a convolution shape (its batch aside) with a k x k pool.
 bool conv_pool_supported(const Conv2dShape& conv, int k);
 // Whether they run their AVX-512 build here, where they beat oneDNN's convolution and the blocked
-// max-pool (forward 0.39 against 0.71 ms, backward 0.29 against 0.86, the CNN's first layer at
-// batch 64, one thread, 2026-11-26); the baseline build is slower than those, but as exact.
+// max-pool (docs/PERFORMANCE.md, the fused first layer); the baseline build is slower than those,
+// but as exact.
 bool conv_pool_fast();
 
 // y: n x out_h x out_w x c_out (NHWC or blocked); argmax, in y's order: the window position

@@ -1,8 +1,8 @@
 // Winograd F(4x4, 3x3) convolution on the CPU, every pass, for 3x3 stride-1 convolutions with
 // padding 1 whose input and output channels are multiples of 16, on activations in oneDNN's
-// 16-channel blocks (aBcd16b, conv2d.h's Conv2dIo): the CNN's second convolution, which oneDNN
-// runs on its Winograd kernel (jit_wino_4x3) in 6.5 ms of an 8.5 ms rank-step, and this in 5.1-5.4
-// (docs/PERFORMANCE.md). Each 4x4 output tile is computed from its 6x6 input patch as
+// 16-channel blocks (aBcd16b, conv2d.h's Conv2dIo): the CNN's second convolution, where oneDNN's
+// own Winograd kernel (jit_wino_4x3) was most of the step and this one takes less time
+// (docs/PERFORMANCE.md, "Winograd kernels of our own"). Each 4x4 output tile is computed from its 6x6 input patch as
 // A^T [(G g G^T) . (B^T d B)] A (Lavin and Gray's matrices, interpolation points 0, +-1, +-2 and
 // infinity); the products of the 36 transformed positions are small GEMMs over the channels,
 // computed per image while its transforms are in the core's L2. The input gradient is the same

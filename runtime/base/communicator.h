@@ -71,7 +71,7 @@ class Communicator {
   virtual WorkHandle barrier_async() = 0;
 
   // From now on each collective starts only after the work queued on `stream` before it was issued
-  // (the cudaStream_t that computes the buffers, e.g. Context::compute_stream; null: none). The
+  // (the cudaStream_t that computes the buffers, e.g. a Step's placement stream; null: none). The
   // NCCL backend orders its stream by an event, without blocking the host; host backends ignore it.
   virtual void set_compute_stream(void* /*stream*/) {}
 

@@ -1,8 +1,8 @@
 // Small collectives of the MPI backend (DESIGN.md decision 2): all_reduce and broadcast of at
 // most kInlineMaxBytes of host memory, and barrier.
 //
-// A blocking all_reduce of 8 bytes costs about 0.6 us as a plain MPI_Allreduce and several times
-// that through the progress thread (queue, wake-up, condition variable). So the blocking form of a
+// A blocking all_reduce of 8 bytes costs well under a microsecond as a plain MPI_Allreduce and
+// several times that through the progress thread (queue, wake-up, condition variable). So the blocking form of a
 // small collective runs on the calling thread once every collective issued before it has
 // completed (MpiCommunicator waits for the progress thread to empty first, within the deadline),
 // polling nonblocking MPI calls with MPI_Test until they complete or the deadline passes. A missed
@@ -12,8 +12,8 @@
 //
 // all_reduce is recursive doubling over MPI_Isend/MPI_Irecv with MPI_Reduce_local (MPI's own
 // reduction ops); broadcast and barrier are MPI_Ibcast and MPI_Ibarrier. Why not MPI_Iallreduce:
-// in Open MPI 4.1 it took 1.0-1.4 us for 8 bytes at 2 ranks, and in about one process launch in
-// four 1.5 us and more, against 0.6 us for this exchange (docs/PERFORMANCE.md). Every rank
+// in Open MPI 4.1 it was about twice as slow for 8 bytes at 2 ranks, and slower still in some
+// process launches (docs/PERFORMANCE.md, "Small messages"). Every rank
 // computes the same bits: each pair combines (lower rank's value) op (higher rank's value).
 //
 // Why the progress thread runs the same code for small async forms: one rank may issue the

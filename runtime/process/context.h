@@ -25,7 +25,6 @@ struct Context {
   Communicator* host = nullptr;    // the world over host memory; not owned (MpiSession's)
   Communicator* grads = nullptr;   // == host on the CPU; else own_grads
   std::unique_ptr<Communicator> own_grads;
-  void* compute_stream = nullptr;  // cudaStream_t of the CUDA build; null on CPU
 };
 
 // How many CUDA devices this rank sees; sets *reason when none.
