@@ -55,6 +55,22 @@ LayerType maxpool_layer_type() {
   t.make_cpu = [](const LayerPlan& p, CpuKernels) -> std::unique_ptr<Layer> {
     return std::make_unique<MaxPoolLayer>(p);
   };
+  // Plan hooks (cpu_plan.h). Max commutes with a non-decreasing function, and so do their
+  // gradients (the window's maximum is where the gradient goes either way, blocked where that
+  // maximum is not positive): a ReLU before the pool runs after it, over 1/K^2 of the values, and
+  // a full-size pass is saved forward and backward.
+  t.max_pool_window = [](const LayerPlan& p) { return p.spec.args[0]; };
+  t.commutes_with = [](const LayerPlan&, Activation a) { return a == Activation::relu; };
+  // On blocked activations the pool applies the ReLU after it as it writes each window's maximum
+  // (no gradient where the result is 0): a pass over its output less forward and backward (the
+  // CNN's two ReLUs, 0.42 ms of a 10.5 ms step at batch 64 a rank). Its NHWC kernel has no ReLU.
+  t.fuses_activation = [](const LayerPlan& p, Activation a) {
+    return a == Activation::relu && p.in_blocked16;
+  };
+  // It reads blocks of 16 channels, and writes them only when it read them (the blocked kernel
+  // writes either layout; the NHWC one only NHWC).
+  t.takes_blocked16 = [](const LayerPlan& p, int) { return p.in[2] % 16 == 0; };
+  t.hands_on_blocked16 = [](const LayerPlan& p, int) { return p.in_blocked16; };
   t.make_cuda = make_maxpool_cuda;
   return t;
 }
