@@ -81,15 +81,29 @@ FusedPool fused_pool(const LayerPlan& p) {
   return {find_layer_type(pool.spec.type).max_pool_window(pool), pool.fused_relu};
 }
 
+// The algorithm of each pass is chosen once, here, from the plan and the build (member pointers to
+// one function per algorithm): a step makes no choice. In order of precedence: a fused max-pool
+// (every pass in kernels/conv_pool.h); Lockstep's Winograd (both passes, on blocked activations,
+// where winograd_preferred); oneDNN; OpenBLAS (the backward pass alone where oneDNN does not suit
+// it, onednn_backward_suits).
 class Conv2dLayer : public Layer {
  public:
-  Conv2dLayer(const LayerPlan& plan, bool onednn)
-      : Layer(plan),
-        pool_(fused_pool(plan)),
-        onednn_forward_(onednn),
-        onednn_backward_(onednn && onednn_backward_suits(plan)),
-        winograd_(onednn_forward_ && onednn_backward_ && plan.in_blocked16 && plan.out_blocked16 &&
-                  cpu_conv() == CpuConv::automatic && kernels::winograd_preferred(shape(1))) {}
+  Conv2dLayer(const LayerPlan& plan, bool onednn) : Layer(plan), pool_(fused_pool(plan)) {
+    const bool onednn_backward = onednn && onednn_backward_suits(plan);
+    blas_workspace_ = !(onednn && onednn_backward);
+    if (onednn) io_ = conv2d_io(plan);
+    if (pool_.k > 0) {
+      forward_ = &Conv2dLayer::forward_conv_pool;
+      backward_ = &Conv2dLayer::backward_conv_pool;
+    } else if (onednn && onednn_backward && plan.in_blocked16 && plan.out_blocked16 &&
+               cpu_conv() == CpuConv::automatic && kernels::winograd_preferred(shape(1))) {
+      forward_ = &Conv2dLayer::forward_winograd;
+      backward_ = &Conv2dLayer::backward_winograd;
+    } else {
+      forward_ = onednn ? &Conv2dLayer::forward_onednn : &Conv2dLayer::forward_blas;
+      backward_ = onednn_backward ? &Conv2dLayer::backward_onednn : &Conv2dLayer::backward_blas;
+    }
+  }
   // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it; with a
   // fused pool, the per-image partial gradients.
   size_t workspace_floats(int batch) const override {
@@ -102,52 +116,66 @@ class Conv2dLayer : public Layer {
     argmax_.resize(static_cast<size_t>(max_batch) * s.out_h() * s.out_w() * s.conv.c_out);
   }
   void forward(int batch, const float* x, float* y, float* workspace) override {
-    if (pool_.k > 0)
-      kernels::conv_pool_forward_cpu(pool_shape(batch), x, params_, bias(params_), y,
-                                     argmax_.data());
-    else if (winograd_)
-      kernels::winograd_forward_cpu(shape(batch), x, params_, bias(params_), y);
-    else if (onednn_forward_)
-      kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y, conv2d_io(plan_));
-    else
-      kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
+    (this->*forward_)(batch, x, y, workspace);
   }
   void backward(int batch, const float* x, const float* y, const float* dy, float* dx,
                 float* workspace) override {
-    if (pool_.k > 0) {
-      if (dx != nullptr) throw Error("conv: a fused max-pool is only planned for a first layer");
-      kernels::conv_pool_backward_cpu(pool_shape(batch), x, dy, argmax_.data(), grads_,
-                                      bias(grads_), workspace);
-      return;
-    }
     if (plan_.fused_relu) {
-      // dy is the gradient after the fused ReLU: zero it where the ReLU blocked (y = 0).
+      // dy is the gradient after the fused ReLU: zero it where the ReLU blocked (y = 0). (Never
+      // with a fused pool: the first convolution fuses one or the other.)
       float* masked = workspace + blas_workspace(batch);
       kernels::relu_backward_cpu(y, dy, masked, static_cast<size_t>(batch) * out_size());
       dy = masked;
     }
-    if (winograd_)
-      kernels::winograd_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
-    else if (onednn_backward_)
-      kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
-                                      conv2d_io(plan_));
-    else
-      kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
-                                   workspace);
+    (this->*backward_)(batch, x, dy, dx, workspace);
   }
 
  private:
+  using Forward = void (Conv2dLayer::*)(int, const float*, float*, float*);
+  using Backward = void (Conv2dLayer::*)(int, const float*, const float*, float*, float*);
+
+  void forward_conv_pool(int batch, const float* x, float* y, float*) {
+    kernels::conv_pool_forward_cpu(pool_shape(batch), x, params_, bias(params_), y, argmax_.data());
+  }
+  void backward_conv_pool(int batch, const float* x, const float* dy, float* dx, float* workspace) {
+    if (dx != nullptr) throw Error("conv: a fused max-pool is only planned for a first layer");
+    kernels::conv_pool_backward_cpu(pool_shape(batch), x, dy, argmax_.data(), grads_, bias(grads_),
+                                    workspace);
+  }
+  void forward_winograd(int batch, const float* x, float* y, float*) {
+    kernels::winograd_forward_cpu(shape(batch), x, params_, bias(params_), y);
+  }
+  void backward_winograd(int batch, const float* x, const float* dy, float* dx, float*) {
+    kernels::winograd_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+  }
+  void forward_onednn(int batch, const float* x, float* y, float*) {
+    kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y, io_);
+  }
+  void backward_onednn(int batch, const float* x, const float* dy, float* dx, float*) {
+    kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_), io_);
+  }
+  void forward_blas(int batch, const float* x, float* y, float* workspace) {
+    kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
+  }
+  void backward_blas(int batch, const float* x, const float* dy, float* dx, float* workspace) {
+    kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
+                                 workspace);
+  }
+
   float* bias(float* base) const { return base + bias_offset(plan_); }
   kernels::Conv2dShape shape(int batch) const { return conv2d_cpu_shape(plan_, batch); }
   kernels::ConvPoolShape pool_shape(int batch) const {
     return {shape(batch), pool_.k, pool_.relu, plan_.out_blocked16};
   }
   size_t blas_workspace(int batch) const {
-    return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
+    return blas_workspace_ ? kernels::conv2d_workspace_floats(shape(batch)) : 0;
   }
+
   FusedPool pool_;
-  bool onednn_forward_, onednn_backward_;
-  bool winograd_;  // kernels/winograd.h for every pass, on the blocked activations
+  bool blas_workspace_ = false;  // a pass runs on OpenBLAS, which takes its im2col matrix there
+  kernels::Conv2dIo io_;         // oneDNN's activation layouts (and LOCKSTEP_CPU_CONV=direct)
+  Forward forward_ = nullptr;
+  Backward backward_ = nullptr;
   std::vector<int8_t> argmax_;  // with a fused pool: the forward's window positions
 };
 

@@ -5,31 +5,44 @@
 namespace lockstep {
 namespace {
 
+// NHWC, or oneDNN's 16-channel blocks (LayerPlan::in_blocked16, cpu_plan.h), chosen once here.
 class MaxPoolLayer : public Layer {
  public:
-  using Layer::Layer;
+  explicit MaxPoolLayer(const LayerPlan& plan)
+      : Layer(plan),
+        forward_(plan.in_blocked16 ? &MaxPoolLayer::forward_blocked16
+                                   : &MaxPoolLayer::forward_nhwc),
+        backward_(plan.in_blocked16 ? &MaxPoolLayer::backward_blocked16
+                                    : &MaxPoolLayer::backward_nhwc) {}
   void reserve(int max_batch) override {
     argmax_.resize(static_cast<size_t>(max_batch) * out_size());
   }
   void forward(int batch, const float* x, float* y, float*) override {
-    if (plan_.in_blocked16)
-      kernels::maxpool_forward_blocked16_cpu(shape(batch), x, y, argmax_.data(),
-                                             plan_.out_blocked16, plan_.fused_relu);
-    else
-      kernels::maxpool_forward_cpu(shape(batch), x, y, argmax_.data());
+    (this->*forward_)(shape(batch), x, y);
   }
   void backward(int batch, const float*, const float*, const float* dy, float* dx,
                 float*) override {
-    if (!dx) return;
-    if (plan_.in_blocked16)
-      kernels::maxpool_backward_blocked16_cpu(shape(batch), dy, argmax_.data(), dx,
-                                              plan_.out_blocked16);
-    else
-      kernels::maxpool_backward_cpu(shape(batch), dy, argmax_.data(), dx);
+    if (dx) (this->*backward_)(shape(batch), dy, dx);
   }
 
  private:
+  void forward_nhwc(const kernels::PoolShape& s, const float* x, float* y) {
+    kernels::maxpool_forward_cpu(s, x, y, argmax_.data());
+  }
+  void forward_blocked16(const kernels::PoolShape& s, const float* x, float* y) {
+    kernels::maxpool_forward_blocked16_cpu(s, x, y, argmax_.data(), plan_.out_blocked16,
+                                           plan_.fused_relu);
+  }
+  void backward_nhwc(const kernels::PoolShape& s, const float* dy, float* dx) {
+    kernels::maxpool_backward_cpu(s, dy, argmax_.data(), dx);
+  }
+  void backward_blocked16(const kernels::PoolShape& s, const float* dy, float* dx) {
+    kernels::maxpool_backward_blocked16_cpu(s, dy, argmax_.data(), dx, plan_.out_blocked16);
+  }
+
   kernels::PoolShape shape(int batch) const { return pool_shape(plan_, batch); }
+  void (MaxPoolLayer::*forward_)(const kernels::PoolShape&, const float*, float*);
+  void (MaxPoolLayer::*backward_)(const kernels::PoolShape&, const float*, float*);
   std::vector<int32_t> argmax_;
 };
 
