@@ -2,7 +2,8 @@
 // built-in ones (its specs parse, round-trip, plan, build a model that trains: forward matches the
 // model without it, backward matches finite differences); a taken name is refused with a message;
 // an unknown name is answered with the known ones; a CPU-only type on CUDA is refused when the
-// model is built, before any device work (so this runs without a GPU).
+// model is built, before any device work (so this runs without a GPU); a registered type takes
+// part in the CPU plan through the LayerType's plan hooks, as the built-in ones do (cpu_plan.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/loss.h"
 #include "runtime/base/error.h"
 #include "runtime/model/layer_registry.h"
@@ -45,6 +47,30 @@ class GainLayer : public Layer {
   }
 };
 
+// "test_gain_relu": the same gain, whose type says (fuses_activation) that it applies a ReLU after
+// it in its own pass: the planner then marks it fused_relu and the ReLU layer absorbed. It runs
+// the ReLU kernels itself, so fused or not the model computes the same bits.
+class GainReluLayer : public GainLayer {
+ public:
+  using GainLayer::GainLayer;
+  void forward(int batch, const float* x, float* y, float* workspace) override {
+    GainLayer::forward(batch, x, y, workspace);
+    if (plan_.fused_relu) kernels::relu_forward_cpu(y, y, static_cast<size_t>(batch) * out_size());
+  }
+  void backward(int batch, const float* x, const float* y, const float* dy, float* dx,
+                float* workspace) override {
+    if (plan_.fused_relu) {
+      masked_.resize(static_cast<size_t>(batch) * out_size());
+      kernels::relu_backward_cpu(y, dy, masked_.data(), masked_.size());
+      dy = masked_.data();
+    }
+    GainLayer::backward(batch, x, y, dy, dx, workspace);
+  }
+
+ private:
+  std::vector<float> masked_;
+};
+
 LayerType gain_type() {
   LayerType t;
   t.name = "test_gain";
@@ -70,9 +96,23 @@ LayerType gain_type() {
   return t;
 }
 
+LayerType gain_relu_type() {
+  LayerType t = gain_type();
+  t.name = t.syntax = "test_gain_relu";
+  t.format = [](const LayerSpec&) { return std::string("test_gain_relu"); };
+  t.make_cpu = [](const LayerPlan& p, CpuKernels) -> std::unique_ptr<Layer> {
+    return std::make_unique<GainReluLayer>(p);
+  };
+  t.fuses_activation = [](const LayerPlan&, Activation a) { return a == Activation::relu; };
+  return t;
+}
+
 void register_test_layers() {
   static std::once_flag once;
-  std::call_once(once, [] { register_layer(gain_type()); });
+  std::call_once(once, [] {
+    register_layer(gain_type());
+    register_layer(gain_relu_type());
+  });
 }
 
 constexpr int kBatch = 4, kOutputs = 3;
@@ -145,6 +185,40 @@ TEST(LayerRegistry, ARegisteredLayerIsAModelWordThatTrains) {
   }
 }
 
+TEST(LayerRegistry, ARegisteredLayerTakesPartInTheCpuPlanThroughItsHooks) {
+  register_test_layers();
+  for (CpuKernels k : {CpuKernels::best, CpuKernels::openblas}) {
+    Model fused(parse_model_spec("dense:6,test_gain_relu,relu,dense"), kInput, kOutputs, kBatch,
+                {.cpu_kernels = k});
+    Model plain(parse_model_spec("dense:6,test_gain,relu,dense"), kInput, kOutputs, kBatch,
+                {.cpu_kernels = k});
+    EXPECT_TRUE(fused.plan()[1].fused_relu);
+    EXPECT_TRUE(fused.plan()[2].absorbed) << "the ReLU runs in the gain layer";
+    EXPECT_FALSE(plain.plan()[1].fused_relu || plain.plan()[2].absorbed);
+
+    // Both start alike (the gains at 1) and compute the same bits, forward and backward; the
+    // dense layer's outputs are of both signs, so the ReLU cuts some.
+    fused.init_params(11);
+    plain.init_params(11);
+    const auto x = random_vector(kBatch * kInput[0], 3);
+    const auto w = random_vector(kBatch * kOutputs, 4);
+    double loss[2];
+    std::vector<float> out[2], grads[2];
+    int i = 0;
+    for (Model* m : {&fused, &plain}) {
+      m->zero_grads();
+      loss[i] = linear_loss(*m, x, w, true);
+      const float* y = m->forward(x.data(), kBatch);
+      out[i].assign(y, y + kBatch * kOutputs);
+      grads[i].assign(m->grads(), m->grads() + m->param_count());
+      ++i;
+    }
+    EXPECT_EQ(loss[1], loss[0]);
+    EXPECT_EQ(out[1], out[0]);
+    EXPECT_EQ(grads[1], grads[0]);
+  }
+}
+
 TEST(LayerRegistry, ATakenNameIsRefusedWithAMessage) {
   register_test_layers();
   for (const char* name : {"test_gain", "dense"}) {
@@ -170,7 +244,9 @@ TEST(LayerRegistry, UnknownNamesAreAnsweredWithTheKnownOnes) {
     EXPECT_NE(std::string::npos, m.find(known)) << m;
   const std::string p = usage_message([] { parse_model_spec("dense:8,tanh,dense"); });
   EXPECT_NE(std::string::npos, p.find("unknown layer 'tanh'")) << p;
-  EXPECT_NE(std::string::npos, p.find("maxpoolK, relu, flatten, embed:dim:ctx, block:heads, lmhead, test_gain, joined by ','")) << p;
+  EXPECT_NE(std::string::npos, p.find("maxpoolK, relu, flatten, embed:dim:ctx, block:heads, lmhead, "
+                                      "test_gain, test_gain_relu, joined by ','"))
+      << p;
   // A word that only starts with a name is not that layer unless the type takes a suffix.
   EXPECT_NE(std::string::npos,
             usage_message([] { parse_model_spec("relu2,dense"); }).find("unknown layer 'relu2'"));

@@ -10,6 +10,7 @@
 
 #include "kernels/activation.h"
 #include "kernels/conv2d.h"
+#include "kernels/conv_pool.h"
 #include "kernels/dense.h"
 #include "kernels/loss.h"
 #include "kernels/onednn.h"
@@ -175,7 +176,17 @@ TEST_P(ModelOnednn, LayersMatchTheOpenBlasOracle) {
   if (kernels::onednn_avx512()) {
     for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(plan[i].out_blocked16) << "layer " << i;
     for (size_t i = 1; i < 5; ++i) EXPECT_TRUE(plan[i].in_blocked16) << "layer " << i;
+    // The blocked pools run the ReLUs after them, and the first convolution runs the first pool
+    // (cpu_plan.h, through the layer types' hooks): the layers they absorb become views.
+    EXPECT_TRUE(plan[1].fused_relu && plan[4].fused_relu);
+    EXPECT_TRUE(plan[2].absorbed && plan[5].absorbed);
+    if (kernels::conv_pool_fast()) {
+      ASSERT_EQ(1u, plan[0].fused_next.size());
+      EXPECT_EQ("maxpool", plan[0].fused_next[0].spec.type);
+      EXPECT_TRUE(plan[1].absorbed);
+    }
   }
+  for (size_t i = 3; i < plan.size(); ++i) EXPECT_TRUE(plan[i].fused_next.empty()) << "layer " << i;
   for (size_t i = 4; i < plan.size(); ++i) EXPECT_FALSE(plan[i].out_blocked16) << "layer " << i;
   EXPECT_FALSE(plan[0].in_blocked16) << "the data is NHWC";
   for (const LayerPlan& p : oracle.plan()) EXPECT_FALSE(p.in_blocked16 || p.out_blocked16);

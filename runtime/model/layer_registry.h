@@ -41,6 +41,11 @@ struct LayerTensor {
   std::vector<int64_t> shape;
 };
 
+// An elementwise activation that a neighbouring layer can apply in its own pass, or run after
+// (LayerType::activation): relu is y = max(x, 0), its gradient stopped where y = 0. A second one
+// (GELU) would add a value here and a LayerPlan flag beside fused_relu.
+enum class Activation { none, relu };
+
 struct LayerType {
   // The word a spec names it by, and the prefix of its parameter names ("dense6.weight").
   std::string name;
@@ -70,6 +75,42 @@ struct LayerType {
   // CPU layer builds beyond its output (conv's im2col matrix; for the memory estimate). Unset: 0.
   std::function<double(const LayerPlan&)> forward_flops;
   std::function<double(const LayerPlan&)> scratch_floats;
+
+  // Plan hooks: how a layer of this type takes part in the model's rewrites of its plan
+  // (runtime/model/cpu_plan.h). All optional: a type that sets none runs as written. The planner
+  // asks only these, never a type's name, so a registered type takes part by setting them; they
+  // read the plans they are given and change nothing (the planner sets the LayerPlan fields).
+  //
+  // What the layer is, for its neighbours: the activation it computes (relu), which a layer before
+  // it may apply instead (fuses_activation; this layer then runs as a view) or run before (a
+  // commutes_with layer); whether it is elementwise whatever the layout, so 16-channel blocks pass
+  // through it (relu); and, when it is a K x K, stride-K max-pool of NHWC images (maxpool), K (0:
+  // it is not), which a layer before it reads to run it in its own kernel (fuses_next).
+  Activation activation = Activation::none;
+  bool layout_agnostic = false;
+  std::function<int(const LayerPlan&)> max_pool_window;
+  // Every device: whether the activation `act` directly before this layer computes the same
+  // function and gradient after it, where the plan then runs it (maxpool, for relu: over 1/K^2 of
+  // the values). Only asked of a layer without parameters (a swap would renumber them).
+  std::function<bool(const LayerPlan& self, Activation act)> commutes_with;
+  // CPU: whether the CPU layer of `self` applies `act` (the next layer's activation) to its output
+  // in its own forward pass, and masks its incoming gradient by it (LayerPlan::fused_relu). Asked
+  // before the layouts are settled and, with CpuKernels::best, again after (a layer that fuses
+  // only on some layout: maxpool on blocked input).
+  std::function<bool(const LayerPlan& self, Activation act)> fuses_activation;
+  // CPU, CpuKernels::best: whether its CPU layer writes its output and reads its output's
+  // gradient (hands_on), or reads its input and writes its input's gradient (takes), in oneDNN's
+  // 16-channel blocks (aBcd16b) without a reorder at every batch up to max_batch. Asked in layer
+  // order with the hand-off's two ends already marked blocked in `self` (hands_on sees its
+  // in_blocked16 settled); a hand-off needs both ends' yes.
+  std::function<bool(const LayerPlan& self, int max_batch)> hands_on_blocked16;
+  std::function<bool(const LayerPlan& self, int max_batch)> takes_blocked16;
+  // CPU, CpuKernels::best, last: whether the CPU layer of `self` runs `next` (the layer after it,
+  // with next's fused activation) in its own kernel, writing next's output in next's layout; it
+  // then finds next's plan in self.fused_next, and next runs as a view. `first`: self is the
+  // model's first layer, whose input gradient is never asked for (conv: the first convolution over
+  // one channel and the max-pool after it, on AVX-512).
+  std::function<bool(const LayerPlan& self, const LayerPlan& next, bool first)> fuses_next;
 
   const std::string& span() const { return span_name.empty() ? name : span_name; }
 };

@@ -6,12 +6,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/conv2d.h"
-#include "kernels/conv_pool.h"
 #include "kernels/cuda_memory.h"
-#include "kernels/onednn.h"
 #include "runtime/base/error.h"
-#include "runtime/model/layers/conv.h"
+#include "runtime/model/cpu_plan.h"
 #include "runtime/observe/gpu_trace.h"
 #include "runtime/observe/nvtx.h"
 #include "runtime/observe/trace.h"
@@ -52,98 +49,12 @@ class LayerSpan {
   bool nvtx_ = false;
 };
 
-// relu then maxpool equals maxpool then relu (max and relu commute), and so do their gradients:
-// the window's maximum is where the gradient goes either way, and it is blocked when that maximum
-// is not positive. Pooling first runs the ReLU over a quarter of the values (maxpool2) and saves
-// a full-size pass forward and backward.
-std::vector<LayerPlan> pool_before_relu(std::vector<LayerPlan> plan) {
-  for (size_t i = 0; i + 1 < plan.size(); ++i) {
-    if (plan[i].spec.type != "relu" || plan[i + 1].spec.type != "maxpool")
-      continue;
-    LayerPlan pool = plan[i + 1], relu = plan[i];
-    pool.in = relu.in;
-    relu.in = relu.out = pool.out;
-    plan[i] = pool;
-    plan[i + 1] = relu;
-    ++i;
-  }
-  return plan;
-}
-
-// On the CPU a convolution directly followed by a ReLU runs the ReLU itself (conv.cpp: a oneDNN
-// post-op, no extra pass over its output), and the ReLU layer becomes a PassThroughLayer: its
-// output is its input, and the convolution masks the gradient. (A ReLU before a max-pool has moved
-// after it by then, where it runs on a quarter of the values: cheaper than fusing it.)
-void fuse_conv_relu(std::vector<LayerPlan>& plan) {
-  for (size_t i = 0; i + 1 < plan.size(); ++i)
-    if (plan[i].spec.type == "conv" && plan[i + 1].spec.type == "relu") plan[i].fused_relu = true;
-}
-
-// A max-pool on blocked activations directly followed by a ReLU applies it as it writes each
-// window's maximum (and passes no gradient where the result is 0): one pass over its output less
-// forward and backward (the CNN's two ReLUs, 0.42 ms of a 10.5 ms step at batch 64 a rank).
-void fuse_pool_relu(std::vector<LayerPlan>& plan) {
-  for (size_t i = 0; i + 1 < plan.size(); ++i)
-    if (plan[i].spec.type == "maxpool" && plan[i].in_blocked16 && plan[i + 1].spec.type == "relu")
-      plan[i].fused_relu = true;
-}
-
-// On AVX-512 a first convolution over one input channel and the max-pool after it run as one
-// kernel (kernels/conv_pool.h: the convolution's full-resolution output, 64 x 28x28x32 floats a
-// rank-step in the CNN, is never written), the pool's fused ReLU with them.
-void fuse_first_conv_pool(std::vector<LayerPlan>& plan) {
-  if (plan.size() < 2 || !kernels::conv_pool_fast()) return;
-  LayerPlan& conv = plan[0];
-  const LayerPlan& pool = plan[1];
-  if (conv.spec.type != "conv" || pool.spec.type != "maxpool" || conv.fused_relu) return;
-  const int k = pool.spec.args[0];
-  if (!kernels::conv_pool_supported(conv2d_cpu_shape(conv, 1), k)) return;
-  conv.fused_pool_k = k;
-  conv.fused_pool_relu = pool.fused_relu;
-  conv.out_blocked16 = pool.out_blocked16;
-}
-
-// On the CPU the activations between convolutions and max-pools (ReLUs between them included)
-// stay in oneDNN's 16-channel blocks where oneDNN's convolutions choose that layout themselves
-// (AVX-512, channels a multiple of 16; a one-channel first layer's output too): the max-pools read
-// and write it, ReLUs do not care, and every reorder to and from NHWC is spared (the first
-// convolution's two were 0.47 + 0.72 ms of a 13.7 ms step at batch 64 a rank, AVX-512 VM,
-// 2026-11-26). With blocked activations on both sides oneDNN may also take Winograd for a 3x3
-// convolution (conv2d.h). Each hand-off is checked at batch 1 and the largest, from the first
-// layer on, so a convolution is checked with the layouts of its input already settled.
-bool hands_on_blocked16(const LayerPlan& from, int max_batch) {
-  if (from.spec.type == "maxpool") return from.in_blocked16;
-  return from.spec.type == "conv" && conv2d_keeps_blocked16(from, max_batch);
-}
-bool takes_blocked16(const LayerPlan& to, int max_batch) {
-  if (to.spec.type == "maxpool") return to.in[2] % 16 == 0;
-  return to.spec.type == "conv" && conv2d_keeps_blocked16(to, max_batch);
-}
-
-void keep_activations_blocked(std::vector<LayerPlan>& plan, int max_batch) {
-  if (!kernels::onednn_built()) return;
-  for (size_t i = 0; i + 1 < plan.size(); ++i) {
-    size_t next = i + 1;  // the next layer that is not a ReLU
-    while (next < plan.size() && plan[next].spec.type == "relu") ++next;
-    if (next == plan.size()) return;
-    LayerPlan& from = plan[i];
-    LayerPlan& to = plan[next];
-    from.out_blocked16 = to.in_blocked16 = true;
-    if (hands_on_blocked16(from, max_batch) && takes_blocked16(to, max_batch)) {
-      for (size_t r = i + 1; r < next; ++r) plan[r].in_blocked16 = plan[r].out_blocked16 = true;
-    } else {
-      from.out_blocked16 = to.in_blocked16 = false;
-    }
-    i = next - 1;
-  }
-}
-
 }  // namespace
 
 Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch,
              const ModelPlacement& placement, int positions)
     : placement_(placement),
-      plan_(pool_before_relu(plan_model(spec, input, outputs, positions))),
+      plan_(commute_activations(plan_model(spec, input, outputs, positions))),
       max_batch_(max_batch),
       outputs_(outputs * positions),
       positions_(positions),
@@ -151,17 +62,10 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   if (max_batch <= 0) throw UsageError("model batch size must be positive");
   const DeviceKind where = placement_.device;
   if (where == DeviceKind::cuda) check_cuda_layers(plan_);
-  if (where == DeviceKind::cpu) {
-    fuse_conv_relu(plan_);
-    if (placement_.cpu_kernels == CpuKernels::best) {
-      keep_activations_blocked(plan_, max_batch);
-      fuse_pool_relu(plan_);
-      fuse_first_conv_pool(plan_);
-    }
-  }
+  if (where == DeviceKind::cpu) plan_cpu(plan_, max_batch, placement_.cpu_kernels);
   size_t total = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {
-    if (i > 0 && (plan_[i - 1].fused_relu || plan_[i - 1].fused_pool_k > 0))
+    if (plan_[i].absorbed)  // an earlier layer does its work (cpu_plan.h)
       layers_.push_back(std::make_unique<PassThroughLayer>(plan_[i]));
     else
       layers_.push_back(where == DeviceKind::cuda

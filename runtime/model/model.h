@@ -11,13 +11,14 @@
 //
 // The model owns every buffer a step touches (activations, activation gradients, scratch, the
 // output gradient), sized once for batches up to max_batch, so steps do not allocate. forward()
-// keeps its activations for the next backward(). A relu directly followed by a maxpool runs as
-// maxpool then relu (the same function and gradient, less work), so plan() lists them in the
-// order they run; layer indices and parameter names are those of the spec. On the CPU a
-// convolution directly followed by a ReLU applies it in its own forward pass (LayerPlan::
+// keeps its activations for the next backward(). Before its layers are built the model rewrites
+// its plan (cpu_plan.h, through the layer types' plan hooks): a relu directly followed by a
+// maxpool runs as maxpool then relu (the same function and gradient, less work), so plan() lists
+// them in the order they run; layer indices and parameter names are those of the spec. On the CPU
+// a convolution directly followed by a ReLU applies it in its own forward pass (LayerPlan::
 // fused_relu), and so does a max-pool on blocked activations, and the ReLU layer passes its input
 // through; on AVX-512 a first convolution over one input channel runs the max-pool after it too
-// (LayerPlan::fused_pool_k), which then passes its input through.
+// (LayerPlan::fused_next), which then passes its input through (LayerPlan::absorbed).
 //
 // Each layer is its type's (layer_registry.h) CPU layer or CUDA twin; a spec naming a CPU-only
 // type is refused on CUDA before any device work.

@@ -82,22 +82,26 @@ struct LayerPlan {
   // gradient to (a language model's output head tied to its token embedding); -1: none. The
   // planner of the type sets it (LayerCheck::earlier); the model binds it (Layer::bind_tied).
   int tied = -1;
-  // Set by the model on a CPU convolution directly followed by a ReLU, and on a CPU max-pool with
-  // a blocked input directly followed by one: the layer applies the ReLU in its forward pass (and
-  // masks its incoming gradient by it), and the ReLU layer passes its input through (model.h).
+  // The CPU planner's marks (cpu_plan.h), each set where the layer types' plan hooks agree
+  // (layer_registry.h); on CUDA all stay unset. fused_relu: the layer applies the ReLU after it in
+  // its forward pass and masks its incoming gradient by it (a convolution, a max-pool on blocked
+  // input).
   bool fused_relu = false;
-  // Set by the model on CPU layers whose input (and its gradient) / output (and its gradient)
-  // stay in oneDNN's 16-channel blocks (aBcd16b, the same size as NHWC) between a convolution
-  // or max-pool and the next, ReLUs between them included (model.h): oneDNN's convolutions
-  // choose that layout themselves on AVX-512, and every reorder to and from NHWC is spared.
+  // The layer's input (and its gradient) / output (and its gradient) stay in oneDNN's 16-channel
+  // blocks (aBcd16b, the same size as NHWC) between a layer that hands them on and the next that
+  // takes them, layout-agnostic layers (ReLUs) between them included: oneDNN's convolutions choose
+  // that layout themselves on AVX-512, and every reorder to and from NHWC is spared.
   bool in_blocked16 = false;
   bool out_blocked16 = false;
-  // Set by the model on a CPU first-layer convolution over one input channel that runs the
-  // max-pool after it (window fused_pool_k; 0: none) in its own kernel (kernels/conv_pool.h), and
-  // that pool's fused ReLU (fused_pool_relu): the convolution's output is then the pool's, in the
-  // pool's layout (out_blocked16), and the pool layer passes its input through (model.h).
-  int fused_pool_k = 0;
-  bool fused_pool_relu = false;
+  // The plans of the layers after this one that it runs in its own kernel, in order (the first
+  // convolution's max-pool, with that pool's fused_relu); its output is then the last one's, in
+  // that one's layout (out_blocked16). Whole plans rather than fields of the fusing type's own (a
+  // pool's window), so LayerPlan needs no field per fusion and a registered type's fusion carries
+  // what it needs the same way.
+  std::vector<LayerPlan> fused_next;
+  // An earlier layer does this one's work (its activation was fused there, or the layer is in that
+  // one's fused_next): the model gives it a PassThroughLayer.
+  bool absorbed = false;
 };
 
 // Resolves shapes through the layers for an input sample shape and the data's output width;

@@ -46,76 +46,8 @@ bool onednn_backward_suits(const LayerPlan& p) {
   return p.in[2] >= kOnednnBackwardMinChannels || kernels::onednn_avx512();
 }
 
-class Conv2dLayer : public Layer {
- public:
-  Conv2dLayer(const LayerPlan& plan, bool onednn)
-      : Layer(plan),
-        onednn_forward_(onednn),
-        onednn_backward_(onednn && onednn_backward_suits(plan)),
-        winograd_(onednn_forward_ && onednn_backward_ && plan.in_blocked16 && plan.out_blocked16 &&
-                  cpu_conv() == CpuConv::automatic && kernels::winograd_preferred(shape(1))) {}
-  // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it; with a
-  // fused pool, the per-image partial gradients.
-  size_t workspace_floats(int batch) const override {
-    if (plan_.fused_pool_k > 0) return kernels::conv_pool_scratch_floats(pool_shape(batch));
-    return blas_workspace(batch) + (plan_.fused_relu ? static_cast<size_t>(batch) * out_size() : 0);
-  }
-  void reserve(int max_batch) override {
-    if (plan_.fused_pool_k == 0) return;
-    const kernels::ConvPoolShape s = pool_shape(max_batch);
-    argmax_.resize(static_cast<size_t>(max_batch) * s.out_h() * s.out_w() * s.conv.c_out);
-  }
-  void forward(int batch, const float* x, float* y, float* workspace) override {
-    if (plan_.fused_pool_k > 0)
-      kernels::conv_pool_forward_cpu(pool_shape(batch), x, params_, bias(params_), y,
-                                     argmax_.data());
-    else if (winograd_)
-      kernels::winograd_forward_cpu(shape(batch), x, params_, bias(params_), y);
-    else if (onednn_forward_)
-      kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y, conv2d_io(plan_));
-    else
-      kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
-  }
-  void backward(int batch, const float* x, const float* y, const float* dy, float* dx,
-                float* workspace) override {
-    if (plan_.fused_pool_k > 0) {
-      if (dx != nullptr) throw Error("conv: a fused max-pool is only planned for a first layer");
-      kernels::conv_pool_backward_cpu(pool_shape(batch), x, dy, argmax_.data(), grads_,
-                                      bias(grads_), workspace);
-      return;
-    }
-    if (plan_.fused_relu) {
-      // dy is the gradient after the fused ReLU: zero it where the ReLU blocked (y = 0).
-      float* masked = workspace + blas_workspace(batch);
-      kernels::relu_backward_cpu(y, dy, masked, static_cast<size_t>(batch) * out_size());
-      dy = masked;
-    }
-    if (winograd_)
-      kernels::winograd_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
-    else if (onednn_backward_)
-      kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
-                                      conv2d_io(plan_));
-    else
-      kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
-                                   workspace);
-  }
-
- private:
-  float* bias(float* base) const { return base + bias_offset(plan_); }
-  kernels::Conv2dShape shape(int batch) const { return conv2d_cpu_shape(plan_, batch); }
-  kernels::ConvPoolShape pool_shape(int batch) const {
-    return {shape(batch), plan_.fused_pool_k, plan_.fused_pool_relu, plan_.out_blocked16};
-  }
-  size_t blas_workspace(int batch) const {
-    return onednn_forward_ && onednn_backward_ ? 0 : kernels::conv2d_workspace_floats(shape(batch));
-  }
-  bool onednn_forward_, onednn_backward_;
-  bool winograd_;  // kernels/winograd.h for every pass, on the blocked activations
-  std::vector<int8_t> argmax_;  // with a fused pool: the forward's window positions
-};
-
-}  // namespace
-
+// The CPU layer's shape, with its fused ReLU, and its oneDNN activation layouts
+// (LayerPlan::in_blocked16 / out_blocked16; the algorithm chosen by LOCKSTEP_CPU_CONV).
 kernels::Conv2dShape conv2d_cpu_shape(const LayerPlan& p, int batch) {
   kernels::Conv2dShape s = conv2d_shape(p, batch);
   s.relu = p.fused_relu;
@@ -126,6 +58,9 @@ kernels::Conv2dIo conv2d_io(const LayerPlan& p) {
   return {p.in_blocked16, p.out_blocked16, cpu_conv() == CpuConv::direct};
 }
 
+// Whether the CPU layer (oneDNN, CpuKernels::best) runs with the blocked activations its plan asks
+// for without reordering them: oneDNN chooses those layouts itself, at batch 1 and max_batch. The
+// conv type's hands_on_blocked16 and takes_blocked16 hooks.
 bool conv2d_keeps_blocked16(const LayerPlan& p, int max_batch) {
   // Both passes must run on oneDNN for the blocked activations to reach it.
   if (!kernels::onednn_built() || !onednn_backward_suits(p)) return false;
@@ -133,6 +68,118 @@ bool conv2d_keeps_blocked16(const LayerPlan& p, int max_batch) {
     if (!kernels::conv2d_onednn_blocked16(conv2d_cpu_shape(p, n), conv2d_io(p))) return false;
   return true;
 }
+
+// The max-pool a first convolution runs in its own kernel (LayerPlan::fused_next, cpu_plan.h): its
+// window (0: none) and its fused ReLU, read from the pool's plan through the pool type's hook.
+struct FusedPool {
+  int k = 0;
+  bool relu = false;
+};
+FusedPool fused_pool(const LayerPlan& p) {
+  if (p.fused_next.empty()) return {};
+  const LayerPlan& pool = p.fused_next.front();
+  return {find_layer_type(pool.spec.type).max_pool_window(pool), pool.fused_relu};
+}
+
+// The algorithm of each pass is chosen once, here, from the plan and the build (member pointers to
+// one function per algorithm): a step makes no choice. In order of precedence: a fused max-pool
+// (every pass in kernels/conv_pool.h); Lockstep's Winograd (both passes, on blocked activations,
+// where winograd_preferred); oneDNN; OpenBLAS (the backward pass alone where oneDNN does not suit
+// it, onednn_backward_suits).
+class Conv2dLayer : public Layer {
+ public:
+  Conv2dLayer(const LayerPlan& plan, bool onednn) : Layer(plan), pool_(fused_pool(plan)) {
+    const bool onednn_backward = onednn && onednn_backward_suits(plan);
+    blas_workspace_ = !(onednn && onednn_backward);
+    if (onednn) io_ = conv2d_io(plan);
+    if (pool_.k > 0) {
+      forward_ = &Conv2dLayer::forward_conv_pool;
+      backward_ = &Conv2dLayer::backward_conv_pool;
+    } else if (onednn && onednn_backward && plan.in_blocked16 && plan.out_blocked16 &&
+               cpu_conv() == CpuConv::automatic && kernels::winograd_preferred(shape(1))) {
+      forward_ = &Conv2dLayer::forward_winograd;
+      backward_ = &Conv2dLayer::backward_winograd;
+    } else {
+      forward_ = onednn ? &Conv2dLayer::forward_onednn : &Conv2dLayer::forward_blas;
+      backward_ = onednn_backward ? &Conv2dLayer::backward_onednn : &Conv2dLayer::backward_blas;
+    }
+  }
+  // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it; with a
+  // fused pool, the per-image partial gradients.
+  size_t workspace_floats(int batch) const override {
+    if (pool_.k > 0) return kernels::conv_pool_scratch_floats(pool_shape(batch));
+    return blas_workspace(batch) + (plan_.fused_relu ? static_cast<size_t>(batch) * out_size() : 0);
+  }
+  void reserve(int max_batch) override {
+    if (pool_.k == 0) return;
+    const kernels::ConvPoolShape s = pool_shape(max_batch);
+    argmax_.resize(static_cast<size_t>(max_batch) * s.out_h() * s.out_w() * s.conv.c_out);
+  }
+  void forward(int batch, const float* x, float* y, float* workspace) override {
+    (this->*forward_)(batch, x, y, workspace);
+  }
+  void backward(int batch, const float* x, const float* y, const float* dy, float* dx,
+                float* workspace) override {
+    if (plan_.fused_relu) {
+      // dy is the gradient after the fused ReLU: zero it where the ReLU blocked (y = 0). (Never
+      // with a fused pool: the first convolution fuses one or the other.)
+      float* masked = workspace + blas_workspace(batch);
+      kernels::relu_backward_cpu(y, dy, masked, static_cast<size_t>(batch) * out_size());
+      dy = masked;
+    }
+    (this->*backward_)(batch, x, dy, dx, workspace);
+  }
+
+ private:
+  using Forward = void (Conv2dLayer::*)(int, const float*, float*, float*);
+  using Backward = void (Conv2dLayer::*)(int, const float*, const float*, float*, float*);
+
+  void forward_conv_pool(int batch, const float* x, float* y, float*) {
+    kernels::conv_pool_forward_cpu(pool_shape(batch), x, params_, bias(params_), y, argmax_.data());
+  }
+  void backward_conv_pool(int batch, const float* x, const float* dy, float* dx, float* workspace) {
+    if (dx != nullptr) throw Error("conv: a fused max-pool is only planned for a first layer");
+    kernels::conv_pool_backward_cpu(pool_shape(batch), x, dy, argmax_.data(), grads_, bias(grads_),
+                                    workspace);
+  }
+  void forward_winograd(int batch, const float* x, float* y, float*) {
+    kernels::winograd_forward_cpu(shape(batch), x, params_, bias(params_), y);
+  }
+  void backward_winograd(int batch, const float* x, const float* dy, float* dx, float*) {
+    kernels::winograd_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+  }
+  void forward_onednn(int batch, const float* x, float* y, float*) {
+    kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y, io_);
+  }
+  void backward_onednn(int batch, const float* x, const float* dy, float* dx, float*) {
+    kernels::conv2d_backward_onednn(shape(batch), x, params_, dy, dx, grads_, bias(grads_), io_);
+  }
+  void forward_blas(int batch, const float* x, float* y, float* workspace) {
+    kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
+  }
+  void backward_blas(int batch, const float* x, const float* dy, float* dx, float* workspace) {
+    kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
+                                 workspace);
+  }
+
+  float* bias(float* base) const { return base + bias_offset(plan_); }
+  kernels::Conv2dShape shape(int batch) const { return conv2d_cpu_shape(plan_, batch); }
+  kernels::ConvPoolShape pool_shape(int batch) const {
+    return {shape(batch), pool_.k, pool_.relu, plan_.out_blocked16};
+  }
+  size_t blas_workspace(int batch) const {
+    return blas_workspace_ ? kernels::conv2d_workspace_floats(shape(batch)) : 0;
+  }
+
+  FusedPool pool_;
+  bool blas_workspace_ = false;  // a pass runs on OpenBLAS, which takes its im2col matrix there
+  kernels::Conv2dIo io_;         // oneDNN's activation layouts (and LOCKSTEP_CPU_CONV=direct)
+  Forward forward_ = nullptr;
+  Backward backward_ = nullptr;
+  std::vector<int8_t> argmax_;  // with a fused pool: the forward's window positions
+};
+
+}  // namespace
 
 LayerType conv_layer_type() {
   LayerType t;
@@ -180,6 +227,29 @@ LayerType conv_layer_type() {
     return std::make_unique<Conv2dLayer>(p, k == CpuKernels::best && kernels::onednn_built());
   };
   t.make_cuda = make_conv_cuda;
+  // Plan hooks (cpu_plan.h). A ReLU after it runs in its own pass on either kernel set (a oneDNN
+  // post-op, or the OpenBLAS twin's bias pass): no extra pass over its output, and its backward
+  // pass masks the incoming gradient. (A ReLU before a max-pool has moved after it by then, where
+  // it runs on a quarter of the values: cheaper than fusing it here.)
+  t.fuses_activation = [](const LayerPlan&, Activation a) { return a == Activation::relu; };
+  // The activations between convolutions and max-pools stay in oneDNN's 16-channel blocks where
+  // its convolutions choose that layout themselves (AVX-512, channels a multiple of 16; a
+  // one-channel first layer's output too): every reorder to and from NHWC is spared (the first
+  // convolution's two were 0.47 + 0.72 ms of a 13.7 ms step at batch 64 a rank, AVX-512 VM,
+  // 2026-11-26), and with blocked activations on both sides oneDNN, or our Winograd, may take
+  // a 3x3 convolution.
+  t.hands_on_blocked16 = conv2d_keeps_blocked16;
+  t.takes_blocked16 = conv2d_keeps_blocked16;
+  // On AVX-512 a first convolution over one input channel and the max-pool after it run as one
+  // kernel (kernels/conv_pool.h: the convolution's full-resolution output, 64 x 28x28x32 floats a
+  // rank-step in the CNN, is never written), the pool's fused ReLU with them. The kernel computes
+  // no input gradient, hence `first`; a convolution that fused a ReLU itself keeps it.
+  t.fuses_next = [](const LayerPlan& p, const LayerPlan& next, bool first) {
+    if (!first || p.fused_relu || !kernels::conv_pool_fast()) return false;
+    const LayerType& next_type = find_layer_type(next.spec.type);
+    const int k = next_type.max_pool_window ? next_type.max_pool_window(next) : 0;
+    return k > 0 && kernels::conv_pool_supported(conv2d_cpu_shape(p, 1), k);
+  };
   t.forward_flops = [](const LayerPlan& p) {
     const double k = p.spec.args[0];
     return 2.0 * p.out[0] * p.out[1] * p.out[2] * k * k * p.in.back();

@@ -1,8 +1,10 @@
 // The convolution layer type: "convKxK:channels[:stride]", a K x K convolution over NHWC images
 // with zero padding K/2 and weights HWIO then a bias per output channel. Its args are {K, channels,
-// stride}. conv.cpp holds the CPU layer (OpenBLAS im2col + GEMM, or oneDNN) and the type's record;
-// conv_cuda.cu the CUDA twin (fp32, or bf16 GEMMs), conv_cuda_stub.cpp its stand-in in a build
-// without CUDA. Stateless functions; the layers are used by one thread at a time.
+// stride}. conv.cpp holds the CPU layer (OpenBLAS im2col + GEMM, oneDNN, our Winograd, or the
+// fused first conv + max-pool; chosen once, when the layer is built) and the type's record with
+// its plan hooks (cpu_plan.h); conv_cuda.cu the CUDA twin (fp32, or bf16 GEMMs),
+// conv_cuda_stub.cpp its stand-in in a build without CUDA. Stateless functions; the layers are
+// used by one thread at a time.
 // No collective calls.
 #pragma once
 
@@ -28,15 +30,6 @@ inline kernels::Conv2dShape conv2d_shape(const LayerPlan& p, int batch) {
   s.pad_h = s.pad_w = p.spec.args[0] / 2;
   return s;
 }
-
-// The CPU layer's: the shape with its fused ReLU, and the oneDNN activation layouts
-// (LayerPlan::in_blocked16 / out_blocked16; the algorithm chosen by LOCKSTEP_CPU_CONV,
-// conv.cpp; a bad value throws UsageError).
-kernels::Conv2dShape conv2d_cpu_shape(const LayerPlan& p, int batch);
-kernels::Conv2dIo conv2d_io(const LayerPlan& p);
-// Whether the CPU layer (oneDNN, CpuKernels::best) runs with the blocked activations its plan
-// asks for without reordering them: oneDNN chooses those layouts itself, at batch 1 and max_batch.
-bool conv2d_keeps_blocked16(const LayerPlan& p, int max_batch);
 
 std::unique_ptr<Layer> make_conv_cuda(const LayerPlan& plan, const CudaLayerPlacement& where);
 

@@ -32,6 +32,10 @@ LayerType relu_layer_type() {
     return std::make_unique<ReluLayer>(p);
   };
   t.make_cuda = make_relu_cuda;
+  // Plan hooks (cpu_plan.h): the layer before it may apply it (a convolution, a blocked max-pool),
+  // a max-pool after it may run first, and it is elementwise, so blocked activations pass through.
+  t.activation = Activation::relu;
+  t.layout_agnostic = true;
   return t;
 }
 
