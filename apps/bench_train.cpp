@@ -48,7 +48,8 @@ namespace po = boost::program_options;
 // defaults and refusals (train_options.h).
 const std::vector<std::string> kTrainOptions = {
     "model",     "global-batch", "device",       "precision",   "data-in-memory-mb",
-    "threads",   "optimizer",    "weight-decay", "clip-norm",   "cuda-graphs"};
+    "threads",   "optimizer",    "weight-decay", "clip-norm",   "cuda-graphs",
+    "zero"};
 
 struct Options {
   TrainOptions train;  // kTrainOptions
@@ -290,6 +291,12 @@ int run_train_bench(int argc, char** argv, const World& world) {
       std::printf("# CUDA graphs %s: %lld of %lld steps replayed from a graph\n",
                   c.cuda_graphs ? "on" : "off", static_cast<long long>(trainer.captured_steps()),
                   static_cast<long long>(total_steps));
+    const Trainer::MemoryUse mem = trainer.memory_use();
+    std::printf("# memory per rank: %s\n", trainer.memory_text().c_str());
+    std::printf("param_bytes=%llu grad_bytes=%llu optimizer_state_bytes=%llu\n",
+                static_cast<unsigned long long>(mem.params),
+                static_cast<unsigned long long>(mem.grads),
+                static_cast<unsigned long long>(mem.state));
     // The mean counts every stall; the median's rate is what a quiet machine sustains.
     std::printf("samples_per_second=%.1f samples_per_second_at_median=%.1f\n", sps,
                 static_cast<double>(global_batch) / median(step));

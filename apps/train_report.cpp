@@ -75,6 +75,7 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
                static_cast<long long>(t.total_steps()), optimizer_name(c.optimizer.kind),
                t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
                lr_schedule_name(c.lr_schedule));
+  std::fprintf(stderr, "memory per rank: %s\n", t.memory_text().c_str());
   std::fprintf(stderr,
                "deadlines: a collective %g s (--timeout); start-up, the first %lld steps and the "
                "first evaluation %g s (--startup-timeout)\n",

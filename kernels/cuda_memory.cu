@@ -61,6 +61,13 @@ void cuda_copy_to_device_async(void* device_dst, const void* host_src, size_t by
   LS_CHECK_CUDA(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
 }
 
+void cuda_copy_on_device_async(void* device_dst, const void* device_src, size_t bytes,
+                               cudaStream_t stream) {
+  if (bytes == 0) return;
+  LS_CHECK_CUDA(
+      cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
 void cuda_copy_to_host_async(void* host_dst, const void* device_src, size_t bytes,
                              cudaStream_t stream) {
   if (bytes == 0) return;

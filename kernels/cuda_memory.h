@@ -39,6 +39,9 @@ void cuda_copy_to_device_async(void* device_dst, const void* host_src, size_t by
                                cudaStream_t stream);
 void cuda_copy_to_host_async(void* host_dst, const void* device_src, size_t bytes,
                              cudaStream_t stream);
+// Device to device, enqueued on `stream`.
+void cuda_copy_on_device_async(void* device_dst, const void* device_src, size_t bytes,
+                               cudaStream_t stream);
 
 // Events order one stream after work queued on another without blocking the host (a batch copied
 // on the copy stream before the compute stream reads it). Created without timing.

@@ -18,6 +18,9 @@ void cuda_host_free(void*) noexcept {}
 void cuda_copy_to_device_async(void*, const void*, size_t, cudaStream_t) {
   cuda_not_built("cuda_copy_to_device_async");
 }
+void cuda_copy_on_device_async(void*, const void*, size_t, cudaStream_t) {
+  cuda_not_built("cuda_copy_on_device_async");
+}
 void cuda_copy_to_host_async(void*, const void*, size_t, cudaStream_t) {
   cuda_not_built("cuda_copy_to_host_async");
 }

@@ -84,13 +84,13 @@ TEST(ConfigTable, RecordKeepsTheKeysCheckpointsHaveAlwaysHad) {
         "lr=0.001",         "lr_schedule=constant", "warmup_steps=0",   "min_lr=0",
         "lr_scaling=none",  "base_batch=256",       "global_batch=128", "epochs=5",
         "steps=0",          "grad_accum=1",         "seed=0",           "shuffle=1",
-        "drop_remainder=1", "clip_norm=0"}) {
+        "drop_remainder=1", "clip_norm=0",          "zero=0"}) {
     std::string needle = "\n";
     needle += line;
     needle += '\n';
     EXPECT_NE(framed.find(needle), std::string::npos) << line << " missing from:\n" << record;
   }
-  EXPECT_EQ(std::count(record.begin(), record.end(), '\n'), 26) << record;
+  EXPECT_EQ(std::count(record.begin(), record.end(), '\n'), 27) << record;
 }
 
 }  // namespace

@@ -62,13 +62,20 @@ size_t bucket_bytes_from_mb(double mb) {
 }
 
 BucketReducer::BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire,
-                             DeviceKind grads_on, cudaStream_t stream)
+                             DeviceKind grads_on, cudaStream_t stream, bool sharded)
     : comm_(comm),
       buckets_(std::move(buckets)),
       wire_(wire),
       grads_on_(grads_on),
       stream_(stream),
-      staged_(grads_on == DeviceKind::cuda && !comm.device_buffers()) {
+      staged_(grads_on == DeviceKind::cuda && !comm.device_buffers()),
+      sharded_(sharded) {
+  if (sharded_)
+    for (const Bucket& k : buckets_)
+      if (k.count % static_cast<size_t>(comm_.size()) != 0)
+        throw Error("BucketReducer: a sharded bucket of " + std::to_string(k.count) +
+                    " elements does not divide by the " + std::to_string(comm_.size()) +
+                    " ranks (the model's layout is padded for sharding: ModelPlacement)");
   // Buckets run from the end of the buffer down: the first one reaches its end.
   const size_t total = buckets_.empty() ? 0 : buckets_.front().offset + buckets_.front().count;
   if (wire_ == Precision::bf16) wire_copy_ = Buffer<uint16_t>(grads_on_, total);
@@ -88,6 +95,18 @@ size_t BucketReducer::wire_bytes() const {
 void* BucketReducer::wire_ptr(const Bucket& k) {
   if (wire_ == Precision::bf16) return wire_copy_.data() + k.offset;
   return grads_ + k.offset;
+}
+
+std::pair<size_t, size_t> BucketReducer::reduced_part(const Bucket& k) const {
+  if (!sharded_) return {k.offset, k.count};
+  const size_t block = k.count / static_cast<size_t>(comm_.size());
+  return {k.offset + static_cast<size_t>(comm_.rank()) * block, block};
+}
+
+std::vector<std::pair<size_t, size_t>> BucketReducer::shard() const {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const Bucket& k : buckets_) out.push_back(reduced_part(k));
+  return out;
 }
 
 void BucketReducer::start_step(float* grads, bool captured) {
@@ -124,6 +143,13 @@ void BucketReducer::launch(size_t b) {
     unsigned char* host = host_mirror_.data() + k.offset * wire_bytes();
     kernels::cuda_copy_to_host(host, buf, k.count * wire_bytes());
     buf = host;
+  }
+  if (sharded_) {
+    // In place: this rank's block of the bucket receives the sums of that block.
+    const size_t block = k.count / static_cast<size_t>(comm_.size());
+    void* own = static_cast<unsigned char*>(buf) + static_cast<size_t>(comm_.rank()) * block * wire_bytes();
+    pending_.push_back(comm_.reduce_scatter_async(buf, own, block, type, ReduceOp::sum));
+    return;
   }
   pending_.push_back(comm_.all_reduce_async(buf, buf, k.count, type, ReduceOp::sum));
 }
@@ -170,16 +196,18 @@ void BucketReducer::join() {
 }
 
 void BucketReducer::cast_back() {
-  for (const Bucket& k : buckets_) {
-    if (staged_ && !captured_)
-      kernels::cuda_copy_to_device(wire_ptr(k), host_mirror_.data() + k.offset * wire_bytes(),
-                                   k.count * wire_bytes());
+  for (const Bucket& whole : buckets_) {
+    const auto [offset, count] = reduced_part(whole);
+    if (staged_ && !captured_) {
+      const Bucket part{offset, count, whole.first_layer, whole.last_layer};
+      kernels::cuda_copy_to_device(wire_ptr(part), host_mirror_.data() + offset * wire_bytes(),
+                                   count * wire_bytes());
+    }
     if (wire_ != Precision::bf16) continue;
     if (grads_on_ == DeviceKind::cuda)
-      kernels::cast_bf16_to_f32_cuda(wire_copy_.data() + k.offset, grads_ + k.offset, k.count,
-                                     stream_);
+      kernels::cast_bf16_to_f32_cuda(wire_copy_.data() + offset, grads_ + offset, count, stream_);
     else
-      kernels::cast_bf16_to_f32_cpu(wire_copy_.data() + k.offset, grads_ + k.offset, k.count);
+      kernels::cast_bf16_to_f32_cpu(wire_copy_.data() + offset, grads_ + offset, count);
   }
 }
 

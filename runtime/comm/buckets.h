@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda_stream.h"
@@ -51,13 +52,19 @@ size_t bucket_bytes_from_mb(double mb);
 // that takes host buffers gets each bucket copied down into a host mirror when it starts (a
 // synchronous copy, after the stream's work) and copied back up in wait_all.
 //
+// Sharded (ZeRO, DESIGN.md decision 19): each bucket is reduce-scattered instead of all-reduced,
+// every bucket cut into size() equal blocks, block r the slice rank r owns; after wait_all() only
+// this rank's blocks (shard()) hold the sums, the rest of the buffer its own gradients. Every
+// bucket's count must divide by size() (Error otherwise: the model pads its layout for it).
+//
 // The communicator outlives the reducer. A reducer that orders the communicator after `stream`
 // clears that again when it is destroyed (set_compute_stream(nullptr)), since the stream may be
 // destroyed next while the communicator lives on.
 class BucketReducer {
  public:
   BucketReducer(Communicator& comm, std::vector<Bucket> buckets, Precision wire = Precision::fp32,
-                DeviceKind grads_on = DeviceKind::cpu, cudaStream_t stream = nullptr);
+                DeviceKind grads_on = DeviceKind::cpu, cudaStream_t stream = nullptr,
+                bool sharded = false);
   ~BucketReducer();
   BucketReducer(const BucketReducer&) = delete;
   BucketReducer& operator=(const BucketReducer&) = delete;
@@ -83,6 +90,10 @@ class BucketReducer {
   // error is the one to report). The trainer calls it before rethrowing. Never throws.
   void drain() noexcept;
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  bool sharded() const { return sharded_; }
+  // This rank's block of every bucket, in bucket order: the (offset, count) ranges of the flat
+  // buffer a sharded reduction leaves summed here; every bucket whole when not sharded.
+  std::vector<std::pair<size_t, size_t>> shard() const;
 
  private:
   void launch(size_t b);
@@ -92,6 +103,9 @@ class BucketReducer {
   // Where bucket b's reduction reads and writes (grads or the bf16 copy), and its element size.
   void* wire_ptr(const Bucket& k);
   size_t wire_bytes() const;
+  // The part of bucket k that holds the reduced values after its reduction: all of it, or this
+  // rank's block when sharded.
+  std::pair<size_t, size_t> reduced_part(const Bucket& k) const;
 
   Communicator& comm_;
   std::vector<Bucket> buckets_;
@@ -100,6 +114,7 @@ class BucketReducer {
   cudaStream_t stream_;
   bool staged_ = false;  // device gradients over a host-buffer communicator
   bool orders_comm_ = false;  // this reducer set the communicator's compute stream
+  bool sharded_ = false;      // reduce-scatter (ZeRO) instead of all-reduce
   float* grads_ = nullptr;
   bool captured_ = false;  // the step in progress is captured (start_step)
   size_t next_ = 0;  // buckets [0, next_) have started

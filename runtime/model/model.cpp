@@ -63,6 +63,9 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   const DeviceKind where = placement_.device;
   if (where == DeviceKind::cuda) check_cuda_layers(plan_);
   if (where == DeviceKind::cpu) plan_cpu(plan_, max_batch, placement_.cpu_kernels);
+  // Layer ranges start at multiples of `align`: 256 bytes, times the ranks when sharded (ZeRO),
+  // so that every bucket (whole layers) divides into the ranks' equal blocks of whole cache lines.
+  const size_t align = kParamAlignFloats * static_cast<size_t>(std::max(placement_.shard_ranks, 1));
   size_t total = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {
     if (plan_[i].absorbed)  // an earlier layer does its work (cpu_plan.h)
@@ -73,11 +76,13 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
                             : make_cpu_layer(plan_[i], placement_.cpu_kernels));
     span_names_.push_back(find_layer_type(plan_[i].spec.type).span());
     if (plan_[i].params == 0) continue;
-    total = (total + kParamAlignFloats - 1) / kParamAlignFloats * kParamAlignFloats;
+    total = (total + align - 1) / align * align;
     ranges_.push_back({total, plan_[i].params, static_cast<int>(i)});
     total += plan_[i].params;
     trainable_ += plan_[i].params;
   }
+  // Sharded: the end too, so that the last layer's span divides by the ranks like the others.
+  if (placement_.shard_ranks > 1) total = (total + align - 1) / align * align;
   params_ = Buffer<float>(where, total);
   grads_ = Buffer<float>(where, total);
   for (const ParamRange& r : ranges_)

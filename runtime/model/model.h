@@ -75,6 +75,10 @@ struct ModelPlacement {
   // host's time to enqueue a kernel no longer delays the device: a layer that times its kernel
   // choices counts the device's time alone.
   bool graphs = false;
+  // ZeRO (DESIGN.md decision 19): the ranks the gradient buckets are shared out among; > 1 aligns
+  // every layer range, and the buffers' end, to kParamAlignFloats * shard_ranks floats, so that
+  // any bucket of whole layers divides into equal blocks. 1: the unsharded layout.
+  int shard_ranks = 1;
 };
 
 // Layer ranges start at multiples of this many floats (256 bytes).

@@ -65,6 +65,33 @@ Optimizer::Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKi
   }
   pieces_ = {{0, n_, true}};
   whole_ = {{0, n_, true}};
+  segments_ = {{0, 0, n_}};
+  build_runs();
+}
+
+void Optimizer::set_segments(std::vector<Segment> segments) {
+  size_t at = 0;
+  for (const Segment& s : segments) {
+    if (s.state != at)
+      throw std::invalid_argument("Optimizer::set_segments: a segment starts at state offset " +
+                                  std::to_string(s.state) + ", expected " + std::to_string(at));
+    at += s.count;
+  }
+  if (at != n_)
+    throw std::invalid_argument("Optimizer::set_segments: the segments cover " +
+                                std::to_string(at) + " of " + std::to_string(n_) + " state values");
+  segments_ = std::move(segments);
+  build_runs();
+}
+
+void Optimizer::build_runs() {
+  runs_.clear();
+  for (const Segment& s : segments_)
+    for (const Piece& p : update_pieces()) {
+      const size_t begin = std::max(p.begin, s.state), end = std::min(p.end, s.state + s.count);
+      if (begin < end) runs_.push_back({s.flat + (begin - s.state), begin, end - begin, p.decay});
+    }
+  if (runs_.empty()) runs_.push_back({0, 0, 0, true});  // an empty buffer: one empty call, as before
 }
 
 Optimizer::~Optimizer() {
@@ -100,6 +127,7 @@ void Optimizer::set_decay_ranges(const ParamRanges& ranges) {
     at = pieces_.back().end;
   }
   if (at < n_ || pieces_.empty()) pieces_.push_back({at, n_, false});
+  build_runs();
 }
 
 namespace {
@@ -130,29 +158,29 @@ kernels::AdamOptions adam_options(const OptimizerConfig& c, float lr, int64_t st
 
 void Optimizer::step(float* params, const float* grads, float lr) {
   ++steps_;
-  switch (config_.kind) {
-    case OptimizerKind::sgd:
-    case OptimizerKind::momentum: {
-      const kernels::SgdOptions o = sgd_options(config_, lr);
-      float* velocity = a_.empty() ? nullptr : a_.data();
-      if (device_ == DeviceKind::cuda)
-        kernels::sgd_update_cuda(o, params, grads, velocity, n_, stream_);
-      else
-        kernels::sgd_update_cpu(o, params, grads, velocity, n_);
-      break;
-    }
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw: {
-      for (const Piece& piece : update_pieces()) {
-        const kernels::AdamOptions o = adam_options(config_, lr, steps_, piece.decay);
-        const size_t at = piece.begin, len = piece.end - piece.begin;
+  for (const Run& r : runs_) {
+    float* a = a_.empty() ? nullptr : a_.data() + r.state;
+    switch (config_.kind) {
+      case OptimizerKind::sgd:
+      case OptimizerKind::momentum: {
+        const kernels::SgdOptions o = sgd_options(config_, lr);
         if (device_ == DeviceKind::cuda)
-          kernels::adam_update_cuda(o, params + at, grads + at, a_.data() + at, b_.data() + at,
-                                    len, stream_);
+          kernels::sgd_update_cuda(o, params + r.flat, grads + r.flat, a, r.count, stream_);
         else
-          kernels::adam_update_cpu(o, params + at, grads + at, a_.data() + at, b_.data() + at, len);
+          kernels::sgd_update_cpu(o, params + r.flat, grads + r.flat, a, r.count);
+        break;
       }
-      break;
+      case OptimizerKind::adam:
+      case OptimizerKind::adamw: {
+        const kernels::AdamOptions o = adam_options(config_, lr, steps_, r.decay);
+        if (device_ == DeviceKind::cuda)
+          kernels::adam_update_cuda(o, params + r.flat, grads + r.flat, a, b_.data() + r.state,
+                                    r.count, stream_);
+        else
+          kernels::adam_update_cpu(o, params + r.flat, grads + r.flat, a, b_.data() + r.state,
+                                   r.count);
+        break;
+      }
     }
   }
 }
@@ -160,31 +188,29 @@ void Optimizer::step(float* params, const float* grads, float lr) {
 void Optimizer::set_captured_lr(float lr) {
   if (device_ != DeviceKind::cuda)
     throw std::logic_error("Optimizer::set_captured_lr: only a device optimizer is captured");
-  const std::vector<Piece>& pieces = update_pieces();
-  const size_t bytes = pieces.size() * sizeof(kernels::UpdateCoefficients);
+  const size_t bytes = runs_.size() * sizeof(kernels::UpdateCoefficients);
   if (captured_host_ == nullptr) {
     captured_host_ = kernels::cuda_host_alloc(bytes);
     captured_device_ = Buffer<unsigned char>(DeviceKind::cuda, bytes);
   }
   auto* c = static_cast<kernels::UpdateCoefficients*>(captured_host_);
   const bool adam = config_.kind == OptimizerKind::adam || config_.kind == OptimizerKind::adamw;
-  for (size_t k = 0; k < pieces.size(); ++k)
-    c[k] = adam ? kernels::adam_coefficients(adam_options(config_, lr, steps_ + 1, pieces[k].decay))
+  for (size_t k = 0; k < runs_.size(); ++k)
+    c[k] = adam ? kernels::adam_coefficients(adam_options(config_, lr, steps_ + 1, runs_[k].decay))
                 : kernels::sgd_coefficients(sgd_options(config_, lr));
 }
 
 void Optimizer::step_captured(float* params, const float* grads, const double* gate, int gates) {
   if (captured_host_ == nullptr)
     throw std::logic_error("Optimizer::step_captured: set_captured_lr() first");
-  const std::vector<Piece>& pieces = update_pieces();
   kernels::cuda_copy_to_device_async(captured_device_.data(), captured_host_,
                                      captured_device_.size(), stream_);
   const auto* c = reinterpret_cast<const kernels::UpdateCoefficients*>(captured_device_.data());
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    const size_t at = pieces[k].begin, len = pieces[k].end - pieces[k].begin;
-    kernels::gated_update_cuda(c + k, gate, gates, params + at, grads + at,
-                               a_.empty() ? nullptr : a_.data() + at,
-                               b_.empty() ? nullptr : b_.data() + at, len, stream_);
+  for (size_t k = 0; k < runs_.size(); ++k) {
+    const Run& r = runs_[k];
+    kernels::gated_update_cuda(c + k, gate, gates, params + r.flat, grads + r.flat,
+                               a_.empty() ? nullptr : a_.data() + r.state,
+                               b_.empty() ? nullptr : b_.data() + r.state, r.count, stream_);
   }
 }
 

@@ -67,7 +67,17 @@ class Optimizer {
   // The parameters adamw decays, as (offset, count) pairs within the buffer; the rest get weight
   // decay 0. Any order; overlaps and adjacent ranges merge. Throws std::invalid_argument when a
   // range ends past the buffer. Ignored by sgd, momentum and adam (their L2 covers everything).
+  // Offsets are the state's (see set_segments).
   void set_decay_ranges(const ParamRanges& ranges);
+
+  // A sharded optimizer (ZeRO, DESIGN.md decision 19): its state [state, state + count) of each
+  // segment belongs to the parameters [flat, flat + count) of the buffers step() is given; the
+  // segments cover the state once, in order. Without segments the state and the buffers share
+  // offsets. Throws std::invalid_argument when the segments do not cover [0, param_count).
+  struct Segment {
+    size_t flat, state, count;
+  };
+  void set_segments(std::vector<Segment> segments);
 
   // One update with learning rate lr; counts it once, whatever the number of ranges. params and
   // grads are in the optimizer's memory.
@@ -104,6 +114,15 @@ class Optimizer {
   // The pieces one update runs over: the whole buffer, or pieces_ for a decaying adamw.
   const std::vector<Piece>& update_pieces() const;
   std::vector<Piece> whole_;
+  // An update's kernel calls: each piece within each segment, at its buffers' offset (flat) and
+  // its state's (state); rebuilt when the pieces or the segments change.
+  struct Run {
+    size_t flat, state, count;
+    bool decay;
+  };
+  std::vector<Segment> segments_;
+  std::vector<Run> runs_;
+  void build_runs();
   Buffer<float> a_, b_;  // velocity (momentum) or m and v (adam, adamw)
   // Captured updates: one coefficient set per update piece, in page-locked host memory (written
   // before each replay) and on the device (the graph's copy of it).

@@ -271,6 +271,11 @@ std::vector<Row> build() {
       "micro-batches per update (global batch / K each), one gradient "
       "all-reduce per update",
       "grad_accum", +[](TrainConfig & c) -> auto& { return c.grad_accum; }, at_least(1)));
+  t.push_back(number<int>(
+      "zero", G::runtime,
+      "ZeRO stage: 0 every rank keeps the whole optimizer state; 1 each rank keeps the state of "
+      "its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered)",
+      "zero", +[](TrainConfig & c) -> auto& { return c.zero; }, at_least(0)));
   t.push_back(number<uint64_t>(
       "seed", G::loop, "seed of the initial parameters and the shuffles", "seed",
       +[](TrainConfig & c) -> auto& { return c.seed; }, at_least(0)));

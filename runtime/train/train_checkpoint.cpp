@@ -1,5 +1,6 @@
 #include "runtime/train/train_checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -70,23 +71,23 @@ void check_resumable(Trainer& t, const CheckpointState& s, const std::string& pa
                      " of an epoch that has only " + std::to_string(t.steps_per_epoch()) + " steps");
 }
 
-void restore_into(Trainer& t, const CheckpointState& s) {
-  // write(): a copy up when the model computes on a GPU.
+// The checkpoint's parameters and optimizer buffers as whole flat buffers of this trainer's
+// layout (its gaps zero), in Optimizer::state() order after the parameters.
+std::vector<std::vector<float>> whole_buffers(Trainer& t, const CheckpointState& s) {
+  const size_t n = t.model().param_count();
+  std::vector<std::vector<float>> out(1, std::vector<float>(n, 0.0f));
   for (const ParamTensorInfo& p : t.model().param_tensors()) {
     const NamedTensor* saved = find_tensor(s.params, p.name);
-    t.model().write_params(p.offset, saved->data.data(), p.count);
+    std::copy_n(saved->data.begin(), p.count, out[0].begin() + static_cast<ptrdiff_t>(p.offset));
   }
-  for_each_state_tensor(parts_of(t), [&](StateBuffer& buf, const ParamTensorInfo& p) {
-    const NamedTensor* saved = find_tensor(s.optimizer, buf.name + "/" + p.name);
-    buf.data->write(saved->data.data(), p.offset, p.count);
-  });
-  t.optimizer().set_steps(static_cast<int64_t>(s.scalars.at("optimizer_steps")));
-  TrainState state;
-  state.epoch = s.epoch;
-  state.step_in_epoch = s.step_in_epoch;
-  state.global_step = s.global_step;
-  state.samples_seen = static_cast<int64_t>(s.scalars.at("samples_seen"));
-  t.restore(state);
+  for (StateBuffer& buf : t.optimizer().state()) {
+    out.emplace_back(n, 0.0f);
+    for (const ParamTensorInfo& p : t.model().param_tensors()) {
+      const NamedTensor* saved = find_tensor(s.optimizer, buf.name + "/" + p.name);
+      std::copy_n(saved->data.begin(), p.count, out.back().begin() + static_cast<ptrdiff_t>(p.offset));
+    }
+  }
+  return out;
 }
 
 std::string seconds_text(Millis t) {
@@ -119,8 +120,10 @@ CheckpointState capture_checkpoint(const TrainingParts& t, int world_size) {
     s.params.push_back({p.name, p.shape,
                         std::vector<float>(params.begin() + static_cast<ptrdiff_t>(p.offset),
                                            params.begin() + static_cast<ptrdiff_t>(p.offset + p.count))});
-  for (StateBuffer& buf : t.optimizer.state()) {
-    const std::vector<float> state = buf.data->to_host();
+  std::vector<StateBuffer> buffers = t.optimizer.state();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    StateBuffer& buf = buffers[i];
+    const std::vector<float> state = t.whole_state ? (*t.whole_state)[i] : buf.data->to_host();
     for (const ParamTensorInfo& p : t.model.param_tensors()) {
       const float* d = state.data() + p.offset;
       s.optimizer.push_back({buf.name + "/" + p.name, p.shape, std::vector<float>(d, d + p.count)});
@@ -133,7 +136,10 @@ CheckpointState capture_checkpoint(const TrainingParts& t, int world_size) {
 }
 
 CheckpointState capture_checkpoint(Trainer& t, int world_size) {
-  return capture_checkpoint(parts_of(t), world_size);
+  const std::vector<std::vector<float>> whole = t.optimizer_state();
+  TrainingParts parts = parts_of(t);
+  parts.whole_state = &whole;
+  return capture_checkpoint(parts, world_size);
 }
 
 uint64_t checkpoint_bytes(const TrainingParts& t) {
@@ -190,16 +196,16 @@ std::string resume_from_checkpoint(Trainer& t, const std::string& path) {
   }
   // Over the trainer's communicator: its ranks, and only they, leave together.
   agree_or_throw(comm, problem.empty(), problem);
-  if (comm.rank() == 0) restore_into(t, s);
-  // Rank 0's restored state to every rank: the parameters, each optimizer buffer, the counters.
-  std::vector<float> params = t.model().params_to_host();
-  comm.broadcast(params.data(), params.size(), DType::f32, 0);
-  t.model().write_params(0, params.data(), params.size());
-  for (StateBuffer& buf : t.optimizer().state()) {
-    std::vector<float> v = buf.data->to_host();
-    comm.broadcast(v.data(), v.size(), DType::f32, 0);
-    buf.data->write(v.data(), 0, v.size());
-  }
+  // Rank 0's checkpoint to every rank, whole: the parameters, each optimizer buffer (which a
+  // sharded optimizer keeps its blocks of), the counters.
+  const size_t buffers = 1 + t.optimizer().state().size();
+  std::vector<std::vector<float>> whole =
+      comm.rank() == 0 ? whole_buffers(t, s)
+                       : std::vector<std::vector<float>>(
+                             buffers, std::vector<float>(t.model().param_count()));
+  for (std::vector<float>& v : whole) comm.broadcast(v.data(), v.size(), DType::f32, 0);
+  t.model().write_params(0, whole[0].data(), whole[0].size());
+  for (size_t i = 1; i < buffers; ++i) t.load_optimizer_state(i - 1, whole[i]);
   int64_t counters[6] = {s.epoch, s.step_in_epoch, s.global_step, s.world_size,
                          static_cast<int64_t>(comm.rank() == 0 ? s.scalars.at("optimizer_steps") : 0),
                          static_cast<int64_t>(comm.rank() == 0 ? s.scalars.at("samples_seen") : 0)};

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/base/communicator.h"
 #include "runtime/train/checkpoint.h"
@@ -43,6 +44,9 @@ struct TrainingParts {
   Optimizer& optimizer;
   int64_t steps_per_epoch;
   int64_t train_rows;
+  // The optimizer's buffers whole (Trainer::optimizer_state), in state() order; null: read from
+  // the optimizer, whose buffers must then be whole (not sharded by --zero).
+  const std::vector<std::vector<float>>* whole_state = nullptr;
 };
 
 // The run's state now (rank-local; parameters are the same on every rank).

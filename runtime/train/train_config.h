@@ -39,6 +39,9 @@ struct TrainConfig {
   int epochs = 5;
   int64_t steps = 0;           // > 0: stop after this many updates (overrides epochs)
   int grad_accum = 1;          // K micro-batches of B/K per update
+  // ZeRO stage (DESIGN.md decision 19): 0 every rank holds the whole optimizer state; 1 each rank
+  // the state of its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered).
+  int zero = 0;
   double bucket_mb = 25;       // gradient bucket size in MiB (0: one all-reduce after backward)
   DeviceKind device = DeviceKind::cpu;            // where the layers compute
   Precision precision = Precision::fp32;          // compute dtype; bf16 needs device cuda

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -81,15 +82,28 @@ void Trainer::build() {
                      {shape_size(input), m.outputs, rows, m.classification, positions});
   // CUDA graphs: the options and the backend decide, so every rank reaches the same answer.
   const bool graphs = config_.device == DeviceKind::cuda && config_.cuda_graphs &&
-                      config_.grad_accum == 1 &&
+                      config_.grad_accum == 1 && config_.zero == 0 &&
                       (grad_comm_.capturable() || grad_comm_.size() == 1);
   ModelPlacement place = m.step->placement(config_.precision);
   place.graphs = graphs;
+  place.shard_ranks = config_.zero > 0 ? comm_.size() : 1;
   m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
   model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place, positions);
-  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
-                                           place.device, place.stream);
-  optimizer_->set_decay_ranges(matrix_ranges(model_->param_tensors()));  // adamw: matrices only
+  m.reducer = std::make_unique<BucketReducer>(
+      grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
+      config_.grad_reduce_dtype, place.device, place.stream, config_.zero > 0);
+  const ParamRanges decayed = matrix_ranges(model_->param_tensors());  // adamw: matrices only
+  if (config_.zero > 0) {
+    m.zero = std::make_unique<ZeroShard>(grad_comm_, comm_, *m.reducer, place.device, place.stream);
+    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, m.zero->owned(), place.device,
+                                             place.stream);
+    optimizer_->set_segments(m.zero->segments());
+    optimizer_->set_decay_ranges(m.zero->to_compact(decayed));
+  } else {
+    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
+                                             place.device, place.stream);
+    optimizer_->set_decay_ranges(decayed);
+  }
   if (config_.grad_reduce_dtype == Precision::bf16 && grad_comm_.backend() == Backend::nccl &&
       grad_comm_.size() >= 16 && comm_.rank() == 0) {
     LS_LOG(debug) << "--grad-reduce-dtype bf16 over NCCL at " << grad_comm_.size()
@@ -97,9 +111,6 @@ void Trainer::build() {
                   << grad_comm_.size() - 1 << " times), so the reduced gradient carries more "
                      "rounding than at a few ranks; fp32 on the wire keeps it exact to fp32";
   }
-  m.reducer = std::make_unique<BucketReducer>(
-      grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
-      config_.grad_reduce_dtype, place.device, place.stream);
 
   if (graphs && m.step->graphs() != nullptr && m.reducer->capturable())
     m.graphs = std::make_unique<GraphRunner>(*m.step->graphs(), place.stream, comm_, grad_comm_,
@@ -190,13 +201,61 @@ void Trainer::restore(const TrainState& state) {
   initialized_ = true;
 }
 
+void Trainer::sync_params() {
+  if (impl_->zero) impl_->zero->wait();
+}
+
+std::vector<std::vector<float>> Trainer::optimizer_state() {
+  sync_params();
+  std::vector<std::vector<float>> out;
+  for (StateBuffer& buf : optimizer_->state())
+    out.push_back(impl_->zero ? impl_->zero->full(*buf.data, model_->param_count())
+                              : buf.data->to_host());
+  return out;
+}
+
+void Trainer::load_optimizer_state(size_t index, const std::vector<float>& whole) {
+  std::vector<StateBuffer> state = optimizer_->state();
+  if (index >= state.size() || whole.size() != model_->param_count())
+    throw Error("load_optimizer_state: buffer " + std::to_string(index) + " of " +
+                std::to_string(whole.size()) + " floats does not fit");
+  if (impl_->zero)
+    impl_->zero->take(whole, *state[index].data);
+  else
+    state[index].data->write(whole.data(), 0, whole.size());
+}
+
+Trainer::MemoryUse Trainer::memory_use() {
+  MemoryUse u;
+  u.params = model_->param_count() * sizeof(float);
+  u.grads = u.params;
+  const size_t state_floats = impl_->zero ? impl_->zero->owned() : model_->param_count();
+  u.state = state_floats * sizeof(float) * optimizer_->state().size();
+  return u;
+}
+
+std::string Trainer::memory_text() {
+  const MemoryUse u = memory_use();
+  auto mb = [](uint64_t b) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%.2f MB", static_cast<double>(b) / 1e6);
+    return std::string(t);
+  };
+  std::string text = "parameters " + mb(u.params) + " (fp32, the master weights), gradients " +
+                     mb(u.grads) + ", optimizer state " + mb(u.state);
+  if (impl_->zero) text += " (this rank's 1/" + std::to_string(comm_.size()) + ", --zero 1)";
+  return text;
+}
+
 void Trainer::verify_replicas(const std::string& when) {
+  sync_params();
   check_replicas(comm_, model_->params_to_host(), when);  // a copy down from a GPU
 }
 
 EvalResult Trainer::evaluate() {
   TraceSpan span("evaluate", "evaluation");
   Impl& m = *impl_;
+  sync_params();
   // The first evaluation reads the test split (held in memory: all of it at its first batch).
   const bool first = m.startup.count() > 0 && !m.evaluated;
   if (first) apply_timeout(m.startup);
@@ -238,8 +297,9 @@ void Trainer::save_checkpoint() {
   TraceSpan span("checkpoint", "checkpoint");
   const int64_t step = state_.global_step;
   verify_replicas("before the checkpoint at step " + std::to_string(step));
-  const TrainingParts parts{config_, state_, *model_, *optimizer_, steps_per_epoch(),
-                            impl_->info.rows};
+  const std::vector<std::vector<float>> whole = optimizer_state();  // collective under --zero
+  TrainingParts parts{config_, state_, *model_, *optimizer_, steps_per_epoch(), impl_->info.rows};
+  parts.whole_state = &whole;
   impl_->guard->saved(step, write_checkpoint(parts, comm_, config_.guard));
 }
 

@@ -91,6 +91,20 @@ class Trainer {
   // Continue from `state`: every rank has written model().params() and the optimizer state (and
   // step count) already. run() then skips the initialisation (it still verifies the replicas).
   void restore(const TrainState& state);
+  // The optimizer's state buffers as a checkpoint holds them: whole, each as long as the flat
+  // parameter buffer, in Optimizer::state() order. Collective under --zero 1 (every rank's blocks
+  // gathered); a copy otherwise. load_optimizer_state writes a whole buffer `index` back (each
+  // rank keeping its blocks under --zero 1).
+  std::vector<std::vector<float>> optimizer_state();
+  void load_optimizer_state(size_t index, const std::vector<float>& whole);
+  // Per rank, in bytes: the flat parameters (fp32: the master weights; bf16 runs cast per layer),
+  // the flat gradients and the optimizer state (1/P of it under --zero 1).
+  struct MemoryUse {
+    uint64_t params = 0, grads = 0, state = 0;
+  };
+  MemoryUse memory_use();
+  // "parameters 0.20 MB, gradients 0.20 MB, optimizer state 0.40 MB (...)": memory_use() in words.
+  std::string memory_text();
 
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
@@ -147,6 +161,7 @@ class Trainer {
   void save_checkpoint();
   bool run_epoch(EpochSummary& s);  // false: stopped early
   void apply_timeout(Millis t);     // both communicators' deadline
+  void sync_params();               // --zero: the last update's all-gathers done
 
   Communicator& comm_;       // host values
   Communicator& grad_comm_;  // the gradient buckets

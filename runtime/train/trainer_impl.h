@@ -13,6 +13,7 @@
 #include "runtime/train/step.h"
 #include "runtime/train/test_hooks.h"
 #include "runtime/train/trainer.h"
+#include "runtime/train/zero.h"
 
 namespace lockstep {
 
@@ -39,6 +40,10 @@ struct Trainer::Impl {
   // Full steps replayed from CUDA graphs (DESIGN.md decision 18); null where steps cannot be
   // captured. After the reducer, which it drains, and before it goes.
   std::unique_ptr<GraphRunner> graphs;
+  // --zero 1: this rank's share of the update (zero.h); the norm of the whole reduced gradient
+  // of the step in progress.
+  std::unique_ptr<ZeroShard> zero;
+  double zero_norm = 0;
   TrainTestHooks hooks;  // read once, at construction
   // Deadlines (set_deadlines): zero until set; the start-up steps still to run and whether the
   // first evaluation is done.

@@ -1,5 +1,6 @@
 // Trainer (trainer.h): one training step, the same work eager or replayed from a CUDA graph.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -163,6 +164,7 @@ void Trainer::record_step(const float* x, float scale) {
 }
 
 void Trainer::begin_step(StepMode mode) {
+  sync_params();
   model_->zero_grads();
   impl_->reducer->start_step(model_->grads(), mode == StepMode::recording);
 }
@@ -192,6 +194,15 @@ void Trainer::micro_batch_work(const float* x, float scale, bool last, StepMode 
 
 void Trainer::apply_update(StepMode mode) {
   Impl& m = *impl_;
+  if (m.zero) {
+    // This rank's blocks only, then every bucket's parameters gathered from their owners.
+    m.zero->clip(model_->grads(), m.zero_norm, config_.clip_norm);
+    GpuSpan span(m.step->trace(), "optimizer update", "optimizer");
+    optimizer_->step(model_->params(), model_->grads(),
+                     static_cast<float>(lr_at_step(state_.global_step)));
+    m.zero->publish(model_->params());
+    return;
+  }
   if (config_.clip_norm > 0)
     m.step->clip(model_->grads(), model_->param_count(), config_.clip_norm);
   if (mode == StepMode::recording) {
@@ -220,7 +231,15 @@ Step::Outcome Trainer::reduce_gradients(NvtxPhases& phases) {
   if (m.ahead) m.step->stage(m.next);
   m.timer->ahead_taken();
   phases.next("optimizer", "optimizer");
-  const Step::Outcome o = m.step->finish(model_->grads(), model_->param_count());
+  Step::Outcome o;
+  if (m.zero) {
+    // This rank's blocks of the reduced gradient; the norm is the whole gradient's (collective).
+    o = m.step->finish(nullptr, 0);
+    m.zero_norm = m.zero->global_norm(model_->grads());
+    o.grads_finite = std::isfinite(m.zero_norm);
+  } else {
+    o = m.step->finish(model_->grads(), model_->param_count());
+  }
   m.timer->collect(/*synced=*/true);  // on a device, finish() has waited for the stream
   if (early == nullptr) m.guard->before_reduce(o.totals.loss_sum);
   return o;

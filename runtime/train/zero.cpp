@@ -1,0 +1,89 @@
+#include "runtime/train/zero.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/optimizer.h"
+#include "runtime/base/error.h"
+
+namespace lockstep {
+
+ZeroShard::ZeroShard(Communicator& grads, Communicator& host, const BucketReducer& reducer,
+                     DeviceKind device, cudaStream_t stream)
+    : grads_comm_(grads), host_(host), buckets_(reducer.buckets()), device_(device),
+      stream_(stream) {
+  if (!reducer.sharded()) throw Error("ZeroShard: the gradient buckets are not sharded");
+  for (const auto& [flat, count] : reducer.shard()) {
+    segments_.push_back({flat, owned_, count});
+    owned_ += count;
+  }
+}
+
+ParamRanges ZeroShard::to_compact(const ParamRanges& flat) const {
+  ParamRanges out;
+  for (const auto& [offset, count] : flat)
+    for (const Optimizer::Segment& s : segments_) {
+      const size_t begin = std::max(offset, s.flat), end = std::min(offset + count, s.flat + s.count);
+      if (begin < end) out.emplace_back(s.state + (begin - s.flat), end - begin);
+    }
+  return out;
+}
+
+double ZeroShard::global_norm(const float* grads) {
+  double squares = 0;
+  for (const Optimizer::Segment& s : segments_) {
+    const double n = device_ == DeviceKind::cuda
+                         ? kernels::global_norm_cuda(grads + s.flat, s.count, stream_)
+                         : kernels::global_norm_cpu(grads + s.flat, s.count);
+    squares += n * n;
+  }
+  host_.all_reduce(&squares, &squares, 1, DType::f64, ReduceOp::sum);
+  return std::sqrt(squares);
+}
+
+void ZeroShard::clip(float* grads, double norm, double max_norm) {
+  if (!(max_norm > 0) || !(norm > max_norm)) return;
+  const auto factor = static_cast<float>(max_norm / norm);
+  for (const Optimizer::Segment& s : segments_) {
+    if (device_ == DeviceKind::cuda)
+      kernels::scale_cuda(grads + s.flat, s.count, factor, stream_);
+    else
+      kernels::scale_cpu(grads + s.flat, s.count, factor);
+  }
+}
+
+void ZeroShard::publish(float* params) {
+  wait();
+  // Every bucket in place: this rank's block is its send buffer (segments_ follow buckets_).
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    pending_.push_back(grads_comm_.all_gather_async(params + segments_[b].flat,
+                                                    params + buckets_[b].offset,
+                                                    segments_[b].count, DType::f32));
+}
+
+void ZeroShard::wait() {
+  for (WorkHandle& w : pending_) w->wait(grads_comm_.timeout());
+  pending_.clear();
+}
+
+std::vector<float> ZeroShard::full(const Buffer<float>& compact, size_t flat_count) {
+  std::vector<float> mine = compact.to_host();
+  std::vector<float> whole(flat_count, 0.0f);
+  for (const Optimizer::Segment& s : segments_)
+    std::copy_n(mine.begin() + static_cast<ptrdiff_t>(s.state), s.count,
+                whole.begin() + static_cast<ptrdiff_t>(s.flat));
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    host_.all_gather(whole.data() + segments_[b].flat, whole.data() + buckets_[b].offset,
+                     segments_[b].count, DType::f32);
+  return whole;
+}
+
+void ZeroShard::take(const std::vector<float>& full, Buffer<float>& compact) const {
+  std::vector<float> mine(owned_);
+  for (const Optimizer::Segment& s : segments_)
+    std::copy_n(full.begin() + static_cast<ptrdiff_t>(s.flat), s.count,
+                mine.begin() + static_cast<ptrdiff_t>(s.state));
+  compact.write(mine.data(), 0, mine.size());
+}
+
+}  // namespace lockstep

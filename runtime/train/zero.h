@@ -1,0 +1,73 @@
+// ZeroShard: the optimizer's share of one rank under --zero 1 (ZeRO stage 1, DESIGN.md decision 19).
+//
+// The gradient buckets are reduce-scattered instead of all-reduced (buckets.h, sharded): every
+// bucket is cut into P equal blocks and block r holds, on rank r, the sum over the ranks. Rank r
+// keeps the optimizer state of its blocks only - 1/P of it, owned() floats, its blocks in bucket
+// order (segments(), for Optimizer::set_segments) - updates its blocks of the flat parameters in
+// place from its blocks of the reduced gradient, and all-gathers every bucket in place, so that
+// every rank holds all the parameters again before they are next read (wait()). Clipping and the NaN guard use the
+// norm of the whole reduced gradient, from a sum of squares all-reduced once: the same decisions as
+// unsharded, up to the summation order. The model pads its layout for this (ModelPlacement::
+// shard_ranks), so every bucket divides by P at any world size; nothing falls back silently.
+//
+// Work on a device is queued on the model's stream. Checkpoints keep the unsharded format:
+// full() assembles a whole state buffer on every rank, take() keeps this rank's blocks of one.
+// Used by the training thread; global_norm, publish, wait and full are collective, in the order
+// the trainer calls them, on every rank.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda_stream.h"
+#include "runtime/base/buffer.h"
+#include "runtime/base/communicator.h"
+#include "runtime/comm/buckets.h"
+#include "runtime/model/optimizer.h"
+
+namespace lockstep {
+
+class ZeroShard {
+ public:
+  // grads: the gradient communicator (the all-gathers, in the model's memory); host: host values
+  // (the norm, checkpoints); reducer: its sharded buckets decide the blocks.
+  ZeroShard(Communicator& grads, Communicator& host, const BucketReducer& reducer,
+            DeviceKind device, cudaStream_t stream);
+
+  size_t owned() const { return owned_; }
+  // This rank's blocks: where each lies in the flat buffers and in the compact state.
+  const std::vector<Optimizer::Segment>& segments() const { return segments_; }
+  // Flat (offset, count) ranges, such as the decay ranges, as ranges of the compact state.
+  ParamRanges to_compact(const ParamRanges& flat) const;
+
+  // Collective over host: the L2 norm of the whole reduced gradient, from this rank's blocks of
+  // `grads` (each rank's sum of squares, all-reduced).
+  double global_norm(const float* grads);
+  // Clipping as unsharded: this rank's blocks of `grads` scaled by max_norm / norm when the norm
+  // exceeds max_norm.
+  void clip(float* grads, double norm, double max_norm);
+  // Collective over grads: every bucket's all-gather of `params` started, in place (each rank's
+  // updated blocks to every rank).
+  void publish(float* params);
+  // Waits for the all-gathers publish() started; nothing when none is pending.
+  void wait();
+
+  // Collective over host: the whole (flat-length) buffer whose blocks the ranks' `compact` hold,
+  // on every rank.
+  std::vector<float> full(const Buffer<float>& compact, size_t flat_count);
+  // This rank's blocks of a whole buffer into `compact`.
+  void take(const std::vector<float>& full, Buffer<float>& compact) const;
+
+ private:
+  Communicator& grads_comm_;
+  Communicator& host_;
+  std::vector<Bucket> buckets_;
+  std::vector<Optimizer::Segment> segments_;  // one per bucket, in bucket order
+  DeviceKind device_;
+  cudaStream_t stream_;
+  size_t owned_ = 0;
+  std::vector<WorkHandle> pending_;
+};
+
+}  // namespace lockstep
