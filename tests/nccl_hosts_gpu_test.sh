@@ -7,7 +7,9 @@
 #    backend nccl, 2 ranks);
 #  - rank 1 stopped (SIGSTOP) while training: rank 0 gives up within --timeout + 10 s with a
 #    message naming itself and the collective it waited in, and the job ends non-zero;
-#  - rank 1 killed (kill -9): the job ends non-zero within --timeout + 15 s.
+#  - rank 1 killed (kill -9): the job ends non-zero within --timeout + 15 s;
+#  - rank 1 failing with its replayed step in flight while rank 0 has not launched (test hook):
+#    the job ends within --timeout + 15 s, not when rank 0 launches 30 s later.
 # Skipped, with the reason, where the build has no CUDA or no GPU answers. ctest sets LOCKSTEP_BIN
 # and MPIEXEC.
 set -u
@@ -109,6 +111,23 @@ elif hit_rank1 KILL; then
   [[ $took -le $(( (timeout_s + 15) * 1000 )) ]] || fail "the job took ${took} ms to end after kill -9"$'\n'"$out"
   [[ $failures -eq $before ]] && echo "ok: rank 1 killed: exit $rc after ${took} ms: $(grep -m1 -E 'rank 1|did not complete|signal 9' <<<"$out" | cut -c1-200)"
 fi
+
+# --- rank 1 fails with its replayed step in flight, rank 0 not launched yet (test hook) ---
+# Rank 1's graph waits on the device for rank 0's collectives; unwinding, it waits for the stream
+# as for a collective (--timeout, then NCCL's abort) instead of synchronising it for ever.
+timeout_s=5
+start=$(date +%s%N)
+out=$(nccl_job LOCKSTEP_TEST_ONLY_NCCL_SHARES_GPU=1 LOCKSTEP_TEST_LAUNCH_FAULT=20 -- --steps 100 \
+      --progress none --timeout $timeout_s 2>&1)
+rc=$?
+took=$(( ($(date +%s%N) - start) / 1000000 ))
+before=$failures
+[[ $rc -ne 0 && $rc -ne 124 ]] || fail "rank 1 failing with its replay in flight: exit $rc"$'\n'"$out"
+grep -q "LOCKSTEP_TEST_LAUNCH_FAULT" <<<"$out" || fail "no message from the failing rank"$'\n'"$out"
+# Rank 0 sleeps 30 s before its launch: a rank 1 that synchronised its stream would wait for it.
+[[ $took -le $(( (timeout_s + 15) * 1000 )) ]] ||
+  fail "the job took ${took} ms to end (rank 0 would have launched after 30 s)"$'\n'"$out"
+[[ $failures -eq $before ]] && echo "ok: rank 1 failed with its replay in flight: exit $rc after ${took} ms"
 
 [[ $failures -eq 0 ]] || exit 1
 echo "PASS"

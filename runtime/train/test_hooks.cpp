@@ -33,6 +33,7 @@ TrainTestHooks TrainTestHooks::from_environment() {
   h.inf_loss_step = env_number("LOCKSTEP_TEST_LOSS_INF", 1);
   h.delay_rank = static_cast<int>(env_number("LOCKSTEP_TEST_DELAY_FIRST_BATCH", 0));
   h.delay_ms = env_number("LOCKSTEP_TEST_DELAY_FIRST_BATCH", 1);
+  h.launch_fault_step = env_number("LOCKSTEP_TEST_LAUNCH_FAULT", 0);
   return h;
 }
 

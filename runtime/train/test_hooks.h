@@ -19,6 +19,10 @@ struct TrainTestHooks {
   // before its first batch, as a rank slow to read a large split would.
   int delay_rank = -1;
   int64_t delay_ms = -1;
+  // LOCKSTEP_TEST_LAUNCH_FAULT=s: at (1-based) step s, replayed from a CUDA graph, rank 0 sleeps
+  // 30 s before its launch and rank 1 throws just after its own: rank 1 unwinds with its replay in
+  // flight, its collectives waiting for a peer that has not launched.
+  int64_t launch_fault_step = -1;
 
   static TrainTestHooks from_environment();
 };

@@ -135,10 +135,14 @@ bool Trainer::graph_step(float scale, NvtxPhases& phases, Step::Outcome& o) {
   // Read by the graph's update: the coefficients of this step's update (the last replay is done).
   optimizer_->set_captured_lr(static_cast<float>(lr_at_step(state_.global_step)));
   phases.next("captured step", "step");
+  const bool fault = m.hooks.launch_fault_step == state_.global_step + 1;
+  if (fault && comm_.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(30));
   // A graph per input slot (`x`): the graph reads its slot's buffers.
   const bool ran = m.graphs->run(
       x, m.batch, [&] { record_step(x, scale); },
       [&] {
+        if (fault && comm_.rank() == 1)
+          throw Error("test hook LOCKSTEP_TEST_LAUNCH_FAULT: rank 1 fails with its replay in flight");
         m.step->release();
         // The next step's first micro-batch is taken and staged while the graph runs.
         m.ahead = m.train->next(m.next);
