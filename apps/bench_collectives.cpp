@@ -25,7 +25,7 @@
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
 #include "apps/bench_values.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
 #include "runtime/comm/agree.h"

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "kernels/cast.h"
-#include "kernels/conv2d.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/winograd.h"
+#include "kernels/cuda/memory.h"
 #include "kernels/gemm.h"
-#include "kernels/onednn.h"
-#include "kernels/winograd.h"
+#include "kernels/onednn/onednn.h"
 #include "runtime/base/buffer.h"
 
 namespace lockstep::bench {
@@ -39,9 +39,9 @@ double best_seconds(Communicator& comm, Run run) {
 // The CNN's second convolution (lockstep-train --model cnn) at a per-rank batch of 64: where its
 // training step spends most of its FLOPs. `forward(s, x, w, b, y)` runs it: oneDNN on NHWC
 // activations (the direct algorithm), oneDNN with them in 16-channel blocks, where it chooses the
-// algorithm (Winograd on AVX-512), and Lockstep's Winograd kernels (kernels/winograd.h, blocked,
-// as the CNN runs them on AVX-512): the Winograd rates count the direct algorithm's FLOPs, as the
-// training step's does.
+// algorithm (Winograd on AVX-512), and Lockstep's Winograd kernels (kernels/conv/winograd.h,
+// blocked, as the CNN runs them on AVX-512): the Winograd rates count the direct algorithm's FLOPs,
+// as the training step's does.
 template <class Forward>
 double host_conv_rate(Communicator& comm, Forward forward) {
   kernels::Conv2dShape s;

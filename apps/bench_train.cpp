@@ -29,7 +29,7 @@
 #include "apps/bench_commands.h"
 #include "apps/bench_peak.h"
 #include "apps/train_options.h"
-#include "kernels/onednn.h"
+#include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/base/precision.h"
 #include "runtime/data/h5_writer.h"

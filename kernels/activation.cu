@@ -1,6 +1,6 @@
 #include "kernels/activation.h"
 
-#include "kernels/cuda_launch.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace lockstep::kernels {
 

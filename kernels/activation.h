@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 
 namespace lockstep::kernels {
 

@@ -1,6 +1,6 @@
 // Stands in for activation.cu when CUDA is not built: every *_cuda function throws.
 #include "kernels/activation.h"
-#include "kernels/cuda_stub.h"
+#include "kernels/cuda/stub.h"
 
 namespace lockstep::kernels {
 

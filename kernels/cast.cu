@@ -1,7 +1,7 @@
 #include "kernels/cast.h"
 
-#include "kernels/bf16.cuh"
-#include "kernels/cuda_launch.cuh"
+#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace lockstep::kernels {
 

@@ -1,6 +1,6 @@
 // Stands in for cast.cu when CUDA is not built: every *_cuda function throws.
 #include "kernels/cast.h"
-#include "kernels/cuda_stub.h"
+#include "kernels/cuda/stub.h"
 
 namespace lockstep::kernels {
 

@@ -1,7 +1,7 @@
 #include "kernels/dense.h"
 
-#include "kernels/bias.cuh"
 #include "kernels/cast.h"
+#include "kernels/cuda/bias.cuh"
 #include "kernels/gemm.h"
 
 // The same three gemms as dense.cpp, on cuBLAS; the bias goes through the shared bias helpers.

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 
 namespace lockstep::kernels {
 

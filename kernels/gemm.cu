@@ -3,8 +3,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cublas_handle.h"
-#include "kernels/cuda_check.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cublas_handle.h"
 
 // cuBLAS is column-major; our matrices are row-major. A row-major m x n matrix read as
 // column-major is its n x m transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T:

@@ -1,5 +1,5 @@
 // Stands in for gemm.cu when CUDA is not built: every *_cuda function throws.
-#include "kernels/cuda_stub.h"
+#include "kernels/cuda/stub.h"
 #include "kernels/gemm.h"
 
 namespace lockstep::kernels {

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda_launch.cuh"
+#include "kernels/cuda/launch.cuh"
 
 // One block per row: the block's threads stride over the row's classes (or outputs) and combine
 // with warp shuffles, then write the row's weighted loss, correct count and invalid-label flag to a

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/loss_totals.h"
 
 namespace lockstep::kernels {

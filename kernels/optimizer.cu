@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "kernels/cuda_launch.cuh"
+#include "kernels/cuda/launch.cuh"
 
 // Fused elementwise updates (one read and one write of each buffer per step) and a two-pass norm
 // whose partial sums depend only on n, never on scheduling: every rank computes the same norm bits

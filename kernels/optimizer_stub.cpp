@@ -1,5 +1,5 @@
 // Stands in for optimizer.cu when CUDA is not built: every *_cuda function throws.
-#include "kernels/cuda_stub.h"
+#include "kernels/cuda/stub.h"
 #include "kernels/optimizer.h"
 
 namespace lockstep::kernels {

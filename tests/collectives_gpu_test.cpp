@@ -17,7 +17,7 @@
 
 #include "collective_cases.h"
 #include "gpu_test_util.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
 #include "runtime/process/context.h"

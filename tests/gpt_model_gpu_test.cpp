@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "kernels/loss.h"
 #include "runtime/base/buffer.h"
 #include "runtime/model/model.h"

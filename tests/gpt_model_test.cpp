@@ -11,7 +11,7 @@
 #include <random>
 
 #include "kernels/loss.h"
-#include "kernels/onednn.h"
+#include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model.h"
 #include "test_util.h"

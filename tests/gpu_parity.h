@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv2d.h"
-#include "kernels/cuda_info.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/cuda/info.h"
+#include "kernels/cuda/memory.h"
 #include "kernels/dense.h"
 
 namespace lockstep::testing_util {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "collective_cases.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/process/device.h"
 
 namespace lockstep::testing_util {

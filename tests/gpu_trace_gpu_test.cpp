@@ -19,7 +19,7 @@
 #endif
 
 #include "gpu_test_util.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/observe/gpu_trace.h"
 #include "runtime/observe/trace.h"
 #include "runtime/observe/trace_writer.h"

@@ -68,7 +68,7 @@ for f in bin/lockstep-train bin/lockstep-data bin/lockstep-bench lib/liblockstep
          lib/cmake/Lockstep/LockstepTrainCliTargets.cmake lib/pkgconfig/lockstep-train-cli.pc; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
-for f in base/cuda_check.h comm/nccl_watchdog.h kernels/onednn_util.h; do
+for f in base/cuda_check.h comm/nccl_watchdog.h kernels/onednn/util.h; do
   [[ -e $prefix/include/lockstep/$f ]] && fail "a private header is installed: include/lockstep/$f"
 done
 grep -qx "#define LOCKSTEP_VERSION_STRING \"$version\"" "$prefix/include/lockstep/version.h" ||

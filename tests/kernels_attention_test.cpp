@@ -1,7 +1,7 @@
-// Causal multi-head attention (kernels/attention.h) on the CPU: forward against a double-precision
-// loop over the packed qkv layout, the causal property (an output at position t does not move when
-// anything after t changes), the saved probabilities, and the backward pass against finite
-// differences of the forward kernel.
+// Causal multi-head attention (kernels/gpt/attention.h) on the CPU: forward against a
+// double-precision loop over the packed qkv layout, the causal property (an output at position t
+// does not move when anything after t changes), the saved probabilities, and the backward pass
+// against finite differences of the forward kernel.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/attention.h"
+#include "kernels/gpt/attention.h"
 
 namespace lockstep::kernels {
 namespace {

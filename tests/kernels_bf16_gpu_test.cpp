@@ -15,7 +15,7 @@
 
 #include "gpu_parity.h"
 #include "kernels/cast.h"
-#include "kernels/conv2d.h"
+#include "kernels/conv/conv2d.h"
 #include "kernels/dense.h"
 #include "runtime/model/model.h"
 

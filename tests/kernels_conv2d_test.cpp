@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/conv2d.h"
+#include "kernels/conv/conv2d.h"
 
 namespace lockstep::kernels {
 namespace {

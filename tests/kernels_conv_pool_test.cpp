@@ -15,9 +15,9 @@
 
 #include "kernel_reference.h"
 #include "kernels/activation.h"
-#include "kernels/conv_pool.h"
-#include "kernels/onednn.h"
-#include "kernels/pool.h"
+#include "kernels/conv/conv_pool.h"
+#include "kernels/conv/pool.h"
+#include "kernels/onednn/onednn.h"
 
 namespace lockstep::kernels {
 namespace {

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "gpu_parity.h"
-#include "kernels/attention.h"
-#include "kernels/embedding.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
-#include "kernels/residual.h"
+#include "kernels/gpt/attention.h"
+#include "kernels/gpt/embedding.h"
+#include "kernels/gpt/gelu.h"
+#include "kernels/gpt/layernorm.h"
+#include "kernels/gpt/residual.h"
 
 namespace lk = lockstep::kernels;
 using namespace lockstep::testing_util;

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/embedding.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
+#include "kernels/gpt/embedding.h"
+#include "kernels/gpt/gelu.h"
+#include "kernels/gpt/layernorm.h"
+#include "kernels/gpt/residual.h"
 #include "kernels/loss.h"
-#include "kernels/residual.h"
 
 namespace lockstep::kernels {
 namespace {

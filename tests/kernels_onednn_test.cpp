@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/conv2d.h"
+#include "kernels/conv/conv2d.h"
 #include "kernels/dense.h"
 #include "kernels/gemm.h"
-#include "kernels/onednn.h"
+#include "kernels/onednn/onednn.h"
 
 namespace lockstep::kernels {
 namespace {

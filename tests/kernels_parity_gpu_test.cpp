@@ -20,14 +20,14 @@
 #include "gpu_parity.h"
 #include "kernels/activation.h"
 #include "kernels/cast.h"
-#include "kernels/conv2d.h"
-#include "kernels/cuda_info.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/pool.h"
+#include "kernels/cuda/info.h"
+#include "kernels/cuda/memory.h"
 #include "kernels/dense.h"
 #include "kernels/gemm.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
-#include "kernels/pool.h"
 
 namespace lk = lockstep::kernels;
 using namespace lockstep::testing_util;

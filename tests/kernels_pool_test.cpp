@@ -11,7 +11,7 @@
 
 #include "kernel_reference.h"
 #include "kernels/activation.h"
-#include "kernels/pool.h"
+#include "kernels/conv/pool.h"
 
 namespace lockstep::kernels {
 namespace {

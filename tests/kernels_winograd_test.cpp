@@ -1,4 +1,4 @@
-// Lockstep's Winograd F(4x4, 3x3) convolution (kernels/winograd.h) against the OpenBLAS layer,
+// Lockstep's Winograd F(4x4, 3x3) convolution (kernels/conv/winograd.h) against the OpenBLAS layer,
 // its oracle (conv2d_*_cpu on NHWC), every pass: the output, the input gradient, the weight and
 // bias gradients (accumulated). Winograd rounds differently from the direct sums, so the
 // comparison is to a fraction of the largest value (measured: 4.5e-6 of it for the CNN's second
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/conv2d.h"
-#include "kernels/onednn.h"
-#include "kernels/winograd.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/winograd.h"
+#include "kernels/onednn/onednn.h"
 
 namespace lockstep::kernels {
 namespace {

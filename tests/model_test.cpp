@@ -9,12 +9,12 @@
 #include <random>
 
 #include "kernels/activation.h"
-#include "kernels/conv2d.h"
-#include "kernels/conv_pool.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv_pool.h"
+#include "kernels/conv/pool.h"
 #include "kernels/dense.h"
 #include "kernels/loss.h"
-#include "kernels/onednn.h"
-#include "kernels/pool.h"
+#include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/model/layers/conv.h"
 #include "runtime/model/model.h"

@@ -32,7 +32,7 @@
 
 #include "collective_cases.h"
 #include "gpu_test_util.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/dtype.h"
 #include "runtime/comm/nccl_bootstrap.h"

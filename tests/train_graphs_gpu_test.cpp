@@ -25,8 +25,8 @@
 
 #include "gpu_test_util.h"
 #include "kernels/activation.h"
-#include "kernels/cuda_memory.h"
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/memory.h"
+#include "kernels/cuda/stream.h"
 #include "runtime/base/communicator.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/train/trainer.h"

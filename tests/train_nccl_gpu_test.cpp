@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/train/trainer.h"
 #include "test_util.h"

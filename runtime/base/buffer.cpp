@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/error.h"
 
 namespace lockstep {

@@ -1,12 +1,12 @@
 // Check macros for the runtime's CUDA sources: LS_CHECK_CUDA and LS_CHECK_CUBLAS come from
-// kernels/cuda_check.h (std::runtime_error without rank prefix; the top-level handler adds it), and
+// kernels/cuda/check.h (std::runtime_error without rank prefix; the top-level handler adds it), and
 // LS_CHECK_NCCL throws lockstep::Error "[rank r/P host] <call> failed: <reason> (<NCCL's last error
 // text>) at file:line (hint: ...)". Only for code of the CUDA build.
 #pragma once
 
 #include <nccl.h>
 
-#include "kernels/cuda_check.h"
+#include "kernels/cuda/check.h"
 #include "runtime/base/error.h"
 
 namespace lockstep::detail {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "kernels/cuda_info.h"
+#include "kernels/cuda/info.h"
 #include "runtime/base/cuda_check.h"
 #include "runtime/base/cuda_device.h"
 

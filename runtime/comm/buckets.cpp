@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kernels/cast.h"
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/error.h"
 
 namespace lockstep {

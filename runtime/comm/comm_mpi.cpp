@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/cuda_device.h"
 #include "runtime/base/error.h"

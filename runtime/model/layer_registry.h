@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 #include "runtime/base/device_kind.h"
 #include "runtime/base/precision.h"
 #include "runtime/model/layers.h"

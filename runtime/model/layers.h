@@ -78,9 +78,10 @@ class PassThroughLayer : public Layer {
 };
 
 // Which kernels the CPU layers run: `best` takes oneDNN for the convolutions and dense products
-// where the build has it (kernels/onednn.h; where oneDNN runs AVX2 kernels, a convolution with
-// fewer than 8 input channels runs its backward pass on OpenBLAS, faster there), else OpenBLAS; `openblas` always OpenBLAS (the
-// oracle the tests compare against). Pooling and ReLU are the project's own loops either way.
+// where the build has it (kernels/onednn/onednn.h; where oneDNN runs AVX2 kernels, a convolution
+// with fewer than 8 input channels runs its backward pass on OpenBLAS, faster there), else
+// OpenBLAS; `openblas` always OpenBLAS (the oracle the tests compare against). Pooling and ReLU are
+// the project's own loops either way.
 enum class CpuKernels { best, openblas };
 
 // Whether this build has layers for `kind` (the CPU ones always, the CUDA ones in a CUDA build),

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_plan.h"
 #include "runtime/observe/gpu_trace.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "kernels/optimizer.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model.h"

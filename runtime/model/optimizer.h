@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 #include "runtime/base/buffer.h"
 
 namespace lockstep {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "kernels/cuda/check.h"
 #include "runtime/base/error.h"
 #include "runtime/observe/device_clock.cuh"
 #include "runtime/observe/step_times.h"

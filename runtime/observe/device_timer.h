@@ -18,7 +18,7 @@
 
 #include <memory>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 
 namespace lockstep {
 

@@ -27,7 +27,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 #include "runtime/observe/trace.h"
 
 namespace lockstep {

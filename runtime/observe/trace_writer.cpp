@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
 #include "runtime/observe/trace.h"

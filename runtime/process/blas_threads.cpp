@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "kernels/onednn.h"
+#include "kernels/onednn/onednn.h"
 
 // OpenBLAS's thread controls (declared in its cblas.h). Weak: null when another BLAS is linked.
 extern "C" {

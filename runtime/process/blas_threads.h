@@ -14,8 +14,8 @@ namespace lockstep {
 // Cores this process may run on (its affinity mask), or the host's count when unknown.
 int usable_cores();
 int default_blas_threads(const World& world);
-// Sets the BLAS thread count, and oneDNN's for calls from this thread (kernels/onednn.h); false
-// when the BLAS offers no such control.
+// Sets the BLAS thread count, and oneDNN's for calls from this thread (kernels/onednn/onednn.h);
+// false when the BLAS offers no such control.
 bool set_blas_threads(int threads);
 // The BLAS's current thread count, or -1 when it cannot say.
 int blas_threads();

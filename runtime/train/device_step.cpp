@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "runtime/base/buffer.h"

@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/device_kind.h"
 #include "runtime/data/sharded_loader.h"

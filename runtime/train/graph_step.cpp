@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/comm/agree.h"

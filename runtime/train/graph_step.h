@@ -9,7 +9,7 @@
 
 #include <functional>
 
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 #include "runtime/base/communicator.h"
 #include "runtime/comm/buckets.h"
 #include "runtime/observe/step_timer.h"

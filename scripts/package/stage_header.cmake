@@ -1,6 +1,7 @@
 # cmake -DIN=runtime/<wing>/x.h -DOUT=<stage>/lockstep/<wing>/x.h -P stage_header.cmake
 # Copies a public header, rewriting its project includes to their installed paths:
-# "runtime/<wing>/y.h" -> <lockstep/<wing>/y.h>, "kernels/y.h" -> <lockstep/kernels/y.h>.
+# "runtime/<wing>/y.h" -> <lockstep/<wing>/y.h>, "kernels/y.h" -> <lockstep/kernels/y.h> and
+# "kernels/<family>/y.h" -> <lockstep/kernels/<family>/y.h>.
 # Writes only when the result changed, so a rebuild recompiles nothing that includes it.
 file(READ "${IN}" text)
 string(REGEX REPLACE "#include \"runtime/([^\"]+)\"" "#include <lockstep/\\1>" text "${text}")

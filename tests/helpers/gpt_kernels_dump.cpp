@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/embedding.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
+#include "kernels/gpt/attention.h"
+#include "kernels/gpt/embedding.h"
+#include "kernels/gpt/gelu.h"
+#include "kernels/gpt/layernorm.h"
 #include "kernels/loss.h"
 #include "runtime/data/h5_writer.h"
 

@@ -6,17 +6,17 @@
 #include <vector>
 
 #include "kernels/activation.h"
-#include "kernels/conv_pool.h"
-#include "kernels/onednn.h"
-#include "kernels/winograd.h"
+#include "kernels/conv/conv_pool.h"
+#include "kernels/conv/winograd.h"
+#include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model_spec.h"
 
 namespace lockstep {
 namespace {
 
-// LOCKSTEP_CPU_CONV: "auto" (the default: Lockstep's Winograd kernels, kernels/winograd.h, for a
-// 3x3 convolution of 16k channels on blocked activations of small images on an AVX-512 CPU,
+// LOCKSTEP_CPU_CONV: "auto" (the default: Lockstep's Winograd kernels, kernels/conv/winograd.h, for
+// a 3x3 convolution of 16k channels on blocked activations of small images on an AVX-512 CPU,
 // winograd_preferred; elsewhere oneDNN chooses the algorithm, Winograd too where the activations
 // are blocked), "onednn" (oneDNN's choice everywhere) or "direct" (oneDNN's direct algorithm
 // always, as PyTorch asks oneDNN for: its rounding, about 1e-6 of the largest output apart from
@@ -83,9 +83,9 @@ FusedPool fused_pool(const LayerPlan& p) {
 
 // The algorithm of each pass is chosen once, here, from the plan and the build (member pointers to
 // one function per algorithm): a step makes no choice. In order of precedence: a fused max-pool
-// (every pass in kernels/conv_pool.h); Lockstep's Winograd (both passes, on blocked activations,
-// where winograd_preferred); oneDNN; OpenBLAS (the backward pass alone where oneDNN does not suit
-// it, onednn_backward_suits).
+// (every pass in kernels/conv/conv_pool.h); Lockstep's Winograd (both passes, on blocked
+// activations, where winograd_preferred); oneDNN; OpenBLAS (the backward pass alone where oneDNN
+// does not suit it, onednn_backward_suits).
 class Conv2dLayer : public Layer {
  public:
   Conv2dLayer(const LayerPlan& plan, bool onednn) : Layer(plan), pool_(fused_pool(plan)) {
@@ -241,9 +241,9 @@ LayerType conv_layer_type() {
   t.hands_on_blocked16 = conv2d_keeps_blocked16;
   t.takes_blocked16 = conv2d_keeps_blocked16;
   // On AVX-512 a first convolution over one input channel and the max-pool after it run as one
-  // kernel (kernels/conv_pool.h: the convolution's full-resolution output, 64 x 28x28x32 floats a
-  // rank-step in the CNN, is never written), the pool's fused ReLU with them. The kernel computes
-  // no input gradient, hence `first`; a convolution that fused a ReLU itself keeps it.
+  // kernel (kernels/conv/conv_pool.h: the convolution's full-resolution output, 64 x 28x28x32
+  // floats a rank-step in the CNN, is never written), the pool's fused ReLU with them. The kernel
+  // computes no input gradient, hence `first`; a convolution that fused a ReLU itself keeps it.
   t.fuses_next = [](const LayerPlan& p, const LayerPlan& next, bool first) {
     if (!first || p.fused_relu || !kernels::conv_pool_fast()) return false;
     const LayerType& next_type = find_layer_type(next.spec.type);

@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "kernels/conv2d.h"
+#include "kernels/conv/conv2d.h"
 #include "runtime/model/layer_registry.h"
 
 namespace lockstep {

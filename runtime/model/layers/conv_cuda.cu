@@ -1,5 +1,5 @@
 // The CUDA twin of the convolution layer (conv.cpp): the same shapes and contract, computed on the
-// model's stream over device memory by up to three families of kernels (kernels/conv2d.h):
+// model's stream over device memory by up to three families of kernels (kernels/conv/conv2d.h):
 // im2col + cuBLAS (conv2d_*_cuda); in a build with cuDNN, cuDNN (conv2d_*_cudnn); and, for a
 // layer with few taps per output such as a first layer on images, direct kernels (forward and
 // filter gradient: conv2d_*_direct_cuda). With Precision::bf16 all compute in bf16 with fp32
@@ -27,7 +27,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda_memory.h"
+#include "kernels/cuda/memory.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/model/layers/conv.h"

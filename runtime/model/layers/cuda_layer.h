@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cast.h"
-#include "kernels/cuda_stream.h"
+#include "kernels/cuda/stream.h"
 #include "runtime/base/buffer.h"
 #include "runtime/model/layers.h"
 

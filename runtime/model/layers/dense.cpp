@@ -1,6 +1,6 @@
 #include "runtime/model/layers/dense.h"
 
-#include "kernels/onednn.h"
+#include "kernels/onednn/onednn.h"
 
 namespace lockstep {
 namespace {

@@ -1,6 +1,6 @@
 // Stands in for dense_cuda.cu in a build without CUDA (layers_available(DeviceKind::cuda) is false
 // there, so programs refuse --device cuda before asking for it).
-#include "kernels/cuda_stub.h"
+#include "kernels/cuda/stub.h"
 #include "runtime/model/layers/dense.h"
 
 namespace lockstep {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/gelu.h"
-#include "kernels/onednn.h"
-#include "kernels/residual.h"
+#include "kernels/gpt/gelu.h"
+#include "kernels/gpt/residual.h"
+#include "kernels/onednn/onednn.h"
 #include "runtime/model/layers/gpt_layers.h"
 
 namespace lockstep {

@@ -7,8 +7,8 @@
 #include <array>
 
 #include "kernels/cast.h"
-#include "kernels/gelu.h"
-#include "kernels/residual.h"
+#include "kernels/gpt/gelu.h"
+#include "kernels/gpt/residual.h"
 #include "runtime/model/layers/gpt.h"
 #include "runtime/model/layers/gpt_layers.h"
 

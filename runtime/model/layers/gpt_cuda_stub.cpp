@@ -1,6 +1,6 @@
 // Stands in for gpt_cuda.cu in a build without CUDA (layers_available(DeviceKind::cuda) is false
 // there, so programs refuse --device cuda before asking for these).
-#include "kernels/cuda_stub.h"
+#include "kernels/cuda/stub.h"
 #include "runtime/model/layers/gpt.h"
 
 namespace lockstep {

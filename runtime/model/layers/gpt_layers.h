@@ -18,11 +18,11 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/attention.h"
 #include "kernels/dense.h"
-#include "kernels/embedding.h"
 #include "kernels/gemm.h"
-#include "kernels/layernorm.h"
+#include "kernels/gpt/attention.h"
+#include "kernels/gpt/embedding.h"
+#include "kernels/gpt/layernorm.h"
 #include "runtime/base/buffer.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/model/layers.h"

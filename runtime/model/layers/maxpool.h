@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "kernels/pool.h"
+#include "kernels/conv/pool.h"
 #include "runtime/model/layer_registry.h"
 
 namespace lockstep {

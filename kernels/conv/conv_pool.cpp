@@ -1,0 +1,270 @@
+#include "kernels/conv/conv_pool.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/lanes16.h"
+#include "kernels/parallel.h"
+
+namespace lockstep::kernels {
+
+namespace {
+
+using lanes16::Lanes;
+using lanes16::OutIndex;
+
+void check(const ConvPoolShape& s, const char* who) {
+  conv2d_geometry(s.conv, who);
+  if (!conv_pool_supported(s.conv, s.k))
+    throw std::invalid_argument(
+        std::string(who) +
+        ": needs one input channel, stride 1, an odd square kernel with padding K/2, output "
+        "channels a multiple of 16 and a pool window no larger than the image");
+}
+
+// One image's input, zero-padded by K/2 on every side: the taps then need no bounds checks. The
+// buffer is the calling thread's, kept between calls (no allocation a step once it has grown).
+struct Padded {
+  int pad, h, w;  // the padded size
+  std::vector<float>& v;
+  explicit Padded(const Conv2dShape& c)
+      : pad(c.kh / 2), h(c.h + 2 * pad), w(c.w + 2 * pad), v(buffer()) {
+    v.assign(static_cast<size_t>(h) * w, 0.0f);
+  }
+  static std::vector<float>& buffer() {
+    thread_local std::vector<float> b;
+    return b;
+  }
+  const float* load(const float* image, const Conv2dShape& c) {
+    for (int y = 0; y < c.h; ++y)
+      std::memcpy(v.data() + static_cast<size_t>(y + pad) * w + pad,
+                  image + static_cast<size_t>(y) * c.w, sizeof(float) * c.w);
+    return v.data();
+  }
+};
+
+// Images [i0, i1) forward. KT / PK: the kernel size / pool window when known at compile time
+// (3 / 2), else 0 and s.conv.kh / s.k.
+template <int W, int KT, int PK>
+LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, const float* w,
+                                     const float* b, float* y, int8_t* argmax, size_t i0,
+                                     size_t i1) {
+  using L = Lanes<W>;
+  using F = typename L::F;
+  using I = typename L::I;
+  typedef int8_t Bytes __attribute__((vector_size(W)));
+  constexpr int G = L::kGroups;
+  const Conv2dShape& c = s.conv;
+  const int K = KT > 0 ? KT : c.kh, k = PK > 0 ? PK : s.k, window = k * k, oh = s.out_h(),
+            ow = s.out_w(), cout = c.c_out;
+  constexpr int kMaxWindow = PK > 0 ? PK * PK : 121;  // conv_pool_supported: k <= 11
+  const OutIndex at{oh, ow, cout / 16, cout, s.y_blocked16};
+  Padded pad(c);
+  for (size_t img = i0; img < i1; ++img) {
+    const float* p = pad.load(x + img * c.h * c.w, c);
+    for (int cb = 0; cb < at.blocks; ++cb) {
+      F bias[G];
+      std::memcpy(bias, b + cb * 16, sizeof(bias));
+      // The block's weights, held locally (in registers for a 3x3 kernel) when K is known.
+      constexpr int kHeld = KT > 0 ? KT * KT : 1;
+      F held[kHeld][G];
+      if constexpr (KT > 0)
+        for (int t = 0; t < kHeld; ++t)
+          std::memcpy(held[t], w + static_cast<size_t>(t) * cout + cb * 16, sizeof(held[t]));
+      for (int py = 0; py < oh; ++py) {
+        for (int px = 0; px < ow; ++px) {
+          // The convolution's outputs at the window's k*k positions, 16 channels each, summed
+          // side by side (independent chains); per output the taps in order, then the bias: the
+          // im2col product's order (and, with FMA, its bits), so near-ties in a window resolve
+          // as in the unfused layers.
+          F acc[kMaxWindow][G] = {};
+          const float* corner = p + static_cast<size_t>(py * k) * pad.w + px * k;
+          for (int ky = 0; ky < K; ++ky) {
+            for (int kx = 0; kx < K; ++kx) {
+              F wv[G];
+              if constexpr (KT > 0)
+                for (int g = 0; g < G; ++g) wv[g] = held[ky * K + kx][g];
+              else
+                std::memcpy(wv, w + static_cast<size_t>(ky * K + kx) * cout + cb * 16, sizeof(wv));
+              for (int wy = 0; wy < k; ++wy)
+                for (int wx = 0; wx < k; ++wx) {
+                  const float v = corner[(wy + ky) * pad.w + wx + kx];
+                  for (int g = 0; g < G; ++g) acc[wy * k + wx][g] += v * wv[g];
+                }
+            }
+          }
+          F best[G];
+          I arg[G];
+          for (int g = 0; g < G; ++g) {
+            best[g] = acc[0][g] + bias[g];
+            arg[g] = I{};
+          }
+          for (int q = 1; q < window; ++q)
+            for (int g = 0; g < G; ++g) {
+              const F out = acc[q][g] + bias[g];
+              const I more = out > best[g];  // strictly: the first maximum keeps a tie
+              best[g] = more ? out : best[g];
+              arg[g] = more ? I{} + q : arg[g];
+            }
+          if (s.relu) {
+            const F zero = {};
+            for (int g = 0; g < G; ++g) {
+              const I positive = best[g] > zero;
+              arg[g] = positive ? arg[g] : I{} - 1;
+              best[g] = best[g] < zero ? zero : best[g];  // as relu_forward_cpu: a NaN passes
+            }
+          }
+          const size_t o = at(img, cb, py, px);
+          std::memcpy(y + o, best, sizeof(best));
+          for (int g = 0; g < G; ++g) {
+            const Bytes narrow = __builtin_convertvector(arg[g], Bytes);
+            std::memcpy(argmax + o + g * W, &narrow, sizeof(narrow));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Images [i0, i1) backward: each image's weight and bias gradients into its own slice of
+// `partial` ((K*K + 1) * c_out floats: the K*K taps, then the bias).
+template <int W, int KT>
+LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, const float* dy,
+                                      const int8_t* argmax, float* partial, size_t i0, size_t i1) {
+  using L = Lanes<W>;
+  using F = typename L::F;
+  using I = typename L::I;
+  constexpr int G = L::kGroups;
+  constexpr int kMaxTaps = KT > 0 ? KT * KT : 49;
+  const Conv2dShape& c = s.conv;
+  const int K = KT > 0 ? KT : c.kh, taps = K * K, k = s.k, oh = s.out_h(), ow = s.out_w(),
+            cout = c.c_out;
+  const OutIndex at{oh, ow, cout / 16, cout, s.y_blocked16};
+  Padded pad(c);
+  for (size_t img = i0; img < i1; ++img) {
+    const float* p = pad.load(x + img * c.h * c.w, c);
+    float* mine = partial + img * static_cast<size_t>(taps + 1) * cout;
+    for (int cb = 0; cb < at.blocks; ++cb) {
+      F acc[kMaxTaps][G] = {};
+      F acc_b[G] = {};
+      for (int py = 0; py < oh; ++py) {
+        for (int px = 0; px < ow; ++px) {
+          const size_t o = at(img, cb, py, px);
+          F g_dy[G];
+          std::memcpy(g_dy, dy + o, sizeof(g_dy));
+          int32_t widened[16];
+          for (int l = 0; l < 16; ++l) widened[l] = argmax[o + l];
+          I arg[G];
+          std::memcpy(arg, widened, sizeof(arg));
+          const F zero = {};
+          for (int g = 0; g < G; ++g) {
+            g_dy[g] = arg[g] >= 0 ? g_dy[g] : zero;  // the fused ReLU's cut windows
+            acc_b[g] += g_dy[g];
+          }
+          for (int wy = 0; wy < k; ++wy) {
+            for (int wx = 0; wx < k; ++wx) {
+              const int32_t pos = wy * k + wx;
+              F masked[G];
+              for (int g = 0; g < G; ++g) masked[g] = arg[g] == pos ? g_dy[g] : zero;
+              const float* row = p + static_cast<size_t>(py * k + wy) * pad.w + px * k + wx;
+              for (int ky = 0; ky < K; ++ky)
+                for (int kx = 0; kx < K; ++kx) {
+                  const float v = row[ky * pad.w + kx];
+                  for (int g = 0; g < G; ++g) acc[ky * K + kx][g] += v * masked[g];
+                }
+            }
+          }
+        }
+      }
+      for (int t = 0; t < taps; ++t)
+        std::memcpy(mine + static_cast<size_t>(t) * cout + cb * 16, acc[t], sizeof(acc[t]));
+      std::memcpy(mine + static_cast<size_t>(taps) * cout + cb * 16, acc_b, sizeof(acc_b));
+    }
+  }
+}
+
+// The builds of the loops, AVX-512 and baseline (parallel.h), and the kernel size 3 unrolled.
+template <int W>
+LS_ALWAYS_INLINE void forward_w(const ConvPoolShape& s, const float* x, const float* w,
+                                const float* b, float* y, int8_t* argmax, size_t i0, size_t i1) {
+  if (s.conv.kh == 3 && s.k == 2)
+    forward_images<W, 3, 2>(s, x, w, b, y, argmax, i0, i1);
+  else
+    forward_images<W, 0, 0>(s, x, w, b, y, argmax, i0, i1);
+}
+template <int W>
+LS_ALWAYS_INLINE void backward_w(const ConvPoolShape& s, const float* x, const float* dy,
+                                 const int8_t* argmax, float* partial, size_t i0, size_t i1) {
+  if (s.conv.kh == 3)
+    backward_images<W, 3>(s, x, dy, argmax, partial, i0, i1);
+  else
+    backward_images<W, 0>(s, x, dy, argmax, partial, i0, i1);
+}
+LS_AVX512 void forward_16(const ConvPoolShape& s, const float* x, const float* w, const float* b,
+                          float* y, int8_t* argmax, size_t i0, size_t i1) {
+  forward_w<16>(s, x, w, b, y, argmax, i0, i1);
+}
+void forward_4(const ConvPoolShape& s, const float* x, const float* w, const float* b, float* y,
+               int8_t* argmax, size_t i0, size_t i1) {
+  forward_w<4>(s, x, w, b, y, argmax, i0, i1);
+}
+LS_AVX512 void backward_16(const ConvPoolShape& s, const float* x, const float* dy,
+                           const int8_t* argmax, float* partial, size_t i0, size_t i1) {
+  backward_w<16>(s, x, dy, argmax, partial, i0, i1);
+}
+void backward_4(const ConvPoolShape& s, const float* x, const float* dy, const int8_t* argmax,
+                float* partial, size_t i0, size_t i1) {
+  backward_w<4>(s, x, dy, argmax, partial, i0, i1);
+}
+
+}  // namespace
+
+bool conv_pool_fast() { return cpu_avx512f(); }
+
+bool conv_pool_supported(const Conv2dShape& c, int k) {
+  return c.c_in == 1 && c.stride == 1 && c.kh == c.kw && c.kh % 2 == 1 && c.kh <= 7 &&
+         c.pad_h == c.kh / 2 && c.pad_w == c.kw / 2 && c.c_out > 0 && c.c_out % 16 == 0 &&
+         !c.relu && k >= 1 && k <= 11 && k <= c.h && k <= c.w;
+}
+
+void conv_pool_forward_cpu(const ConvPoolShape& s, const float* x, const float* w, const float* b,
+                           float* y, int8_t* argmax) {
+  check(s, "conv_pool_forward_cpu");
+  const bool wide = cpu_avx512f();
+  parallel_chunks(static_cast<size_t>(s.conv.n), 1, [&](size_t i0, size_t i1) {
+    if (wide)
+      forward_16(s, x, w, b, y, argmax, i0, i1);
+    else
+      forward_4(s, x, w, b, y, argmax, i0, i1);
+  });
+}
+
+size_t conv_pool_scratch_floats(const ConvPoolShape& s) {
+  return static_cast<size_t>(s.conv.n) * (s.conv.kh * s.conv.kw + 1) * s.conv.c_out;
+}
+
+void conv_pool_backward_cpu(const ConvPoolShape& s, const float* x, const float* dy,
+                            const int8_t* argmax, float* dw, float* db, float* scratch) {
+  check(s, "conv_pool_backward_cpu");
+  const bool wide = cpu_avx512f();
+  parallel_chunks(static_cast<size_t>(s.conv.n), 1, [&](size_t i0, size_t i1) {
+    if (wide)
+      backward_16(s, x, dy, argmax, scratch, i0, i1);
+    else
+      backward_4(s, x, dy, argmax, scratch, i0, i1);
+  });
+  // The images' partial sums in image order: the same bits at any thread count.
+  const size_t taps = static_cast<size_t>(s.conv.kh) * s.conv.kw, cout = s.conv.c_out;
+  const size_t per_image = (taps + 1) * cout;
+  for (int img = 0; img < s.conv.n; ++img) {
+    const float* part = scratch + img * per_image;
+    for (size_t i = 0; i < taps * cout; ++i) dw[i] += part[i];
+    if (db != nullptr)
+      for (size_t j = 0; j < cout; ++j) db[j] += part[taps * cout + j];
+  }
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,77 @@
+#include "kernels/cuda/bias.cuh"
+
+#include <algorithm>
+
+#include "kernels/cuda/launch.cuh"
+
+namespace lockstep::kernels::cuda {
+
+namespace {
+
+constexpr int kColumns = 32;    // columns per block: one warp reads 32 neighbouring floats
+constexpr int kRowLanes = 8;    // threads per column inside a block
+constexpr size_t kChunkRows = 1024;  // rows per block in the first pass
+constexpr size_t kMaxChunks = 256;
+
+__global__ void fill_rows_kernel(float* __restrict__ y, const float* __restrict__ b, size_t total,
+                                 int cols) {
+  for (size_t i = thread_index(); i < total; i += thread_stride()) y[i] = b[i % cols];
+}
+
+// Pass 1: block (x, chunk) sums rows [chunk * chunk_rows, ...) of columns [x * 32, x * 32 + 32)
+// into partial[chunk, col]. Threads of one column take rows lane, lane + 8, ...; the 8 lanes are
+// then added in lane order, so the result does not depend on scheduling.
+__global__ void column_partials_kernel(const float* __restrict__ dy, size_t rows, int cols,
+                                       size_t chunk_rows, float* __restrict__ partial) {
+  __shared__ float lanes[kRowLanes][kColumns];
+  const int col = blockIdx.x * kColumns + threadIdx.x;
+  const size_t begin = blockIdx.y * chunk_rows;
+  const size_t end = min(rows, begin + chunk_rows);
+  float acc = 0.0f;
+  if (col < cols)
+    for (size_t r = begin + threadIdx.y; r < end; r += kRowLanes) acc += dy[r * cols + col];
+  lanes[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float sum = 0.0f;
+    for (int lane = 0; lane < kRowLanes; ++lane) sum += lanes[lane][threadIdx.x];
+    partial[blockIdx.y * size_t(cols) + col] = sum;
+  }
+}
+
+// Pass 2: db[col] += the chunks' partials, in chunk order.
+__global__ void column_finish_kernel(const float* __restrict__ partial, int chunks, int cols,
+                                     float* __restrict__ db) {
+  for (size_t col = thread_index(); col < size_t(cols); col += thread_stride()) {
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; ++c) sum += partial[c * size_t(cols) + col];
+    db[col] += sum;
+  }
+}
+
+}  // namespace
+
+void fill_rows(float* y, const float* b, size_t rows, int cols, cudaStream_t stream) {
+  const size_t total = rows * cols;
+  if (total == 0) return;
+  fill_rows_kernel<<<grid_for(total), kThreads, 0, stream>>>(y, b, total, cols);
+  LS_CHECK_LAUNCH("fill_rows_kernel");
+}
+
+void add_column_sums(const float* dy, size_t rows, int cols, float* db, cudaStream_t stream) {
+  if (rows == 0 || cols <= 0) return;
+  // Chunks depend only on the shape, so the summation order (and the bits) is the same every call.
+  const size_t chunks =
+      std::min(kMaxChunks, std::max<size_t>(1, (rows + kChunkRows - 1) / kChunkRows));
+  const size_t chunk_rows = (rows + chunks - 1) / chunks;
+  StreamScratch partial(chunks * cols * sizeof(float), stream);
+  const dim3 grid((cols + kColumns - 1) / kColumns, static_cast<unsigned>(chunks));
+  column_partials_kernel<<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(dy, rows, cols, chunk_rows,
+                                                                         partial.as<float>());
+  LS_CHECK_LAUNCH("column_partials_kernel");
+  column_finish_kernel<<<grid_for(cols), kThreads, 0, stream>>>(
+      partial.as<float>(), static_cast<int>(chunks), cols, db);
+  LS_CHECK_LAUNCH("column_finish_kernel");
+}
+
+}  // namespace lockstep::kernels::cuda

@@ -1,0 +1,18 @@
+// Bias helpers shared by the dense and conv2d CUDA twins (internal to *.cu files): broadcast a bias
+// row into every row of an output, and add the column sums of a gradient into the bias gradient.
+// Both enqueue on `stream`. The column sums are deterministic: fixed row chunks, summed in order.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/cuda/stream.h"
+
+namespace lockstep::kernels::cuda {
+
+// y[r, j] = b[j] for r < rows, j < cols.
+void fill_rows(float* y, const float* b, size_t rows, int cols, cudaStream_t stream);
+
+// db[j] += sum over r < rows of dy[r, j].
+void add_column_sums(const float* dy, size_t rows, int cols, float* db, cudaStream_t stream);
+
+}  // namespace lockstep::kernels::cuda

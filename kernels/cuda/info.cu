@@ -1,0 +1,31 @@
+#include "kernels/cuda/info.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+
+namespace lockstep::kernels {
+
+int cuda_device_count_or_reason(std::string* reason) {
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) {
+    // The count is not written on failure; clear the error so later calls start clean.
+    (void)cudaGetLastError();
+    if (reason != nullptr)
+      *reason = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(rc) + ": " +
+                cudaGetErrorString(rc);
+    return 0;
+  }
+  if (count <= 0) {
+    if (reason != nullptr) {
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      *reason = std::string("no CUDA device is visible") +
+                (visible != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : "");
+    }
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,21 @@
+// GELU, the tanh approximation GPT-2 uses and PyTorch computes as gelu(x, approximate='tanh'):
+//   y = 0.5 x (1 + tanh(s (x + 0.044715 x^3))),  s = sqrt(2 / pi).
+// Backward reads the forward input x (not y: GELU is not monotonic, y does not give x back) and
+// overwrites dx = dy * gelu'(x). dx may alias dy; y may alias x. Elementwise over n floats.
+// Stateless functions: threads may call them on separate buffers. No collective calls.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/cuda/stream.h"
+
+namespace lockstep::kernels {
+
+void gelu_forward_cpu(const float* x, float* y, size_t n);
+void gelu_backward_cpu(const float* x, const float* dy, float* dx, size_t n);
+
+// CUDA twins (gelu.cu): device pointers, enqueued on `stream`; the same aliasing is allowed.
+void gelu_forward_cuda(const float* x, float* y, size_t n, cudaStream_t stream);
+void gelu_backward_cuda(const float* x, const float* dy, float* dx, size_t n, cudaStream_t stream);
+
+}  // namespace lockstep::kernels

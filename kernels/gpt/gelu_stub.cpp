@@ -1,0 +1,14 @@
+// Stands in for gelu.cu when CUDA is not built: every *_cuda function throws (kernels/cuda/stub.h).
+#include "kernels/cuda/stub.h"
+#include "kernels/gpt/gelu.h"
+
+namespace lockstep::kernels {
+
+void gelu_forward_cuda(const float*, float*, size_t, cudaStream_t) {
+  cuda_not_built("gelu_forward_cuda");
+}
+void gelu_backward_cuda(const float*, const float*, float*, size_t, cudaStream_t) {
+  cuda_not_built("gelu_backward_cuda");
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,86 @@
+#include "kernels/cuda/bias.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/gpt/layernorm.h"
+
+// One block per row for the row statistics and dx (block_sum: a fixed combining order). dgamma
+// and dbeta are column sums over rows: each row writes its terms dy * xhat into scratch, and the
+// bias helper's deterministic column sum adds them up, as dense.cu does for db.
+
+namespace lockstep::kernels {
+
+namespace {
+
+__global__ void layernorm_forward_kernel(LayerNormShape s, const float* x, const float* gamma,
+                                         const float* beta, float* y, float* mean, float* rstd) {
+  const size_t off = static_cast<size_t>(blockIdx.x) * s.dim;
+  const float* xr = x + off;
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < s.dim; j += blockDim.x) sum += xr[j];
+  const float m = cuda::block_sum(sum) / s.dim;
+  float var = 0.0f;
+  for (int j = threadIdx.x; j < s.dim; j += blockDim.x) {
+    const float d = xr[j] - m;
+    var += d * d;
+  }
+  const float rs = rsqrtf(cuda::block_sum(var) / s.dim + kLayerNormEps);
+  for (int j = threadIdx.x; j < s.dim; j += blockDim.x)
+    y[off + j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = m;
+    rstd[blockIdx.x] = rs;
+  }
+}
+
+// dx for one row per block; the per-element dgamma terms dy * xhat go to `terms` when not null.
+__global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, const float* gamma,
+                                          const float* mean, const float* rstd, const float* dy,
+                                          float* dx, float* terms) {
+  const size_t off = static_cast<size_t>(blockIdx.x) * s.dim;
+  const float m = mean[blockIdx.x], rs = rstd[blockIdx.x];
+  float g_sum = 0.0f, gx_sum = 0.0f;
+  for (int j = threadIdx.x; j < s.dim; j += blockDim.x) {
+    const float xhat = (x[off + j] - m) * rs;
+    const float g = dy[off + j] * gamma[j];
+    g_sum += g;
+    gx_sum += g * xhat;
+    if (terms != nullptr) terms[off + j] = dy[off + j] * xhat;
+  }
+  if (dx == nullptr) return;  // uniform over the block: no thread waits in block_sum alone
+  const float g_mean = cuda::block_sum(g_sum) / s.dim;
+  const float gx_mean = cuda::block_sum(gx_sum) / s.dim;
+  for (int j = threadIdx.x; j < s.dim; j += blockDim.x) {
+    const float xhat = (x[off + j] - m) * rs;
+    dx[off + j] = rs * (dy[off + j] * gamma[j] - g_mean - xhat * gx_mean);
+  }
+}
+
+}  // namespace
+
+void layernorm_forward_cuda(const LayerNormShape& s, const float* x, const float* gamma,
+                            const float* beta, float* y, float* mean, float* rstd,
+                            cudaStream_t stream) {
+  check_layernorm_shape(s, "layernorm_forward_cuda");
+  if (s.rows == 0) return;
+  layernorm_forward_kernel<<<s.rows, cuda::threads_for_row(s.dim), 0, stream>>>(s, x, gamma, beta,
+                                                                                y, mean, rstd);
+  LS_CHECK_LAUNCH("layernorm_forward_kernel");
+}
+
+void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const float* gamma,
+                             const float* mean, const float* rstd, const float* dy, float* dx,
+                             float* dgamma, float* dbeta, cudaStream_t stream) {
+  check_layernorm_shape(s, "layernorm_backward_cuda");
+  if (s.rows == 0) return;
+  const size_t rows = static_cast<size_t>(s.rows);
+  cuda::StreamScratch terms(dgamma != nullptr ? rows * s.dim * sizeof(float) : 0, stream);
+  float* t = dgamma != nullptr ? terms.as<float>() : nullptr;
+  if (dx != nullptr || t != nullptr) {
+    layernorm_backward_kernel<<<s.rows, cuda::threads_for_row(s.dim), 0, stream>>>(
+        s, x, gamma, mean, rstd, dy, dx, t);
+    LS_CHECK_LAUNCH("layernorm_backward_kernel");
+  }
+  if (t != nullptr) cuda::add_column_sums(t, rows, s.dim, dgamma, stream);
+  if (dbeta != nullptr) cuda::add_column_sums(dy, rows, s.dim, dbeta, stream);
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,77 @@
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/gemm.h"
+#include "kernels/onednn/util.h"
+
+// The oneDNN twin of gemm_cpu: one matmul primitive per shape, with the transposes as strides of
+// the operands' memory descriptors (no copies), alpha as the output scale and beta as a sum
+// post-op (C = alpha op(A) op(B) + beta C). beta == 0 leaves the post-op out, so C is not read.
+
+namespace lockstep::kernels {
+
+namespace {
+
+using dnnl::memory;
+constexpr auto f32 = memory::data_type::f32;
+
+struct Matmul {
+  dnnl::matmul prim;
+  memory a, b, c, scratch;
+};
+
+long bits(float v) {
+  int32_t i;
+  std::memcpy(&i, &v, sizeof i);
+  return i;
+}
+
+Matmul make_matmul(const GemmShape& s) {
+  const memory::dim m = s.m, n = s.n, k = s.k;
+  // Row-major storage: A is m x k (k x m when transposed), B is k x n (n x k), C is m x n.
+  memory::desc a({m, k}, f32, s.trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+  memory::desc b({k, n}, f32, s.trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+  memory::desc c({m, n}, f32, memory::dims{n, 1});
+  dnnl::primitive_attr attr;
+  if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
+  if (s.beta != 0.0f) {
+    dnnl::post_ops add;
+    add.append_sum(s.beta);
+    attr.set_post_ops(add);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), onednn::user_scratchpad(attr),
+                                  onednn::engine());
+  const dnnl::engine& e = onednn::engine();
+  return {dnnl::matmul(pd), memory(a, e, DNNL_MEMORY_NONE), memory(b, e, DNNL_MEMORY_NONE),
+          memory(c, e, DNNL_MEMORY_NONE), memory(pd.scratchpad_desc(), e)};
+}
+
+}  // namespace
+
+void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
+  if (s.m < 0 || s.n < 0 || s.k < 0) throw std::invalid_argument("gemm_onednn: negative dimension");
+  if (s.m == 0 || s.n == 0) return;
+  if (s.k == 0) {  // an empty product: C = beta C (a primitive cannot have a zero dimension)
+    const size_t count = static_cast<size_t>(s.m) * s.n;
+    if (s.beta == 0.0f) std::fill_n(c, count, 0.0f);
+    else std::transform(c, c + count, c, [&](float v) { return s.beta * v; });
+    return;
+  }
+  try {
+    const std::array<long, 7> key{s.m, s.n, s.k, s.trans_a, s.trans_b, bits(s.alpha), bits(s.beta)};
+    Matmul& mm = onednn::cached<Matmul>(key, [&] { return make_matmul(s); });
+    mm.a.set_data_handle(const_cast<float*>(a));
+    mm.b.set_data_handle(const_cast<float*>(b));
+    mm.c.set_data_handle(c);
+    dnnl::stream& st = onednn::stream();
+    mm.prim.execute(st, {{DNNL_ARG_SRC, mm.a}, {DNNL_ARG_WEIGHTS, mm.b}, {DNNL_ARG_DST, mm.c},
+                         {DNNL_ARG_SCRATCHPAD, mm.scratch}});
+    st.wait();
+  } catch (const dnnl::error& e) {
+    onednn::rethrow("gemm_onednn", e);
+  }
+}
+
+}  // namespace lockstep::kernels
