@@ -2,9 +2,10 @@
 # runtime/'s wings depend one way, downwards: runtime/README.md states their order ("Order, bottom to
 # top: ..."); every folder of runtime/ is a wing in that list and every listed wing exists; no
 # source file sits in runtime/ itself; a file of wing W includes headers of W, of wings before W
-# and of kernels/ only, and every runtime header it names exists; kernels/ includes nothing from
-# runtime/. A break names the file, the line and both wings. The check first runs on a fixture tree
-# holding each kind of break and must refuse it, so a broken pattern cannot pass silently.
+# and of kernels/ only, and every runtime header it names exists; kernels/ (its top level and its
+# family folders, conv/, gpt/, ...) includes nothing from runtime/. A break names the file, the line
+# and both wings. The check first runs on a fixture tree holding each kind of break (one in a family
+# folder of kernels/ too) and must refuse it, so a broken pattern cannot pass silently.
 # ctest sets LOCKSTEP_SRC (the source tree).
 set -u
 
@@ -58,11 +59,12 @@ check_layering() {
 
 e2e_workdir layering
 fixture=$work/tree
-mkdir -p "$fixture/runtime/low" "$fixture/runtime/high" "$fixture/runtime/stray" "$fixture/kernels"
+mkdir -p "$fixture/runtime/low" "$fixture/runtime/high" "$fixture/runtime/stray" "$fixture/kernels/fam"
 printf 'Order, bottom to top: low, high, gone\n' >"$fixture/runtime/README.md"
 printf '#include "runtime/low/a.h"\n' >"$fixture/runtime/high/b.h"
 printf '#include "runtime/high/b.h"\n#include "runtime/low/missing.h"\n' >"$fixture/runtime/low/a.h"
 printf '#include "runtime/low/a.h"\n' >"$fixture/kernels/k.h"
+printf '// a family folder\n#include "runtime/low/a.h"\n' >"$fixture/kernels/fam/f.cu"
 printf '// loose\n' >"$fixture/runtime/loose.cpp"
 
 out=$(check_layering "$fixture")
@@ -70,6 +72,7 @@ out=$(check_layering "$fixture")
 for want in "runtime/low/a.h:1: wing low includes runtime/high/b.h from wing high" \
             "runtime/low/a.h:2: includes runtime/low/missing.h, which does not exist" \
             "kernels/k.h:1: kernels/ includes runtime/low/a.h" \
+            "kernels/fam/f.cu:2: kernels/ includes runtime/low/a.h" \
             "lists the wing gone, which has no folder" \
             "runtime/stray/ is not a wing" \
             "runtime/loose.cpp: sources live in a wing"; do
