@@ -18,7 +18,7 @@ struct GemmShape {
 };
 
 void gemm_cpu(const GemmShape& s, const float* a, const float* b, float* c);
-// The oneDNN twin (onednn/gemm.cpp, a matmul primitive per shape; onednn.h), same contract.
+// The oneDNN twin (onednn/gemm_onednn.cpp, a matmul primitive per shape; onednn.h), same contract.
 void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c);
 
 // CUDA twins (gemm.cu, through cuBLAS): device pointers, enqueued on `stream`, not waited for.

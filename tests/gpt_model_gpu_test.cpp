@@ -11,7 +11,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cuda/memory.h"
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 #include "runtime/base/buffer.h"
 #include "runtime/model/model.h"
 

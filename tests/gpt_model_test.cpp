@@ -10,7 +10,7 @@
 #include <memory>
 #include <random>
 
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 #include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model.h"

@@ -14,7 +14,7 @@
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/layernorm.h"
 #include "kernels/gpt/residual.h"
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 
 namespace lockstep::kernels {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 
 namespace lockstep::kernels {
 namespace {

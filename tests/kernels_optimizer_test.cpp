@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/optimizer.h"
+#include "kernels/step/optimizer.h"
 
 namespace lockstep::kernels {
 namespace {

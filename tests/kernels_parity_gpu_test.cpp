@@ -26,8 +26,8 @@
 #include "kernels/cuda/memory.h"
 #include "kernels/dense.h"
 #include "kernels/gemm.h"
-#include "kernels/loss.h"
-#include "kernels/optimizer.h"
+#include "kernels/step/loss.h"
+#include "kernels/step/optimizer.h"
 
 namespace lk = lockstep::kernels;
 using namespace lockstep::testing_util;

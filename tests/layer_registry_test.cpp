@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/activation.h"
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 #include "runtime/base/error.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/model/model.h"

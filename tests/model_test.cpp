@@ -13,7 +13,7 @@
 #include "kernels/conv/conv_pool.h"
 #include "kernels/conv/pool.h"
 #include "kernels/dense.h"
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 #include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/model/layers/conv.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/optimizer.h"
+#include "kernels/step/optimizer.h"
 #include "runtime/model/model.h"
 #include "runtime/model/optimizer.h"
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda/memory.h"
-#include "kernels/optimizer.h"
+#include "kernels/step/optimizer.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model.h"
 

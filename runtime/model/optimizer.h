@@ -85,7 +85,7 @@ class Optimizer {
 
   // The update captured in a CUDA graph (device optimizers only; DESIGN.md decision 18): enqueues
   // the copy of the step's coefficients from page-locked host memory into device memory, then the
-  // update through gated_update_cuda (kernels/optimizer.h), skipped on the device when one of
+  // update through gated_update_cuda (kernels/step/optimizer.h), skipped on the device when one of
   // gate[0, gates) (device memory) is not finite. It does not count the update: count_update()
   // does, once the host knows it was applied. Before each replay of the graph,
   // set_captured_lr() writes the coefficients of the next update (steps() + 1) at rate lr; the

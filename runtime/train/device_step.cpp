@@ -8,8 +8,8 @@
 #include <string>
 
 #include "kernels/cuda/memory.h"
-#include "kernels/loss.h"
-#include "kernels/optimizer.h"
+#include "kernels/step/loss.h"
+#include "kernels/step/optimizer.h"
 #include "runtime/base/buffer.h"
 #include "runtime/base/error.h"
 #include "runtime/base/precision.h"

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/loss.h"
-#include "kernels/optimizer.h"
+#include "kernels/step/loss.h"
+#include "kernels/step/optimizer.h"
 #include "runtime/base/error.h"
 
 namespace lockstep {

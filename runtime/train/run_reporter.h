@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/loss_totals.h"
+#include "kernels/step/loss_totals.h"
 #include "runtime/base/communicator.h"
 #include "runtime/observe/progress.h"
 #include "runtime/observe/step_times.h"

@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/loss_totals.h"
+#include "kernels/step/loss_totals.h"
 #include "runtime/base/precision.h"
 #include "runtime/data/sharded_loader.h"
 #include "runtime/model/model.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/optimizer.h"
+#include "kernels/step/optimizer.h"
 #include "runtime/base/error.h"
 
 namespace lockstep {

@@ -15,7 +15,7 @@
 #include "kernels/gpt/embedding.h"
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/layernorm.h"
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 #include "runtime/data/h5_writer.h"
 
 namespace {

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/loss.h"
-#include "kernels/optimizer.h"
+#include "kernels/step/loss.h"
+#include "kernels/step/optimizer.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/model/lr_schedule.h"
 #include "runtime/model/model.h"

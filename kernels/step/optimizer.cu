@@ -1,4 +1,4 @@
-#include "kernels/optimizer.h"
+#include "kernels/step/optimizer.h"
 
 #include <algorithm>
 #include <cmath>

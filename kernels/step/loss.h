@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/stream.h"
-#include "kernels/loss_totals.h"
+#include "kernels/step/loss_totals.h"
 
 namespace lockstep::kernels {
 

@@ -1,6 +1,6 @@
 // Stands in for loss.cu when CUDA is not built: every *_cuda function throws.
 #include "kernels/cuda/stub.h"
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 
 namespace lockstep::kernels {
 

@@ -1,4 +1,4 @@
-#include "kernels/loss.h"
+#include "kernels/step/loss.h"
 
 #include <climits>
 #include <cmath>

@@ -1,6 +1,6 @@
 // Stands in for optimizer.cu when CUDA is not built: every *_cuda function throws.
 #include "kernels/cuda/stub.h"
-#include "kernels/optimizer.h"
+#include "kernels/step/optimizer.h"
 
 namespace lockstep::kernels {
 
