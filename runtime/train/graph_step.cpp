@@ -17,11 +17,12 @@ GraphRunner::GraphRunner(StepGraphs& graphs, cudaStream_t stream, Communicator& 
     : graphs_(graphs), stream_(stream), host_(host), grads_(grads), reducer_(reducer),
       timer_(timer), capture_fail_rank_(capture_fail_rank) {}
 
-GraphRunner::~GraphRunner() {
+void GraphRunner::settle_if_unwinding() noexcept {
   if (std::uncaught_exceptions() == 0 || !grads_.capturable()) return;
   try {
-    grads_.watch_stream(stream_, "the training step in flight while ending")
-        ->wait(grads_.timeout());
+    const std::string what = "the training step in flight when this rank failed" +
+                             (failure_.empty() ? std::string() : " (" + failure_ + ")");
+    grads_.watch_stream(stream_, what)->wait(grads_.timeout());
   } catch (const std::exception&) {
     // Reported by the error that unwinds; the communicator is aborted.
   }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "kernels/cuda/stream.h"
 #include "runtime/base/communicator.h"
@@ -28,10 +29,16 @@ class GraphRunner {
   // the step's phases; capture_fail_rank: a test hook (test_hooks.h).
   GraphRunner(StepGraphs& graphs, cudaStream_t stream, Communicator& host, Communicator& grads,
               BucketReducer& reducer, StepTimer& timer, int capture_fail_rank);
-  // Unwinding with a replay perhaps in flight: waits for the stream as for a collective first (the
-  // deadline, then the communicator's abort ends its collectives), so that the step's destructor,
-  // which synchronises the stream, does not wait for ever on peers that never launch theirs.
-  ~GraphRunner();
+  ~GraphRunner() = default;
+  // For a trainer unwinding with a replay perhaps in flight (its destructor calls this before any
+  // of its buffers goes: freeing device memory waits for the device): waits for the stream as for
+  // a collective (the deadline, then the communicator's abort ends its collectives), so that
+  // nothing waits for ever on peers that never launch theirs. Does nothing when not unwinding.
+  // Never throws.
+  void settle_if_unwinding() noexcept;
+  // The error the step failed with, for the message of a wait that gives up while unwinding (the
+  // rank may end the job from inside that wait, before its handler prints the error).
+  void note_failure(std::string what) { failure_ = std::move(what); }
   GraphRunner(const GraphRunner&) = delete;
   GraphRunner& operator=(const GraphRunner&) = delete;
 
@@ -61,6 +68,7 @@ class GraphRunner {
   int capture_fail_rank_;
   int64_t warm_steps_ = 0;
   bool given_up_ = false;
+  std::string failure_;
 };
 
 }  // namespace lockstep

@@ -155,7 +155,11 @@ void Trainer::open_loaders() {
   m.test = std::make_unique<ShardedLoader>(test_spec, eo, rank, P);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // Before the model's and the optimizer's buffers go (freeing device memory waits for the
+  // device, which may be running a replay whose peers never launched theirs).
+  if (impl_ && impl_->graphs) impl_->graphs->settle_if_unwinding();
+}
 
 const DatasetInfo& Trainer::train_info() const { return impl_->info; }
 const StepGuard& Trainer::guard() const { return *impl_->guard; }

@@ -44,9 +44,13 @@ LossTotals Trainer::train_step() {
       o = eager_step(scale, have, want_valid, phases);
       if (m.graphs) m.graphs->ran_eagerly(full);
     }
-  } catch (...) {
+  } catch (const std::exception& e) {
     // A layer, the loader or a reduction failed with bucket reductions in flight: they write into
     // the gradients, so they must finish before the error unwinds past the buffers.
+    m.reducer->drain();
+    if (m.graphs) m.graphs->note_failure(e.what());
+    throw;
+  } catch (...) {
     m.reducer->drain();
     throw;
   }
