@@ -341,47 +341,11 @@ TrainConfig cnn_graphs(bool graphs) {
   return c;
 }
 
-struct Trained {
-  std::vector<float> params;
-  TrainResult result;
-  int64_t updates = 0, captured = 0, skipped = 0;
-  double seconds = 0;
-};
-
-Trained train(Communicator& host, Communicator& grads, const TrainConfig& c) {
-  const auto start = Clock::now();
-  Trainer t(host, grads, c);
-  Trained r;
-  r.result = t.run();
-  r.params = t.model().params_to_host();
-  r.updates = t.optimizer().steps();
-  r.captured = t.captured_steps();
-  r.skipped = t.guard().skipped_steps();
-  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return r;
-}
-
-size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t n = a.size() > b.size() ? a.size() - b.size() : b.size() - a.size();
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return n;
-}
-
 // Elements of this rank's parameters whose bits differ from rank 0's.
 size_t differing_from_rank0(Communicator& host, const std::vector<float>& params) {
   std::vector<float> rank0 = params;
   host.broadcast(rank0.data(), rank0.size(), DType::f32, 0);
   return differing(params, rank0);
-}
-
-void expect_same_bits(const Trained& got, const Trained& want) {
-  EXPECT_EQ(0u, differing(got.params, want.params)) << "of " << want.params.size() << " parameters";
-  EXPECT_EQ(got.updates, want.updates);
-  ASSERT_EQ(got.result.epochs.size(), want.result.epochs.size());
-  for (size_t e = 0; e < want.result.epochs.size(); ++e)
-    EXPECT_EQ(got.result.epochs[e].train_loss, want.result.epochs[e].train_loss) << "epoch " << e + 1;
-  EXPECT_EQ(got.result.test.loss, want.result.test.loss);
 }
 
 // Sets an environment variable for a scope (a test hook the Trainer reads when it is made).
@@ -462,24 +426,15 @@ TEST_F(NcclPeers, ZeroStageOneMatchesUnshardedOverNccl) {
   c.zero = 1;
   Trainer sharded(host(), nccl(), c);
   sharded.run();
-  // Tensor by tensor: the sharded layout pads each layer to the ranks.
-  auto tensors = [](Trainer& t) {
-    const std::vector<float> flat = t.model().params_to_host();
-    std::vector<float> out;
-    for (const ParamTensorInfo& p : t.model().param_tensors())
-      out.insert(out.end(), flat.begin() + static_cast<ptrdiff_t>(p.offset),
-                 flat.begin() + static_cast<ptrdiff_t>(p.offset + p.count));
-    return out;
-  };
   std::vector<float> unsharded;
   {
     c.zero = 0;
     Trainer again(host(), nccl(), c);
     again.run();
-    unsharded = tensors(again);
+    unsharded = params_by_tensor(again);
     EXPECT_EQ(0u, differing(again.model().params_to_host(), want.params)) << "not reproducible";
   }
-  const std::vector<float> got = tensors(sharded);
+  const std::vector<float> got = params_by_tensor(sharded);
   const double rel = relative_difference(got, unsharded);
   if (nccl().rank() == 0)
     std::printf("--zero 1 over NCCL at %d rank(s), CNN momentum 20 steps: relative L2 %.3g against "

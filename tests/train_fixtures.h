@@ -1,10 +1,14 @@
 // Fixtures shared by the trainer tests: a small learnable image dataset (label-dependent stripes
-// on noise), the GPU trainer tests' configurations on it, and the relative difference of two
-// parameter vectors. Header-only.
+// on noise), the GPU trainer tests' configurations on it, how two parameter vectors differ, and a
+// finished run to compare with another (Trained, expect_same_bits). Header-only.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
@@ -93,6 +97,60 @@ inline double relative_difference(const std::vector<float>& a, const std::vector
     norm += double(b[i]) * b[i];
   }
   return std::sqrt(diff / norm);
+}
+
+// Elements whose bits differ (and any length difference).
+inline size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = a.size() > b.size() ? a.size() - b.size() : b.size() - a.size();
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+// A trainer's parameters tensor by tensor, without the layout's gaps: comparable between layouts
+// (--zero 1 pads each layer to the ranks).
+inline std::vector<float> params_by_tensor(Trainer& t) {
+  const std::vector<float> flat = t.model().params_to_host();
+  std::vector<float> out;
+  for (const ParamTensorInfo& p : t.model().param_tensors())
+    out.insert(out.end(), flat.begin() + static_cast<ptrdiff_t>(p.offset),
+               flat.begin() + static_cast<ptrdiff_t>(p.offset + p.count));
+  return out;
+}
+
+// What a finished run leaves to compare: its parameters, result, counts and wall time.
+struct Trained {
+  std::vector<float> params;
+  TrainResult result;
+  int64_t updates = 0, captured = 0, skipped = 0;
+  double seconds = 0;
+};
+
+inline Trained train(Communicator& host, Communicator& grads, const TrainConfig& c) {
+  const auto start = std::chrono::steady_clock::now();
+  Trainer t(host, grads, c);
+  Trained r;
+  r.result = t.run();
+  r.params = t.model().params_to_host();
+  r.updates = t.optimizer().steps();
+  r.captured = t.captured_steps();
+  r.skipped = t.guard().skipped_steps();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+// Two runs that must be the same bits: parameters, update count, every epoch's losses, the final
+// test score.
+inline void expect_same_bits(const Trained& got, const Trained& want) {
+  EXPECT_EQ(0u, differing(got.params, want.params)) << "of " << want.params.size() << " parameters";
+  EXPECT_EQ(got.updates, want.updates);
+  ASSERT_EQ(got.result.epochs.size(), want.result.epochs.size());
+  for (size_t e = 0; e < want.result.epochs.size(); ++e) {
+    EXPECT_EQ(got.result.epochs[e].train_loss, want.result.epochs[e].train_loss) << "epoch " << e + 1;
+    EXPECT_EQ(got.result.epochs[e].test.loss, want.result.epochs[e].test.loss) << "epoch " << e + 1;
+  }
+  EXPECT_EQ(got.result.test.loss, want.result.test.loss);
+  EXPECT_EQ(got.result.test.accuracy, want.result.test.accuracy);
 }
 
 }  // namespace lockstep::testing_util

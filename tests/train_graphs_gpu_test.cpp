@@ -66,42 +66,6 @@ TrainConfig config(const std::string& data, Precision precision, bool graphs) {
   return c;
 }
 
-struct Trained {
-  std::vector<float> params;
-  TrainResult result;
-  int64_t updates = 0, captured = 0, skipped = 0;
-};
-
-Trained train(Communicator& host, Communicator& grads, const TrainConfig& c) {
-  Trainer t(host, grads, c);
-  Trained r;
-  r.result = t.run();
-  r.params = t.model().params_to_host();
-  r.updates = t.optimizer().steps();
-  r.captured = t.captured_steps();
-  r.skipped = t.guard().skipped_steps();
-  return r;
-}
-
-// Elements whose bits differ.
-size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t n = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return n + (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
-}
-
-void expect_same_bits(const Trained& got, const Trained& want) {
-  EXPECT_EQ(0u, differing(got.params, want.params)) << "of " << want.params.size() << " parameters";
-  EXPECT_EQ(got.updates, want.updates);
-  ASSERT_EQ(got.result.epochs.size(), want.result.epochs.size());
-  for (size_t e = 0; e < want.result.epochs.size(); ++e) {
-    EXPECT_EQ(got.result.epochs[e].train_loss, want.result.epochs[e].train_loss) << "epoch " << e + 1;
-    EXPECT_EQ(got.result.epochs[e].test.loss, want.result.epochs[e].test.loss) << "epoch " << e + 1;
-  }
-  EXPECT_EQ(got.result.test.accuracy, want.result.test.accuracy);
-}
-
 // "hostrelu": a ReLU whose CUDA twin also reads one value of its output back to the host at each
 // forward, as a careless custom layer might: a synchronous copy, which a stream capture cannot
 // record.

@@ -27,6 +27,7 @@
 #include "train_fixtures.h"
 
 using namespace lockstep;
+using lockstep::testing_util::params_by_tensor;
 using lockstep::testing_util::relative_difference;
 using lockstep::testing_util::SoloCommunicator;
 
@@ -272,16 +273,6 @@ TEST(CollectiveSequenceCheck, ASequenceThatDiffersIsNamed) {
   }
 }
 
-// Parameters tensor by tensor (layouts differ: sharding pads each layer to the ranks).
-std::vector<float> tensors_of(Trainer& t) {
-  const std::vector<float> flat = t.model().params_to_host();
-  std::vector<float> out;
-  for (const ParamTensorInfo& p : t.model().param_tensors())
-    out.insert(out.end(), flat.begin() + static_cast<ptrdiff_t>(p.offset),
-               flat.begin() + static_cast<ptrdiff_t>(p.offset + p.count));
-  return out;
-}
-
 // --zero 1 (DESIGN.md decision 19) against --zero 0 at the world's size: the reduce-scatter sums
 // each element over the same ranks as the all-reduce, but the MPI library (or NCCL) may order that
 // sum differently, and the gradient's norm is a sum of per-rank sums of squares instead of one
@@ -304,7 +295,7 @@ void expect_zero_matches_unsharded(TrainConfig c) {
   Trainer sharded(*world, c);
   sharded.run();
   unsetenv("LOCKSTEP_TEST_LOSS_INF");
-  const double rel = relative_difference(tensors_of(sharded), tensors_of(unsharded));
+  const double rel = relative_difference(params_by_tensor(sharded), params_by_tensor(unsharded));
   double bound = 1e-5;
   if (c.optimizer.kind == OptimizerKind::adam || c.optimizer.kind == OptimizerKind::adamw) {
     // The yardstick: the same run on one rank (a world of one, every rank alone), unsharded.
@@ -314,7 +305,7 @@ void expect_zero_matches_unsharded(TrainConfig c) {
     Trainer alone(solo, c);
     unsetenv("LOCKSTEP_TEST_LOSS_INF");
     alone.run();
-    bound = std::max(4 * relative_difference(tensors_of(unsharded), tensors_of(alone)), 1e-4);
+    bound = std::max(4 * relative_difference(params_by_tensor(unsharded), params_by_tensor(alone)), 1e-4);
   }
   if (world->rank() == 0)
     std::printf("%s %s, %lld steps at %d rank(s): --zero 1 vs --zero 0 differ by %.2g (relative "
