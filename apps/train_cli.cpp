@@ -86,6 +86,12 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
                      backend_name(ctx.grads->backend()), threads);
   if (!o.resume.empty()) resume_from_checkpoint(trainer, o.resume);
+  if (o.eval_only) {
+    // The evaluation of the end of training, on --test-group, sharded over the ranks as in training.
+    const EvalResult test = trainer.evaluate();
+    if (world.rank == 0) print_test_figures(trainer, test);
+    return kExitDone;
+  }
   if (!o.trace.empty()) {
     start_tracing(*ctx.host);
     trainer.set_phase_hook(trace_phase_hook(

@@ -170,6 +170,11 @@ std::vector<Row> build_table() {
                        "size)",
                        &TrainOptions::resume));
   place_after(t, "resume",
+              own_switch("eval-only", 0, G::faults,
+                         "evaluate the --resume checkpoint on --test-group and exit: the figures "
+                         "its run printed, at any world size; nothing is trained or written",
+                         &TrainOptions::eval_only));
+  place_after(t, "eval-only",
               own_switch("overwrite-checkpoints", 0, G::faults,
                          "a fresh run deletes the checkpoints already in --checkpoint-dir (without "
                          "it, and without --resume, it refuses them)",
@@ -303,6 +308,13 @@ TrainOptions parse_train_options(int argc, char** argv) {
   if (c.train.path.empty()) throw UsageError("--data is required: an HDF5 file or a dataset name");
   o.data = c.train.path;
   c.train.path = resolve_data_path(o.data);
+  if (o.eval_only && o.resume.empty())
+    throw UsageError("--eval-only needs --resume: the checkpoint (file, or folder's newest) to "
+                     "evaluate");
+  if (o.eval_only) {  // writes nothing
+    c.guard.checkpoint_dir.clear();
+    c.guard.checkpoint_every = 0;
+  }
   c.guard.existing = !o.resume.empty()         ? ExistingCheckpoints::keep
                      : o.overwrite_checkpoints ? ExistingCheckpoints::replace
                                                : ExistingCheckpoints::refuse;

@@ -22,6 +22,7 @@ struct TrainOptions {
   double timeout_seconds = 60;
   double startup_timeout_seconds = 600;  // one-off start-up work across ranks (at least timeout)
   std::string resume;           // --resume: a checkpoint file or folder
+  bool eval_only = false;       // --eval-only: evaluate the --resume checkpoint, train nothing
   bool overwrite_checkpoints = false;  // a fresh run deletes the checkpoints already there
   int threads = 0;              // BLAS threads per rank; 0: cores / ranks on the host
   std::string progress = "auto";  // auto | bar | lines | none

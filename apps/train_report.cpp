@@ -114,15 +114,19 @@ void print_final_report(Trainer& t, const TrainResult& r) {
               ms_per_step(s.total, s.steps), ms_per_step(s.data, s.steps),
               ms_per_step(s.forward, s.steps), ms_per_step(s.backward, s.steps),
               ms_per_step(s.comm, s.steps), ms_per_step(s.optimizer, s.steps));
+  print_test_figures(t, r.test);
+}
+
+void print_test_figures(Trainer& t, const EvalResult& test) {
   if (!t.train_info().classification) {
     print_distance_to_truth(t);
-    std::printf("test_mse=%.6f\n", r.test.loss);
-    std::printf("test_loss=%.6f\n", r.test.loss);
+    std::printf("test_mse=%.6f\n", test.loss);
+    std::printf("test_loss=%.6f\n", test.loss);
   } else {
     if (byte_level_tokens(t.train_info()))
-      std::printf("test_bits_per_byte=%.4f\n", bits_per_byte(r.test.loss));
-    std::printf("test_loss=%.4f\n", r.test.loss);
-    std::printf("test_accuracy=%.4f\n", r.test.accuracy);
+      std::printf("test_bits_per_byte=%.4f\n", bits_per_byte(test.loss));
+    std::printf("test_loss=%.4f\n", test.loss);
+    std::printf("test_accuracy=%.4f\n", test.accuracy);
   }
   std::fflush(stdout);
 }

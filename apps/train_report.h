@@ -13,5 +13,7 @@ namespace lockstep {
 void print_run_header(Trainer& trainer, int world_size, const char* device, const char* comm,
                       int blas_threads);
 void print_final_report(Trainer& trainer, const TrainResult& result);
+// The evaluation's figures alone, as the final report ends (--eval-only prints just these).
+void print_test_figures(Trainer& trainer, const EvalResult& test);
 
 }  // namespace lockstep

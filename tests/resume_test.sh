@@ -4,6 +4,7 @@
 #    the rename) leaves the previous checkpoint intact; resuming from it at the same world size ends
 #    with parameters and optimizer state bitwise identical to an uninterrupted run;
 #  - resumed at another world size (4 -> 2, 2 -> 4) it matches within float tolerance;
+#  - --eval-only evaluates a checkpoint at 1, 2 and 3 ranks with the figures its run printed;
 #  - --zero 1 (sharded optimizer state) writes the same files: saved sharded at 4 ranks it resumes
 #    at 1-4 ranks with or without --zero, and unsharded checkpoints resume sharded;
 #  - SIGTERM to one rank: every rank stops after the same step, a checkpoint is written, exit 75
@@ -138,6 +139,7 @@ train 4 "${zargs[@]}" --zero 1 --checkpoint-dir zfull4
 [[ $rc -eq 0 && -f zfull4/$zfinal ]] || fail "uninterrupted --zero 1 run at 4 ranks: exit $rc"$'\n'"$out"
 train 2 "${zargs[@]}" --checkpoint-dir zfull2
 [[ $rc -eq 0 && -f zfull2/$zfinal ]] || fail "uninterrupted run at 2 ranks: exit $rc"$'\n'"$out"
+trained_figures=$(grep -E '^test_(mse|loss)=' <<<"$out")
 export LOCKSTEP_TEST_CRASH_IN_SAVE=20
 train 4 "${zargs[@]}" --zero 1 --checkpoint-dir zsave4
 train 2 "${zargs[@]}" --checkpoint-dir zsave2
@@ -163,6 +165,20 @@ for np in 3 4; do
 done
 [[ $failures -eq $before ]] &&
   echo "ok: --zero 1 checkpoints resume at 1-4 ranks with or without --zero (and back), within 1e-5; bitwise at the same stage and size"
+
+# --- --eval-only: the figures the run printed at its end, from its last checkpoint, at any P ---
+before=$failures
+for np in 1 2 3; do
+  train "$np" "${zargs[@]}" --resume zfull2/$zfinal --eval-only
+  got=$(grep -E '^test_(mse|loss)=' <<<"$out")
+  [[ $rc -eq 0 && -n $got && $got == "$trained_figures" ]] ||
+    fail "--eval-only at $np rank(s): exit $rc, '$got' against the run's '$trained_figures'"$'\n'"$out"
+done
+train 1 "${zargs[@]}" --eval-only
+[[ $rc -eq 2 ]] && grep -q -- "--eval-only needs --resume" <<<"$out" ||
+  fail "--eval-only without --resume: exit $rc"$'\n'"$out"
+[[ $failures -eq $before ]] &&
+  echo "ok: --eval-only at 1, 2 and 3 ranks prints the run's own end figures: $(tr '\n' ' ' <<<"$trained_figures")"
 
 # --- SIGTERM to one rank (as a scheduler delivers it): all stop at one step, save, exit 75 ---
 "$bin/lockstep-data" regression --out long.h5 --samples 2000 --features 6 --seed 4 >/dev/null 2>&1
