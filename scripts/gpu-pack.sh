@@ -7,7 +7,7 @@
 #                             those load on this machine, flattened into closure/, except glibc,
 #                             libstdc++, libgcc_s and CUDA's own (driver, runtime, cuBLAS, NCCL,
 #                             cuDNN), which the GPU machine's image provides
-#   DIR/data/                 Fashion-MNIST as lockstep-data writes it (unless --no-data): usable
+#   DIR/data/                 with --with-data only: Fashion-MNIST as lockstep-data writes it, usable
 #                             as it is, 31 MB (deflate 9 saves 0.7 MB at ten times the time, and
 #                             xz -6 of the raw IDX files still leaves 26 MB: it compresses poorly)
 #   DIR/env.sh                sourced there: unpacks the tarball once, puts it first on PATH and
@@ -16,7 +16,9 @@
 #   DIR/pack.txt              the commit and build it came from, and the sizes
 # Prints the sizes with the checkout's (what travels: tracked and untracked files git does not
 # ignore) and exits 1 when together they exceed 60 MiB (the tool carries at most 64 MiB).
-#   bash scripts/gpu-pack.sh [--out DIR] [--no-data] [--with-sources] [--no-build]
+#   bash scripts/gpu-pack.sh [--out DIR] [--with-data] [--with-sources] [--no-build]
+# The data set is half of what may travel, and only calls that need real rows (accuracy, reads from
+# the file) need it: by default the pack has none, and gpu-check trains on synthetic rows.
 # --with-sources adds the headers, CMake files and link-time pieces of MPI, HDF5, Boost, OpenBLAS
 # and GoogleTest, so that the GPU machine can rebuild (env.sh then sets the CMake hints).
 # The build: $LOCKSTEP_BUILD_DIR, else build/, first brought up to date by scripts/build.sh with
@@ -26,13 +28,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 here="$root/scripts"
 out="$root/.device"
-with_data=1
+with_data=0
 with_sources=0
 build_first=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) out=${2:?--out needs a folder}; shift 2 ;;
-    --no-data) with_data=0; shift ;;
+    --with-data) with_data=1; shift ;;
+    --no-data) with_data=0; shift ;;  # the default; kept for old command lines
     --with-sources) with_sources=1; shift ;;
     --no-build) build_first=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -126,7 +129,7 @@ sed -e "s|@PACK_ID@|$pack_id|" -e "s|@CUDA_NEEDS@|${cuda_needs[*]}|" -e "s|@COMM
 if [[ $with_data -eq 1 ]]; then
   mkdir -p "$out/data"
   "$build/apps/lockstep-data" fashion-mnist --out "$out/data/fashion-mnist.h5" >/dev/null ||
-    die "could not convert Fashion-MNIST (apt-get install dataset-fashion-mnist, or --no-data)"
+    die "could not convert Fashion-MNIST (apt-get install dataset-fashion-mnist, or leave out --with-data)"
 fi
 
 # ---- sizes: the pack, its data and the checkout travel together ----
@@ -149,5 +152,5 @@ total=$((pack_bytes + data_bytes + checkout_bytes))
 } | tee "$out/pack.txt"
 echo "carry: $(realpath --relative-to="$root" "$out" 2>/dev/null || echo "$out")"
 if [[ $total -gt $((budget_mib * 1048576)) ]]; then
-  die "over the $budget_mib MiB budget: leave the data out (--no-data) or the sources (no --with-sources)"
+  die "over the $budget_mib MiB budget: leave the data out (no --with-data) or the sources (no --with-sources)"
 fi
