@@ -46,9 +46,7 @@ void* CaseBuffers::grow(void*& ptr, size_t& have, size_t bytes) {
   return ptr;
 }
 
-namespace {
-
-void store(DType type, unsigned char* p, double v) {
+void store_value(DType type, unsigned char* p, double v) {
   switch (type) {
     case DType::f32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
     case DType::f64: std::memcpy(p, &v, 8); break;
@@ -59,6 +57,8 @@ void store(DType type, unsigned char* p, double v) {
     case DType::u8: *p = static_cast<uint8_t>(v); break;
   }
 }
+
+namespace {
 
 double load(DType type, const unsigned char* p) {
   switch (type) {
@@ -82,7 +82,7 @@ unsigned char* staging(CaseBuffers& buf, size_t bytes) {
 void upload_values(CaseBuffers& buf, void* dst, DType type, int rank, size_t n, size_t offset) {
   const size_t es = dtype_size(type);
   unsigned char* host = staging(buf, n * es);
-  for (size_t i = 0; i < n; ++i) store(type, host + i * es, test_value(rank, offset + i));
+  for (size_t i = 0; i < n; ++i) store_value(type, host + i * es, test_value(rank, offset + i));
   buf.ops().upload(dst, host, n * es);
 }
 

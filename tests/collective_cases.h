@@ -36,6 +36,9 @@ inline double test_value(int rank, size_t i) { return static_cast<double>(i % 13
 
 double tolerance(DType type);  // relative
 
+// v as one element of `type` at p (16-bit floats rounded as the backends round them).
+void store_value(DType type, unsigned char* p, double v);
+
 inline const std::vector<DType>& all_dtypes() {
   static const std::vector<DType> v = {DType::f32, DType::f64, DType::bf16, DType::f16,
                                        DType::i32, DType::i64, DType::u8};

@@ -310,18 +310,28 @@ TEST(GpuSlot, DeviceChoiceTakesIndexZeroOfAPerTaskGpu) {
   EXPECT_EQ(0, choose_device_given("cuda", w, 1, "").index);
 }
 
+namespace {
+
+// This single process seen as srun's task: Open MPI's own variables unset, Slurm's job `job`, step
+// 0, task `procid` at local id `localid` of 2 on node 0.
+void as_srun_task(ScopedEnv& env, const char* job, const char* procid, const char* localid) {
+  for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) env.set(k, nullptr);
+  env.set("SLURM_JOB_ID", job);
+  env.set("SLURM_STEP_ID", "0");
+  env.set("SLURM_PROCID", procid);
+  env.set("SLURM_LOCALID", localid);
+  env.set("SLURM_NODEID", "0");
+  env.set("SLURM_STEP_TASKS_PER_NODE", "2");
+}
+
+}  // namespace
+
 TEST(CheckLaunchEnv, TasksThatStartedAsSingletonsAreAnError) {
   // srun started 2 tasks, but MPI says this one is a world of one (no working PMI): two
   // independent trainings would write the same checkpoint files.
   ScopedEnv env;
-  for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) env.set(k, nullptr);
-  env.set("SLURM_JOB_ID", "78");
-  env.set("SLURM_STEP_ID", "0");
-  env.set("SLURM_PROCID", "1");
-  env.set("SLURM_LOCALID", "1");
-  env.set("SLURM_NODEID", "0");
+  as_srun_task(env, "78", "1", "1");
   env.set("SLURM_STEP_NUM_TASKS", "2");
-  env.set("SLURM_STEP_TASKS_PER_NODE", "2");
   World w = discover_world();
   ASSERT_EQ(1, w.size) << "run this test as a single process";
   auto world_comm = make_mpi_communicator();
@@ -338,13 +348,7 @@ TEST(CheckLaunchEnv, TasksThatStartedAsSingletonsAreAnError) {
 TEST(CheckLaunchEnv, WarnsWhenTheLauncherDisagreesWithMpi) {
   // This binary runs as one process; pretend srun said it was local rank 1 of 2.
   ScopedEnv env;
-  for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) env.set(k, nullptr);
-  env.set("SLURM_JOB_ID", "77");
-  env.set("SLURM_STEP_ID", "0");
-  env.set("SLURM_PROCID", "0");
-  env.set("SLURM_LOCALID", "1");
-  env.set("SLURM_NODEID", "0");
-  env.set("SLURM_STEP_TASKS_PER_NODE", "2");
+  as_srun_task(env, "77", "0", "1");
   env.set("CUDA_VISIBLE_DEVICES", "3");
   World w = discover_world();
   ASSERT_EQ(1, w.size) << "run this test as a single process";

@@ -136,25 +136,7 @@ int NcclPeers::device_ = 0;
 // `count` values of type t for `rank`: test_value(rank, i), small integers exact in every type.
 std::vector<unsigned char> encoded(DType t, size_t count, int rank) {
   std::vector<unsigned char> out(count * dtype_size(t));
-  for (size_t i = 0; i < count; ++i) {
-    const double v = test_value(rank, i);
-    unsigned char* p = out.data() + i * dtype_size(t);
-    switch (t) {
-      case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-      case DType::f64: std::memcpy(p, &v, 8); break;
-      case DType::bf16:
-      case DType::f16: {
-        const float f = static_cast<float>(v);
-        uint16_t h = 0;
-        float_to_half(t, &f, &h, 1);
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DType::i32: { const int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DType::i64: { const int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DType::u8: *p = static_cast<unsigned char>(v); break;
-    }
-  }
+  for (size_t i = 0; i < count; ++i) store_value(t, out.data() + i * dtype_size(t), test_value(rank, i));
   return out;
 }
 
@@ -263,16 +245,7 @@ TEST_F(NcclPeers, MeanOfAConstantIsExactlyTheConstant) {
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     for (double c : {1.0, 0.75, 3.0, 96.0}) {
       std::vector<unsigned char> host(n * dtype_size(t));
-      for (size_t i = 0; i < n; ++i) {
-        const float f = static_cast<float>(c);
-        if (t == DType::f32) {
-          std::memcpy(host.data() + i * 4, &f, 4);
-        } else {
-          uint16_t h = 0;
-          float_to_half(t, &f, &h, 1);
-          std::memcpy(host.data() + i * 2, &h, 2);
-        }
-      }
+      for (size_t i = 0; i < n; ++i) store_value(t, host.data() + i * dtype_size(t), c);
       OnDevice buf(host);
       nccl().all_reduce(buf.ptr, buf.ptr, n, t, ReduceOp::mean);
       EXPECT_EQ(buf.read(), host) << "mean over " << P << " ranks of " << c << " in "

@@ -17,6 +17,7 @@ ZeroShard::ZeroShard(Communicator& grads, Communicator& host, const BucketReduce
     segments_.push_back({flat, owned_, count});
     owned_ += count;
   }
+  if (device_ == DeviceKind::cuda) norms_ = Buffer<double>(device_, segments_.size());
 }
 
 ParamRanges ZeroShard::to_compact(const ParamRanges& flat) const {
@@ -30,13 +31,18 @@ ParamRanges ZeroShard::to_compact(const ParamRanges& flat) const {
 }
 
 double ZeroShard::global_norm(const float* grads) {
-  double squares = 0;
-  for (const Optimizer::Segment& s : segments_) {
-    const double n = device_ == DeviceKind::cuda
-                         ? kernels::global_norm_cuda(grads + s.flat, s.count, stream_)
-                         : kernels::global_norm_cpu(grads + s.flat, s.count);
-    squares += n * n;
+  // One norm per block; on a device each into device memory, read back together (one wait).
+  std::vector<double> norms(segments_.size());
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const Optimizer::Segment& s = segments_[i];
+    if (device_ == DeviceKind::cuda)
+      kernels::global_norm_device_cuda(grads + s.flat, s.count, norms_.data() + i, stream_);
+    else
+      norms[i] = kernels::global_norm_cpu(grads + s.flat, s.count);
   }
+  if (device_ == DeviceKind::cuda) norms_.read(norms.data(), 0, norms.size());
+  double squares = 0;
+  for (double n : norms) squares += n * n;
   host_.all_reduce(&squares, &squares, 1, DType::f64, ReduceOp::sum);
   return std::sqrt(squares);
 }

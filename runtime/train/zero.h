@@ -67,6 +67,7 @@ class ZeroShard {
   DeviceKind device_;
   cudaStream_t stream_;
   size_t owned_ = 0;
+  Buffer<double> norms_;  // a device's per-block norms (global_norm)
   std::vector<WorkHandle> pending_;
 };
 
