@@ -108,8 +108,13 @@ class MpiCommunicator : public Communicator {
       if (stuck_ && busy_) worker_.detach();
       else worker_.join();
     }
-    // Likewise a collective the calling thread gave up on (mpi_inline.h) may still be pending.
-    if (!(stuck_ && busy_) && !inline_->abandoned_pending()) MPI_Comm_free(&comm_);
+    // Likewise a collective the calling thread gave up on (mpi_inline.h) may still be pending: MPI
+    // may still write into its buffers (a late peer joins, and MPI_Finalize progresses it), so
+    // they are kept for the rest of the process, never freed under MPI (at 6 ranks a late
+    // broadcast's staging, freed here, corrupted the heap in MPI_Finalize).
+    const bool pending = inline_->abandoned_pending();
+    if (pending) static_cast<void>(inline_.release());
+    if (!(stuck_ && busy_) && !pending) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
