@@ -320,7 +320,8 @@ peer() {
 #               and batches, fp32 (TF32 off); LOCKSTEP_GPU_PEERS picks some of
 #               "torch:eager torch:default torch:reduce-overhead jax" (the default all)
 #   peers-bf16  the same in bf16
-#   gpt         GPT-2 small's shape (gpt:small), fp32 and bf16, on random bytes
+#   gpt         GPT-2 small's shape (gpt:small), bf16 and fp32, on random bytes, Lockstep and
+#               PyTorch (torch.compile; LOCKSTEP_GPU_GPT_PEERS: its precisions, default bf16 fp32 tf32)
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
@@ -398,16 +399,32 @@ long_peers_fp32() { long_peers fp32; }
 long_peers_bf16() { long_peers bf16; }
 # GPT-2 small's shape (issue 20) on random bytes, 8 sequences of 1024 tokens a step, AdamW with
 # clipping as GPT training runs: tokens/s and achieved FLOP/s against the GEMM peak measured in
-# the same run.
+# the same run; beside it PyTorch on the same model (scripts/reference/gpt_bench_torch.py:
+# torch.compile, flash SDPA, bf16 autocast, fused AdamW) in the precisions LOCKSTEP_GPU_GPT_PEERS
+# names (default "bf16 fp32 tf32"; tf32 is PyTorch with TF32 on, labelled so).
 long_gpt() {
   local precision log
-  for precision in fp32 bf16; do
+  for precision in bf16 fp32; do
     log="$logs/bench_gpt_small_$precision.log"
     step "$step_timeout" "$log" "$bench" train --device cuda --precision "$precision" \
       --model gpt:small --global-batch 8 --optimizer adamw --weight-decay 0.1 --clip-norm 1 \
       --steps 30 --warmup 5
     gpu_step "lockstep gpt:small $precision, batch 8 x 1024" $? "$log" \
       "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log")"
+    cat "$log"
+  done
+  for precision in ${LOCKSTEP_GPU_GPT_PEERS-bf16 fp32 tf32}; do
+    if ! LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
+         timeout 120 python3 -c "import torch" >/dev/null 2>&1; then
+      record "torch gpt:small $precision" absent "python3 cannot import torch"
+      continue
+    fi
+    log="$logs/torch_gpt_small_$precision.log"
+    LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} PYTHONUNBUFFERED=1 \
+      step "$step_timeout" "$log" python3 "$root/scripts/reference/gpt_bench_torch.py" \
+      --model gpt:small --global-batch 8 --precision "$precision" --steps 30 --warmup 5
+    gpu_step "torch.compile gpt:small $precision, batch 8 x 1024" $? "$log" \
+      "$(grep -aoE 'tokens_per_second=[0-9.]+' "$log") $(grep -aoE 'torch=[^ ]+' "$log")"
     cat "$log"
   done
 }

@@ -1,4 +1,5 @@
 #include "kernels/gpt/attention.h"
+#include "kernels/gpt/attention_flash.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +25,17 @@ size_t attention_probs_floats(const AttentionShape& s) {
 }
 size_t attention_workspace_floats(const AttentionShape& s) {
   return 4 * static_cast<size_t>(s.batch) * s.seq * s.channels() + attention_probs_floats(s);
+}
+
+// The flash kernels' shape rules and sizes (attention_flash.h), here so that every build has them.
+bool attention_flash_supported(const AttentionShape& s) {
+  return s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128;
+}
+size_t attention_flash_lse_floats(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch) * s.heads * s.seq;
+}
+size_t attention_flash_workspace_floats(const AttentionShape& s) {
+  return attention_flash_lse_floats(s);
 }
 
 namespace {

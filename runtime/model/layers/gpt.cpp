@@ -42,6 +42,14 @@ struct CpuGptOps {
                           float* dgamma, float* dbeta) {
     kernels::layernorm_backward_cpu(s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
   }
+  // The materialised attention: the heads rearranged and the probabilities kept for backward.
+  bool attention_keeps_qkv() const { return false; }
+  size_t attention_probs_floats(const kernels::AttentionShape& s) const {
+    return kernels::attention_probs_floats(s);
+  }
+  size_t attention_workspace_floats(const kernels::AttentionShape& s) const {
+    return kernels::attention_workspace_floats(s);
+  }
   void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
                          float* heads, float* probs, float* ws) {
     if (onednn)
@@ -49,8 +57,8 @@ struct CpuGptOps {
     else
       kernels::attention_forward_cpu(s, qkv, out, heads, probs, ws);
   }
-  void attention_backward(const kernels::AttentionShape& s, const float* dout, const float* heads,
-                          const float* probs, float* dqkv, float* ws) {
+  void attention_backward(const kernels::AttentionShape& s, const float*, const float* dout,
+                          const float* heads, const float* probs, float* dqkv, float* ws) {
     if (onednn)
       kernels::attention_backward_onednn(s, dout, heads, probs, dqkv, ws);
     else

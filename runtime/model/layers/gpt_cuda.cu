@@ -1,24 +1,43 @@
 // The CUDA twins of the GPT layers (gpt.cpp): gpt_layers.h over the kernels' CUDA launchers, on the
 // model's stream and in device memory. With Precision::bf16 a block's four dense products run as
 // bf16 GEMMs with fp32 accumulation (the weight copy cast at every forward, as cuda_layer.h
-// explains; each input's bf16 copy kept for its backward pass); layer norms, attention, GELU, the
-// embedding and the tied head stay fp32. Plain C++ over the launchers: a .cu only so that it is
+// explains; each input's bf16 copy kept for its backward pass) and attention runs flash-style on
+// bf16 tensor-core tiles (attention_flash.h) where the head width allows; layer norms, GELU, the
+// embedding and the tied head stay fp32, as do all activations between the kernels. Plain C++ over the launchers: a .cu only so that it is
 // built with CUDA and gpt_cuda_stub.cpp without.
 #include <array>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cast.h"
+#include "kernels/gpt/attention_flash.h"
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/residual.h"
+#include "runtime/base/error.h"
 #include "runtime/model/layers/gpt.h"
 #include "runtime/model/layers/gpt_layers.h"
 
 namespace lockstep {
 namespace {
 
+// LOCKSTEP_CUDA_ATTENTION: flash (the default: the flash kernels in bf16 runs) or materialised
+// (attention.h's exact path in both precisions, for comparison).
+bool flash_allowed() {
+  const char* env = std::getenv("LOCKSTEP_CUDA_ATTENTION");
+  const std::string a = env != nullptr ? env : "";
+  if (a.empty() || a == "flash") return true;
+  if (a == "materialised") return false;
+  throw UsageError("LOCKSTEP_CUDA_ATTENTION='" + a + "': expected flash or materialised");
+}
+
 class CudaGptOps {
  public:
-  explicit CudaGptOps(const CudaLayerPlacement& where)
-      : stream_(where.stream), bf16_(where.precision == Precision::bf16) {}
+  // head_dim: the block's attention head width (0 for the layers without attention).
+  explicit CudaGptOps(const CudaLayerPlacement& where, int head_dim = 0)
+      : stream_(where.stream),
+        bf16_(where.precision == Precision::bf16),
+        flash_(bf16_ && flash_allowed() &&
+               kernels::attention_flash_supported({.head_dim = head_dim})) {}
 
   DeviceKind device() const { return DeviceKind::cuda; }
   void reserve_dense(int slot, size_t rows, int in, int out) {
@@ -52,13 +71,30 @@ class CudaGptOps {
                           float* dgamma, float* dbeta) {
     kernels::layernorm_backward_cuda(s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, stream_);
   }
+  // bf16 runs take the flash kernels where the head width allows (attention_flash.h): qkv itself is
+  // kept for backward (the block's qkv product writes it into the saved buffer) with one
+  // log-sum-exp per row; fp32 runs keep the exact materialised path (attention.h).
+  bool attention_keeps_qkv() const { return flash_; }
+  size_t attention_probs_floats(const kernels::AttentionShape& s) const {
+    return flash_ ? kernels::attention_flash_lse_floats(s) : kernels::attention_probs_floats(s);
+  }
+  size_t attention_workspace_floats(const kernels::AttentionShape& s) const {
+    return flash_ ? kernels::attention_flash_workspace_floats(s)
+                  : kernels::attention_workspace_floats(s);
+  }
   void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
                          float* heads, float* probs, float* ws) {
-    kernels::attention_forward_cuda(s, qkv, out, heads, probs, ws, stream_);
+    if (flash_)
+      kernels::attention_flash_forward_cuda(s, qkv, out, probs, stream_);
+    else
+      kernels::attention_forward_cuda(s, qkv, out, heads, probs, ws, stream_);
   }
-  void attention_backward(const kernels::AttentionShape& s, const float* dout, const float* heads,
-                          const float* probs, float* dqkv, float* ws) {
-    kernels::attention_backward_cuda(s, dout, heads, probs, dqkv, ws, stream_);
+  void attention_backward(const kernels::AttentionShape& s, const float* out, const float* dout,
+                          const float* heads, const float* probs, float* dqkv, float* ws) {
+    if (flash_)
+      kernels::attention_flash_backward_cuda(s, heads, out, probs, dout, dqkv, ws, stream_);
+    else
+      kernels::attention_backward_cuda(s, dout, heads, probs, dqkv, ws, stream_);
   }
   void gelu_forward(const float* x, float* y, size_t n) {
     kernels::gelu_forward_cuda(x, y, n, stream_);
@@ -98,7 +134,7 @@ class CudaGptOps {
 
  private:
   cudaStream_t stream_;
-  bool bf16_;
+  bool bf16_, flash_;
   std::array<Buffer<uint16_t>, 4> w16_, x16_;  // per dense slot of a block (bf16 only)
 };
 
@@ -108,7 +144,8 @@ std::unique_ptr<Layer> make_embed_cuda(const LayerPlan& plan, const CudaLayerPla
   return std::make_unique<EmbedLayer<CudaGptOps>>(plan, CudaGptOps(where));
 }
 std::unique_ptr<Layer> make_block_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
-  return std::make_unique<BlockLayer<CudaGptOps>>(plan, CudaGptOps(where));
+  return std::make_unique<BlockLayer<CudaGptOps>>(
+      plan, CudaGptOps(where, plan.in[1] / plan.spec.args[0]));
 }
 std::unique_ptr<Layer> make_lmhead_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
   return std::make_unique<LmHeadLayer<CudaGptOps>>(plan, CudaGptOps(where));

@@ -4,7 +4,11 @@
 // gpt_cuda.cu. An Ops value provides device() (where its buffers live), the kernels (the
 // kernels/*.h contracts; its dense_forward/dense_backward take a slot, 0-3 within a block, for a
 // twin that keeps per-product state such as bf16 copies), reserve_dense(slot, rows, in, out) and
-// dense_scratch_floats(rows, out) (scratch of one dense backward pass).
+// dense_scratch_floats(rows, out) (scratch of one dense backward pass), and for the attention
+// attention_keeps_qkv() and attention_probs_floats / attention_workspace_floats(shape): what the
+// twin keeps from forward to backward (attention.h's heads and probabilities, or, for the flash
+// kernels of attention_flash.h, qkv itself and one log-sum-exp per row) and the scratch it needs;
+// attention_backward also gets the forward pass's output.
 //
 // A block keeps what its backward pass reads (layer-norm outputs and statistics, attention heads
 // and probabilities, the MLP's pre- and post-GELU values, the residual stream between its halves)
@@ -95,7 +99,7 @@ class BlockLayer : public Layer {
   // one dense backward's scratch; the forward pass uses less (qkv [N, 3D] and the attention's).
   size_t workspace_floats(int batch) const override {
     const size_t nd = rows(batch) * static_cast<size_t>(d_);
-    return 6 * nd + kernels::attention_workspace_floats(attention(batch)) +
+    return 6 * nd + ops_.attention_workspace_floats(attention(batch)) +
            ops_.dense_scratch_floats(rows(batch), 4 * d_);
   }
   void reserve(int max_batch) override {
@@ -105,7 +109,7 @@ class BlockLayer : public Layer {
     ln2_ = Buffer<float>(where, nd);
     stats_ = Buffer<float>(where, 4 * n);
     heads_buf_ = Buffer<float>(where, kernels::attention_heads_floats(attention(max_batch)));
-    probs_ = Buffer<float>(where, kernels::attention_probs_floats(attention(max_batch)));
+    probs_ = Buffer<float>(where, ops_.attention_probs_floats(attention(max_batch)));
     att_ = Buffer<float>(where, nd);
     x2_ = Buffer<float>(where, nd);
     h_ = Buffer<float>(where, 4 * nd);
@@ -120,7 +124,9 @@ class BlockLayer : public Layer {
     const int n = static_cast<int>(rows(batch));
     const size_t nd = rows(batch) * static_cast<size_t>(d_);
     const float* p = params_;
-    float* qkv = ws;
+    // The attention keeps either qkv itself (then written straight into the saved buffer) or its
+    // heads rearranged there; probs_ holds the probabilities or one log-sum-exp per row.
+    float* qkv = ops_.attention_keeps_qkv() ? heads_buf_.data() : ws;
     float* scratch = ws + 3 * nd;
     ops_.layernorm_forward({n, d_}, x, p + at_.ln1_w, p + at_.ln1_b, ln1_.data(), mean(0),
                            rstd(0));
@@ -147,7 +153,7 @@ class BlockLayer : public Layer {
     float* r2 = ws + 4 * nd;  // [N, D]: dln2, later the attention output's, later dln1
     float* r3 = ws + 5 * nd;  // [N, D]: the residual stream's gradient between the halves
     float* att_ws = ws + 6 * nd;
-    float* dense_ws = att_ws + kernels::attention_workspace_floats(attention(batch));
+    float* dense_ws = att_ws + ops_.attention_workspace_floats(attention(batch));
     ops_.dense_backward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, dy, r1, g + at_.mproj_w,
                         g + at_.mproj_b, dense_ws);
     ops_.gelu_backward(h_.data(), r1, r1, 4 * nd);
@@ -158,7 +164,8 @@ class BlockLayer : public Layer {
     ops_.residual_accumulate(dy, r3, nd);
     ops_.dense_backward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, r3, r2, g + at_.proj_w,
                         g + at_.proj_b, dense_ws);
-    ops_.attention_backward(attention(batch), r2, heads_buf_.data(), probs_.data(), r1, att_ws);
+    ops_.attention_backward(attention(batch), att_.data(), r2, heads_buf_.data(), probs_.data(), r1,
+                            att_ws);
     ops_.dense_backward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, r1, r2, g + at_.qkv_w,
                         g + at_.qkv_b, dense_ws);
     ops_.layernorm_backward({n, d_}, x, p + at_.ln1_w, mean(0), rstd(0), r2, dx,

@@ -1,0 +1,17 @@
+// Stands in for attention_flash.cu when CUDA is not built: the launchers throw (kernels/cuda/stub.h);
+// the shape rules and sizes are in attention.cpp.
+#include "kernels/cuda/stub.h"
+#include "kernels/gpt/attention_flash.h"
+
+namespace lockstep::kernels {
+
+void attention_flash_forward_cuda(const AttentionShape&, const float*, float*, float*,
+                                  cudaStream_t) {
+  cuda_not_built("attention_flash_forward_cuda");
+}
+void attention_flash_backward_cuda(const AttentionShape&, const float*, const float*, const float*,
+                                   const float*, float*, float*, cudaStream_t) {
+  cuda_not_built("attention_flash_backward_cuda");
+}
+
+}  // namespace lockstep::kernels
