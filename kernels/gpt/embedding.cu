@@ -26,22 +26,42 @@ __global__ void tokens_from_floats_kernel(const float* x, int32_t* tokens, size_
 }
 
 // Grid: (column blocks, vocab). Each thread owns dwte[v, j] and adds the positions holding token v
-// in order: the same order, and bits, every call. The token reads are the same for every thread
-// of a block (a broadcast from cache).
+// in order: the same order, and bits, every call. The block finds those positions a chunk of
+// blockDim.x at a time (a ballot per warp, the warps' counts in order) into shared memory, then
+// every thread adds its column over them: the tokens are read once per chunk, not once per
+// position and thread. blockDim.x is a multiple of 32, at most kThreads.
 __global__ void embedding_dwte_kernel(EmbeddingShape s, const int32_t* tokens, const float* dout,
                                       float* dwte) {
+  __shared__ int hits[cuda::kThreads];
+  __shared__ int warp_hits[cuda::kThreads / cuda::kWarp];
   const int v = blockIdx.y;
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= s.dim) return;
+  const int lane = threadIdx.x % cuda::kWarp, warp = threadIdx.x / cuda::kWarp;
+  const int warps = blockDim.x / cuda::kWarp;
   const size_t positions = static_cast<size_t>(s.batch) * s.seq;
   float acc = 0.0f;
   bool any = false;
-  for (size_t pos = 0; pos < positions; ++pos) {
-    if (tokens[pos] != v) continue;
-    acc += dout[pos * s.dim + j];
-    any = true;
+  for (size_t c0 = 0; c0 < positions; c0 += blockDim.x) {
+    const size_t pos = c0 + threadIdx.x;
+    const bool match = pos < positions && tokens[pos] == v;
+    const unsigned ballot = __ballot_sync(0xffffffffu, match);
+    if (lane == 0) warp_hits[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < warps; ++w) {
+      before += w < warp ? warp_hits[w] : 0;
+      total += warp_hits[w];
+    }
+    if (match) hits[before + __popc(ballot & ((1u << lane) - 1u))] = static_cast<int>(pos - c0);
+    __syncthreads();
+    if (j < s.dim)
+      for (int k = 0; k < total; ++k) {
+        acc += dout[(c0 + hits[k]) * s.dim + j];
+        any = true;
+      }
+    __syncthreads();  // hits and warp_hits read before the next chunk rewrites them
   }
-  if (any) dwte[static_cast<size_t>(v) * s.dim + j] += acc;
+  if (any && j < s.dim) dwte[static_cast<size_t>(v) * s.dim + j] += acc;
 }
 
 // One thread per dwpe[t, j]: the batch entries in order b.
