@@ -174,21 +174,23 @@ TEST_F(GpuParity, FlashAttentionNearTheExactFunctionAndDeterministic) {
     lk::attention_backward_cpu(s, dout.data(), heads.data(), probs.data(), dqkv.data(),
                                work.data());
     DeviceArray<float> gqkv(qkv), gdout(dout), gout(Floats(packed, 5.0f)),
-        glse(lk::attention_flash_lse_floats(s)), gwork(lk::attention_flash_workspace_floats(s)),
-        gdqkv(Floats(dqkv.size(), 7.0f));
-    lk::attention_flash_forward_cuda(s, gqkv.get(), gout.get(), glse.get(), stream_);
-    lk::attention_flash_backward_cuda(s, gqkv.get(), gout.get(), glse.get(), gdout.get(),
+        gheads(lk::attention_flash_heads_floats(s)), glse(lk::attention_flash_lse_floats(s)),
+        gwork(lk::attention_flash_workspace_floats(s)), gdqkv(Floats(dqkv.size(), 7.0f));
+    uint16_t* heads16 = reinterpret_cast<uint16_t*>(gheads.get());
+    lk::attention_flash_forward_cuda(s, gqkv.get(), gout.get(), heads16, glse.get(), stream_);
+    lk::attention_flash_backward_cuda(s, heads16, gout.get(), glse.get(), gdout.get(),
                                       gdqkv.get(), gwork.get(), stream_);
     sync();
     EXPECT_TRUE(close(gout.download(), out, 2e-2)) << "out";
     const Floats first = gdqkv.download();
     EXPECT_TRUE(close(first, dqkv, 3e-2)) << "dqkv";
-    lk::attention_flash_backward_cuda(s, gqkv.get(), gout.get(), glse.get(), gdout.get(),
+    lk::attention_flash_backward_cuda(s, heads16, gout.get(), glse.get(), gdout.get(),
                                       gdqkv.get(), gwork.get(), stream_);
     sync();
     EXPECT_EQ(gdqkv.download(), first) << "a second backward pass must give the same bits";
   }
-  EXPECT_THROW(lk::attention_flash_forward_cuda({1, 4, 1, 8}, nullptr, nullptr, nullptr, stream_),
+  EXPECT_THROW(
+      lk::attention_flash_forward_cuda({1, 4, 1, 8}, nullptr, nullptr, nullptr, nullptr, stream_),
                std::invalid_argument);
 }
 

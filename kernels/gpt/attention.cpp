@@ -31,11 +31,16 @@ size_t attention_workspace_floats(const AttentionShape& s) {
 bool attention_flash_supported(const AttentionShape& s) {
   return s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128;
 }
+size_t attention_flash_heads_floats(const AttentionShape& s) {
+  return (3 * static_cast<size_t>(s.batch) * s.seq * s.channels() + 1) / 2;
+}
 size_t attention_flash_lse_floats(const AttentionShape& s) {
   return static_cast<size_t>(s.batch) * s.heads * s.seq;
 }
+// The row dots, rounded up to 16 bytes, then dout in bf16.
 size_t attention_flash_workspace_floats(const AttentionShape& s) {
-  return attention_flash_lse_floats(s);
+  return (attention_flash_lse_floats(s) + 3) / 4 * 4 +
+         (static_cast<size_t>(s.batch) * s.seq * s.channels() + 1) / 2;
 }
 
 namespace {

@@ -5,12 +5,12 @@
 
 namespace lockstep::kernels {
 
-void attention_flash_forward_cuda(const AttentionShape&, const float*, float*, float*,
+void attention_flash_forward_cuda(const AttentionShape&, const float*, float*, uint16_t*, float*,
                                   cudaStream_t) {
   cuda_not_built("attention_flash_forward_cuda");
 }
-void attention_flash_backward_cuda(const AttentionShape&, const float*, const float*, const float*,
-                                   const float*, float*, float*, cudaStream_t) {
+void attention_flash_backward_cuda(const AttentionShape&, const uint16_t*, const float*,
+                                   const float*, const float*, float*, float*, cudaStream_t) {
   cuda_not_built("attention_flash_backward_cuda");
 }
 

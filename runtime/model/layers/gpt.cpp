@@ -43,7 +43,9 @@ struct CpuGptOps {
     kernels::layernorm_backward_cpu(s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
   }
   // The materialised attention: the heads rearranged and the probabilities kept for backward.
-  bool attention_keeps_qkv() const { return false; }
+  size_t attention_heads_floats(const kernels::AttentionShape& s) const {
+    return kernels::attention_heads_floats(s);
+  }
   size_t attention_probs_floats(const kernels::AttentionShape& s) const {
     return kernels::attention_probs_floats(s);
   }

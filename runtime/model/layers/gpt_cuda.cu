@@ -71,10 +71,12 @@ class CudaGptOps {
                           float* dgamma, float* dbeta) {
     kernels::layernorm_backward_cuda(s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, stream_);
   }
-  // bf16 runs take the flash kernels where the head width allows (attention_flash.h): qkv itself is
-  // kept for backward (the block's qkv product writes it into the saved buffer) with one
-  // log-sum-exp per row; fp32 runs keep the exact materialised path (attention.h).
-  bool attention_keeps_qkv() const { return flash_; }
+  // bf16 runs take the flash kernels where the head width allows (attention_flash.h): Q, K and V
+  // kept in bf16 for backward with one log-sum-exp per row; fp32 runs keep the exact materialised
+  // path (attention.h).
+  size_t attention_heads_floats(const kernels::AttentionShape& s) const {
+    return flash_ ? kernels::attention_flash_heads_floats(s) : kernels::attention_heads_floats(s);
+  }
   size_t attention_probs_floats(const kernels::AttentionShape& s) const {
     return flash_ ? kernels::attention_flash_lse_floats(s) : kernels::attention_probs_floats(s);
   }
@@ -85,14 +87,16 @@ class CudaGptOps {
   void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
                          float* heads, float* probs, float* ws) {
     if (flash_)
-      kernels::attention_flash_forward_cuda(s, qkv, out, probs, stream_);
+      kernels::attention_flash_forward_cuda(s, qkv, out, reinterpret_cast<uint16_t*>(heads), probs,
+                                            stream_);
     else
       kernels::attention_forward_cuda(s, qkv, out, heads, probs, ws, stream_);
   }
   void attention_backward(const kernels::AttentionShape& s, const float* out, const float* dout,
                           const float* heads, const float* probs, float* dqkv, float* ws) {
     if (flash_)
-      kernels::attention_flash_backward_cuda(s, heads, out, probs, dout, dqkv, ws, stream_);
+      kernels::attention_flash_backward_cuda(s, reinterpret_cast<const uint16_t*>(heads), out,
+                                             probs, dout, dqkv, ws, stream_);
     else
       kernels::attention_backward_cuda(s, dout, heads, probs, dqkv, ws, stream_);
   }

@@ -5,10 +5,10 @@
 // kernels/*.h contracts; its dense_forward/dense_backward take a slot, 0-3 within a block, for a
 // twin that keeps per-product state such as bf16 copies), reserve_dense(slot, rows, in, out) and
 // dense_scratch_floats(rows, out) (scratch of one dense backward pass), and for the attention
-// attention_keeps_qkv() and attention_probs_floats / attention_workspace_floats(shape): what the
+// attention_heads_floats / attention_probs_floats / attention_workspace_floats(shape): what the
 // twin keeps from forward to backward (attention.h's heads and probabilities, or, for the flash
-// kernels of attention_flash.h, qkv itself and one log-sum-exp per row) and the scratch it needs;
-// attention_backward also gets the forward pass's output.
+// kernels of attention_flash.h, Q, K and V in bf16 and one log-sum-exp per row) and the scratch it
+// needs; attention_backward also gets the forward pass's output.
 //
 // A block keeps what its backward pass reads (layer-norm outputs and statistics, attention heads
 // and probabilities, the MLP's pre- and post-GELU values, the residual stream between its halves)
@@ -108,7 +108,7 @@ class BlockLayer : public Layer {
     ln1_ = Buffer<float>(where, nd);
     ln2_ = Buffer<float>(where, nd);
     stats_ = Buffer<float>(where, 4 * n);
-    heads_buf_ = Buffer<float>(where, kernels::attention_heads_floats(attention(max_batch)));
+    heads_buf_ = Buffer<float>(where, ops_.attention_heads_floats(attention(max_batch)));
     probs_ = Buffer<float>(where, ops_.attention_probs_floats(attention(max_batch)));
     att_ = Buffer<float>(where, nd);
     x2_ = Buffer<float>(where, nd);
@@ -124,9 +124,7 @@ class BlockLayer : public Layer {
     const int n = static_cast<int>(rows(batch));
     const size_t nd = rows(batch) * static_cast<size_t>(d_);
     const float* p = params_;
-    // The attention keeps either qkv itself (then written straight into the saved buffer) or its
-    // heads rearranged there; probs_ holds the probabilities or one log-sum-exp per row.
-    float* qkv = ops_.attention_keeps_qkv() ? heads_buf_.data() : ws;
+    float* qkv = ws;
     float* scratch = ws + 3 * nd;
     ops_.layernorm_forward({n, d_}, x, p + at_.ln1_w, p + at_.ln1_b, ln1_.data(), mean(0),
                            rstd(0));
