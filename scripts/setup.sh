@@ -3,10 +3,11 @@
 # Idempotent and quiet when everything is present. Run as root (or with sudo available).
 #   scripts/setup.sh            build + run dependencies
 #   scripts/setup.sh --test     also what the test suite needs (Slurm daemons, munge, iproute2,
-#                               PyTorch for the reference scripts), and JAX's CPU wheels, optax
-#                               and h5py from PyPI in a venv of Debian's python3 at
+#                               PyTorch for the reference scripts), and JAX's CPU wheels, optax,
+#                               h5py and safetensors from PyPI in a venv of Debian's python3 at
 #                               ${LOCKSTEP_BUILD_DIR:-build}/reference-venv (without PyPI, the
-#                               reference test skips its JAX part, saying so)
+#                               reference test skips its JAX part and the export test its
+#                               safetensors cross-check, saying so)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -21,16 +22,17 @@ if [[ "${1:-}" == "--test" ]]; then
              python3-torch python3-h5py python3-venv)
 fi
 
-# The reference scripts' JAX: CPU wheels from PyPI, in a venv of Debian's python3 under the build
-# folder (it needs no root). Not fatal: without PyPI the JAX part of the reference test skips.
+# The reference scripts' JAX (CPU wheels) and the safetensors package, from PyPI, in a venv of
+# Debian's python3 under the build folder (it needs no root). Not fatal: without PyPI the JAX part
+# of the reference test and the export test's safetensors cross-check skip.
 reference_venv() {
   local venv="${LOCKSTEP_BUILD_DIR:-$root/build}/reference-venv"
   [[ -x /usr/bin/python3 ]] || return 0
-  [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "import jax, optax, h5py" 2>/dev/null &&
+  [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "import jax, optax, h5py, safetensors" 2>/dev/null &&
     return 0
-  echo "setup: installing jax[cpu], optax and h5py from PyPI into $venv"
+  echo "setup: installing jax[cpu], optax, h5py and safetensors from PyPI into $venv"
   if ! { /usr/bin/python3 -m venv "$venv" &&
-         "$venv/bin/python" -m pip install -q --disable-pip-version-check "jax[cpu]" optax h5py; }
+         "$venv/bin/python" -m pip install -q --disable-pip-version-check "jax[cpu]" optax h5py safetensors; }
   then
     echo "setup: could not install JAX into $venv; the reference test will skip its JAX part" >&2
   fi

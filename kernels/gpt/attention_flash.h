@@ -17,6 +17,8 @@
 // written once by one thread block: no atomics, the same bits run after run. `workspace` holds
 // attention_flash_workspace_floats(s) floats (each row's dout . out, and dout in bf16 by head).
 // No buffer may alias another; qkv, out, heads, dout and workspace start on 16-byte boundaries.
+// Stateless functions, enqueued on `stream`: threads may call them on separate buffers. No
+// collective calls.
 #pragma once
 
 #include <cstddef>

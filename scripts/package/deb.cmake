@@ -33,7 +33,7 @@ string(CONCAT CPACK_DEBIAN_PACKAGE_SUGGESTS ${deb_suggests})
 set(deb_summary "synchronous data-parallel training on MPI ranks")
 # CPack indents the body under the summary and turns an empty line into " .".
 set(deb_body "Lockstep trains models on MPI ranks, CPU or GPU, with all-reduced gradients:
-lockstep-train, lockstep-data and lockstep-bench, and the static libraries, headers,
+lockstep-train, lockstep-data, lockstep-bench and lockstep-export, and the static libraries, headers,
 CMake package (find_package(Lockstep)) and pkg-config files (lockstep.pc,
 lockstep-train-cli.pc) to build programs against the runtime, or lockstep-train
 with layers of their own (train_main).")

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# lockstep-export, end to end: a CNN trained on a small Fashion-MNIST file and a small GPT trained on
+# a byte corpus, each at 2 ranks with checkpoints, exported to safetensors and loaded into the
+# PyTorch reference modules (scripts/reference/export_check.py: load_state_dict strict, Debian's
+# python3-torch); their test loss and accuracy (and bits per byte) must equal, to the printed
+# digit, what lockstep-train --eval-only prints for the same checkpoint. Where the reference venv
+# (scripts/setup.sh --test) has the `safetensors` package, it must read the same tensors as our
+# own reader. Refusals, exit 2 and no file left: an output that exists, a missing checkpoint, a
+# file that is not a checkpoint, mpiexec with 2 ranks.
+# ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
+set -u
+
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
+mpiexec="${MPIEXEC:-mpiexec}"
+src=$(cd "$(dirname "$0")/.." && pwd)
+venv="${LOCKSTEP_REFERENCE_VENV:-$bin/../reference-venv}"
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-train lockstep-data lockstep-export
+/usr/bin/python3 -c "import torch, h5py, numpy" 2>/dev/null ||
+  { echo "skipped: /usr/bin/python3 cannot import torch, h5py and numpy (python3-torch python3-h5py)"; exit 77; }
+
+e2e_workdir export
+cd "$work" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# check NAME CKPT_DIR MODEL DATA TRAIN_ARGS...: export the newest checkpoint, evaluate it in PyTorch
+# and with lockstep-train --eval-only, compare the printed figures.
+check() {
+  local name=$1 ckpt=$2 model=$3 data=$4 out theirs ours
+  shift 4
+  out=$(timeout 60 "$bin/lockstep-export" --checkpoint "$ckpt" --out "$name.safetensors" 2>&1) ||
+    { fail "$name: lockstep-export exits $?: $out"; return; }
+  echo "$out"
+  theirs=$(timeout 120 /usr/bin/python3 "$src/scripts/reference/export_check.py" "$name.safetensors" \
+             --model "$model" --data "$data" 2>&1) ||
+    { fail "$name: the reference module does not take the file: $theirs"; return; }
+  ours=$(timeout 120 "$bin/lockstep-train" --data "$data" --model "$model" "$@" --resume "$ckpt" \
+           --eval-only 2>&1) || { fail "$name: --eval-only exits $?: $ours"; return; }
+  theirs=$(grep -E '^test_[a-z_]+=' <<<"$theirs" | sort)
+  ours=$(grep -E '^test_[a-z_]+=' <<<"$ours" | sort)
+  if [[ -z $ours || "$theirs" != "$ours" ]]; then
+    fail "$name: PyTorch on the exported file prints '$(tr '\n' ' ' <<<"$theirs")', lockstep-train '$(tr '\n' ' ' <<<"$ours")'"
+  else
+    echo "ok: $name in PyTorch from the safetensors file: $(tr '\n' ' ' <<<"$ours")(as lockstep-train --eval-only)"
+  fi
+  if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "import safetensors, numpy" 2>/dev/null; then
+    out=$("$venv/bin/python" "$src/scripts/reference/export_check.py" "$name.safetensors" \
+            --format-only 2>&1) || fail "$name: the safetensors package disagrees: $out"
+    echo "$name: $out"
+  else
+    echo "$name: the safetensors package is not in $venv (scripts/setup.sh --test installs it): own reader only"
+  fi
+}
+
+# ---- the CNN ----
+e2e_small_fashion_mnist "$bin/lockstep-data" fmnist.h5 512 128
+case $? in
+  0)
+    cnn_args=(--global-batch 32 --threads 1 --optimizer adam --lr 0.003)
+    out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+            --model cnn "${cnn_args[@]}" --steps 8 --progress none --checkpoint-dir cnn_ckpt 2>&1) ||
+      fail "the CNN's training at 2 ranks exits $?: $out"
+    check cnn cnn_ckpt cnn fmnist.h5 "${cnn_args[@]}" ;;
+  77) echo "the CNN part is skipped: no Fashion-MNIST IDX files (dataset-fashion-mnist)" ;;
+  *) fail "no small Fashion-MNIST file" ;;
+esac
+
+# ---- a small GPT ----
+/usr/bin/python3 - >corpus.txt <<'EOF'
+import random
+random.seed(7)
+words = ["alpha", "beta", "gamma", "lockstep", "ranks", "train", "model", "bytes", "\n"]
+print(" ".join(random.choice(words) for _ in range(5000)))
+EOF
+"$bin/lockstep-data" text --in corpus.txt --out corpus.h5 --seq-len 32 >/dev/null ||
+  fail "lockstep-data text"
+gpt=gpt:layers=2,heads=2,dim=32,ctx=32
+gpt_args=(--global-batch 16 --threads 1 --optimizer adamw --weight-decay 0.1 --lr 0.003)
+out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data corpus.h5 \
+        --model "$gpt" "${gpt_args[@]}" --steps 10 --progress none --checkpoint-dir gpt_ckpt 2>&1) ||
+  fail "the GPT's training at 2 ranks exits $?: $out"
+check gpt gpt_ckpt "$gpt" corpus.h5 "${gpt_args[@]}"
+
+# ---- refusals: exit 2, a message, nothing written ----
+refused() {
+  local what=$1 expect=$2 out rc
+  shift 2
+  out=$(timeout 60 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -q -- "$expect" <<<"$out"; then
+    fail "$what: exit $rc (expected 2 and '$expect'): $out"
+  else
+    echo "ok: $what refused: $(head -1 <<<"$out")"
+  fi
+}
+refused "an output that exists" "exists" "$bin/lockstep-export" --checkpoint gpt_ckpt --out gpt.safetensors
+refused "a missing checkpoint" "does not exist" "$bin/lockstep-export" --checkpoint nowhere --out x.safetensors
+refused "a file that is not a checkpoint" "corpus.h5" "$bin/lockstep-export" --checkpoint corpus.h5 --out y.safetensors
+refused "two ranks" "one process" "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-export" --checkpoint gpt_ckpt --out z.safetensors
+refused "no --out" "out" "$bin/lockstep-export" --checkpoint gpt_ckpt
+for f in x y z; do
+  [[ ! -e $f.safetensors && ! -e $f.safetensors.tmp ]] || fail "a refused export left $f.safetensors"
+done
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "export_test: all passed"
