@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# lockstep-generate, end to end on the CPU: a small GPT trained 120 steps on a byte corpus at 2
+# ranks, then
+#  - greedy decoding (--temperature 0) gives, for 64 bytes, the bytes PyTorch's reference greedy
+#    decoder computes on the same checkpoint (scripts/reference/gpt_generate_torch.py, Debian's
+#    python3-torch), with the prompt longer than the model's context too (the window slides);
+#  - --top-k 1 samples exactly the greedy bytes, whatever the temperature and seed;
+#  - sampling is reproducible: the same seed gives the same bytes, another seed other bytes;
+#  - refusals, exit 2 with a message: a checkpoint of a non-GPT model, a negative --temperature,
+#    --tokens or --top-k, an empty prompt, two ranks.
+# ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
+set -u
+
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
+mpiexec="${MPIEXEC:-mpiexec}"
+src=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-train lockstep-data lockstep-generate
+/usr/bin/python3 -c "import torch, h5py" 2>/dev/null ||
+  { echo "skipped: /usr/bin/python3 cannot import torch and h5py (python3-torch python3-h5py)"; exit 77; }
+
+e2e_workdir generate
+cd "$work" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+/usr/bin/python3 - >corpus.txt <<'EOF'
+import random
+random.seed(11)
+words = ["alpha", "beta", "gamma", "lockstep", "ranks", "train", "model", "bytes", "\n"]
+print(" ".join(random.choice(words) for _ in range(6000)))
+EOF
+"$bin/lockstep-data" text --in corpus.txt --out corpus.h5 --seq-len 32 >/dev/null ||
+  { echo "FAIL: lockstep-data text"; exit 1; }
+model=gpt:layers=2,heads=2,dim=32,ctx=32
+out=$(timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data corpus.h5 \
+        --model "$model" --global-batch 16 --threads 1 --optimizer adamw --lr 0.01 --steps 120 \
+        --progress none --checkpoint-dir ckpt 2>&1) ||
+  { echo "FAIL: training the GPT at 2 ranks exits $?: $out"; exit 1; }
+ckpt=ckpt/ckpt-000000120.h5
+[[ -f $ckpt ]] || { echo "FAIL: no checkpoint at step 120: $out"; exit 1; }
+
+gen() { timeout 120 "$bin/lockstep-generate" --checkpoint "$ckpt" "$@" 2>gen.err; }
+hex() { od -An -tx1 -v | tr -d ' \n'; }
+
+# ---- greedy against PyTorch ----
+long_prompt="alpha beta gamma lockstep ranks train model bytes alpha "  # longer than ctx=32
+for prompt in "alpha " "$long_prompt"; do
+  ours=$(gen --prompt "$prompt" --tokens 64 --temperature 0 | hex)
+  theirs=$(timeout 120 /usr/bin/python3 "$src/scripts/reference/gpt_generate_torch.py" "$ckpt" \
+             --model "$model" --prompt "$prompt" --tokens 64 | hex)
+  if [[ ${#ours} -ne 128 || "$ours" != "$theirs" ]]; then
+    fail "greedy bytes after '$prompt' differ from PyTorch's: ours $ours, PyTorch $theirs ($(cat gen.err))"
+  else
+    echo "ok: 64 greedy bytes after a ${#prompt}-byte prompt equal PyTorch's: $(xxd -r -p <<<"$ours" | tr '\n' '|')"
+  fi
+done
+
+# ---- sampling ----
+greedy=$(gen --prompt "beta " --tokens 64 --temperature 0 | hex)
+topk1=$(gen --prompt "beta " --tokens 64 --temperature 1.5 --top-k 1 --seed 9 | hex)
+[[ "$topk1" == "$greedy" ]] && echo "ok: --top-k 1 samples the greedy bytes" ||
+  fail "--top-k 1 gives $topk1, greedy $greedy"
+a=$(gen --prompt "beta " --tokens 64 --seed 5 | hex)
+b=$(gen --prompt "beta " --tokens 64 --seed 5 | hex)
+c=$(gen --prompt "beta " --tokens 64 --seed 6 | hex)
+[[ ${#a} -eq 128 && "$a" == "$b" ]] && echo "ok: seed 5 twice gives the same 64 bytes" ||
+  fail "seed 5 twice: $a vs $b"
+[[ "$a" != "$c" ]] && echo "ok: seed 6 gives other bytes" || fail "seeds 5 and 6 give the same bytes: $a"
+grep -q "lockstep-generate: 64 bytes from $ckpt" gen.err || fail "no summary on stderr: $(cat gen.err)"
+
+# ---- refusals ----
+refused() {
+  local what=$1 expect=$2 out rc
+  shift 2
+  out=$(timeout 60 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -q -- "$expect" <<<"$out"; then
+    fail "$what: exit $rc (expected 2 and '$expect'): $out"
+  else
+    echo "ok: $what refused: $(grep -m1 error <<<"$out")"
+  fi
+}
+"$bin/lockstep-data" regression --out reg.h5 --samples 64 --features 3 >/dev/null 2>&1 &&
+  timeout 60 "$bin/lockstep-train" --data reg.h5 --model mlp:4 --global-batch 16 --steps 1 --progress none \
+    --checkpoint-dir mlp_ckpt >/dev/null 2>&1 || fail "the MLP checkpoint for the refusal"
+refused "a checkpoint of an MLP" "is not a GPT" "$bin/lockstep-generate" --checkpoint mlp_ckpt
+refused "--temperature -1" "temperature" "$bin/lockstep-generate" --checkpoint "$ckpt" --temperature -1
+refused "--tokens -1" "tokens" "$bin/lockstep-generate" --checkpoint "$ckpt" --tokens -1
+refused "--top-k -1" "top-k" "$bin/lockstep-generate" --checkpoint "$ckpt" --top-k -1
+refused "an empty prompt" "prompt" "$bin/lockstep-generate" --checkpoint "$ckpt" --prompt ""
+refused "two ranks" "one process" "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-generate" --checkpoint "$ckpt"
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "generate_test: all passed"
