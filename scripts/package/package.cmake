@@ -44,9 +44,9 @@ install(DIRECTORY ${stage}/lockstep ${PROJECT_BINARY_DIR}/include/lockstep
 # ---- Programs and libraries ----
 # The programs keep the non-system folders they linked from (the CUDA Toolkit's, NCCL's) as their
 # run path, so an installed CUDA build finds libcudart and libnccl.
-set_target_properties(lockstep-train lockstep-data lockstep-bench lockstep-export lockstep-generate PROPERTIES
+set_target_properties(lockstep-train lockstep-data lockstep-bench lockstep-export lockstep-generate lockstep-predict PROPERTIES
                       INSTALL_RPATH_USE_LINK_PATH TRUE)
-install(TARGETS lockstep-train lockstep-data lockstep-bench lockstep-export lockstep-generate RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS lockstep-train lockstep-data lockstep-bench lockstep-export lockstep-generate lockstep-predict RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 add_library(lockstep INTERFACE)
 target_link_libraries(lockstep INTERFACE lockstep_runtime)
 add_library(Lockstep::lockstep ALIAS lockstep)

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# lockstep-predict, end to end on the CPU, for the three kinds of data:
+#  - the CNN on a small Fashion-MNIST test split: logits and predicted classes at 1 and 3 ranks are
+#    the same bits, in input order (their accuracy against the file's labels is the test_accuracy
+#    lockstep-train --eval-only prints for that checkpoint), with the model and step as attributes;
+#  - an MLP on a regression split: predictions whose mean squared error is --eval-only's test_mse;
+#  - a small GPT on a byte corpus: predicted next bytes at every position (their accuracy is
+#    --eval-only's), all logits, and with --top 3 the three most likely bytes with their softmax
+#    probabilities, which must be the logits' own;
+#  - refusals, exit 2 and no file: an output that exists (left as it was), a checkpoint whose model
+#    cannot take the rows, a missing group, --batch 0, --top on image data.
+# ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
+set -u
+
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
+mpiexec="${MPIEXEC:-mpiexec}"
+. "$(dirname "$0")/helpers/e2e.sh"
+e2e_require_apps lockstep-train lockstep-data lockstep-predict
+/usr/bin/python3 -c "import h5py, numpy" 2>/dev/null ||
+  { echo "skipped: /usr/bin/python3 cannot import h5py and numpy (python3-h5py)"; exit 77; }
+
+e2e_workdir predict
+cd "$work" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+predict() {  # predict NP ARGS...: lockstep-predict at NP ranks; output in $out, status in $rc
+  local np=$1
+  shift
+  out=$(timeout 120 "$mpiexec" -n "$np" --oversubscribe "$bin/lockstep-predict" --threads 1 "$@" 2>&1)
+  rc=$?
+}
+eval_figure() {  # eval_figure KEY DATA MODEL CKPT ARGS...: the figure --eval-only prints
+  local key=$1 data=$2 model=$3 ckpt=$4
+  shift 4
+  timeout 120 "$bin/lockstep-train" --data "$data" --model "$model" --resume "$ckpt" --eval-only \
+    "$@" 2>&1 | grep -oE "^$key=[0-9.]+" | cut -d= -f2
+}
+py() { timeout 120 /usr/bin/python3 -c "$1"; }
+
+# ---- classification: the CNN ----
+e2e_small_fashion_mnist "$bin/lockstep-data" fmnist.h5 512 100
+case $? in
+  0)
+    out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+            --model cnn --global-batch 32 --threads 1 --steps 8 --progress none \
+            --checkpoint-dir cnn_ckpt 2>&1) || fail "the CNN's training exits $?: $out"
+    predict 1 --checkpoint cnn_ckpt --data fmnist.h5 --out cnn1.h5 --batch 16
+    [[ $rc -eq 0 ]] || fail "predict at 1 rank exits $rc: $out"
+    predict 3 --checkpoint cnn_ckpt --data fmnist.h5 --out cnn3.h5 --batch 16
+    [[ $rc -eq 0 ]] || fail "predict at 3 ranks exits $rc: $out"
+    echo "$out"
+    want=$(eval_figure test_accuracy fmnist.h5 cnn cnn_ckpt --global-batch 32)
+    got=$(py "
+import h5py, numpy as np
+a, b = h5py.File('cnn1.h5'), h5py.File('cnn3.h5')
+assert a['logits'].shape == (100, 10) and a['predicted'].shape == (100,), a['logits'].shape
+assert np.array_equal(a['logits'][...], b['logits'][...]), 'logits differ between 1 and 3 ranks'
+assert np.array_equal(a['predicted'][...], b['predicted'][...]), 'classes differ'
+assert np.array_equal(a['predicted'][...], a['logits'][...].argmax(1)), 'predicted is not argmax'
+assert a.attrs['step'] == 8 and a.attrs['rows'] == 100, dict(a.attrs)
+assert a.attrs['model'].startswith('conv3x3:32'), a.attrs['model']
+labels = h5py.File('fmnist.h5')['test']['labels'][...]
+print(f\"{(a['predicted'][...] == labels).mean():.4f}\")") ||
+      fail "the CNN's predictions: $got"
+    [[ -n $want && "$got" == "$want" ]] &&
+      echo "ok: CNN predictions at 1 and 3 ranks are the same bits; their accuracy $got is --eval-only's" ||
+      fail "the CNN's predicted accuracy $got, --eval-only's $want" ;;
+  77) echo "the CNN part is skipped: no Fashion-MNIST IDX files (dataset-fashion-mnist)" ;;
+  *) fail "no small Fashion-MNIST file" ;;
+esac
+
+# ---- regression: an MLP ----
+"$bin/lockstep-data" regression --out reg.h5 --samples 300 --features 3 --seed 2 >/dev/null ||
+  fail "lockstep-data regression"
+out=$(timeout 120 "$bin/lockstep-train" --data reg.h5 --model mlp:8 --global-batch 32 --steps 20 \
+        --progress none --checkpoint-dir reg_ckpt 2>&1) || fail "the MLP's training exits $?: $out"
+predict 2 --checkpoint reg_ckpt --data reg.h5 --out reg_pred.h5 --batch 7
+[[ $rc -eq 0 ]] || fail "predict on regression exits $rc: $out"
+want=$(eval_figure test_mse reg.h5 mlp:8 reg_ckpt --global-batch 32)
+got=$(py "
+import h5py, numpy as np
+p = h5py.File('reg_pred.h5')['predictions'][...]
+y = h5py.File('reg.h5')['test']['y'][...].reshape(-1, 1)
+assert p.shape == y.shape, (p.shape, y.shape)
+print(f'{float(np.mean((p.astype(np.float64) - y) ** 2)):.6f}')") || fail "the MLP's predictions: $got"
+[[ -n $want && "$got" == "$want" ]] && echo "ok: regression predictions' MSE $got is --eval-only's" ||
+  fail "the MLP's predicted MSE $got, --eval-only's $want"
+
+# ---- tokens: a small GPT ----
+/usr/bin/python3 - >corpus.txt <<'EOF'
+import random
+random.seed(5)
+words = ["alpha", "beta", "gamma", "lockstep", "ranks", "train", "model", "bytes", "\n"]
+print(" ".join(random.choice(words) for _ in range(4000)))
+EOF
+"$bin/lockstep-data" text --in corpus.txt --out corpus.h5 --seq-len 32 >/dev/null || fail "lockstep-data text"
+gpt=gpt:layers=2,heads=2,dim=32,ctx=32
+out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data corpus.h5 \
+        --model "$gpt" --global-batch 16 --threads 1 --optimizer adamw --lr 0.01 --steps 30 \
+        --progress none --checkpoint-dir gpt_ckpt 2>&1) || fail "the GPT's training exits $?: $out"
+predict 2 --checkpoint gpt_ckpt --data corpus.h5 --out gpt_all.h5 --batch 8
+[[ $rc -eq 0 ]] || fail "predict on tokens exits $rc: $out"
+predict 3 --checkpoint gpt_ckpt --data corpus.h5 --out gpt_top.h5 --batch 8 --top 3
+[[ $rc -eq 0 ]] || fail "predict --top 3 exits $rc: $out"
+want=$(eval_figure test_accuracy corpus.h5 "$gpt" gpt_ckpt --global-batch 16)
+got=$(py "
+import h5py, numpy as np
+a, t = h5py.File('gpt_all.h5'), h5py.File('gpt_top.h5')
+n = h5py.File('corpus.h5')['test']['tokens'].shape[0]
+assert a['logits'].shape == (n, 32, 256) and a['predicted'].shape == (n, 32), a['logits'].shape
+assert t['top_ids'].shape == (n, 32, 3) and t['top_probs'].shape == (n, 32, 3)
+l = a['logits'][...].astype(np.float64)
+p = np.exp(l - l.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
+ids = t['top_ids'][...]
+assert np.array_equal(ids[..., 0], a['predicted'][...]), 'top id 0 is not the predicted byte'
+assert np.array_equal(t['predicted'][...], a['predicted'][...]), 'predicted differs with --top'
+assert np.allclose(np.take_along_axis(p, ids, -1), t['top_probs'][...], atol=1e-6), 'top_probs'
+assert (np.diff(t['top_probs'][...], axis=-1) <= 0).all(), 'top_probs not descending'
+tokens = h5py.File('corpus.h5')['test']['tokens'][...]
+print(f\"{(a['predicted'][...] == tokens[:, 1:]).mean():.4f}\")") || fail "the GPT's predictions: $got"
+[[ -n $want && "$got" == "$want" ]] &&
+  echo "ok: GPT next-byte predictions (all logits at 2 ranks, top 3 at 3 ranks) agree; accuracy $got is --eval-only's" ||
+  fail "the GPT's predicted accuracy $got, --eval-only's $want"
+
+# ---- refusals ----
+refused() {
+  local what=$1 expect=$2
+  shift 2
+  predict 1 "$@"
+  if [[ $rc -ne 2 ]] || ! grep -q -- "$expect" <<<"$out"; then
+    fail "$what: exit $rc (expected 2 and '$expect'): $out"
+  else
+    echo "ok: $what refused: $(grep -m1 error <<<"$out")"
+  fi
+}
+before=$(md5sum <reg_pred.h5)
+refused "an output that exists" "exists" --checkpoint reg_ckpt --data reg.h5 --out reg_pred.h5
+[[ $(md5sum <reg_pred.h5) == "$before" ]] || fail "a refused prediction changed the existing output"
+refused "a GPT checkpoint on regression rows" "cannot take the rows" --checkpoint gpt_ckpt --data reg.h5 --out x1.h5
+refused "a missing group" "no group 'nope'" --checkpoint reg_ckpt --data reg.h5 --group nope --out x2.h5
+refused "--batch 0" "batch" --checkpoint reg_ckpt --data reg.h5 --out x3.h5 --batch 0
+refused "--top on regression data" "top" --checkpoint reg_ckpt --data reg.h5 --out x4.h5 --top 2
+for f in x1 x2 x3 x4; do
+  [[ ! -e $f.h5 && ! -e $f.h5.tmp ]] || fail "a refused prediction left $f.h5"
+done
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "predict_test: all passed"
