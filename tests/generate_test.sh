@@ -6,6 +6,8 @@
 #    python3-torch), with the prompt longer than the model's context too (the window slides);
 #  - --top-k 1 samples exactly the greedy bytes, whatever the temperature and seed;
 #  - sampling is reproducible: the same seed gives the same bytes, another seed other bytes;
+#  - lockstep-train --sample-every prints, at those steps, the bytes lockstep-generate samples from
+#    that step's checkpoint with the same seed; refused on data that is not tokens;
 #  - refusals, exit 2 with a message: a checkpoint of a non-GPT model, a negative --temperature,
 #    --tokens or --top-k, an empty prompt, two ranks.
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
@@ -32,11 +34,14 @@ print(" ".join(random.choice(words) for _ in range(6000)))
 EOF
 "$bin/lockstep-data" text --in corpus.txt --out corpus.h5 --seq-len 32 >/dev/null ||
   { echo "FAIL: lockstep-data text"; exit 1; }
+"$bin/lockstep-data" regression --out reg.h5 --samples 64 --features 3 >/dev/null 2>&1 ||
+  { echo "FAIL: lockstep-data regression"; exit 1; }
 model=gpt:layers=2,heads=2,dim=32,ctx=32
-out=$(timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data corpus.h5 \
-        --model "$model" --global-batch 16 --threads 1 --optimizer adamw --lr 0.01 --steps 120 \
-        --progress none --checkpoint-dir ckpt 2>&1) ||
-  { echo "FAIL: training the GPT at 2 ranks exits $?: $out"; exit 1; }
+timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data corpus.h5 \
+  --model "$model" --global-batch 16 --threads 1 --optimizer adamw --lr 0.01 --steps 120 \
+  --progress none --checkpoint-dir ckpt --checkpoint-every 60 --sample-every 60 \
+  --sample-bytes 48 --sample-prompt "gamma " >train.out 2>&1 ||
+  { echo "FAIL: training the GPT at 2 ranks exits $?: $(cat train.out)"; exit 1; }
 ckpt=ckpt/ckpt-000000120.h5
 [[ -f $ckpt ]] || { echo "FAIL: no checkpoint at step 120: $out"; exit 1; }
 
@@ -55,6 +60,31 @@ for prompt in "alpha " "$long_prompt"; do
     echo "ok: 64 greedy bytes after a ${#prompt}-byte prompt equal PyTorch's: $(xxd -r -p <<<"$ours" | tr '\n' '|')"
   fi
 done
+
+# ---- --sample-every during training: the text lockstep-generate samples from that step's
+# checkpoint with the trainer's generator (seed 0 + the step), temperature 1, all bytes ----
+for step in 60 120; do
+  during=$(/usr/bin/python3 -c "
+import sys
+out = open('train.out', 'rb').read()
+mark = b'sample at step $step: '
+at = out.find(mark)
+sys.stdout.write(out[at + len(mark):at + len(mark) + 48].hex() if at >= 0 else '')")
+  after=$(timeout 120 "$bin/lockstep-generate" --checkpoint "ckpt/ckpt-$(printf %09d "$step").h5" \
+            --prompt "gamma " --tokens 48 --seed "$step" 2>/dev/null | hex)
+  if [[ ${#during} -ne 96 || "$during" != "$after" ]]; then
+    fail "the sample printed at step $step ('$during') is not lockstep-generate's from that checkpoint ('$after')"
+  else
+    echo "ok: the sample printed at step $step is lockstep-generate's from that step's checkpoint"
+  fi
+done
+grep -q "sample at step 61\|sample at step 59" train.out && fail "a sample at a step --sample-every does not name"
+out=$(timeout 60 "$bin/lockstep-train" --data reg.h5 --model mlp:4 --global-batch 16 --steps 1 \
+        --sample-every 1 2>&1)
+rc=$?
+[[ $rc -eq 2 ]] && grep -q "needs a language model on token data" <<<"$out" &&
+  echo "ok: --sample-every on regression data refused" ||
+  fail "--sample-every on regression data: exit $rc: $out"
 
 # ---- sampling ----
 greedy=$(gen --prompt "beta " --tokens 64 --temperature 0 | hex)
@@ -81,8 +111,7 @@ refused() {
     echo "ok: $what refused: $(grep -m1 error <<<"$out")"
   fi
 }
-"$bin/lockstep-data" regression --out reg.h5 --samples 64 --features 3 >/dev/null 2>&1 &&
-  timeout 60 "$bin/lockstep-train" --data reg.h5 --model mlp:4 --global-batch 16 --steps 1 --progress none \
+timeout 60 "$bin/lockstep-train" --data reg.h5 --model mlp:4 --global-batch 16 --steps 1 --progress none \
     --checkpoint-dir mlp_ckpt >/dev/null 2>&1 || fail "the MLP checkpoint for the refusal"
 refused "a checkpoint of an MLP" "is not a GPT" "$bin/lockstep-generate" --checkpoint mlp_ckpt
 refused "--temperature -1" "temperature" "$bin/lockstep-generate" --checkpoint "$ckpt" --temperature -1

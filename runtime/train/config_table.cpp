@@ -298,6 +298,17 @@ std::vector<Row> build() {
       "metrics", G::output, "write metrics as JSON lines to this file", nullptr,
       +[](TrainConfig & c) -> auto& { return c.metrics_path; }));
   t.push_back(number<int64_t>(
+      "sample-every", G::output,
+      "a GPT on token data: every N steps print text sampled from the model after "
+      "--sample-prompt (0: never)",
+      nullptr, +[](TrainConfig & c) -> auto& { return c.sample_every; }, at_least(0)));
+  t.push_back(number<int>(
+      "sample-bytes", G::output, "tokens each --sample-every sample holds", nullptr,
+      +[](TrainConfig & c) -> auto& { return c.sample_bytes; }, at_least(1)));
+  t.push_back(text(
+      "sample-prompt", G::output, "the text each --sample-every sample continues", nullptr,
+      +[](TrainConfig & c) -> auto& { return c.sample_prompt; }));
+  t.push_back(number<int64_t>(
       "straggler-every", G::output,
       "steps between straggler reports: per-rank step times, the slowest "
       "rank (0: none)",

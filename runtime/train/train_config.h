@@ -62,6 +62,11 @@ struct TrainConfig {
   // holds it); 0: each batch reads its rows from the file (ShardedLoader).
   int64_t data_in_memory_mb = kDefaultInMemoryBytes >> 20;
   std::string metrics_path;    // JSON lines, written by rank 0; empty: none
+  // A GPT on token data: every sample_every steps (0: never), rank 0 prints sample_bytes tokens
+  // sampled after sample_prompt (sample_text.h: temperature 1, seeded by seed + the step).
+  int64_t sample_every = 0;
+  int sample_bytes = 128;
+  std::string sample_prompt = "\n";
   bool print = true;           // rank 0 prints progress and epoch lines
   int host_ranks = 1;          // ranks sharing this host's memory (World::local_size; the program)
   bool progress_bar = false;   // a redrawn bar (a terminal) instead of plain lines

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <random>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "runtime/base/log.h"
 #include "runtime/comm/agree.h"
 #include "runtime/comm/replica_check.h"
+#include "runtime/model/sample_text.h"
 #include "runtime/observe/trace.h"
 #include "runtime/train/checkpoint_dir.h"
 #include "runtime/train/device_step.h"
@@ -64,6 +66,7 @@ void Trainer::build() {
   if (config_.device == DeviceKind::cuda) require_cuda_training();
   ModelSpec spec = parse_model_spec(config_.model);
   m.info = inspect_training_data(config_);  // resolves --loss auto (train_checks.h)
+  if (config_.sample_every > 0) check_sample_options(m.info);
   m.classification = m.info.classification;
   m.outputs = m.classification ? m.info.num_classes : m.info.target_dim;
   const int64_t B = config_.global_batch;
@@ -287,6 +290,35 @@ void Trainer::observe_step(const LossTotals& step) {
   if (config_.check_every > 0 && done % config_.check_every == 0)
     verify_replicas("at step " + std::to_string(done));
   impl_->reporter->after_step(state_, step, times_, lr_at_step(done - 1));
+  if (config_.sample_every > 0 && done % config_.sample_every == 0) print_sample();
+}
+
+void Trainer::check_sample_options(const DatasetInfo& info) const {
+  if (info.positions <= 1)
+    throw UsageError("--sample-every needs a language model on token data (a gpt: model on a "
+                     "split with tokens); " + info.path + ":" + info.group + " holds " +
+                     info.x_name);
+  if (config_.sample_prompt.empty()) throw UsageError("--sample-prompt must not be empty");
+  for (unsigned char c : config_.sample_prompt)
+    if (c >= info.num_classes)
+      throw UsageError("--sample-prompt holds byte " + std::to_string(c) + ", outside the " +
+                       std::to_string(info.num_classes) + "-token vocabulary of " + info.path);
+}
+
+// Every rank samples the same text (the same parameters and generator: no collective needed, and
+// the ranks stay in step); rank 0 prints it.
+void Trainer::print_sample() {
+  TraceSpan span("sample", "sample");
+  std::vector<int> text(config_.sample_prompt.begin(), config_.sample_prompt.end());
+  for (int& c : text) c = static_cast<unsigned char>(c);
+  std::mt19937_64 rng(config_.seed + static_cast<uint64_t>(state_.global_step));
+  std::string out;
+  generate_tokens(*model_, impl_->info.positions, impl_->info.num_classes, text,
+                  config_.sample_bytes, {}, rng,
+                  [&](int token) { out += static_cast<char>(token); });
+  if (comm_.rank() == 0)  // asked for by name: printed whatever --progress says
+    std::printf("sample at step %lld: %s\n", static_cast<long long>(state_.global_step),
+                out.c_str());
 }
 
 bool Trainer::act_on(Verdict v) {

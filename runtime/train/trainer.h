@@ -157,6 +157,8 @@ class Trainer {
   void record_step(const float* x, float scale);
   void confirm_captured_update(bool apply);  // the graph's update against the agreed verdict
   void observe_step(const LossTotals& step);  // replica check and reports after a step
+  void check_sample_options(const DatasetInfo& info) const;  // --sample-every's rules
+  void print_sample();                                       // --sample-every's text
   bool act_on(Verdict v);   // true: the run ends
   void save_checkpoint();
   bool run_epoch(EpochSummary& s);  // false: stopped early

@@ -1,0 +1,58 @@
+#include "runtime/model/sample_text.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cuda/memory.h"
+#include "runtime/base/buffer.h"
+
+namespace lockstep {
+
+int pick_token(const float* logits, int vocab, const SampleOptions& o, std::mt19937_64& rng) {
+  if (o.temperature == 0.0) return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const int k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return logits[a] > logits[b]; });
+  std::vector<double> weight(static_cast<size_t>(k));
+  double total = 0;
+  for (int i = 0; i < k; ++i) {
+    weight[i] = std::exp((static_cast<double>(logits[order[i]]) - logits[order[0]]) / o.temperature);
+    total += weight[i];
+  }
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+  double sum = 0;
+  for (int i = 0; i < k; ++i) {
+    sum += weight[i];
+    if (u < sum) return order[i];
+  }
+  return order[k - 1];
+}
+
+void generate_tokens(Model& model, int ctx, int vocab, std::vector<int>& text, int count,
+                     const SampleOptions& options, std::mt19937_64& rng,
+                     const std::function<void(int)>& emit) {
+  const bool on_gpu = model.device() == DeviceKind::cuda;
+  Buffer<float> input(model.device(), static_cast<size_t>(ctx));
+  std::vector<float> x(static_cast<size_t>(ctx)), logits(static_cast<size_t>(vocab));
+  if (static_cast<int>(text.size()) > ctx) text.erase(text.begin(), text.end() - ctx);
+  for (int step = 0; step < count; ++step) {
+    const int n = static_cast<int>(text.size());
+    std::fill(x.begin(), x.end(), 0.0f);
+    for (int i = 0; i < n; ++i) x[i] = static_cast<float>(text[i]);
+    input.write(x.data(), 0, x.size());
+    const float* out = model.forward(input.data(), 1) + static_cast<size_t>(n - 1) * vocab;
+    if (on_gpu)
+      kernels::cuda_copy_to_host(logits.data(), out, logits.size() * sizeof(float));
+    else
+      std::copy(out, out + vocab, logits.begin());
+    const int next = pick_token(logits.data(), vocab, options, rng);
+    text.push_back(next);
+    if (static_cast<int>(text.size()) > ctx) text.erase(text.begin());
+    emit(next);
+  }
+}
+
+}  // namespace lockstep
