@@ -6,7 +6,10 @@
 # samples/s and their ratios. Load averages before and after are printed: other work on the
 # machine shows up directly in these figures. The environment reaches both frameworks alike (both
 # run on libgomp: OMP_WAIT_POLICY=passive helps on a loaded machine, docs/PERFORMANCE.md); STEPS
-# sets the timed steps per run (default 40), PYTHON the interpreter that has torch.
+# sets the timed steps per run (default 40), PYTHON the interpreter that has torch: by default the
+# peers venv of today's PyPI releases (scripts/peers-venv.sh, build/peers-venv), else Debian's
+# python3 with PyTorch 1.13, which the report then labels an old release. The report's first
+# lines name the machine (CPU model, vector ISA, date) and the peer's version.
 # MODEL=gpt compares the byte-level GPT instead (issue 20): `gpt` (the tiny preset), AdamW with
 # weight decay 0.1 and clipping at 1, global batch 32 sequences of 128 bytes, against
 # gpt_torch_ddp.py, on DATA (default: a corpus of /usr/share/common-licenses made with
@@ -17,13 +20,24 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 rounds=${2:-3}
 steps=${STEPS:-40}
-python=${PYTHON:-/usr/bin/python3}
+peers_python=$build/peers-venv/bin/python
+if [[ -z ${PYTHON:-} && -x $peers_python ]] && "$peers_python" -c "import torch" 2>/dev/null; then
+  python=$peers_python
+else
+  python=${PYTHON:-/usr/bin/python3}
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 bench="$build/apps/lockstep-bench"
 [[ -x $bench ]] || { echo "side_by_side_cpu: no $bench (build first: scripts/build.sh)" >&2; exit 1; }
 "$python" -c "import torch" 2>/dev/null ||
   { echo "side_by_side_cpu: $python cannot import torch (apt-get install python3-torch)" >&2; exit 1; }
+
+bash "$root/scripts/reference/machine.sh"
+peer=$("$python" -c "import torch; print(torch.__version__)")
+echo "peer: PyTorch $peer ($python)"
+[[ $python == "$peers_python" ]] ||
+  echo "peer: not the current release (make one with scripts/peers-venv.sh): label these ratios 'against PyTorch $peer'"
 
 model=${MODEL:-cnn}
 if [[ $model == gpt ]]; then
