@@ -106,22 +106,38 @@ void write_synthetic(const std::string& path, int64_t train_rows, int64_t test_r
 }
 
 // For a language model (a spec starting with 'embed', as the gpt preset does): sequences of T + 1
-// random bytes (lockstep-data text's layout), T the model's context. Random text cannot be learnt
-// past 8 bits per byte; the speed does not depend on it.
-int language_model_context(const std::string& model) {
+// random tokens (lockstep-data text's layout), T the model's context: bytes, or ids below the
+// vocabulary the spec pins (gpt:...,vocab=V; int32 then). Random text cannot be learnt past
+// log2(V) bits per token; the speed does not depend on it.
+struct LanguageModel {
+  int ctx = 0;  // 0: not a language model
+  int vocab = 256;
+};
+LanguageModel language_model(const std::string& model) {
   const ModelSpec spec = parse_model_spec(model);
-  return !spec.layers.empty() && spec.layers[0].type == "embed" ? spec.layers[0].args[1] : 0;
+  if (spec.layers.empty() || spec.layers[0].type != "embed") return {};
+  const std::vector<int>& a = spec.layers[0].args;
+  return {a[1], a.size() > 2 ? a[2] : 256};
 }
 
-void write_synthetic_text(const std::string& path, int64_t train_rows, int64_t test_rows, int T) {
+void write_synthetic_text(const std::string& path, int64_t train_rows, int64_t test_rows,
+                          LanguageModel lm) {
   H5Id file = create_h5_file(path);
   std::mt19937 gen(7);
+  const int T = lm.ctx;
   for (auto [group, n] : {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
-    std::vector<uint8_t> tokens(static_cast<size_t>(n) * (T + 1));
-    for (uint8_t& t : tokens) t = static_cast<uint8_t>(gen() % 256);
-    write_h5_dataset(file.get(), group + "/tokens", {n, T + 1}, tokens);
+    const size_t count = static_cast<size_t>(n) * (T + 1);
+    if (lm.vocab <= 256) {
+      std::vector<uint8_t> tokens(count);
+      for (uint8_t& t : tokens) t = static_cast<uint8_t>(gen() % lm.vocab);
+      write_h5_dataset(file.get(), group + "/tokens", {n, T + 1}, tokens);
+    } else {
+      std::vector<int32_t> tokens(count);
+      for (int32_t& t : tokens) t = static_cast<int32_t>(gen() % static_cast<unsigned>(lm.vocab));
+      write_h5_dataset(file.get(), group + "/tokens", {n, T + 1}, tokens);
+    }
     H5Id d(LS_CHECK_HDF5(H5Dopen2(file.get(), (group + "/tokens").c_str(), H5P_DEFAULT)));
-    write_h5_attr_int(d.get(), "vocab_size", 256);
+    write_h5_attr_int(d.get(), "vocab_size", lm.vocab);
     write_h5_attr_int(d.get(), "seq_len", T);
   }
 }
@@ -191,8 +207,8 @@ int run_train_bench(int argc, char** argv, const World& world) {
             ("lockstep-bench-train-" + std::to_string(getpid()) + "-" + std::to_string(world.rank) + ".h5"))
                .string();
     const int64_t rows = std::max<int64_t>(global_batch, 1) * std::min<int64_t>(total_steps, 8);
-    if (const int T = language_model_context(given.model); T > 0)
-      write_synthetic_text(temp, rows, std::max<int64_t>(global_batch, 1), T);
+    if (const LanguageModel lm = language_model(given.model); lm.ctx > 0)
+      write_synthetic_text(temp, rows, std::max<int64_t>(global_batch, 1), lm);
     else
       write_synthetic(temp, rows, std::max<int64_t>(global_batch, 1));
     path = temp;
@@ -270,7 +286,7 @@ int run_train_bench(int argc, char** argv, const World& world) {
     const double achieved = sps * 3 * fwd;
     const std::string data =
         !o.data.empty()                          ? "data " + o.data
-        : language_model_context(given.model) > 0 ? "synthetic random bytes"
+        : language_model(given.model).ctx > 0 ? "synthetic random tokens"
                                                 : "synthetic data (28x28x1, 10 classes)";
     if (gpu)
       std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), device %s, "

@@ -70,6 +70,21 @@ TEST(GptModel, PresetExpandsToTheDocumentedStack) {
   // The stack written out is the same model.
   EXPECT_EQ(parse_model_spec(kSpec).layers,
             parse_model_spec("embed:8:6,block:2,block:2,lmhead").layers);
+  // vocab= pins the vocabulary in the embedding (GPT-2's own shape: 50,304 tokens).
+  EXPECT_EQ("embed:768:1024:50304",
+            to_string(parse_model_spec("gpt:small,vocab=50304").layers[0]));
+}
+
+// A vocabulary in the spec gives the embedding (and the tied head) that many rows when the data
+// has as many classes, and is refused in words when it has not.
+TEST(GptModel, VocabularyInTheSpecMustBeTheDatas) {
+  const ModelSpec spec = parse_model_spec("gpt:layers=1,heads=2,dim=8,ctx=6,vocab=300");
+  const std::vector<LayerPlan> plan = plan_model(spec, {6}, 300, 6);
+  EXPECT_EQ(300, plan.back().out[1]);
+  EXPECT_EQ((300u + 6u) * 8u, plan.front().params);
+  EXPECT_NE(std::string::npos,
+            usage_message([&] { plan_model(spec, {6}, 256, 6); })
+                .find("vocabulary of 300 tokens is not the data's 256"));
 }
 
 TEST(GptModel, BadSpecsAreRefusedInWords) {

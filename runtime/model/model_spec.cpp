@@ -75,7 +75,7 @@ LayerSpec maxpool(int k) { return {"maxpool", {k}}; }
 // The gpt preset: "gpt", "gpt:tiny", "gpt:small", then key=value overrides, "gpt:layers=4,heads=4,
 // dim=128,ctx=128" (tiny's values; small is GPT-2 small's shape).
 std::vector<LayerSpec> gpt_layers(const std::string& raw, const std::string& text) {
-  int layers = 4, heads = 4, dim = 128, ctx = 128;
+  int layers = 4, heads = 4, dim = 128, ctx = 128, vocab = 0;  // vocab 0: the data's
   if (text != "gpt") {
     for (const std::string& item : split_spec(text.substr(4), ',')) {
       if (item == "tiny") {
@@ -92,10 +92,11 @@ std::vector<LayerSpec> gpt_layers(const std::string& raw, const std::string& tex
                   : key == "heads" ? &heads
                   : key == "dim"   ? &dim
                   : key == "ctx"   ? &ctx
+                  : key == "vocab" ? &vocab
                                    : nullptr;
       if (slot == nullptr || eq == std::string::npos)
         bad_spec(raw, "'" + item + "' in the gpt preset is not tiny, small or one of layers=, " +
-                          "heads=, dim=, ctx=");
+                          "heads=, dim=, ctx=, vocab=");
       *slot = positive_arg(raw, item, key, item.substr(eq + 1));
     }
   }
@@ -103,6 +104,7 @@ std::vector<LayerSpec> gpt_layers(const std::string& raw, const std::string& tex
     bad_spec(raw, "gpt: " + std::to_string(heads) + " heads do not divide dim " +
                       std::to_string(dim));
   std::vector<LayerSpec> out = {{"embed", {dim, ctx}}};
+  if (vocab > 0) out[0].args.push_back(vocab);
   for (int i = 0; i < layers; ++i) out.push_back({"block", {heads}});
   out.push_back({"lmhead", {}});
   return out;

@@ -6,7 +6,8 @@ As a PyTorch user would run it at its fastest: F.scaled_dot_product_attention (f
 Hopper in bf16), torch.compile (--compile MODE, 'none' for eager), bf16 autocast with fp32 weights
 (--precision bf16), fused AdamW with decay on the matrices, the gradient clipped to norm 1 as
 Lockstep's benchmark does. --precision fp32 turns TF32 off; tf32 turns it on (label it as such).
-Each step trains on fresh random bytes made on the device (no input pipeline is measured).
+Each step trains on fresh random tokens made on the device (bytes, or ids below the spec's vocab=;
+no input pipeline is measured).
 
 Prints one line of key=value figures, the same keys as lockstep-bench:
   step_ms_median=... tokens_per_second=... peak_memory_mb=... loss=... torch=... device=...
@@ -56,7 +57,7 @@ def main():
     T = spec["ctx"]
 
     def step():
-        rows = torch.randint(0, 256, (a.global_batch, T + 1), device=dev)
+        rows = torch.randint(0, spec["vocab"], (a.global_batch, T + 1), device=dev)
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             loss = loss_fn(rows)

@@ -38,18 +38,20 @@ PRESETS = {"tiny": dict(layers=4, heads=4, dim=128, ctx=128),
 
 def parse_spec(spec):
     """Lockstep's gpt preset: 'gpt', 'gpt:tiny', 'gpt:small' and key=value overrides, applied left
-    to right ('gpt:small,ctx=256') -> dict(layers=, heads=, dim=, ctx=)."""
+    to right ('gpt:small,ctx=256', 'gpt:small,vocab=50304') -> dict(layers=, heads=, dim=, ctx=,
+    vocab=) (vocab 256, bytes, unless given)."""
     kind, _, args = spec.replace(" ", "").partition(":")
     if kind != "gpt":
         raise ValueError(f"not a gpt spec: {spec!r}")
-    out = dict(PRESETS["tiny"])
+    out = dict(PRESETS["tiny"], vocab=VOCAB)
     for word in filter(None, args.split(",")):
         if word in PRESETS:
             out.update(PRESETS[word])
             continue
         key, eq, value = word.partition("=")
         if key not in out or not eq:
-            raise ValueError(f"{spec!r}: {word!r} is not tiny, small or layers=, heads=, dim=, ctx=")
+            raise ValueError(f"{spec!r}: {word!r} is not tiny, small or layers=, heads=, dim=, ctx=, "
+                             "vocab=")
         out[key] = int(value)
     return out
 

@@ -120,14 +120,20 @@ std::vector<LayerTensor> block_tensors(int64_t d) {
 LayerType embed_layer_type() {
   LayerType t;
   t.name = "embed";
-  t.syntax = "embed:dim:ctx";
+  t.syntax = "embed:dim:ctx[:vocab]";
   t.parse = [](const LayerToken& tok) {
-    tok.expect_args(2, 2);
-    return std::vector<int>{tok.positive("dim", tok.args()[0]),
-                            tok.positive("ctx", tok.args()[1])};
+    tok.expect_args(2, 3);
+    std::vector<int> args{tok.positive("dim", tok.args()[0]), tok.positive("ctx", tok.args()[1])};
+    if (tok.args().size() == 3) args.push_back(tok.positive("vocab", tok.args()[2]));
+    return args;
   };
   t.format = [](const LayerSpec& s) {
-    return "embed:" + std::to_string(s.args[0]) + ":" + std::to_string(s.args[1]);
+    std::string text = "embed";
+    for (int a : s.args) {
+      text += ':';
+      text += std::to_string(a);
+    }
+    return text;
   };
   t.plan = [](LayerPlan& p, const LayerCheck& check) {
     if (check.earlier != nullptr && !check.earlier->empty())
@@ -139,6 +145,12 @@ LayerType embed_layer_type() {
       check.fail(": the data's sequences have " + std::to_string(p.in[0]) +
                  " tokens, more than its context of " + std::to_string(ctx) +
                  " (raise ctx, or write the corpus with a smaller --seq-len)");
+    // The vocabulary is the data's (its classes), or pinned by the spec (gpt:...,vocab=V), then
+    // checked against the data's.
+    if (p.spec.args.size() > 2 && p.spec.args[2] != check.outputs)
+      check.fail(": its vocabulary of " + std::to_string(p.spec.args[2]) +
+                 " tokens is not the data's " + std::to_string(check.outputs) +
+                 " (the token split's vocab_size)");
     p.out = {p.in[0], dim};
     p.params = (static_cast<size_t>(check.outputs) + static_cast<size_t>(ctx)) *
                static_cast<size_t>(dim);
