@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/memory.h"
 #include "runtime/base/buffer.h"
+#include "runtime/model/gpt_decoder.h"
 
 namespace lockstep {
 
@@ -31,14 +32,43 @@ int pick_token(const float* logits, int vocab, const SampleOptions& o, std::mt19
   return order[k - 1];
 }
 
+namespace {
+
+// On the CPU, while the text fits the context: one position per token through the key/value cache.
+// Returns the tokens generated; stops early when the window slides (every position's embedding
+// changes then, so the cache no longer holds the window).
+int generate_with_cache(Model& model, int ctx, std::vector<int>& text, int count,
+                        const SampleOptions& options, std::mt19937_64& rng,
+                        const std::function<void(int)>& emit) {
+  GptDecoder decoder(model);
+  const float* logits = nullptr;
+  for (int token : text) logits = decoder.step(token);
+  int done = 0;
+  while (done < count) {
+    const int next = pick_token(logits, decoder.vocab(), options, rng);
+    text.push_back(next);
+    emit(next);
+    ++done;
+    if (static_cast<int>(text.size()) > ctx) break;  // `next` would land past the context
+    if (done < count) logits = decoder.step(next);
+  }
+  return done;
+}
+
+}  // namespace
+
 void generate_tokens(Model& model, int ctx, int vocab, std::vector<int>& text, int count,
                      const SampleOptions& options, std::mt19937_64& rng,
                      const std::function<void(int)>& emit) {
+  if (static_cast<int>(text.size()) > ctx) text.erase(text.begin(), text.end() - ctx);
   const bool on_gpu = model.device() == DeviceKind::cuda;
+  const int cached = on_gpu ? 0 : generate_with_cache(model, ctx, text, count, options, rng, emit);
+  // Past the context (and on a GPU, where there is no cache yet): the model over the whole window,
+  // zeros after it, for every token.
   Buffer<float> input(model.device(), static_cast<size_t>(ctx));
   std::vector<float> x(static_cast<size_t>(ctx)), logits(static_cast<size_t>(vocab));
-  if (static_cast<int>(text.size()) > ctx) text.erase(text.begin(), text.end() - ctx);
-  for (int step = 0; step < count; ++step) {
+  for (int step = cached; step < count; ++step) {
+    if (static_cast<int>(text.size()) > ctx) text.erase(text.begin());
     const int n = static_cast<int>(text.size());
     std::fill(x.begin(), x.end(), 0.0f);
     for (int i = 0; i < n; ++i) x[i] = static_cast<float>(text[i]);

@@ -7,10 +7,12 @@
 // draw of `rng` (its top 53 bits as a uniform number in [0, 1): the same token on every platform).
 // generate_tokens: `model` takes `ctx` token ids (as floats) per sample and gives `vocab` logits
 // at each of the ctx positions (a gpt: model as lockstep-train builds it, on either device); each
-// step runs it over the newest ctx tokens of `text` (zeros after them) and appends the token
-// picked at the last one, then calls emit(token). A forward pass per token: no key/value cache.
-// Used by one thread; the model's activations are overwritten. No collective calls: every rank
-// that calls it with the same parameters, text and generator gets the same tokens.
+// step appends the token picked at the last position of the newest ctx tokens of `text`, then
+// calls emit(token). On the CPU the positions go through a key/value cache (gpt_decoder.h: one
+// position's work per token, the whole window again only when it slides past ctx); on a GPU the
+// model runs over the window (zeros after it) for every token. Used by one thread; a GPU model's
+// activations are overwritten. No collective calls: every rank that calls it with the same
+// parameters, text and generator gets the same tokens.
 #pragma once
 
 #include <cstdint>
