@@ -13,6 +13,7 @@
 #include "kernels/step/loss.h"
 #include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
+#include "runtime/model/gpt_decoder.h"
 #include "runtime/model/model.h"
 #include "test_util.h"
 
@@ -204,4 +205,37 @@ TEST(GptModel, ATokenOutsideTheVocabularyIsRefused) {
   EXPECT_THROW(m.forward(x.data(), kBatch), std::out_of_range);
   x[7] = 2.5f;
   EXPECT_THROW(m.forward(x.data(), kBatch), std::out_of_range);
+}
+
+// The key/value-cache decoder (generation) computes the model's logits one position at a time:
+// the same values at every position within float rounding, for both kernel sets, and it refuses
+// a position past the context.
+TEST(GptModel, CacheDecoderGivesTheModelsLogitsPositionByPosition) {
+  for (CpuKernels k : {CpuKernels::openblas, CpuKernels::best}) {
+    const auto m = make(k, 1);
+    // GPT-2's initial weights (0.02) leave the attention nearly uniform: larger ones make every
+    // part of the function count.
+    std::vector<float> p = m->params_to_host();
+    for (float& v : p) v *= 5.0f;
+    m->write_params(0, p.data(), p.size());
+    const std::vector<float> x = random_tokens(kSeq, 21);
+    const float* out = m->forward(x.data(), 1);
+    const std::vector<float> want(out, out + static_cast<size_t>(kSeq) * kVocab);
+    GptDecoder decoder(*m);
+    EXPECT_EQ(6, decoder.context());
+    EXPECT_EQ(kVocab, decoder.vocab());
+    for (int t = 0; t < kSeq; ++t) {
+      const float* got = decoder.step(static_cast<int>(x[t]));
+      float scale = 0, diff = 0;
+      for (int v = 0; v < kVocab; ++v) {
+        scale = std::max(scale, std::abs(want[t * kVocab + v]));
+        diff = std::max(diff, std::abs(got[v] - want[t * kVocab + v]));
+      }
+      EXPECT_LT(diff, 1e-5f * scale) << "position " << t;
+    }
+    decoder.step(0);  // position 5, the last of the context
+    EXPECT_THROW(decoder.step(0), Error);
+    decoder.reset();
+    EXPECT_EQ(0, decoder.position());
+  }
 }
