@@ -26,7 +26,7 @@
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
 # LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: multi-rank bf16 im2col
-# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy), LOCKSTEP_GPU_PEERS (which
+# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc accuracy), LOCKSTEP_GPU_PEERS (which
 # peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
@@ -322,10 +322,12 @@ peer() {
 #   peers-bf16  the same in bf16
 #   gpt         GPT-2 small's shape (gpt:small), bf16 and fp32, on random bytes, Lockstep and
 #               PyTorch (torch.compile; LOCKSTEP_GPU_GPT_PEERS: its precisions, default bf16 fp32 tf32)
+#   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
+#               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt accuracy"
+  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc accuracy"
   for part in ${LOCKSTEP_GPU_PARTS:-$all}; do
     if [[ " $all " == *" $part "* ]]; then "long_${part/-/_}"; else record "part $part" failed "unknown part ($all)"; fi
   done
@@ -427,6 +429,61 @@ long_gpt() {
       "$(grep -aoE 'tokens_per_second=[0-9.]+' "$log") $(grep -aoE 'torch=[^ ]+' "$log")"
     cat "$log"
   done
+}
+# GPT-2 124M's own shape (vocabulary 50,304) in bf16, 8 x 1,024 tokens a step, AdamW, random token
+# ids: Lockstep (gpt:small,vocab=50304), llm.c's train_gpt2cu built here from the sources
+# gpu-pack.sh --with-llmc carried (no MPI, NCCL or cuDNN: their headers are not in the image; its
+# one call that CUDA 13 changed, cudaMemAdvise's location, patched; linked against the driver's
+# NVML), its -e d12 random initialisation on a token file in its format
+# (scripts/reference/llmc_tokens.py), and PyTorch on the same shape. llm.c's step time is the
+# median of its printed per-step milliseconds after 5 steps.
+long_llmc() {
+  local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms
+  local lockstep_model="gpt:small,vocab=50304"
+  log="$logs/bench_gpt2_124m_bf16.log"
+  step "$step_timeout" "$log" "$bench" train --device cuda --precision bf16 --model "$lockstep_model" \
+    --global-batch 8 --optimizer adamw --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
+  gpu_step "lockstep $lockstep_model bf16, batch 8 x 1024" $? "$log" \
+    "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^step_ms_median=[0-9.]+' "$log")"
+  cat "$log"
+  if [[ ! -f $tar ]]; then
+    record "llm.c" absent "no $tar (scripts/gpu-pack.sh --with-llmc SRC)"
+  else
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/llmc-XXXXXX")
+    tar -xJf "$tar" -C "$dir"
+    sed -i 's/cudaMemAdvise(\*out, bytes, cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdvise(*out, bytes, cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
+      "$dir/llmc/cuda_utils.cuh"
+    mkdir -p "$dir/nvml"
+    nvml=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 /{print $NF; exit}')
+    [[ -n $nvml ]] && ln -sf "$nvml" "$dir/nvml/libnvidia-ml.so"
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+    log="$logs/llmc_build.log"
+    PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" step $((3 * step_timeout)) "$log" \
+      make -C "$dir" -j 16 train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY="${cc:-90}" \
+      NVCC_LDFLAGS="-lcublas -lcublasLt -L$dir/nvml -lnvidia-ml"
+    rc=$?
+    gpu_step "llm.c build (train_gpt2cu, sm_${cc:-90})" "$rc" "$log" ""
+    if [[ $rc -eq 0 ]]; then
+      python3 "$root/scripts/reference/llmc_tokens.py" "$dir/train.bin" --tokens $((8 * 1024 * 40 + 1)) &&
+        python3 "$root/scripts/reference/llmc_tokens.py" "$dir/val.bin" --tokens $((8 * 1024 * 2 + 1)) --seed 1
+      log="$logs/llmc_gpt2_124m_bf16.log"
+      (cd "$dir" && step "$step_timeout" "$log" ./train_gpt2cu -i train.bin -j val.bin -e d12 -b 8 \
+         -t 1024 -d 8192 -x 30 -v 1000 -s 0 -l 6e-4 -c 0.1)
+      rc=$?
+      ms=$(grep -aoE '^step +[0-9]+/[0-9]+ .*\| +[0-9.]+ ms' "$log" | awk '{ split($2, s, "/"); if (s[1] > 5) print $(NF - 1) }' |
+           sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+      gpu_step "llm.c train_gpt2cu d12 bf16, batch 8 x 1024" "$rc" "$log" \
+        "${ms:+step_ms_median=$ms tokens_per_second=$(awk -v m="$ms" 'BEGIN { printf "%.0f", 8192 / m * 1000 }')}"
+      tail -12 "$log"
+    fi
+  fi
+  log="$logs/torch_gpt2_124m_bf16.log"
+  LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} PYTHONUNBUFFERED=1 \
+    step "$step_timeout" "$log" python3 "$root/scripts/reference/gpt_bench_torch.py" \
+    --model "$lockstep_model" --global-batch 8 --precision bf16 --steps 30 --warmup 5
+  gpu_step "torch.compile $lockstep_model bf16, batch 8 x 1024" $? "$log" \
+    "$(grep -aoE 'tokens_per_second=[0-9.]+' "$log") $(grep -aoE 'torch=[^ ]+' "$log")"
+  cat "$log"
 }
 # Accuracy on the real data in fp32 and bf16, Lockstep and PyTorch with the same settings.
 long_accuracy() {

@@ -16,9 +16,12 @@
 #   DIR/pack.txt              the commit and build it came from, and the sizes
 # Prints the sizes with the checkout's (what travels: tracked and untracked files git does not
 # ignore) and exits 1 when together they exceed 60 MiB (the tool carries at most 64 MiB).
-#   bash scripts/gpu-pack.sh [--out DIR] [--with-data] [--with-sources] [--no-build]
+#   bash scripts/gpu-pack.sh [--out DIR] [--with-data] [--with-sources] [--with-llmc SRC] [--no-build]
 # The data set is half of what may travel, and only calls that need real rows (accuracy, reads from
 # the file) need it: by default the pack has none, and gpu-check trains on synthetic rows.
+# --with-llmc SRC adds llm.c's training sources (train_gpt2.cu, llmc/, dev/cuda/, Makefile; about
+# 0.13 MiB) as DIR/llmc.tar.xz, from SRC, a checkout or a git directory (the fetch tool's mirror of
+# karpathy/llm.c), for gpu-check's part llmc.
 # --with-sources adds the headers, CMake files and link-time pieces of MPI, HDF5, Boost, OpenBLAS
 # and GoogleTest, so that the GPU machine can rebuild (env.sh then sets the CMake hints).
 # The build: $LOCKSTEP_BUILD_DIR, else build/, first brought up to date by scripts/build.sh with
@@ -30,6 +33,7 @@ here="$root/scripts"
 out="$root/.device"
 with_data=0
 with_sources=0
+llmc_src=""
 build_first=1
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -37,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --with-data) with_data=1; shift ;;
     --no-data) with_data=0; shift ;;  # the default; kept for old command lines
     --with-sources) with_sources=1; shift ;;
+    --with-llmc) llmc_src=${2:?--with-llmc needs the llm.c checkout or git directory}; shift 2 ;;
     --no-build) build_first=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-pack: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -53,7 +58,8 @@ if [[ $build_first -eq 1 ]]; then
 fi
 gpu_tests=("$build"/tests/*_gpu_test "$build"/tests/*_gpu_mpi_test)
 [[ ${#gpu_tests[@]} -gt 0 ]] || die "$build has no *_gpu_test binary: not a CUDA build"
-apps=("$build"/apps/lockstep-train "$build"/apps/lockstep-bench "$build"/apps/lockstep-data)
+apps=("$build"/apps/lockstep-train "$build"/apps/lockstep-bench "$build"/apps/lockstep-data
+      "$build"/apps/lockstep-generate "$build"/apps/lockstep-predict)
 for a in "${apps[@]}"; do [[ -x "$a" ]] || die "missing $a"; done
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gpu-pack-XXXXXX")
@@ -126,6 +132,19 @@ commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 sed -e "s|@PACK_ID@|$pack_id|" -e "s|@CUDA_NEEDS@|${cuda_needs[*]}|" -e "s|@COMMIT@|$commit|" \
     -e "s|@SOURCES@|$with_sources|" "$here/gpu-pack-env.sh" >"$out/env.sh"
 
+# llm.c's sources (the peer of issue 36's GPT-2 124M row), as they are, for gpu-check part llmc to
+# build there: a git directory (a fetched mirror) or a checkout.
+if [[ -n $llmc_src ]]; then
+  llmc_paths=(train_gpt2.cu llmc dev/cuda Makefile LICENSE)
+  if git -C "$llmc_src" rev-parse --git-dir >/dev/null 2>&1; then
+    git -C "$llmc_src" archive HEAD "${llmc_paths[@]}" | xz -3 >"$out/llmc.tar.xz" ||
+      die "could not archive llm.c from $llmc_src"
+  else
+    tar -C "$llmc_src" -cf - "${llmc_paths[@]}" | xz -3 >"$out/llmc.tar.xz" ||
+      die "could not pack llm.c from $llmc_src"
+  fi
+fi
+
 if [[ $with_data -eq 1 ]]; then
   mkdir -p "$out/data"
   "$build/apps/lockstep-data" fashion-mnist --out "$out/data/fashion-mnist.h5" >/dev/null ||
@@ -135,7 +154,7 @@ fi
 # ---- sizes: the pack, its data and the checkout travel together ----
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 bytes_of() { { find "$@" -type f -printf '%s\n' 2>/dev/null || true; } | awk '{ s += $1 } END { print s + 0 }'; }
-pack_bytes=$(bytes_of "$out/lockstep-pack.tar.xz" "$out/env.sh")
+pack_bytes=$(bytes_of "$out/lockstep-pack.tar.xz" "$out/env.sh" "$out/llmc.tar.xz")
 data_bytes=$(bytes_of "$out/data")
 if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
   checkout_bytes=$(cd "$root" && git ls-files -z -co --exclude-standard |
