@@ -29,6 +29,7 @@
 #include "apps/bench_commands.h"
 #include "apps/bench_peak.h"
 #include "apps/train_options.h"
+#include "kernels/cuda/memory.h"
 #include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
 #include "runtime/base/precision.h"
@@ -313,6 +314,11 @@ int run_train_bench(int argc, char** argv, const World& world) {
                 static_cast<unsigned long long>(mem.params),
                 static_cast<unsigned long long>(mem.grads),
                 static_cast<unsigned long long>(mem.state));
+    // Everything Lockstep allocated on the device at its peak (buffers, activations, workspaces;
+    // kernels/cuda/memory.h), PyTorch's max_memory_allocated's counterpart.
+    if (gpu)
+      std::printf("peak_device_memory_mb=%.0f\n",
+                  static_cast<double>(kernels::cuda_peak_allocated_bytes()) / (1 << 20));
     // The mean counts every stall; the median's rate is what a quiet machine sustains.
     std::printf("samples_per_second=%.1f samples_per_second_at_median=%.1f\n", sps,
                 static_cast<double>(global_batch) / median(step));

@@ -412,7 +412,7 @@ long_gpt() {
       --model gpt:small --global-batch 8 --optimizer adamw --weight-decay 0.1 --clip-norm 1 \
       --steps 30 --warmup 5
     gpu_step "lockstep gpt:small $precision, batch 8 x 1024" $? "$log" \
-      "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log")"
+      "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log")"
     cat "$log"
   done
   for precision in ${LOCKSTEP_GPU_GPT_PEERS-bf16 fp32 tf32}; do
@@ -426,7 +426,7 @@ long_gpt() {
       step "$step_timeout" "$log" python3 "$root/scripts/reference/gpt_bench_torch.py" \
       --model gpt:small --global-batch 8 --precision "$precision" --steps 30 --warmup 5
     gpu_step "torch.compile gpt:small $precision, batch 8 x 1024" $? "$log" \
-      "$(grep -aoE 'tokens_per_second=[0-9.]+' "$log") $(grep -aoE 'torch=[^ ]+' "$log")"
+      "$(grep -aoE 'tokens_per_second=[0-9.]+' "$log") $(grep -aoE 'peak_memory_mb=[0-9]+' "$log") $(grep -aoE 'torch=[^ ]+' "$log")"
     cat "$log"
   done
 }

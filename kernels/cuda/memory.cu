@@ -2,19 +2,69 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
 #include "kernels/cuda/check.h"
 
 namespace lockstep::kernels {
+
+namespace {
+
+// What cuda_alloc holds: each pointer's size, the total and its peak (allocations are rare: one
+// lock is enough).
+struct Accounting {
+  std::mutex lock;
+  std::unordered_map<void*, size_t> sizes;
+  size_t now = 0, peak = 0;
+};
+Accounting& accounting() {
+  static Accounting* a = new Accounting;  // never destroyed: frees may come from static destructors
+  return *a;
+}
+
+}  // namespace
 
 void* cuda_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   LS_CHECK_CUDA(cudaMalloc(&p, bytes));
+  Accounting& a = accounting();
+  const std::lock_guard<std::mutex> hold(a.lock);
+  a.sizes[p] = bytes;
+  a.now += bytes;
+  a.peak = std::max(a.peak, a.now);
   return p;
 }
 
 void cuda_free(void* device) noexcept {
-  if (device != nullptr) (void)cudaFree(device);
+  if (device == nullptr) return;
+  (void)cudaFree(device);
+  Accounting& a = accounting();
+  const std::lock_guard<std::mutex> hold(a.lock);
+  if (const auto it = a.sizes.find(device); it != a.sizes.end()) {
+    a.now -= it->second;
+    a.sizes.erase(it);
+  }
+}
+
+size_t cuda_allocated_bytes() {
+  Accounting& a = accounting();
+  const std::lock_guard<std::mutex> hold(a.lock);
+  return a.now;
+}
+
+size_t cuda_peak_allocated_bytes() {
+  Accounting& a = accounting();
+  const std::lock_guard<std::mutex> hold(a.lock);
+  return a.peak;
+}
+
+void cuda_reset_peak_allocated() {
+  Accounting& a = accounting();
+  const std::lock_guard<std::mutex> hold(a.lock);
+  a.peak = a.now;
 }
 
 void cuda_copy_to_device(void* device_dst, const void* host_src, size_t bytes) {

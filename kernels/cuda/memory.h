@@ -19,6 +19,13 @@ namespace lockstep::kernels {
 
 void* cuda_alloc(size_t bytes);         // cudaMalloc; 0 bytes gives null
 void cuda_free(void* device) noexcept;  // errors ignored: called from destructors
+// Bytes cuda_alloc holds now, and the most it has held at once since the process started (or the
+// last reset): every buffer and workspace Lockstep allocates goes through it; what libraries
+// allocate themselves (cuBLAS's and NCCL's internals, the CUDA context) is not counted, as
+// PyTorch's max_memory_allocated counts its allocator's blocks only. 0 without CUDA.
+size_t cuda_allocated_bytes();
+size_t cuda_peak_allocated_bytes();
+void cuda_reset_peak_allocated();
 
 // Synchronous copies through the legacy default stream: they wait for work on blocking streams
 // (cuda_stream_create makes those), not for work on non-blocking streams.

@@ -7,6 +7,9 @@ namespace lockstep::kernels {
 
 void* cuda_alloc(size_t) { cuda_not_built("cuda_alloc"); }
 void cuda_free(void*) noexcept {}
+size_t cuda_allocated_bytes() { return 0; }
+size_t cuda_peak_allocated_bytes() { return 0; }
+void cuda_reset_peak_allocated() {}
 void cuda_copy_to_device(void*, const void*, size_t) { cuda_not_built("cuda_copy_to_device"); }
 void cuda_copy_to_host(void*, const void*, size_t) { cuda_not_built("cuda_copy_to_host"); }
 void cuda_zero(void*, size_t, cudaStream_t) { cuda_not_built("cuda_zero"); }
