@@ -27,7 +27,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "runtime/base/build_info.h"
+#include "apps/tool_options.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/process/bootstrap.h"
@@ -196,33 +196,14 @@ int run(int argc, char** argv, const lockstep::World& world) {
   po::options_description options("lockstep-export options");
   options.add_options()("checkpoint", po::value(&checkpoint)->required(),
                         "checkpoint file, or a folder (its newest checkpoint)")(
-      "out", po::value(&out)->required(), "the safetensors file to write (must not exist)")(
-      "help,h", "show these options")("version", "show the version and build");
+      "out", po::value(&out)->required(), "the safetensors file to write (must not exist)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, options), vm);
-    if (vm.count("help")) {
-      std::cout << "usage: lockstep-export --checkpoint CKPT --out MODEL.safetensors\n"
-                << options << std::flush;
-      return 0;
-    }
-    if (vm.count("version")) {
-      std::cout << lockstep::version_text("lockstep-export") << std::flush;
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(std::string("lockstep-export: ") + e.what() + " (see lockstep-export --help)");
-  }
-  if (world.size > 1)
-    throw UsageError("lockstep-export runs as one process, not on " + std::to_string(world.size) +
-                     " ranks (start it without mpiexec)");
-  std::error_code ec;
-  if (std::filesystem::exists(out, ec))
-    throw UsageError(out + ": exists; lockstep-export does not overwrite (remove it first)");
-  const std::filesystem::path parent = std::filesystem::path(out).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
-    throw UsageError(out + ": folder " + parent.string() + " does not exist");
+  if (!lockstep::apps::parse_tool_options(
+          "lockstep-export", "lockstep-export --checkpoint CKPT --out MODEL.safetensors", options,
+          argc, argv, world, vm))
+    return 0;
+  lockstep::apps::require_one_process("lockstep-export", world);
+  lockstep::apps::require_new_output("lockstep-export", out);
   const std::string path = lockstep::resolve_checkpoint(checkpoint);
   const lockstep::CheckpointState state = lockstep::load_checkpoint(path);
   const std::vector<NamedTensor> tensors = torch_tensors(state);

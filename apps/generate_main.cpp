@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,7 +22,7 @@
 #include <boost/program_options.hpp>
 
 #include "apps/checkpoint_model.h"
-#include "runtime/base/build_info.h"
+#include "apps/tool_options.h"
 #include "runtime/base/error.h"
 #include "runtime/process/bootstrap.h"
 #include "runtime/model/sample_text.h"
@@ -54,29 +53,15 @@ int run(int argc, char** argv, const lockstep::World& world) {
       "top-k", po::value(&o.top_k)->default_value(o.top_k),
       "sample among the K most likely bytes (0: all)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "the sampling generator's seed")(
-      "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto")(
-      "help,h", "show these options")("version", "show the version and build");
+      "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, options), vm);
-    if (vm.count("help")) {
-      std::cout << "usage: lockstep-generate --checkpoint CKPT [--prompt TEXT] [--tokens N] "
-                   "[--temperature T] [--top-k K] [--seed S] [--device D]\n"
-                << options << std::flush;
-      return 0;
-    }
-    if (vm.count("version")) {
-      std::cout << lockstep::version_text("lockstep-generate") << std::flush;
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(std::string("lockstep-generate: ") + e.what() +
-                     " (see lockstep-generate --help)");
-  }
-  if (world.size > 1)
-    throw UsageError("lockstep-generate runs as one process, not on " +
-                     std::to_string(world.size) + " ranks (start it without mpiexec)");
+  if (!lockstep::apps::parse_tool_options(
+          "lockstep-generate",
+          "lockstep-generate --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T] "
+          "[--top-k K] [--seed S] [--device D]",
+          options, argc, argv, world, vm))
+    return 0;
+  lockstep::apps::require_one_process("lockstep-generate", world);
   if (o.tokens < 0) throw UsageError("--tokens must be >= 0");
   if (o.top_k < 0) throw UsageError("--top-k must be >= 0 (0: all bytes)");
   if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <numeric>
 #include <string>
 #include <system_error>
@@ -31,8 +30,8 @@
 #include <boost/program_options.hpp>
 
 #include "apps/checkpoint_model.h"
+#include "apps/tool_options.h"
 #include "kernels/cuda/memory.h"
-#include "runtime/base/build_info.h"
 #include "runtime/base/buffer.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
@@ -67,29 +66,14 @@ Options parse(int argc, char** argv, const lockstep::World& world, bool* done) {
       "token data: keep the K most likely next tokens per position instead of all logits")(
       "threads", po::value(&o.threads)->default_value(o.threads),
       "BLAS threads per rank (0: the host's cores shared among its ranks)")(
-      "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto")(
-      "help,h", "show these options")("version", "show the version and build");
+      "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto");
   po::variables_map vm;
-  *done = false;
-  try {
-    po::store(po::parse_command_line(argc, argv, options), vm);
-    if (vm.count("help") || vm.count("version")) {
-      if (world.rank == 0) {
-        if (vm.count("help"))
-          std::cout << "usage: [mpiexec -n P] lockstep-predict --checkpoint CKPT --data FILE "
-                       "[--group G] --out PRED.h5 [--top K]\n"
-                    << options << std::flush;
-        else
-          std::cout << lockstep::version_text("lockstep-predict") << std::flush;
-      }
-      *done = true;
-      return o;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(std::string("lockstep-predict: ") + e.what() +
-                     " (see lockstep-predict --help)");
-  }
+  *done = !lockstep::apps::parse_tool_options(
+      "lockstep-predict",
+      "[mpiexec -n P] lockstep-predict --checkpoint CKPT --data FILE [--group G] --out PRED.h5 "
+      "[--top K]",
+      options, argc, argv, world, vm);
+  if (*done) return o;
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.top < 0) throw UsageError("--top must be >= 0 (0: every logit)");
   if (o.threads < 0) throw UsageError("--threads must be >= 0 (0: the default)");
@@ -105,12 +89,7 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   bool done = false;
   const Options o = parse(argc, argv, world, &done);
   if (done) return 0;
-  std::error_code ec;
-  if (std::filesystem::exists(o.out, ec))
-    throw UsageError(o.out + ": exists; lockstep-predict does not overwrite (remove it first)");
-  const std::filesystem::path parent = std::filesystem::path(o.out).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
-    throw UsageError(o.out + ": folder " + parent.string() + " does not exist");
+  lockstep::apps::require_new_output("lockstep-predict", o.out);
   lockstep::set_blas_threads(o.threads > 0 ? o.threads : lockstep::default_blas_threads(world));
 
   const std::string path = lockstep::resolve_checkpoint(o.checkpoint);
@@ -260,6 +239,7 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
       lockstep::write_h5_attr_string(file.get(), "group", o.group);
       lockstep::write_h5_attr_int(file.get(), "rows", rows);
     }
+    std::error_code ec;
     std::filesystem::rename(tmp, o.out, ec);
     if (ec) {
       std::filesystem::remove(tmp, ec);

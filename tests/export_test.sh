@@ -21,8 +21,6 @@ e2e_require_apps lockstep-train lockstep-data lockstep-export
 
 e2e_workdir export
 cd "$work" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # check NAME CKPT_DIR MODEL DATA TRAIN_ARGS...: export the newest checkpoint, evaluate it in PyTorch
 # and with lockstep-train --eval-only, compare the printed figures.
@@ -83,28 +81,13 @@ out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data c
 check gpt gpt_ckpt "$gpt" corpus.h5 "${gpt_args[@]}"
 
 # ---- refusals: exit 2, a message, nothing written ----
-refused() {
-  local what=$1 expect=$2 out rc
-  shift 2
-  out=$(timeout 60 "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne 2 ]] || ! grep -q -- "$expect" <<<"$out"; then
-    fail "$what: exit $rc (expected 2 and '$expect'): $out"
-  else
-    echo "ok: $what refused: $(head -1 <<<"$out")"
-  fi
-}
-refused "an output that exists" "exists" "$bin/lockstep-export" --checkpoint gpt_ckpt --out gpt.safetensors
-refused "a missing checkpoint" "does not exist" "$bin/lockstep-export" --checkpoint nowhere --out x.safetensors
-refused "a file that is not a checkpoint" "corpus.h5" "$bin/lockstep-export" --checkpoint corpus.h5 --out y.safetensors
-refused "two ranks" "one process" "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-export" --checkpoint gpt_ckpt --out z.safetensors
-refused "no --out" "out" "$bin/lockstep-export" --checkpoint gpt_ckpt
+e2e_refused "an output that exists" "exists" "$bin/lockstep-export" --checkpoint gpt_ckpt --out gpt.safetensors
+e2e_refused "a missing checkpoint" "does not exist" "$bin/lockstep-export" --checkpoint nowhere --out x.safetensors
+e2e_refused "a file that is not a checkpoint" "corpus.h5" "$bin/lockstep-export" --checkpoint corpus.h5 --out y.safetensors
+e2e_refused "two ranks" "one process" "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-export" --checkpoint gpt_ckpt --out z.safetensors
+e2e_refused "no --out" "out" "$bin/lockstep-export" --checkpoint gpt_ckpt
 for f in x y z; do
   [[ ! -e $f.safetensors && ! -e $f.safetensors.tmp ]] || fail "a refused export left $f.safetensors"
 done
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "export_test: all passed"
+e2e_finish export_test

@@ -21,8 +21,6 @@ e2e_require_apps lockstep-train lockstep-data lockstep-predict
 
 e2e_workdir predict
 cd "$work" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 predict() {  # predict NP ARGS...: lockstep-predict at NP ranks; output in $out, status in $rc
   local np=$1
   shift
@@ -123,29 +121,15 @@ print(f\"{(a['predicted'][...] == tokens[:, 1:]).mean():.4f}\")") || fail "the G
   fail "the GPT's predicted accuracy $got, --eval-only's $want"
 
 # ---- refusals ----
-refused() {
-  local what=$1 expect=$2
-  shift 2
-  predict 1 "$@"
-  if [[ $rc -ne 2 ]] || ! grep -q -- "$expect" <<<"$out"; then
-    fail "$what: exit $rc (expected 2 and '$expect'): $out"
-  else
-    echo "ok: $what refused: $(grep -m1 error <<<"$out")"
-  fi
-}
 before=$(md5sum <reg_pred.h5)
-refused "an output that exists" "exists" --checkpoint reg_ckpt --data reg.h5 --out reg_pred.h5
+e2e_refused "an output that exists" "exists" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out reg_pred.h5
 [[ $(md5sum <reg_pred.h5) == "$before" ]] || fail "a refused prediction changed the existing output"
-refused "a GPT checkpoint on regression rows" "cannot take the rows" --checkpoint gpt_ckpt --data reg.h5 --out x1.h5
-refused "a missing group" "no group 'nope'" --checkpoint reg_ckpt --data reg.h5 --group nope --out x2.h5
-refused "--batch 0" "batch" --checkpoint reg_ckpt --data reg.h5 --out x3.h5 --batch 0
-refused "--top on regression data" "top" --checkpoint reg_ckpt --data reg.h5 --out x4.h5 --top 2
+e2e_refused "a GPT checkpoint on regression rows" "cannot take the rows" "$bin/lockstep-predict" --checkpoint gpt_ckpt --data reg.h5 --out x1.h5
+e2e_refused "a missing group" "no group 'nope'" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --group nope --out x2.h5
+e2e_refused "--batch 0" "batch" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out x3.h5 --batch 0
+e2e_refused "--top on regression data" "top" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out x4.h5 --top 2
 for f in x1 x2 x3 x4; do
   [[ ! -e $f.h5 && ! -e $f.h5.tmp ]] || fail "a refused prediction left $f.h5"
 done
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "predict_test: all passed"
+e2e_finish predict_test

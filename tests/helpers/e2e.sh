@@ -1,9 +1,33 @@
 # Sourced by the end-to-end test scripts (tests/*_test.sh): a counter of failed checks with fail(),
-# and e2e_workdir TAG, which makes a private work folder ($work) removed when the script exits.
+# e2e_refused and e2e_finish over it, and e2e_workdir TAG, which makes a private work folder ($work)
+# removed when the script exits.
 failures=0
 fail() {
   echo "FAIL: $*"
   failures=$((failures + 1))
+}
+
+# e2e_refused WHAT PATTERN COMMAND...: COMMAND (one process, or an mpiexec line) must exit 2 and
+# print PATTERN; a line says so, else fail() names what it did. Its output stays in $out.
+e2e_refused() {
+  local what=$1 expect=$2 rc
+  shift 2
+  out=$(timeout 60 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -q -- "$expect" <<<"$out"; then
+    fail "$what: exit $rc (expected 2 and '$expect'): $out"
+  else
+    echo "ok: $what refused: $(grep -m1 '^error' <<<"$out")"
+  fi
+}
+
+# e2e_finish NAME: exit 1 naming the count when a check failed, else say NAME passed.
+e2e_finish() {
+  if [[ $failures -gt 0 ]]; then
+    echo "$failures failure(s)"
+    exit 1
+  fi
+  echo "$1: all passed"
 }
 
 e2e_workdir() {
