@@ -244,8 +244,9 @@ TEST(LayerRegistry, UnknownNamesAreAnsweredWithTheKnownOnes) {
     EXPECT_NE(std::string::npos, m.find(known)) << m;
   const std::string p = usage_message([] { parse_model_spec("dense:8,tanh,dense"); });
   EXPECT_NE(std::string::npos, p.find("unknown layer 'tanh'")) << p;
-  EXPECT_NE(std::string::npos, p.find("maxpoolK, relu, flatten, embed:dim:ctx, block:heads, lmhead, "
-                                      "test_gain, test_gain_relu, joined by ','"))
+  EXPECT_NE(std::string::npos,
+            p.find("maxpoolK, relu, flatten, embed:dim:ctx[:vocab], block:heads, lmhead, "
+                   "test_gain, test_gain_relu, joined by ','"))
       << p;
   // A word that only starts with a name is not that layer unless the type takes a suffix.
   EXPECT_NE(std::string::npos,

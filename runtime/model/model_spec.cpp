@@ -29,7 +29,7 @@ constexpr long kMaxWidth = 1 << 20;
 // The grammar in one line.
 std::string grammar_hint() {
   return "layers: " + layer_grammar() + ", joined by ','; presets: linear, mlp[:w1,w2,...], cnn, " +
-         "gpt[:tiny|small][,layers=L][,heads=H][,dim=D][,ctx=T]";
+         "gpt[:tiny|small][,layers=L][,heads=H][,dim=D][,ctx=T][,vocab=V]";
 }
 
 [[noreturn]] void bad_spec(const std::string& text, const std::string& why) {

@@ -193,9 +193,8 @@ std::vector<Row> build() {
 
   Row model = text(
       "model", G::model,
-      "linear | mlp[:w1,w2,...] | cnn | gpt[:tiny|small][,layers=L,heads=H,dim=D,ctx=T] | a "
-      "layer list such as conv3x3:32,relu,"
-      "maxpool2,dense",
+      "linear | mlp[:w1,w2,...] | cnn | gpt[:tiny|small][,layers=L,heads=H,dim=D,ctx=T,vocab=V] "
+      "| a layer list such as conv3x3:32,relu,maxpool2,dense",
       "model", +[](TrainConfig & c) -> auto& { return c.model; });
   model.help_more = [] { return " (layers: " + layer_grammar() + ")"; };
   model.check = [](const TrainConfig& c) { parse_model_spec(c.model); };
