@@ -5,8 +5,9 @@
 //   lockstep-export --checkpoint ckpt/ --out model.safetensors
 //
 // Names and layouts: gpt:... models as gpt_torch.Gpt (wte, wpe, blocks.<i>.<tensor>, ln_f.<tensor>;
-// the head is tied to wte), the "cnn" preset as cnn_torch.Cnn (conv1, conv2, dense); any other
-// model keeps Lockstep's layer names ("dense0.weight"). Everywhere a dense weight, stored (in, out)
+// the head is tied to wte), the "cnn" preset as cnn_torch.Cnn (conv1, conv2, dense), a stack of
+// dense and relu layers ending in dense (linear, mlp:...) as mlp_torch.Mlp (layers.<k>, the k-th
+// dense layer); any other model keeps Lockstep's layer names ("conv0.weight"). Everywhere a dense weight, stored (in, out)
 // by Lockstep so that y = x W + b, becomes nn.Linear's (out, in), and a convolution's HWIO weight
 // becomes nn.Conv2d's OIHW. The file (https://github.com/huggingface/safetensors: an 8-byte
 // little-endian header length, a JSON header naming each tensor's dtype, shape and byte range,
@@ -88,8 +89,15 @@ std::vector<NamedTensor> torch_tensors(const lockstep::CheckpointState& state) {
   bool gpt = false;
   for (const NamedTensor& p : state.params) gpt = gpt || split_name(p.name).type == "embed";
   const bool cnn = state.model_spec == lockstep::to_string(lockstep::parse_model_spec("cnn"));
+  // A dense/relu stack ending in dense (the linear and mlp presets, or any such list) as
+  // mlp_torch.Mlp: its k-th dense layer is layers.<k>.
+  bool mlp = !gpt && !cnn;
+  const lockstep::ModelSpec spec = lockstep::parse_model_spec(state.model_spec);
+  for (const lockstep::LayerSpec& l : spec.layers)
+    mlp = mlp && (l.type == "dense" || l.type == "relu");
+  mlp = mlp && !spec.layers.empty() && spec.layers.back().type == "dense";
   std::vector<NamedTensor> out;
-  int first_block = -1, convs = 0, last_conv = -1;
+  int first_block = -1, convs = 0, last_conv = -1, denses = -1, last_dense = -1;
   for (const NamedTensor& p : state.params) {
     const LayerName n = split_name(p.name);
     NamedTensor t = p;
@@ -109,6 +117,9 @@ std::vector<NamedTensor> torch_tensors(const lockstep::CheckpointState& state) {
       t.name = "conv" + std::to_string(convs) + "." + n.tensor;
     } else if (cnn && n.type == "dense") {
       t.name = "dense." + n.tensor;
+    } else if (mlp && n.type == "dense") {
+      if (n.index != last_dense) ++denses, last_dense = n.index;
+      t.name = "layers." + std::to_string(denses) + "." + n.tensor;
     }
     out.push_back(std::move(t));
   }

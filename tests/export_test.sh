@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# lockstep-export, end to end: a CNN trained on a small Fashion-MNIST file and a small GPT trained on
-# a byte corpus, each at 2 ranks with checkpoints, exported to safetensors and loaded into the
-# PyTorch reference modules (scripts/reference/export_check.py: load_state_dict strict, Debian's
-# python3-torch); their test loss and accuracy (and bits per byte) must equal, to the printed
+# lockstep-export, end to end: a CNN trained on a small Fashion-MNIST file, an MLP on regression rows
+# and a small GPT on a byte corpus, each at 2 ranks with checkpoints, exported to safetensors and
+# loaded into the PyTorch reference modules (scripts/reference/export_check.py: load_state_dict
+# strict, Debian's python3-torch); their test loss and accuracy (bits per byte, MSE) must equal, to the printed
 # digit, what lockstep-train --eval-only prints for the same checkpoint. Where the reference venv
 # (scripts/setup.sh --test) has the `safetensors` package, it must read the same tensors as our
 # own reader. Refusals, exit 2 and no file left: an output that exists, a missing checkpoint, a
@@ -33,7 +33,9 @@ check() {
   theirs=$(timeout 120 /usr/bin/python3 "$src/scripts/reference/export_check.py" "$name.safetensors" \
              --model "$model" --data "$data" 2>&1) ||
     { fail "$name: the reference module does not take the file: $theirs"; return; }
-  ours=$(timeout 120 "$bin/lockstep-train" --data "$data" --model "$model" "$@" --resume "$ckpt" \
+  local spec=$model
+  [[ $model == mlp ]] && spec=mlp:16,8  # the reference module takes its widths from the file
+  ours=$(timeout 120 "$bin/lockstep-train" --data "$data" --model "$spec" "$@" --resume "$ckpt" \
            --eval-only 2>&1) || { fail "$name: --eval-only exits $?: $ours"; return; }
   theirs=$(grep -E '^test_[a-z_]+=' <<<"$theirs" | sort)
   ours=$(grep -E '^test_[a-z_]+=' <<<"$ours" | sort)
@@ -63,6 +65,15 @@ case $? in
   77) echo "the CNN part is skipped: no Fashion-MNIST IDX files (dataset-fashion-mnist)" ;;
   *) fail "no small Fashion-MNIST file" ;;
 esac
+
+# ---- an MLP on regression rows ----
+"$bin/lockstep-data" regression --out reg.h5 --samples 300 --features 5 --seed 4 >/dev/null ||
+  fail "lockstep-data regression"
+mlp_args=(--global-batch 32 --threads 1 --optimizer adam --lr 0.01)
+out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data reg.h5 \
+        --model mlp:16,8 "${mlp_args[@]}" --steps 20 --progress none --checkpoint-dir mlp_ckpt 2>&1) ||
+  fail "the MLP's training at 2 ranks exits $?: $out"
+check mlp mlp_ckpt mlp reg.h5 "${mlp_args[@]}"
 
 # ---- a small GPT ----
 /usr/bin/python3 - >corpus.txt <<'EOF'

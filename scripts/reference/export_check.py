@@ -7,7 +7,8 @@
 Reads the safetensors file with a strict reader of its own (8-byte little-endian header length,
 JSON header, F32 tensors whose byte ranges must tile the data exactly), and, where the
 `safetensors` package imports, with it as well (the two must agree bit for bit); builds the
-reference module (--model cnn: cnn_torch.Cnn; --model gpt...: gpt_torch.Gpt from the spec), loads
+reference module (--model cnn: cnn_torch.Cnn; --model mlp: mlp_torch.Mlp, its widths from the
+file; --model gpt...: gpt_torch.Gpt from the spec), loads
 the tensors with load_state_dict(strict=True) (every name and shape must match), and evaluates the
 test split of --data on one thread in float32. Prints the keys lockstep-train prints at the end of
 a run (and with --eval-only): test_loss=, test_accuracy=, and for the GPT test_bits_per_byte=, with
@@ -61,7 +62,8 @@ def read_safetensors(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file")
-    ap.add_argument("--model", help="cnn, or a gpt spec as lockstep-train's --model")
+    ap.add_argument("--model", help="cnn, mlp (any dense/relu stack: linear, mlp:...), or a gpt "
+                                    "spec as lockstep-train's --model")
     ap.add_argument("--data", help="the Lockstep HDF5 file whose test split to use")
     ap.add_argument("--format-only", action="store_true",
                     help="only read the file with both readers (needs numpy, not torch)")
@@ -103,6 +105,27 @@ def main():
             loss = F.cross_entropy(logits, target).item()
             accuracy = (logits.argmax(1) == target).double().mean().item()
             print(f"test_loss={loss:.4f}\ntest_accuracy={accuracy:.4f}")
+        elif a.model == "mlp":
+            from mlp_torch import Mlp
+            model = Mlp.from_state(state)
+            model.load_state_dict(state, strict=True)
+            with h5py.File(a.data, "r") as f:
+                regression = "images" not in f["test"]
+            if regression:
+                with h5py.File(a.data, "r") as f:
+                    x = torch.from_numpy(f["test"]["x"][...].astype(np.float32))
+                    y = f["test"]["y"][...].astype(np.float64).reshape(x.shape[0], -1)
+                p = model(x).double().numpy()
+                mse = float(np.mean((p - y) ** 2))
+                print(f"test_mse={mse:.6f}\ntest_loss={mse:.6f}")
+            else:
+                import common
+                _, _, x, y, classes = common.load(a.data, 0)
+                logits = model(torch.from_numpy(x))
+                target = torch.from_numpy(y.astype(np.int64))
+                loss = F.cross_entropy(logits, target).item()
+                accuracy = (logits.argmax(1) == target).double().mean().item()
+                print(f"test_loss={loss:.4f}\ntest_accuracy={accuracy:.4f}")
         else:
             from gpt_torch import Gpt
             model = Gpt.from_spec(a.model)
