@@ -114,6 +114,24 @@ TEST_F(GpuParity, GeluAndResidualElementwise) {
   }
 }
 
+// Random qkv (in [-2, 2]) and dout for one attention shape, and the CPU twin's results on them:
+// the oracle both attention tests compare against.
+struct AttentionCase {
+  Floats qkv, dout, out, heads, probs, work, dqkv;
+  AttentionCase(const lk::AttentionShape& s, std::mt19937& rng)
+      : qkv(random_floats(3 * size_t(s.batch) * s.seq * s.channels(), rng, -2.0f, 2.0f)),
+        dout(random_floats(qkv.size() / 3, rng)),
+        out(dout.size()),
+        heads(lk::attention_heads_floats(s)),
+        probs(lk::attention_probs_floats(s)),
+        work(lk::attention_workspace_floats(s)),
+        dqkv(qkv.size()) {
+    lk::attention_forward_cpu(s, qkv.data(), out.data(), heads.data(), probs.data(), work.data());
+    lk::attention_backward_cpu(s, dout.data(), heads.data(), probs.data(), dqkv.data(),
+                               work.data());
+  }
+};
+
 TEST_F(GpuParity, CausalAttentionForwardAndBackward) {
   const lk::AttentionShape shapes[] = {{1, 1, 1, 1},
                                        {2, 5, 3, 2},
@@ -122,14 +140,10 @@ TEST_F(GpuParity, CausalAttentionForwardAndBackward) {
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message()
                  << "B=" << s.batch << " T=" << s.seq << " H=" << s.heads << " Dh=" << s.head_dim);
-    const size_t packed = size_t(s.batch) * s.seq * s.channels();
-    const Floats qkv = random_floats(3 * packed, rng_, -2.0f, 2.0f),
-                 dout = random_floats(packed, rng_);
-    Floats out(packed), heads(lk::attention_heads_floats(s)), probs(lk::attention_probs_floats(s)),
-        work(lk::attention_workspace_floats(s)), dqkv(3 * packed);
-    lk::attention_forward_cpu(s, qkv.data(), out.data(), heads.data(), probs.data(), work.data());
-    lk::attention_backward_cpu(s, dout.data(), heads.data(), probs.data(), dqkv.data(),
-                               work.data());
+    const AttentionCase c(s, rng_);
+    const size_t packed = c.out.size();
+    const Floats &qkv = c.qkv, &dout = c.dout, &out = c.out, &heads = c.heads, &probs = c.probs,
+                 &work = c.work, &dqkv = c.dqkv;
     DeviceArray<float> gqkv(qkv), gdout(dout), gout(packed), gheads(heads.size()),
         gprobs(probs.size()), gwork(work.size()), gdqkv(Floats(dqkv.size(), 7.0f));  // overwritten
     lk::attention_forward_cuda(s, gqkv.get(), gout.get(), gheads.get(), gprobs.get(), gwork.get(),
@@ -165,14 +179,9 @@ TEST_F(GpuParity, FlashAttentionNearTheExactFunctionAndDeterministic) {
     SCOPED_TRACE(testing::Message()
                  << "B=" << s.batch << " T=" << s.seq << " H=" << s.heads << " Dh=" << s.head_dim);
     ASSERT_TRUE(lk::attention_flash_supported(s));
-    const size_t packed = size_t(s.batch) * s.seq * s.channels();
-    const Floats qkv = random_floats(3 * packed, rng_, -2.0f, 2.0f),
-                 dout = random_floats(packed, rng_);
-    Floats out(packed), heads(lk::attention_heads_floats(s)), probs(lk::attention_probs_floats(s)),
-        work(lk::attention_workspace_floats(s)), dqkv(3 * packed);
-    lk::attention_forward_cpu(s, qkv.data(), out.data(), heads.data(), probs.data(), work.data());
-    lk::attention_backward_cpu(s, dout.data(), heads.data(), probs.data(), dqkv.data(),
-                               work.data());
+    const AttentionCase c(s, rng_);
+    const size_t packed = c.out.size();
+    const Floats &qkv = c.qkv, &dout = c.dout, &out = c.out, &dqkv = c.dqkv;
     DeviceArray<float> gqkv(qkv), gdout(dout), gout(Floats(packed, 5.0f)),
         gheads(lk::attention_flash_heads_floats(s)), glse(lk::attention_flash_lse_floats(s)),
         gwork(lk::attention_flash_workspace_floats(s)), gdqkv(Floats(dqkv.size(), 7.0f));
