@@ -20,6 +20,7 @@ struct CpuGptOps {
 
   DeviceKind device() const { return DeviceKind::cpu; }
   void reserve_dense(int, size_t, int, int) {}
+  bool keeps_fp32_dense_inputs() const { return true; }
   size_t dense_scratch_floats(size_t, int) const { return 0; }
 
   void tokens(const float* x, int32_t* t, size_t n, int vocab) {
@@ -66,7 +67,11 @@ struct CpuGptOps {
     else
       kernels::attention_backward_cpu(s, dout, heads, probs, dqkv, ws);
   }
-  void gelu_forward(const float* x, float* y, size_t n) { kernels::gelu_forward_cpu(x, y, n); }
+  void layernorm_to_dense(int, const kernels::LayerNormShape& s, const float* x, const float* gamma,
+                          const float* beta, float* y, float* mean, float* rstd) {
+    layernorm_forward(s, x, gamma, beta, y, mean, rstd);
+  }
+  void gelu_to_dense(int, const float* x, float* y, size_t n) { kernels::gelu_forward_cpu(x, y, n); }
   void gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
     kernels::gelu_backward_cpu(x, dy, dx, n);
   }
@@ -75,6 +80,16 @@ struct CpuGptOps {
   }
   void residual_accumulate(const float* src, float* dst, size_t n) {
     kernels::residual_accumulate_cpu(src, dst, n);
+  }
+  void reserve_head(size_t, int, int) {}
+  size_t head_scratch_floats(size_t, int) const { return 0; }
+  void head_forward(const kernels::DenseShape& s, const float* x, const float* w, float* y) {
+    gemm({.m = s.batch, .n = s.out, .k = s.in, .trans_b = true}, x, w, y);
+  }
+  void head_backward(const kernels::DenseShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, float*) {
+    gemm({.m = s.batch, .n = s.in, .k = s.out}, dy, w, dx);
+    gemm({.m = s.out, .n = s.in, .k = s.batch, .trans_a = true, .beta = 1.0f}, dy, x, dw);
   }
   void gemm(const kernels::GemmShape& s, const float* a, const float* b, float* c) {
     if (onednn)

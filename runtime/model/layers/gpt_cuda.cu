@@ -2,12 +2,15 @@
 // model's stream and in device memory. With Precision::bf16 a block's four dense products run as
 // bf16 GEMMs with fp32 accumulation (the weight copy cast at every forward, as cuda_layer.h
 // explains; each input's bf16 copy kept for its backward pass) and attention runs flash-style on
-// bf16 tensor-core tiles (attention_flash.h) where the head width allows; layer norms, GELU, the
-// embedding and the tied head stay fp32, as do all activations between the kernels. Plain C++ over the launchers: a .cu only so that it is
+// bf16 tensor-core tiles (attention_flash.h) where the head width allows, and the tied head's two
+// products are bf16 GEMMs too. The layer norms and GELU before a product write its bf16 input
+// directly (no fp32 copy, no cast pass); the other activations between the kernels, the embedding and
+// the statistics stay fp32. Plain C++ over the launchers: a .cu only so that it is
 // built with CUDA and gpt_cuda_stub.cpp without.
 #include <array>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "kernels/cast.h"
 #include "kernels/gpt/attention_flash.h"
@@ -40,6 +43,8 @@ class CudaGptOps {
                kernels::attention_flash_supported({.head_dim = head_dim})) {}
 
   DeviceKind device() const { return DeviceKind::cuda; }
+  // bf16 runs: the layer norms and GELU before a product write its bf16 input only.
+  bool keeps_fp32_dense_inputs() const { return !bf16_; }
   void reserve_dense(int slot, size_t rows, int in, int out) {
     if (!bf16_) return;
     const size_t i = static_cast<size_t>(slot);
@@ -100,8 +105,14 @@ class CudaGptOps {
     else
       kernels::attention_backward_cuda(s, dout, heads, probs, dqkv, ws, stream_);
   }
-  void gelu_forward(const float* x, float* y, size_t n) {
-    kernels::gelu_forward_cuda(x, y, n, stream_);
+  void layernorm_to_dense(int slot, const kernels::LayerNormShape& s, const float* x,
+                          const float* gamma, const float* beta, float* y, float* mean,
+                          float* rstd) {
+    kernels::layernorm_forward_cuda(s, x, gamma, beta, bf16_ ? nullptr : y, mean, rstd, stream_,
+                                    stage(slot));
+  }
+  void gelu_to_dense(int slot, const float* x, float* y, size_t n) {
+    kernels::gelu_forward_cuda(x, bf16_ ? nullptr : y, n, stream_, stage(slot));
   }
   void gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
     kernels::gelu_backward_cuda(x, dy, dx, n, stream_);
@@ -112,8 +123,38 @@ class CudaGptOps {
   void residual_accumulate(const float* src, float* dst, size_t n) {
     kernels::residual_accumulate_cuda(src, dst, n, stream_);
   }
-  void gemm(const kernels::GemmShape& s, const float* a, const float* b, float* c) {
-    kernels::gemm_cuda(s, a, b, c, stream_);
+  // The tied head: in bf16 runs wte and the layer-normed rows are cast once per forward and kept
+  // for backward, dlogits cast into the scratch (the GEMMs as dense's, without a bias).
+  void reserve_head(size_t rows, int d, int v) {
+    if (!bf16_) return;
+    head_w16_ = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(v) * d);
+    head_x16_ = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(d));
+  }
+  size_t head_scratch_floats(size_t rows, int v) const { return dense_scratch_floats(rows, v); }
+  void head_forward(const kernels::DenseShape& s, const float* x, const float* w, float* y) {
+    const kernels::GemmShape g{.m = s.batch, .n = s.out, .k = s.in, .trans_b = true};
+    if (!bf16_) {
+      kernels::gemm_cuda(g, x, w, y, stream_);
+      return;
+    }
+    kernels::cast_f32_to_bf16_cuda(w, head_w16_.data(), head_w16_.size(), stream_);
+    kernels::cast_f32_to_bf16_cuda(x, head_x16_.data(), static_cast<size_t>(s.batch) * s.in,
+                                   stream_);
+    kernels::gemm_bf16_cuda(g, head_x16_.data(), head_w16_.data(), y, stream_);
+  }
+  void head_backward(const kernels::DenseShape& s, const float* x, const float* w,
+                     const float* dy, float* dx, float* dw, float* scratch) {
+    const kernels::GemmShape gx{.m = s.batch, .n = s.in, .k = s.out};
+    const kernels::GemmShape gw{.m = s.out, .n = s.in, .k = s.batch, .trans_a = true, .beta = 1.0f};
+    if (!bf16_) {
+      kernels::gemm_cuda(gx, dy, w, dx, stream_);
+      kernels::gemm_cuda(gw, dy, x, dw, stream_);
+      return;
+    }
+    auto* dy16 = reinterpret_cast<uint16_t*>(scratch);
+    kernels::cast_f32_to_bf16_cuda(dy, dy16, static_cast<size_t>(s.batch) * s.out, stream_);
+    kernels::gemm_bf16_cuda(gx, dy16, head_w16_.data(), dx, stream_);
+    kernels::gemm_bf16_cuda(gw, dy16, head_x16_.data(), dw, stream_);
   }
   void dense_forward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
                      const float* b, float* y) {
@@ -123,7 +164,9 @@ class CudaGptOps {
     }
     const size_t i = static_cast<size_t>(slot);
     kernels::cast_f32_to_bf16_cuda(w, w16_[i].data(), w16_[i].size(), stream_);
-    kernels::dense_forward_bf16_cuda(s, x, w16_[i].data(), b, y, x16_[i].data(), stream_);
+    // An input staged in bf16 by layernorm_to_dense / gelu_to_dense is not cast again.
+    kernels::dense_forward_bf16_cuda(s, std::exchange(staged_[i], false) ? nullptr : x,
+                                     w16_[i].data(), b, y, x16_[i].data(), stream_);
   }
   void dense_backward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
                       const float* dy, float* dx, float* dw, float* db, float* scratch) {
@@ -137,9 +180,18 @@ class CudaGptOps {
   }
 
  private:
+  // Where a bf16 run's kernel writes dense slot's input (null in fp32 runs).
+  uint16_t* stage(int slot) {
+    if (!bf16_) return nullptr;
+    staged_[static_cast<size_t>(slot)] = true;
+    return x16_[static_cast<size_t>(slot)].data();
+  }
+
   cudaStream_t stream_;
   bool bf16_, flash_;
   std::array<Buffer<uint16_t>, 4> w16_, x16_;  // per dense slot of a block (bf16 only)
+  Buffer<uint16_t> head_w16_, head_x16_;         // the tied head's (bf16 only)
+  std::array<bool, 4> staged_{};                 // x16_[slot] holds the next input already
 };
 
 }  // namespace

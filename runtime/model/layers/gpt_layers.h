@@ -4,7 +4,13 @@
 // gpt_cuda.cu. An Ops value provides device() (where its buffers live), the kernels (the
 // kernels/*.h contracts; its dense_forward/dense_backward take a slot, 0-3 within a block, for a
 // twin that keeps per-product state such as bf16 copies), reserve_dense(slot, rows, in, out) and
-// dense_scratch_floats(rows, out) (scratch of one dense backward pass), and for the attention
+// dense_scratch_floats(rows, out) (scratch of one dense backward pass), the tied head's products
+// (head_forward: y = x w^T for a DenseShape {rows, D, V} and w = wte (V, D); head_backward:
+// dx = dy w, dw += dy^T x) with reserve_head(rows, D, V) and head_scratch_floats(rows, V),
+// layernorm_to_dense(slot, ...) and gelu_to_dense(slot, ...): the layer norm or GELU whose output is
+// dense slot's next input, which a twin may write straight in the form its product reads (bf16),
+// and keeps_fp32_dense_inputs() (false: those outputs' fp32 buffers are not needed, y may be null),
+// and for the attention
 // attention_heads_floats / attention_probs_floats / attention_workspace_floats(shape): what the
 // twin keeps from forward to backward (attention.h's heads and probabilities, or, for the flash
 // kernels of attention_flash.h, Q, K and V in bf16 and one log-sum-exp per row) and the scratch it
@@ -105,15 +111,16 @@ class BlockLayer : public Layer {
   void reserve(int max_batch) override {
     const size_t n = rows(max_batch), nd = n * static_cast<size_t>(d_);
     const DeviceKind where = ops_.device();
-    ln1_ = Buffer<float>(where, nd);
-    ln2_ = Buffer<float>(where, nd);
+    const size_t kept = ops_.keeps_fp32_dense_inputs() ? nd : 0;
+    ln1_ = Buffer<float>(where, kept);
+    ln2_ = Buffer<float>(where, kept);
     stats_ = Buffer<float>(where, 4 * n);
     heads_buf_ = Buffer<float>(where, ops_.attention_heads_floats(attention(max_batch)));
     probs_ = Buffer<float>(where, ops_.attention_probs_floats(attention(max_batch)));
     att_ = Buffer<float>(where, nd);
     x2_ = Buffer<float>(where, nd);
     h_ = Buffer<float>(where, 4 * nd);
-    g_ = Buffer<float>(where, 4 * nd);
+    g_ = Buffer<float>(where, 4 * kept);
     ops_.reserve_dense(0, n, d_, 3 * d_);
     ops_.reserve_dense(1, n, d_, d_);
     ops_.reserve_dense(2, n, d_, 4 * d_);
@@ -126,17 +133,17 @@ class BlockLayer : public Layer {
     const float* p = params_;
     float* qkv = ws;
     float* scratch = ws + 3 * nd;
-    ops_.layernorm_forward({n, d_}, x, p + at_.ln1_w, p + at_.ln1_b, ln1_.data(), mean(0),
-                           rstd(0));
+    ops_.layernorm_to_dense(0, {n, d_}, x, p + at_.ln1_w, p + at_.ln1_b, ln1_.data(), mean(0),
+                            rstd(0));
     ops_.dense_forward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, p + at_.qkv_b, qkv);
     ops_.attention_forward(attention(batch), qkv, att_.data(), heads_buf_.data(), probs_.data(),
                            scratch);
     ops_.dense_forward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, p + at_.proj_b, x2_.data());
     ops_.residual_add(x, x2_.data(), x2_.data(), nd);
-    ops_.layernorm_forward({n, d_}, x2_.data(), p + at_.ln2_w, p + at_.ln2_b, ln2_.data(),
-                           mean(1), rstd(1));
+    ops_.layernorm_to_dense(2, {n, d_}, x2_.data(), p + at_.ln2_w, p + at_.ln2_b, ln2_.data(),
+                            mean(1), rstd(1));
     ops_.dense_forward(2, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, p + at_.fc_b, h_.data());
-    ops_.gelu_forward(h_.data(), g_.data(), 4 * nd);
+    ops_.gelu_to_dense(3, h_.data(), g_.data(), 4 * nd);
     ops_.dense_forward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, p + at_.mproj_b, y);
     ops_.residual_add(x2_.data(), y, y, nd);
   }
@@ -189,33 +196,34 @@ class BlockLayer : public Layer {
 };
 
 // Final layer norm, then logits = ln(x) wte^T with the embedding's wte (V, D) tied in: one GEMM
-// each way, fp32 in both precisions (V = 256 makes it a few per cent of a block's work).
+// each way through the Ops' head_forward / head_backward (fp32 products on the CPU and in fp32 runs;
+// bf16 products with fp32 accumulation in bf16 runs, where a GPT-2 vocabulary of 50,304 makes the
+// head a third of the model's products).
 template <class Ops>
 class LmHeadLayer : public Layer {
  public:
   LmHeadLayer(const LayerPlan& plan, Ops ops)
       : Layer(plan), ops_(std::move(ops)), t_(plan.in[0]), d_(plan.in[1]), v_(plan.out[1]) {}
-  size_t workspace_floats(int batch) const override { return rows(batch) * d_; }
+  // dln [N, D], then the Ops' scratch of one backward pass.
+  size_t workspace_floats(int batch) const override {
+    return rows(batch) * d_ + ops_.head_scratch_floats(rows(batch), v_);
+  }
   void reserve(int max_batch) override {
     ln_ = Buffer<float>(ops_.device(), rows(max_batch) * d_);
     stats_ = Buffer<float>(ops_.device(), 2 * rows(max_batch));
+    ops_.reserve_head(rows(max_batch), d_, v_);
   }
   void forward(int batch, const float* x, float* y, float*) override {
     const int n = static_cast<int>(rows(batch));
     ops_.layernorm_forward({n, d_}, x, params_, params_ + d_, ln_.data(), stats_.data(),
                            stats_.data() + stats_.size() / 2);
-    kernels::GemmShape s{n, v_, d_};
-    s.trans_b = true;
-    ops_.gemm(s, ln_.data(), tied_params_, y);
+    ops_.head_forward({n, d_, v_}, ln_.data(), tied_params_, y);
   }
   void backward(int batch, const float* x, const float*, const float* dy, float* dx,
                 float* ws) override {
     const int n = static_cast<int>(rows(batch));
-    ops_.gemm({n, d_, v_}, dy, tied_params_, ws);  // dln = dlogits wte
-    kernels::GemmShape dw{v_, d_, n};               // dwte += dlogits^T ln
-    dw.trans_a = true;
-    dw.beta = 1.0f;
-    ops_.gemm(dw, dy, ln_.data(), tied_grads_);
+    ops_.head_backward({n, d_, v_}, ln_.data(), tied_params_, dy, ws, tied_grads_,
+                       ws + rows(batch) * d_);
     ops_.layernorm_backward({n, d_}, x, params_, stats_.data(), stats_.data() + stats_.size() / 2,
                             ws, dx, grads_, grads_ + d_);
   }
