@@ -39,13 +39,12 @@ void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t
                              const float* b, float* y, uint16_t* x16, cudaStream_t stream) {
   check_dense_shape(s, "dense_forward_bf16_cuda");
   if (s.batch == 0) return;
-  cast_f32_to_bf16_cuda(x, x16, static_cast<size_t>(s.batch) * s.in, stream);
-  float beta = 0.0f;
-  if (b != nullptr) {
-    cuda::fill_rows(y, b, static_cast<size_t>(s.batch), s.out, stream);
-    beta = 1.0f;
-  }
-  gemm_bf16_cuda({.m = s.batch, .n = s.out, .k = s.in, .beta = beta}, x16, w16, y, stream);
+  if (x != nullptr) cast_f32_to_bf16_cuda(x, x16, static_cast<size_t>(s.batch) * s.in, stream);
+  const GemmShape g{.m = s.batch, .n = s.out, .k = s.in};
+  if (b != nullptr)  // the bias in the GEMM's epilogue
+    gemm_bf16_bias_cuda(g, x16, w16, b, y, stream);
+  else
+    gemm_bf16_cuda(g, x16, w16, y, stream);
 }
 
 void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
@@ -53,14 +52,18 @@ void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const ui
                               cudaStream_t stream) {
   check_dense_shape(s, "dense_backward_bf16_cuda");
   if (s.batch == 0) return;
-  if (dx != nullptr || dw != nullptr)
+  const bool products = dx != nullptr || dw != nullptr;
+  // The bias gradient's column sums and dy's cast in one pass over dy.
+  if (db != nullptr)
+    cuda::add_column_sums(dy, static_cast<size_t>(s.batch), s.out, db, stream,
+                          products ? dy16 : nullptr);
+  else if (products)
     cast_f32_to_bf16_cuda(dy, dy16, static_cast<size_t>(s.batch) * s.out, stream);
   if (dx != nullptr)
     gemm_bf16_cuda({.m = s.batch, .n = s.in, .k = s.out, .trans_b = true}, dy16, w16, dx, stream);
   if (dw != nullptr)
     gemm_bf16_cuda({.m = s.in, .n = s.out, .k = s.batch, .trans_a = true, .beta = 1.0f}, x16, dy16,
                    dw, stream);
-  if (db != nullptr) cuda::add_column_sums(dy, static_cast<size_t>(s.batch), s.out, db, stream);
 }
 
 }  // namespace lockstep::kernels

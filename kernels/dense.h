@@ -37,8 +37,10 @@ void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, co
 // bf16 compute (dense.cu): the three GEMMs take bf16 operands (raw words, cast.h) and accumulate
 // in fp32; y, dx, dw, db and the bias stay fp32. w16 is the caller's bf16 copy of w
 // (cast_f32_to_bf16_cuda), current whenever w changes. Forward casts x into x16 [batch, in], which
-// the backward pass of the same batch reads in place of x (the caller keeps it in between).
-// Backward casts dy into the scratch dy16 [batch, out]; db sums the fp32 dy.
+// the backward pass of the same batch reads in place of x (the caller keeps it in between); with x
+// null, x16 already holds the input (written in bf16 by the kernel that produced it). The bias is
+// added in the GEMM's epilogue (gemm_bf16_bias_cuda). Backward casts dy into the scratch dy16
+// [batch, out] in the pass that sums the fp32 dy into db.
 void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t* w16,
                              const float* b, float* y, uint16_t* x16, cudaStream_t stream);
 void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,

@@ -1,10 +1,19 @@
 #include "kernels/gemm.h"
 
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cublas_handle.h"
+#include "kernels/cuda/memory.h"
 
 // cuBLAS is column-major; our matrices are row-major. A row-major m x n matrix read as
 // column-major is its n x m transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T:
@@ -47,6 +56,137 @@ void gemm_bf16_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, fl
   LS_CHECK_CUBLAS(cublasGemmEx(cublas_handle(stream), call.op_b, call.op_a, s.n, s.m, s.k, &s.alpha,
                                b, CUDA_R_16BF, call.ld_b, a, CUDA_R_16BF, call.ld_a, &s.beta, c,
                                CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+namespace {
+
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // what cuBLAS asks for on Hopper
+
+// The largest power of two (at most 256) that divides the address: cuBLASLt's heuristics assume
+// 256-byte aligned operands unless told otherwise, and an algorithm picked for aligned operands
+// may refuse others.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t bytes = 256;
+  while (bytes > 1 && a % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+// One bf16 GEMM with a bias epilogue, described once per shape and alignment: its descriptors and
+// the algorithm cuBLASLt's heuristic picked (none: cuBLASLt offers nothing for it).
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool usable = false;
+};
+
+// Per (thread, device), as cublas_handle: the cuBLASLt handle, its workspace and the plans. Kept
+// until the process exits, for the reason cublas_handle.h gives.
+struct LtState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<std::tuple<int, int, int, bool, bool, float, uint32_t, uint32_t, uint32_t>, LtPlan>
+      plans;
+};
+
+LtState& lt_state() {
+  thread_local std::vector<LtState> states;
+  int device = 0;
+  LS_CHECK_CUDA(cudaGetDevice(&device));
+  if (static_cast<size_t>(device) >= states.size()) states.resize(device + 1);
+  LtState& st = states[device];
+  if (st.handle == nullptr) {
+    LS_CHECK_CUBLAS(cublasLtCreate(&st.handle));
+    st.workspace = cuda_alloc(kLtWorkspaceBytes);
+  }
+  return st;
+}
+
+// Row-major C (m x n) = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as prepare() above:
+// cuBLASLt's first operand is our B, its second our A; the bias runs along C^T's rows (our n).
+LtPlan make_plan(LtState& st, const GemmShape& s, uint32_t align_a, uint32_t align_b,
+                 uint32_t align_c) {
+  LtPlan p;
+  const cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  LS_CHECK_CUBLAS(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                 sizeof(op_first)));
+  LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                 sizeof(op_second)));
+  LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                 sizeof(epilogue)));
+  // Stored shapes (before op), column-major: our B is k x n row-major (n x k if trans_b).
+  const uint64_t first_rows = s.trans_b ? s.k : s.n, first_cols = s.trans_b ? s.n : s.k;
+  const uint64_t second_rows = s.trans_a ? s.m : s.k, second_cols = s.trans_a ? s.k : s.m;
+  LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, first_rows, first_cols,
+                                             static_cast<int64_t>(first_rows)));
+  LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, second_rows, second_cols,
+                                             static_cast<int64_t>(second_rows)));
+  LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, s.n, s.m, s.n));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kLtWorkspaceBytes;
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}};
+  for (const auto& [attr, bytes] : aligns)
+    LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(st.handle, p.desc, p.a, p.b, p.c, p.c,
+                                                           pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (rc == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    p.algo = result.algo;
+    p.usable = true;
+  }
+  return p;
+}
+
+}  // namespace
+
+void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                         const float* bias, float* c, cudaStream_t stream) {
+  prepare(s, "gemm_bf16_bias_cuda");
+  if (s.m == 0 || s.n == 0) return;
+  LtState& st = lt_state();
+  const uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
+  const auto key = std::make_tuple(s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta, align_a, align_b,
+                                   align_c);
+  auto it = st.plans.find(key);
+  if (it == st.plans.end())
+    it = st.plans.emplace(key, make_plan(st, s, align_a, align_b, align_c)).first;
+  LtPlan& p = it->second;
+  // cuBLASLt's bias epilogue wants 16-byte aligned operands (llm.c's matmul_cublaslt insists on it
+  // too); anything less takes the fill.
+  if (p.usable && std::min({align_a, align_b, align_c, alignment(bias)}) >= 16) {
+    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias, sizeof(bias)));
+    const cublasStatus_t rc =
+        cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &s.beta, c, p.c, c, p.c,
+                       &p.algo, st.workspace, kLtWorkspaceBytes, stream);
+    if (rc == CUBLAS_STATUS_SUCCESS) return;
+    // A refusal of the algorithm the heuristic picked: this shape takes the fill and the plain
+    // GEMM from now on.
+    if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_INVALID_VALUE)
+      LS_CHECK_CUBLAS(rc);
+    p.usable = false;
+  }
+  if (s.beta != 0.0f)
+    throw std::invalid_argument("gemm_bf16_bias_cuda: beta must be 0 where cuBLASLt has no "
+                                "algorithm for the shape");
+  cuda::fill_rows(c, bias, static_cast<size_t>(s.m), s.n, stream);
+  GemmShape with_bias = s;
+  with_bias.beta = 1.0f;
+  gemm_bf16_cuda(with_bias, a, b, c, stream);
 }
 
 }  // namespace lockstep::kernels

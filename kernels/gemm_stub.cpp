@@ -10,5 +10,9 @@ void gemm_cuda(const GemmShape&, const float*, const float*, float*, cudaStream_
 void gemm_bf16_cuda(const GemmShape&, const uint16_t*, const uint16_t*, float*, cudaStream_t) {
   cuda_not_built("gemm_bf16_cuda");
 }
+void gemm_bf16_bias_cuda(const GemmShape&, const uint16_t*, const uint16_t*, const float*, float*,
+                         cudaStream_t) {
+  cuda_not_built("gemm_bf16_bias_cuda");
+}
 
 }  // namespace lockstep::kernels

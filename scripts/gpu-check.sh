@@ -321,9 +321,11 @@ peer() {
 #               "torch:eager torch:default torch:reduce-overhead jax" (the default all)
 #   peers-bf16  the same in bf16
 #   gpt         GPT-2 small's shape (gpt:small), bf16 and fp32, on random bytes, Lockstep and
-#               PyTorch (torch.compile; LOCKSTEP_GPU_GPT_PEERS: its precisions, default bf16 fp32 tf32)
+#               PyTorch (torch.compile; LOCKSTEP_GPU_GPT_PEERS: its precisions, default bf16 fp32 tf32),
+#               at each global batch in LOCKSTEP_GPU_GPT_BATCHES (default 8; beyond 8, bf16 only)
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
+#               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both)
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
@@ -405,29 +407,33 @@ long_peers_bf16() { long_peers bf16; }
 # torch.compile, flash SDPA, bf16 autocast, fused AdamW) in the precisions LOCKSTEP_GPU_GPT_PEERS
 # names (default "bf16 fp32 tf32"; tf32 is PyTorch with TF32 on, labelled so).
 long_gpt() {
-  local precision log
-  for precision in bf16 fp32; do
-    log="$logs/bench_gpt_small_$precision.log"
-    step "$step_timeout" "$log" "$bench" train --device cuda --precision "$precision" \
-      --model gpt:small --global-batch 8 --optimizer adamw --weight-decay 0.1 --clip-norm 1 \
-      --steps 30 --warmup 5
-    gpu_step "lockstep gpt:small $precision, batch 8 x 1024" $? "$log" \
-      "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log")"
-    cat "$log"
-  done
-  for precision in ${LOCKSTEP_GPU_GPT_PEERS-bf16 fp32 tf32}; do
-    if ! LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
-         timeout 120 python3 -c "import torch" >/dev/null 2>&1; then
-      record "torch gpt:small $precision" absent "python3 cannot import torch"
-      continue
-    fi
-    log="$logs/torch_gpt_small_$precision.log"
-    LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} PYTHONUNBUFFERED=1 \
-      step "$step_timeout" "$log" python3 "$root/scripts/reference/gpt_bench_torch.py" \
-      --model gpt:small --global-batch 8 --precision "$precision" --steps 30 --warmup 5
-    gpu_step "torch.compile gpt:small $precision, batch 8 x 1024" $? "$log" \
-      "$(grep -aoE 'tokens_per_second=[0-9.]+' "$log") $(grep -aoE 'peak_memory_mb=[0-9]+' "$log") $(grep -aoE 'torch=[^ ]+' "$log")"
-    cat "$log"
+  local precision log batch
+  for batch in ${LOCKSTEP_GPU_GPT_BATCHES:-8}; do
+    for precision in bf16 fp32; do
+      [[ $precision == fp32 && $batch != 8 ]] && continue
+      log="$logs/bench_gpt_small_${precision}_b$batch.log"
+      step "$step_timeout" "$log" "$bench" train --device cuda --precision "$precision" \
+        --model gpt:small --global-batch "$batch" --optimizer adamw --weight-decay 0.1 --clip-norm 1 \
+        --steps 30 --warmup 5
+      gpu_step "lockstep gpt:small $precision, batch $batch x 1024" $? "$log" \
+        "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log")"
+      cat "$log"
+    done
+    for precision in ${LOCKSTEP_GPU_GPT_PEERS-bf16 fp32 tf32}; do
+      [[ $precision != bf16 && $batch != 8 ]] && continue
+      if ! LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
+           timeout 120 python3 -c "import torch" >/dev/null 2>&1; then
+        record "torch gpt:small $precision" absent "python3 cannot import torch"
+        continue
+      fi
+      log="$logs/torch_gpt_small_${precision}_b$batch.log"
+      LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} PYTHONUNBUFFERED=1 \
+        step "$step_timeout" "$log" python3 "$root/scripts/reference/gpt_bench_torch.py" \
+        --model gpt:small --global-batch "$batch" --precision "$precision" --steps 30 --warmup 5
+      gpu_step "torch.compile gpt:small $precision, batch $batch x 1024" $? "$log" \
+        "$(grep -aoE 'tokens_per_second=[0-9.]+' "$log") $(grep -aoE 'peak_memory_mb=[0-9]+' "$log") $(grep -aoE 'torch=[^ ]+' "$log")"
+      cat "$log"
+    done
   done
 }
 # GPT-2 124M's own shape (vocabulary 50,304) in bf16, 8 x 1,024 tokens a step, AdamW, random token
@@ -446,7 +452,9 @@ long_llmc() {
   gpu_step "lockstep $lockstep_model bf16, batch 8 x 1024" $? "$log" \
     "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^step_ms_median=[0-9.]+' "$log")"
   cat "$log"
-  if [[ ! -f $tar ]]; then
+  if [[ " ${LOCKSTEP_GPU_LLMC_PEERS-llmc torch} " != *" llmc "* ]]; then
+    :
+  elif [[ ! -f $tar ]]; then
     record "llm.c" absent "no $tar (scripts/gpu-pack.sh --with-llmc SRC)"
   else
     dir=$(mktemp -d "${TMPDIR:-/tmp}/llmc-XXXXXX")
@@ -477,6 +485,7 @@ long_llmc() {
       tail -12 "$log"
     fi
   fi
+  [[ " ${LOCKSTEP_GPU_LLMC_PEERS-llmc torch} " == *" torch "* ]] || return 0
   log="$logs/torch_gpt2_124m_bf16.log"
   LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} PYTHONUNBUFFERED=1 \
     step "$step_timeout" "$log" python3 "$root/scripts/reference/gpt_bench_torch.py" \

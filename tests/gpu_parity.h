@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cast.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/cuda/info.h"
 #include "kernels/cuda/memory.h"
@@ -60,6 +62,13 @@ inline Floats random_floats(size_t n, std::mt19937& rng, float lo = -1.0f, float
 // near zero on the scale of the whole result, as a different summation order would move them.
 // Element i passes when |got - want| <= rtol * (|want[i]| + max |want|) + atol: relative to the
 // result's scale, plus an absolute floor for results that are differences of much larger terms.
+// The bf16 words of each element (cast.h's rounding, what the GPU kernels write).
+inline std::vector<uint16_t> bf16_words(const Floats& v) {
+  std::vector<uint16_t> words(v.size());
+  kernels::cast_f32_to_bf16_cpu(v.data(), words.data(), v.size());
+  return words;
+}
+
 inline testing::AssertionResult close(const Floats& got, const Floats& want, double rtol,
                                       double atol = 0) {
   if (got.size() != want.size())

@@ -33,12 +33,6 @@ Floats rounded(const Floats& v) {
   return out;
 }
 
-std::vector<uint16_t> bf16_words(const Floats& v) {
-  std::vector<uint16_t> words(v.size());
-  lk::cast_f32_to_bf16_cpu(v.data(), words.data(), v.size());
-  return words;
-}
-
 // ||a - b|| / ||b||: one figure for a whole tensor, which a few activations that change sign
 // between fp32 and bf16 (a ReLU's kink) do not dominate.
 double relative_l2(const Floats& a, const Floats& b) {
@@ -90,6 +84,7 @@ TEST_F(Bf16Parity, DenseForwardAndBackward) {
                                    bias ? gdb.get() : nullptr, gdy16.get(), stream_);
       sync();
       EXPECT_EQ(gx16.download(), bf16_words(x)) << "forward leaves the bf16 input for backward";
+      EXPECT_EQ(gdy16.download(), bf16_words(dy)) << "backward's bf16 dy (cast with db or alone)";
       const Floats y = gy.download(), dx = gdx.download(), dw = gdw.download();
       EXPECT_TRUE(close(y, oracles[1].y, 1e-3)) << "y, bf16-rounded oracle";
       EXPECT_TRUE(close(y, oracles[0].y, 1e-2)) << "y, fp32 oracle";

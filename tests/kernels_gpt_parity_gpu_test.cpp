@@ -90,6 +90,12 @@ TEST_F(GpuParity, LayerNormForwardAndBackward) {
     EXPECT_TRUE(close(gdx.download(), dx, 1e-4, 1e-5 * terms)) << "dx";
     EXPECT_TRUE(close(gdgamma.download(), dgamma, 1e-4)) << "dgamma";
     EXPECT_TRUE(close(gdbeta.download(), dbeta, 1e-5)) << "dbeta";
+    // A bf16 product's input written directly: the words of the fp32 output, without it.
+    DeviceArray<uint16_t> gy16(x.size());
+    lk::layernorm_forward_cuda(s, gx.get(), ggamma.get(), gbeta.get(), nullptr, gmean.get(),
+                               grstd.get(), stream_, gy16.get());
+    sync();
+    EXPECT_EQ(gy16.download(), bf16_words(gy.download())) << "y in bf16";
   }
 }
 
@@ -108,6 +114,10 @@ TEST_F(GpuParity, GeluAndResidualElementwise) {
     lk::residual_accumulate_cuda(gdy.get(), gacc.get(), n, stream_);
     sync();
     EXPECT_TRUE(close(gy.download(), y, 1e-6)) << "gelu y, n=" << n;
+    DeviceArray<uint16_t> gy16(n);
+    lk::gelu_forward_cuda(gx.get(), nullptr, n, stream_, gy16.get());
+    sync();
+    EXPECT_EQ(gy16.download(), bf16_words(gy.download())) << "gelu y in bf16, n=" << n;
     EXPECT_TRUE(close(gdx.download(), dx, 1e-6)) << "gelu dx, n=" << n;
     EXPECT_EQ(gsum.download(), sum) << "n=" << n;
     EXPECT_EQ(gacc.download(), acc) << "n=" << n;

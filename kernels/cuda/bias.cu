@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace lockstep::kernels::cuda {
@@ -10,7 +11,7 @@ namespace {
 
 constexpr int kColumns = 32;    // columns per block: one warp reads 32 neighbouring floats
 constexpr int kRowLanes = 8;    // threads per column inside a block
-constexpr size_t kChunkRows = 1024;  // rows per block in the first pass
+constexpr size_t kChunkRows = 256;  // rows per block in the first pass
 constexpr size_t kMaxChunks = 256;
 
 __global__ void fill_rows_kernel(float* __restrict__ y, const float* __restrict__ b, size_t total,
@@ -21,15 +22,22 @@ __global__ void fill_rows_kernel(float* __restrict__ y, const float* __restrict_
 // Pass 1: block (x, chunk) sums rows [chunk * chunk_rows, ...) of columns [x * 32, x * 32 + 32)
 // into partial[chunk, col]. Threads of one column take rows lane, lane + 8, ...; the 8 lanes are
 // then added in lane order, so the result does not depend on scheduling.
+// With dy16, each value read is also written there in bf16 (the cast the bf16 GEMMs need), so the
+// gradient is read once for both.
 __global__ void column_partials_kernel(const float* __restrict__ dy, size_t rows, int cols,
-                                       size_t chunk_rows, float* __restrict__ partial) {
+                                       size_t chunk_rows, float* __restrict__ partial,
+                                       uint16_t* __restrict__ dy16) {
   __shared__ float lanes[kRowLanes][kColumns];
   const int col = blockIdx.x * kColumns + threadIdx.x;
   const size_t begin = blockIdx.y * chunk_rows;
   const size_t end = min(rows, begin + chunk_rows);
   float acc = 0.0f;
   if (col < cols)
-    for (size_t r = begin + threadIdx.y; r < end; r += kRowLanes) acc += dy[r * cols + col];
+    for (size_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
+      const float v = dy[r * cols + col];
+      acc += v;
+      if (dy16 != nullptr) dy16[r * cols + col] = to_bf16(v);
+    }
   lanes[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
@@ -58,7 +66,8 @@ void fill_rows(float* y, const float* b, size_t rows, int cols, cudaStream_t str
   LS_CHECK_LAUNCH("fill_rows_kernel");
 }
 
-void add_column_sums(const float* dy, size_t rows, int cols, float* db, cudaStream_t stream) {
+void add_column_sums(const float* dy, size_t rows, int cols, float* db, cudaStream_t stream,
+                     uint16_t* dy16) {
   if (rows == 0 || cols <= 0) return;
   // Chunks depend only on the shape, so the summation order (and the bits) is the same every call.
   const size_t chunks =
@@ -66,8 +75,8 @@ void add_column_sums(const float* dy, size_t rows, int cols, float* db, cudaStre
   const size_t chunk_rows = (rows + chunks - 1) / chunks;
   StreamScratch partial(chunks * cols * sizeof(float), stream);
   const dim3 grid((cols + kColumns - 1) / kColumns, static_cast<unsigned>(chunks));
-  column_partials_kernel<<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(dy, rows, cols, chunk_rows,
-                                                                         partial.as<float>());
+  column_partials_kernel<<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(
+      dy, rows, cols, chunk_rows, partial.as<float>(), dy16);
   LS_CHECK_LAUNCH("column_partials_kernel");
   column_finish_kernel<<<grid_for(cols), kThreads, 0, stream>>>(
       partial.as<float>(), static_cast<int>(chunks), cols, db);

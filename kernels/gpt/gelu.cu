@@ -1,3 +1,4 @@
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/gelu_math.h"
@@ -6,9 +7,12 @@ namespace lockstep::kernels {
 
 namespace {
 
-__global__ void gelu_forward_kernel(const float* x, float* y, size_t n) {
-  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
-    y[i] = gelu_math::forward(x[i]);
+__global__ void gelu_forward_kernel(const float* x, float* y, size_t n, uint16_t* y16) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+    const float v = gelu_math::forward(x[i]);
+    if (y != nullptr) y[i] = v;
+    if (y16 != nullptr) y16[i] = cuda::to_bf16(v);
+  }
 }
 
 __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, size_t n) {
@@ -18,9 +22,9 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
 
 }  // namespace
 
-void gelu_forward_cuda(const float* x, float* y, size_t n, cudaStream_t stream) {
+void gelu_forward_cuda(const float* x, float* y, size_t n, cudaStream_t stream, uint16_t* y16) {
   if (n == 0) return;
-  gelu_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(x, y, n);
+  gelu_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(x, y, n, y16);
   LS_CHECK_LAUNCH("gelu_forward_kernel");
 }
 

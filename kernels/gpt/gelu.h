@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cuda/stream.h"
 
@@ -15,7 +16,9 @@ void gelu_forward_cpu(const float* x, float* y, size_t n);
 void gelu_backward_cpu(const float* x, const float* dy, float* dx, size_t n);
 
 // CUDA twins (gelu.cu): device pointers, enqueued on `stream`; the same aliasing is allowed.
-void gelu_forward_cuda(const float* x, float* y, size_t n, cudaStream_t stream);
+// With y16, y is also (or, with y null, only) written there in bf16 (cast.h's words).
+void gelu_forward_cuda(const float* x, float* y, size_t n, cudaStream_t stream,
+                       uint16_t* y16 = nullptr);
 void gelu_backward_cuda(const float* x, const float* dy, float* dx, size_t n, cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -4,7 +4,7 @@
 
 namespace lockstep::kernels {
 
-void gelu_forward_cuda(const float*, float*, size_t, cudaStream_t) {
+void gelu_forward_cuda(const float*, float*, size_t, cudaStream_t, uint16_t*) {
   cuda_not_built("gelu_forward_cuda");
 }
 void gelu_backward_cuda(const float*, const float*, float*, size_t, cudaStream_t) {

@@ -1,3 +1,4 @@
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/gpt/layernorm.h"
@@ -11,7 +12,8 @@ namespace lockstep::kernels {
 namespace {
 
 __global__ void layernorm_forward_kernel(LayerNormShape s, const float* x, const float* gamma,
-                                         const float* beta, float* y, float* mean, float* rstd) {
+                                         const float* beta, float* y, float* mean, float* rstd,
+                                         uint16_t* y16) {
   const size_t off = static_cast<size_t>(blockIdx.x) * s.dim;
   const float* xr = x + off;
   float sum = 0.0f;
@@ -23,8 +25,11 @@ __global__ void layernorm_forward_kernel(LayerNormShape s, const float* x, const
     var += d * d;
   }
   const float rs = rsqrtf(cuda::block_sum(var) / s.dim + kLayerNormEps);
-  for (int j = threadIdx.x; j < s.dim; j += blockDim.x)
-    y[off + j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+  for (int j = threadIdx.x; j < s.dim; j += blockDim.x) {
+    const float v = (xr[j] - m) * rs * gamma[j] + beta[j];
+    if (y != nullptr) y[off + j] = v;
+    if (y16 != nullptr) y16[off + j] = cuda::to_bf16(v);
+  }
   if (threadIdx.x == 0) {
     mean[blockIdx.x] = m;
     rstd[blockIdx.x] = rs;
@@ -58,11 +63,11 @@ __global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, cons
 
 void layernorm_forward_cuda(const LayerNormShape& s, const float* x, const float* gamma,
                             const float* beta, float* y, float* mean, float* rstd,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, uint16_t* y16) {
   check_layernorm_shape(s, "layernorm_forward_cuda");
   if (s.rows == 0) return;
   layernorm_forward_kernel<<<s.rows, cuda::threads_for_row(s.dim), 0, stream>>>(s, x, gamma, beta,
-                                                                                y, mean, rstd);
+                                                                                y, mean, rstd, y16);
   LS_CHECK_LAUNCH("layernorm_forward_kernel");
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cuda/stream.h"
 
@@ -35,9 +36,11 @@ void layernorm_backward_cpu(const LayerNormShape& s, const float* x, const float
 
 // CUDA twins (layernorm.cu): device pointers, same contract, enqueued on `stream`. The parameter
 // gradients are column sums in a fixed order (no atomics): identical inputs give identical bits.
+// With y16, y is also (or, with y null, only) written there in bf16 (cast.h's words): the input
+// of a bf16 GEMM without a cast pass of its own.
 void layernorm_forward_cuda(const LayerNormShape& s, const float* x, const float* gamma,
                             const float* beta, float* y, float* mean, float* rstd,
-                            cudaStream_t stream);
+                            cudaStream_t stream, uint16_t* y16 = nullptr);
 void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, float* dx,
                              float* dgamma, float* dbeta, cudaStream_t stream);
