@@ -192,6 +192,23 @@ TEST_F(GpuParity, CastsGiveTheCpuBitsIncludingSpecialValues) {
   EXPECT_EQ(std::memcmp(got.data(), back.data(), got.size() * sizeof(float)), 0);
 }
 
+// The bias gradient's column sums read four columns a thread where the gradient is 16-byte
+// aligned and one otherwise, adding in the same order: the same bits from either, near the CPU's.
+TEST_F(GpuParity, BiasGradientBitsDoNotDependOnAlignment) {
+  const lk::DenseShape s{300, 8, 64};
+  const Floats dy = random_floats(size_t(s.batch) * s.out, rng_);
+  Floats shifted(dy.size() + 1), db(s.out);
+  std::copy(dy.begin(), dy.end(), shifted.begin() + 1);
+  lk::dense_backward_cpu(s, nullptr, nullptr, dy.data(), nullptr, nullptr, db.data());
+  DeviceArray<float> gdy(dy), gshifted(shifted), gdb(size_t(s.out)), gdb_shifted(size_t(s.out));
+  lk::dense_backward_cuda(s, nullptr, nullptr, gdy.get(), nullptr, nullptr, gdb.get(), stream_);
+  lk::dense_backward_cuda(s, nullptr, nullptr, gshifted.get() + 1, nullptr, nullptr,
+                          gdb_shifted.get(), stream_);
+  sync();
+  EXPECT_EQ(gdb.download(), gdb_shifted.download());
+  EXPECT_TRUE(close(gdb.download(), db, 1e-5));
+}
+
 TEST_F(GpuParity, DenseForwardAndBackward) {
   for (const auto& s : parity_dense_shapes()) {
     for (bool bias : {true, false}) {
