@@ -1,7 +1,10 @@
 #include "kernels/dense.h"
 
+#include <stdexcept>
+
 #include "kernels/cast.h"
 #include "kernels/cuda/bias.cuh"
+#include "kernels/cuda/memory.h"
 #include "kernels/gemm.h"
 
 // The same three gemms as dense.cpp, on cuBLAS; the bias goes through the shared bias helpers.
@@ -36,28 +39,35 @@ void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, co
 // The same GEMMs in bf16. The casts are passes of their own; fusing the cast of x into the kernel
 // that produced it (relu, maxpool) would save one read and write of the activation.
 void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t* w16,
-                             const float* b, float* y, uint16_t* x16, cudaStream_t stream) {
+                             const float* b, float* y, uint16_t* x16, cudaStream_t stream,
+                             const float* residual) {
   check_dense_shape(s, "dense_forward_bf16_cuda");
   if (s.batch == 0) return;
   if (x != nullptr) cast_f32_to_bf16_cuda(x, x16, static_cast<size_t>(s.batch) * s.in, stream);
-  const GemmShape g{.m = s.batch, .n = s.out, .k = s.in};
-  if (b != nullptr)  // the bias in the GEMM's epilogue
-    gemm_bf16_bias_cuda(g, x16, w16, b, y, stream);
-  else
-    gemm_bf16_cuda(g, x16, w16, y, stream);
+  const GemmShape g{.m = s.batch, .n = s.out, .k = s.in, .beta = residual != nullptr ? 1.0f : 0.0f};
+  if (b != nullptr) {  // the bias (and the residual) in the GEMM's epilogue
+    gemm_bf16_bias_cuda(g, x16, w16, b, y, stream, residual);
+    return;
+  }
+  if (residual != nullptr)
+    cuda_copy_on_device_async(y, residual, static_cast<size_t>(s.batch) * s.out * sizeof(float),
+                              stream);
+  gemm_bf16_cuda(g, x16, w16, y, stream);
 }
 
 void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
                               const float* dy, float* dx, float* dw, float* db, uint16_t* dy16,
                               cudaStream_t stream) {
   check_dense_shape(s, "dense_backward_bf16_cuda");
+  if (dy == nullptr && db != nullptr)
+    throw std::invalid_argument("dense_backward_bf16_cuda: db needs the fp32 dy");
   if (s.batch == 0) return;
   const bool products = dx != nullptr || dw != nullptr;
   // The bias gradient's column sums and dy's cast in one pass over dy.
   if (db != nullptr)
     cuda::add_column_sums(dy, static_cast<size_t>(s.batch), s.out, db, stream,
                           products ? dy16 : nullptr);
-  else if (products)
+  else if (products && dy != nullptr)
     cast_f32_to_bf16_cuda(dy, dy16, static_cast<size_t>(s.batch) * s.out, stream);
   if (dx != nullptr)
     gemm_bf16_cuda({.m = s.batch, .n = s.in, .k = s.out, .trans_b = true}, dy16, w16, dx, stream);

@@ -39,10 +39,13 @@ void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, co
 // (cast_f32_to_bf16_cuda), current whenever w changes. Forward casts x into x16 [batch, in], which
 // the backward pass of the same batch reads in place of x (the caller keeps it in between); with x
 // null, x16 already holds the input (written in bf16 by the kernel that produced it). The bias is
-// added in the GEMM's epilogue (gemm_bf16_bias_cuda). Backward casts dy into the scratch dy16
+// added in the GEMM's epilogue (gemm_bf16_bias_cuda), and so is `residual` [batch, out] where given
+// (y = x w + b + residual; it must not overlap y). With dy null, dy16 already holds the gradient
+// in bf16 and the caller has summed db (db must be null). Backward casts dy into the scratch dy16
 // [batch, out] in the pass that sums the fp32 dy into db.
 void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t* w16,
-                             const float* b, float* y, uint16_t* x16, cudaStream_t stream);
+                             const float* b, float* y, uint16_t* x16, cudaStream_t stream,
+                             const float* residual = nullptr);
 void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
                               const float* dy, float* dx, float* dw, float* db, uint16_t* dy16,
                               cudaStream_t stream);

@@ -13,7 +13,7 @@ void dense_backward_cuda(const DenseShape&, const float*, const float*, const fl
   cuda_not_built("dense_backward_cuda");
 }
 void dense_forward_bf16_cuda(const DenseShape&, const float*, const uint16_t*, const float*, float*,
-                             uint16_t*, cudaStream_t) {
+                             uint16_t*, cudaStream_t, const float*) {
   cuda_not_built("dense_forward_bf16_cuda");
 }
 void dense_backward_bf16_cuda(const DenseShape&, const uint16_t*, const uint16_t*, const float*,

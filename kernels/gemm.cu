@@ -154,9 +154,12 @@ LtPlan make_plan(LtState& st, const GemmShape& s, uint32_t align_a, uint32_t ali
 }  // namespace
 
 void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
-                         const float* bias, float* c, cudaStream_t stream) {
+                         const float* bias, float* c, cudaStream_t stream, const float* c_in) {
   prepare(s, "gemm_bf16_bias_cuda");
+  if (s.beta != 0.0f && s.beta != 1.0f)
+    throw std::invalid_argument("gemm_bf16_bias_cuda: beta must be 0 or 1");
   if (s.m == 0 || s.n == 0) return;
+  if (c_in == nullptr) c_in = c;
   LtState& st = lt_state();
   const uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
   const auto key = std::make_tuple(s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta, align_a, align_b,
@@ -167,11 +170,11 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   LtPlan& p = it->second;
   // cuBLASLt's bias epilogue wants 16-byte aligned operands (llm.c's matmul_cublaslt insists on it
   // too); anything less takes the fill.
-  if (p.usable && std::min({align_a, align_b, align_c, alignment(bias)}) >= 16) {
+  if (p.usable && std::min({align_a, align_b, align_c, alignment(bias), alignment(c_in)}) >= 16) {
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof(bias)));
     const cublasStatus_t rc =
-        cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &s.beta, c, p.c, c, p.c,
+        cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &s.beta, c_in, p.c, c, p.c,
                        &p.algo, st.workspace, kLtWorkspaceBytes, stream);
     if (rc == CUBLAS_STATUS_SUCCESS) return;
     // A refusal of the algorithm the heuristic picked: this shape takes the fill and the plain
@@ -180,10 +183,14 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
       LS_CHECK_CUBLAS(rc);
     p.usable = false;
   }
-  if (s.beta != 0.0f)
-    throw std::invalid_argument("gemm_bf16_bias_cuda: beta must be 0 where cuBLASLt has no "
-                                "algorithm for the shape");
-  cuda::fill_rows(c, bias, static_cast<size_t>(s.m), s.n, stream);
+  // C = C_in + bias (or bias alone), then the GEMM adds to it.
+  const size_t rows = static_cast<size_t>(s.m);
+  if (s.beta == 0.0f) {
+    cuda::fill_rows(c, bias, rows, s.n, stream);
+  } else {
+    if (c_in != c) cuda_copy_on_device_async(c, c_in, rows * s.n * sizeof(float), stream);
+    cuda::add_rows(c, bias, rows, s.n, stream);
+  }
   GemmShape with_bias = s;
   with_bias.beta = 1.0f;
   gemm_bf16_cuda(with_bias, a, b, c, stream);

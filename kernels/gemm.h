@@ -27,11 +27,13 @@ void gemm_cuda(const GemmShape& s, const float* a, const float* b, float* c, cud
 void gemm_bf16_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, float* c,
                     cudaStream_t stream);
 // The same with a bias row added to every row of C in the GEMM's epilogue (cuBLASLt's
-// CUBLASLT_EPILOGUE_BIAS): C = alpha op(A) op(B) + beta C + bias, bias of n floats; one write of C
-// instead of a fill and the GEMM's read of it. Where a pointer is not 16-byte aligned or cuBLASLt
-// offers no algorithm for the shape, the fill and gemm_bf16_cuda do it instead (the same values up
-// to the order of fp32 additions).
+// CUBLASLT_EPILOGUE_BIAS): C = alpha op(A) op(B) + beta C_in + bias, bias of n floats, C_in = c_in
+// where given (a residual stream to add: it must not overlap c) and C otherwise; one write of C
+// instead of a fill and the GEMM's read of it. beta is 0 or 1. Where a pointer is not 16-byte
+// aligned or cuBLASLt offers no algorithm for the shape, the fill and gemm_bf16_cuda do it
+// instead (the same values up to the order of fp32 additions).
 void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
-                         const float* bias, float* c, cudaStream_t stream);
+                         const float* bias, float* c, cudaStream_t stream,
+                         const float* c_in = nullptr);
 
 }  // namespace lockstep::kernels

@@ -11,7 +11,7 @@ void gemm_bf16_cuda(const GemmShape&, const uint16_t*, const uint16_t*, float*, 
   cuda_not_built("gemm_bf16_cuda");
 }
 void gemm_bf16_bias_cuda(const GemmShape&, const uint16_t*, const uint16_t*, const float*, float*,
-                         cudaStream_t) {
+                         cudaStream_t, const float*) {
   cuda_not_built("gemm_bf16_bias_cuda");
 }
 

@@ -97,5 +97,5 @@ class GptOnGpu : public testing_util::OnGpu0 {};
 
 TEST_F(GptOnGpu, Fp32MatchesTheCpuLayers) { compare(Precision::fp32, 1e-5, 1e-4); }
 
-// bf16 operands (8 bits of mantissa) in the blocks' dense products and the tied head: near, not equal.
+// bf16 operands (8 bits of mantissa) in the blocks' products and the tied head: near, not equal.
 TEST_F(GptOnGpu, Bf16StaysNearTheCpuLayers) { compare(Precision::bf16, 3e-2, 8e-2); }

@@ -12,9 +12,11 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "gpu_parity.h"
+#include "kernels/dense.h"
 #include "kernels/gpt/attention.h"
 #include "kernels/gpt/attention_flash.h"
 #include "kernels/gpt/embedding.h"
@@ -90,12 +92,43 @@ TEST_F(GpuParity, LayerNormForwardAndBackward) {
     EXPECT_TRUE(close(gdx.download(), dx, 1e-4, 1e-5 * terms)) << "dx";
     EXPECT_TRUE(close(gdgamma.download(), dgamma, 1e-4)) << "dgamma";
     EXPECT_TRUE(close(gdbeta.download(), dbeta, 1e-5)) << "dbeta";
+    // The residual branch's gradient added in the same kernel: the bits of a separate addition.
+    const Floats add = random_floats(x.size(), rng_);
+    DeviceArray<float> gadd(add), gdx_added(x.size());
+    lk::layernorm_backward_cuda(s, gx.get(), ggamma.get(), gmean.get(), grstd.get(), gdy.get(),
+                                gdx_added.get(), nullptr, nullptr, stream_, gadd.get());
+    lk::residual_accumulate_cuda(gadd.get(), gdx.get(), x.size(), stream_);
+    sync();
+    EXPECT_EQ(gdx_added.download(), gdx.download()) << "dx + add";
     // A bf16 product's input written directly: the words of the fp32 output, without it.
     DeviceArray<uint16_t> gy16(x.size());
     lk::layernorm_forward_cuda(s, gx.get(), ggamma.get(), gbeta.get(), nullptr, gmean.get(),
                                grstd.get(), stream_, gy16.get());
     sync();
     EXPECT_EQ(gy16.download(), bf16_words(gy.download())) << "y in bf16";
+  }
+}
+
+// The GELU's backward fused with a bf16 product's dy cast and bias-gradient sums: the same bf16
+// words and the same sums (bits) as the GELU's backward, then the column sums of its output.
+TEST_F(GpuParity, GeluBackwardWithColumnSums) {
+  const std::pair<size_t, int> shapes[] = {{1, 1}, {37, 5}, {300, 64}, {2048, 3072}};
+  for (const auto& [rows, cols] : shapes) {
+    SCOPED_TRACE(testing::Message() << "rows=" << rows << " cols=" << cols);
+    const size_t n = rows * cols;
+    const Floats x = random_floats(n, rng_, -6.0f, 6.0f), dy = random_floats(n, rng_);
+    const Floats db0 = random_floats(size_t(cols), rng_);
+    DeviceArray<float> gx(x), gdy(dy), gdx(n), gdb(db0), gdb_fused(db0);
+    DeviceArray<uint16_t> g16(n), g16_fused(n);
+    lk::gelu_backward_cuda(gx.get(), gdy.get(), gdx.get(), n, stream_);
+    const lk::DenseShape s{int(rows), 1, cols};
+    lk::dense_backward_bf16_cuda(s, nullptr, nullptr, gdx.get(), nullptr, nullptr, gdb.get(),
+                                 g16.get(), stream_);
+    lk::gelu_backward_bf16_column_sums_cuda(gx.get(), gdy.get(), rows, cols, g16_fused.get(),
+                                            gdb_fused.get(), stream_);
+    sync();
+    EXPECT_EQ(g16_fused.download(), bf16_words(gdx.download())) << "dx in bf16";
+    EXPECT_EQ(gdb_fused.download(), gdb.download()) << "column sums";
   }
 }
 

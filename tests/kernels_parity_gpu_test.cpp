@@ -117,18 +117,19 @@ TEST_F(GpuParity, Bf16GemmAccumulatesInFp32) {
 }
 
 // The bias in cuBLASLt's epilogue: the oracle is the fp32 GEMM of the bf16-rounded inputs plus the
-// bias row, with C either written (beta 0) or added to (beta 1); a GPT-sized shape; and the same
-// call with a bias off 16-byte alignment (the fill and plain GEMM) giving the same values.
+// bias row, with C either written (beta 0) or added to (beta 1; also from a C_in apart from C, a
+// residual stream); GPT-sized shapes; and the same calls with a bias off 16-byte alignment (the
+// fill or row addition, then the plain GEMM) giving the same values.
 TEST_F(GpuParity, Bf16GemmWithBiasEpilogue) {
   const lk::GemmShape shapes[] = {
       {.m = 16, .n = 16, .k = 16},
       {.m = 33, .n = 72, .k = 256, .trans_a = true, .beta = 1.0f},
       {.m = 64, .n = 40, .k = 96, .trans_b = true},
       {.m = 2048, .n = 2304, .k = 768},
+      {.m = 2048, .n = 768, .k = 3072, .beta = 1.0f},
   };
   for (const auto& s : shapes) {
     for (size_t bias_offset : {0, 1}) {
-      if (bias_offset == 1 && s.beta != 0.0f) continue;  // the fill path takes beta 0 only
       SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k
                                       << " beta=" << s.beta << " bias offset " << bias_offset);
       const Floats a = random_floats(size_t(s.m) * s.k, rng_);
@@ -149,6 +150,13 @@ TEST_F(GpuParity, Bf16GemmWithBiasEpilogue) {
       lk::gemm_bf16_bias_cuda(s, da.get(), db.get(), dbias.get() + bias_offset, dc.get(), stream_);
       sync();
       EXPECT_TRUE(close(dc.download(), want, 1e-3));
+      if (s.beta == 0.0f) continue;
+      // C_in apart from C (a residual stream): C keeps none of what it held.
+      DeviceArray<float> dc_in(c0), dout(random_floats(c0.size(), rng_));
+      lk::gemm_bf16_bias_cuda(s, da.get(), db.get(), dbias.get() + bias_offset, dout.get(), stream_,
+                              dc_in.get());
+      sync();
+      EXPECT_TRUE(close(dout.download(), want, 1e-3)) << "C_in apart from C";
     }
   }
 }

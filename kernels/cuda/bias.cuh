@@ -13,6 +13,9 @@ namespace lockstep::kernels::cuda {
 // y[r, j] = b[j] for r < rows, j < cols.
 void fill_rows(float* y, const float* b, size_t rows, int cols, cudaStream_t stream);
 
+// y[r, j] += b[j] for r < rows, j < cols.
+void add_rows(float* y, const float* b, size_t rows, int cols, cudaStream_t stream);
+
 // db[j] += sum over r < rows of dy[r, j]; with dy16, also dy16 = dy in bf16 (cast.h's words) in
 // the same pass over dy. db's bits do not depend on dy16.
 void add_column_sums(const float* dy, size_t rows, int cols, float* db, cudaStream_t stream,

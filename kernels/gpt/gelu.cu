@@ -1,4 +1,7 @@
+#include <cstdint>
+
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/gelu_math.h"
@@ -20,7 +23,27 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
     dx[i] = dy[i] * gelu_math::derivative(x[i]);
 }
 
+// The GELU backward's values, for the column sums; __fmul_rn keeps the product rounded on its own
+// (never contracted into the sum's addition), as gelu_backward_kernel stores it.
+struct GeluGradient {
+  const float* x;
+  const float* dy;
+  template <int V>
+  __device__ void operator()(size_t at, float (&v)[V]) const {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = __fmul_rn(dy[at + i], gelu_math::derivative(x[at + i]));
+  }
+  bool aligned() const {
+    return reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0;
+  }
+};
+
 }  // namespace
+
+void gelu_backward_bf16_column_sums_cuda(const float* x, const float* dy, size_t rows, int cols,
+                                         uint16_t* dx16, float* db, cudaStream_t stream) {
+  cuda::add_column_sums_of(GeluGradient{x, dy}, rows, cols, db, stream, dx16);
+}
 
 void gelu_forward_cuda(const float* x, float* y, size_t n, cudaStream_t stream, uint16_t* y16) {
   if (n == 0) return;

@@ -20,5 +20,11 @@ void gelu_backward_cpu(const float* x, const float* dy, float* dx, size_t n);
 void gelu_forward_cuda(const float* x, float* y, size_t n, cudaStream_t stream,
                        uint16_t* y16 = nullptr);
 void gelu_backward_cuda(const float* x, const float* dy, float* dx, size_t n, cudaStream_t stream);
+// The backward pass fused with what a bf16 product's backward needs of its output gradient: for x
+// and dy [rows, cols], the values v = dy * gelu'(x) that gelu_backward_cuda computes are written in
+// bf16 to dx16 and summed by column into db (db[j] += sum_r v[r, j], as the bias gradient's column
+// sums would add them, kernels/cuda/column_sums.cuh), in one pass and without an fp32 copy.
+void gelu_backward_bf16_column_sums_cuda(const float* x, const float* dy, size_t rows, int cols,
+                                         uint16_t* dx16, float* db, cudaStream_t stream);
 
 }  // namespace lockstep::kernels

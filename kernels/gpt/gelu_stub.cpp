@@ -10,5 +10,9 @@ void gelu_forward_cuda(const float*, float*, size_t, cudaStream_t, uint16_t*) {
 void gelu_backward_cuda(const float*, const float*, float*, size_t, cudaStream_t) {
   cuda_not_built("gelu_backward_cuda");
 }
+void gelu_backward_bf16_column_sums_cuda(const float*, const float*, size_t, int, uint16_t*, float*,
+                                         cudaStream_t) {
+  cuda_not_built("gelu_backward_bf16_column_sums_cuda");
+}
 
 }  // namespace lockstep::kernels

@@ -39,7 +39,7 @@ __global__ void layernorm_forward_kernel(LayerNormShape s, const float* x, const
 // dx for one row per block; the per-element dgamma terms dy * xhat go to `terms` when not null.
 __global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, const float* gamma,
                                           const float* mean, const float* rstd, const float* dy,
-                                          float* dx, float* terms) {
+                                          float* dx, float* terms, const float* dx_add) {
   const size_t off = static_cast<size_t>(blockIdx.x) * s.dim;
   const float m = mean[blockIdx.x], rs = rstd[blockIdx.x];
   float g_sum = 0.0f, gx_sum = 0.0f;
@@ -55,7 +55,8 @@ __global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, cons
   const float gx_mean = cuda::block_sum(gx_sum) / s.dim;
   for (int j = threadIdx.x; j < s.dim; j += blockDim.x) {
     const float xhat = (x[off + j] - m) * rs;
-    dx[off + j] = rs * (dy[off + j] * gamma[j] - g_mean - xhat * gx_mean);
+    const float v = rs * (dy[off + j] * gamma[j] - g_mean - xhat * gx_mean);
+    dx[off + j] = dx_add != nullptr ? v + dx_add[off + j] : v;
   }
 }
 
@@ -73,7 +74,8 @@ void layernorm_forward_cuda(const LayerNormShape& s, const float* x, const float
 
 void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, float* dx,
-                             float* dgamma, float* dbeta, cudaStream_t stream) {
+                             float* dgamma, float* dbeta, cudaStream_t stream,
+                             const float* dx_add) {
   check_layernorm_shape(s, "layernorm_backward_cuda");
   if (s.rows == 0) return;
   const size_t rows = static_cast<size_t>(s.rows);
@@ -81,7 +83,7 @@ void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const floa
   float* t = dgamma != nullptr ? terms.as<float>() : nullptr;
   if (dx != nullptr || t != nullptr) {
     layernorm_backward_kernel<<<s.rows, cuda::threads_for_row(s.dim), 0, stream>>>(
-        s, x, gamma, mean, rstd, dy, dx, t);
+        s, x, gamma, mean, rstd, dy, dx, t, dx_add);
     LS_CHECK_LAUNCH("layernorm_backward_kernel");
   }
   if (t != nullptr) cuda::add_column_sums(t, rows, s.dim, dgamma, stream);

@@ -10,7 +10,8 @@ void layernorm_forward_cuda(const LayerNormShape&, const float*, const float*, c
   cuda_not_built("layernorm_forward_cuda");
 }
 void layernorm_backward_cuda(const LayerNormShape&, const float*, const float*, const float*,
-                             const float*, const float*, float*, float*, float*, cudaStream_t) {
+                             const float*, const float*, float*, float*, float*, cudaStream_t,
+                             const float*) {
   cuda_not_built("layernorm_backward_cuda");
 }
 

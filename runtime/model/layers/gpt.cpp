@@ -40,8 +40,10 @@ struct CpuGptOps {
   }
   void layernorm_backward(const kernels::LayerNormShape& s, const float* x, const float* gamma,
                           const float* mean, const float* rstd, const float* dy, float* dx,
-                          float* dgamma, float* dbeta) {
+                          float* dgamma, float* dbeta, const float* dx_add = nullptr) {
     kernels::layernorm_backward_cpu(s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+    if (dx_add != nullptr && dx != nullptr)
+      kernels::residual_accumulate_cpu(dx_add, dx, static_cast<size_t>(s.rows) * s.dim);
   }
   // The materialised attention: the heads rearranged and the probabilities kept for backward.
   size_t attention_heads_floats(const kernels::AttentionShape& s) const {
@@ -71,15 +73,8 @@ struct CpuGptOps {
                           const float* beta, float* y, float* mean, float* rstd) {
     layernorm_forward(s, x, gamma, beta, y, mean, rstd);
   }
-  void gelu_to_dense(int, const float* x, float* y, size_t n) { kernels::gelu_forward_cpu(x, y, n); }
-  void gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
-    kernels::gelu_backward_cpu(x, dy, dx, n);
-  }
-  void residual_add(const float* a, const float* b, float* y, size_t n) {
-    kernels::residual_add_cpu(a, b, y, n);
-  }
-  void residual_accumulate(const float* src, float* dst, size_t n) {
-    kernels::residual_accumulate_cpu(src, dst, n);
+  void gelu_to_dense(int, const float* x, float* y, size_t n) {
+    kernels::gelu_forward_cpu(x, y, n);
   }
   void reserve_head(size_t, int, int) {}
   size_t head_scratch_floats(size_t, int) const { return 0; }
@@ -98,11 +93,13 @@ struct CpuGptOps {
       kernels::gemm_cpu(s, a, b, c);
   }
   void dense_forward(int, const kernels::DenseShape& s, const float* x, const float* w,
-                     const float* b, float* y) {
+                     const float* b, float* y, const float* residual = nullptr) {
     if (onednn)
       kernels::dense_forward_onednn(s, x, w, b, y);
     else
       kernels::dense_forward_cpu(s, x, w, b, y);
+    if (residual != nullptr)
+      kernels::residual_add_cpu(residual, y, y, static_cast<size_t>(s.batch) * s.out);
   }
   void dense_backward(int, const kernels::DenseShape& s, const float* x, const float* w,
                       const float* dy, float* dx, float* dw, float* db, float*) {
@@ -110,6 +107,12 @@ struct CpuGptOps {
       kernels::dense_backward_onednn(s, x, w, dy, dx, dw, db);
     else
       kernels::dense_backward_cpu(s, x, w, dy, dx, dw, db);
+  }
+  void gelu_dense_backward(int slot, const float* h, float* dg, const kernels::DenseShape& s,
+                           const float* x, const float* w, float* dx, float* dw, float* db,
+                           float* scratch) {
+    kernels::gelu_backward_cpu(h, dg, dg, static_cast<size_t>(s.batch) * s.out);
+    dense_backward(slot, s, x, w, dg, dx, dw, db, scratch);
   }
 };
 

@@ -4,8 +4,9 @@
 // explains; each input's bf16 copy kept for its backward pass) and attention runs flash-style on
 // bf16 tensor-core tiles (attention_flash.h) where the head width allows, and the tied head's two
 // products are bf16 GEMMs too. The layer norms and GELU before a product write its bf16 input
-// directly (no fp32 copy, no cast pass); the other activations between the kernels, the embedding and
-// the statistics stay fp32. Plain C++ over the launchers: a .cu only so that it is
+// directly (no fp32 copy, no cast pass); biases and residual additions ride in the GEMMs'
+// epilogues, the GELU's backward in the bias gradient's pass; the other activations, the embedding
+// and the statistics stay fp32. Plain C++ over the launchers: a .cu only so that it is
 // built with CUDA and gpt_cuda_stub.cpp without.
 #include <array>
 #include <cstdlib>
@@ -73,8 +74,9 @@ class CudaGptOps {
   }
   void layernorm_backward(const kernels::LayerNormShape& s, const float* x, const float* gamma,
                           const float* mean, const float* rstd, const float* dy, float* dx,
-                          float* dgamma, float* dbeta) {
-    kernels::layernorm_backward_cuda(s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, stream_);
+                          float* dgamma, float* dbeta, const float* dx_add = nullptr) {
+    kernels::layernorm_backward_cuda(s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, stream_,
+                                     dx_add);
   }
   // bf16 runs take the flash kernels where the head width allows (attention_flash.h): Q, K and V
   // kept in bf16 for backward with one log-sum-exp per row; fp32 runs keep the exact materialised
@@ -114,15 +116,6 @@ class CudaGptOps {
   void gelu_to_dense(int slot, const float* x, float* y, size_t n) {
     kernels::gelu_forward_cuda(x, bf16_ ? nullptr : y, n, stream_, stage(slot));
   }
-  void gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
-    kernels::gelu_backward_cuda(x, dy, dx, n, stream_);
-  }
-  void residual_add(const float* a, const float* b, float* y, size_t n) {
-    kernels::residual_add_cuda(a, b, y, n, stream_);
-  }
-  void residual_accumulate(const float* src, float* dst, size_t n) {
-    kernels::residual_accumulate_cuda(src, dst, n, stream_);
-  }
   // The tied head: in bf16 runs wte and the layer-normed rows are cast once per forward and kept
   // for backward, dlogits cast into the scratch (the GEMMs as dense's, without a bias).
   void reserve_head(size_t rows, int d, int v) {
@@ -157,16 +150,19 @@ class CudaGptOps {
     kernels::gemm_bf16_cuda(gw, dy16, head_x16_.data(), dw, stream_);
   }
   void dense_forward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
-                     const float* b, float* y) {
+                     const float* b, float* y, const float* residual = nullptr) {
     if (!bf16_) {
       kernels::dense_forward_cuda(s, x, w, b, y, stream_);
+      if (residual != nullptr)
+        kernels::residual_add_cuda(residual, y, y, static_cast<size_t>(s.batch) * s.out, stream_);
       return;
     }
     const size_t i = static_cast<size_t>(slot);
     kernels::cast_f32_to_bf16_cuda(w, w16_[i].data(), w16_[i].size(), stream_);
-    // An input staged in bf16 by layernorm_to_dense / gelu_to_dense is not cast again.
+    // An input staged in bf16 by layernorm_to_dense / gelu_to_dense is not cast again; the bias and
+    // the residual go in the GEMM's epilogue.
     kernels::dense_forward_bf16_cuda(s, std::exchange(staged_[i], false) ? nullptr : x,
-                                     w16_[i].data(), b, y, x16_[i].data(), stream_);
+                                     w16_[i].data(), b, y, x16_[i].data(), stream_, residual);
   }
   void dense_backward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
                       const float* dy, float* dx, float* dw, float* db, float* scratch) {
@@ -177,6 +173,23 @@ class CudaGptOps {
     const size_t i = static_cast<size_t>(slot);
     kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), dy, dx, dw, db,
                                       reinterpret_cast<uint16_t*>(scratch), stream_);
+  }
+  // bf16 runs with a bias: the GELU's backward values go straight to the product's bf16 dy and the
+  // bias gradient's column sums, never stored in fp32.
+  void gelu_dense_backward(int slot, const float* h, float* dg, const kernels::DenseShape& s,
+                           const float* x, const float* w, float* dx, float* dw, float* db,
+                           float* scratch) {
+    const size_t rows = static_cast<size_t>(s.batch);
+    if (!bf16_ || db == nullptr) {
+      kernels::gelu_backward_cuda(h, dg, dg, rows * s.out, stream_);
+      dense_backward(slot, s, x, w, dg, dx, dw, db, scratch);
+      return;
+    }
+    const size_t i = static_cast<size_t>(slot);
+    auto* dy16 = reinterpret_cast<uint16_t*>(scratch);
+    kernels::gelu_backward_bf16_column_sums_cuda(h, dg, rows, s.out, dy16, db, stream_);
+    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), nullptr, dx, dw, nullptr,
+                                      dy16, stream_);
   }
 
  private:

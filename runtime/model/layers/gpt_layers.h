@@ -3,12 +3,16 @@
 // LmHeadLayer<Ops>, instantiated with the CPU kernels in gpt.cpp and with the CUDA ones in
 // gpt_cuda.cu. An Ops value provides device() (where its buffers live), the kernels (the
 // kernels/*.h contracts; its dense_forward/dense_backward take a slot, 0-3 within a block, for a
-// twin that keeps per-product state such as bf16 copies), reserve_dense(slot, rows, in, out) and
+// twin that keeps per-product state such as bf16 copies; dense_forward adds an optional residual
+// [rows, out] to its output, layernorm_backward an optional gradient to its dx, so that a twin can
+// fold the residual stream's additions into those kernels), reserve_dense(slot, rows, in, out) and
 // dense_scratch_floats(rows, out) (scratch of one dense backward pass), the tied head's products
 // (head_forward: y = x w^T for a DenseShape {rows, D, V} and w = wte (V, D); head_backward:
 // dx = dy w, dw += dy^T x) with reserve_head(rows, D, V) and head_scratch_floats(rows, V),
-// layernorm_to_dense(slot, ...) and gelu_to_dense(slot, ...): the layer norm or GELU whose output is
-// dense slot's next input, which a twin may write straight in the form its product reads (bf16),
+// layernorm_to_dense(slot, ...) and gelu_to_dense(slot, ...): the layer norm or GELU whose output
+// is dense slot's next input, which a twin may write straight in the form its product reads (bf16),
+// gelu_dense_backward(slot, h, dg, ...): dense slot's backward pass with dy = the GELU's backward
+// of dg at pre-activation h (dg may be overwritten), which a twin may fuse,
 // and keeps_fp32_dense_inputs() (false: those outputs' fp32 buffers are not needed, y may be null),
 // and for the attention
 // attention_heads_floats / attention_probs_floats / attention_workspace_floats(shape): what the
@@ -138,14 +142,14 @@ class BlockLayer : public Layer {
     ops_.dense_forward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, p + at_.qkv_b, qkv);
     ops_.attention_forward(attention(batch), qkv, att_.data(), heads_buf_.data(), probs_.data(),
                            scratch);
-    ops_.dense_forward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, p + at_.proj_b, x2_.data());
-    ops_.residual_add(x, x2_.data(), x2_.data(), nd);
+    ops_.dense_forward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, p + at_.proj_b, x2_.data(),
+                       x);  // x2 = x + proj(att)
     ops_.layernorm_to_dense(2, {n, d_}, x2_.data(), p + at_.ln2_w, p + at_.ln2_b, ln2_.data(),
                             mean(1), rstd(1));
     ops_.dense_forward(2, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, p + at_.fc_b, h_.data());
     ops_.gelu_to_dense(3, h_.data(), g_.data(), 4 * nd);
-    ops_.dense_forward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, p + at_.mproj_b, y);
-    ops_.residual_add(x2_.data(), y, y, nd);
+    ops_.dense_forward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, p + at_.mproj_b, y,
+                       x2_.data());  // y = x2 + mproj(g)
   }
 
   void backward(int batch, const float* x, const float*, const float* dy, float* dx,
@@ -161,12 +165,10 @@ class BlockLayer : public Layer {
     float* dense_ws = att_ws + ops_.attention_workspace_floats(attention(batch));
     ops_.dense_backward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, dy, r1, g + at_.mproj_w,
                         g + at_.mproj_b, dense_ws);
-    ops_.gelu_backward(h_.data(), r1, r1, 4 * nd);
-    ops_.dense_backward(2, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, r1, r2, g + at_.fc_w,
-                        g + at_.fc_b, dense_ws);
+    ops_.gelu_dense_backward(2, h_.data(), r1, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, r2,
+                             g + at_.fc_w, g + at_.fc_b, dense_ws);
     ops_.layernorm_backward({n, d_}, x2_.data(), p + at_.ln2_w, mean(1), rstd(1), r2,
-                            r3, g + at_.ln2_w, g + at_.ln2_b);
-    ops_.residual_accumulate(dy, r3, nd);
+                            r3, g + at_.ln2_w, g + at_.ln2_b, dy);  // r3 = dln2 + dy
     ops_.dense_backward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, r3, r2, g + at_.proj_w,
                         g + at_.proj_b, dense_ws);
     ops_.attention_backward(attention(batch), att_.data(), r2, heads_buf_.data(), probs_.data(), r1,
@@ -174,8 +176,7 @@ class BlockLayer : public Layer {
     ops_.dense_backward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, r1, r2, g + at_.qkv_w,
                         g + at_.qkv_b, dense_ws);
     ops_.layernorm_backward({n, d_}, x, p + at_.ln1_w, mean(0), rstd(0), r2, dx,
-                            g + at_.ln1_w, g + at_.ln1_b);
-    if (dx != nullptr) ops_.residual_accumulate(r3, dx, nd);
+                            g + at_.ln1_w, g + at_.ln1_b, r3);  // dx = dln1 + r3
   }
 
  private:
@@ -196,9 +197,9 @@ class BlockLayer : public Layer {
 };
 
 // Final layer norm, then logits = ln(x) wte^T with the embedding's wte (V, D) tied in: one GEMM
-// each way through the Ops' head_forward / head_backward (fp32 products on the CPU and in fp32 runs;
-// bf16 products with fp32 accumulation in bf16 runs, where a GPT-2 vocabulary of 50,304 makes the
-// head a third of the model's products).
+// each way through the Ops' head_forward / head_backward (fp32 products on the CPU and in fp32
+// runs; bf16 products with fp32 accumulation in bf16 runs, where a GPT-2 vocabulary of 50,304
+// makes the head a third of the model's products).
 template <class Ops>
 class LmHeadLayer : public Layer {
  public:

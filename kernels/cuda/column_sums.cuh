@@ -1,0 +1,131 @@
+// Deterministic column sums of a row-major [rows, cols] matrix whose values a loader computes
+// (for *.cu files only): db[j] += sum over r of v(r, j), and optionally every value written in
+// bf16 (cast.h's words) in the same pass. bias.cu sums a stored gradient with it (the bias
+// gradient of dense and conv, the layer norm's parameters); gelu.cu sums the GELU's backward
+// values as it computes them, so that the MLP's hidden gradient is read once and never stored in
+// fp32.
+//
+// A loader is a copyable value with (at = r * cols + j)
+//   template <int V> __device__ void operator()(size_t at, float (&v)[V]) const;
+//   bool aligned() const;  // every pointer it reads 16-byte aligned
+// giving the values at at, at + 1, ..., at + V - 1 (V = 1 or 4; 4 only when aligned() and cols is
+// a multiple of 4). The order of additions depends only on rows and cols: fixed row chunks, rows
+// lane, lane + 8, ... inside a chunk, the 8 lanes added in lane order, the chunks in chunk order;
+// so the bits depend neither on V nor on scheduling.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/launch.cuh"
+
+namespace lockstep::kernels::cuda {
+
+namespace column_sums {
+
+constexpr int kColumns = 32;       // column groups a block: one warp reads neighbouring floats
+constexpr int kRowLanes = 8;       // threads per column group inside a block
+constexpr size_t kChunkRows = 64;  // rows per block in the first pass
+constexpr size_t kMaxChunks = 256;
+
+// Pass 1: block (x, chunk) sums rows [chunk * chunk_rows, ...) of columns [x * 32 V, x * 32 V +
+// 32 V) into partial[chunk, col], V neighbouring columns a thread.
+template <int V, class Load>
+__global__ void partials_kernel(Load load, size_t rows, int cols, size_t chunk_rows,
+                                float* __restrict__ partial, uint16_t* __restrict__ out16) {
+  __shared__ float lanes[kRowLanes][kColumns * V];
+  const int col = (blockIdx.x * kColumns + threadIdx.x) * V;  // V | cols: all V or none in range
+  const size_t begin = blockIdx.y * chunk_rows;
+  const size_t end = min(rows, begin + chunk_rows);
+  float acc[V] = {};
+  if (col < cols) {
+#pragma unroll 4
+    for (size_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
+      const size_t at = r * cols + col;
+      float v[V];
+      load.template operator()<V>(at, v);
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[i] += v[i];
+      if (out16 != nullptr) {
+        if constexpr (V == 4)
+          *reinterpret_cast<uint2*>(out16 + at) =
+              make_uint2(to_bf16(v[0]) | (uint32_t(to_bf16(v[1])) << 16),
+                         to_bf16(v[2]) | (uint32_t(to_bf16(v[3])) << 16));
+        else
+          out16[at] = to_bf16(v[0]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) lanes[threadIdx.y][threadIdx.x * V + i] = acc[i];
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      float sum = 0.0f;
+      for (int lane = 0; lane < kRowLanes; ++lane) sum += lanes[lane][threadIdx.x * V + i];
+      partial[blockIdx.y * size_t(cols) + col + i] = sum;
+    }
+  }
+}
+
+// Pass 2: db[col] += the chunks' partials, in chunk order.
+template <int Unused = 0>
+__global__ void finish_kernel(const float* __restrict__ partial, int chunks, int cols,
+                              float* __restrict__ db) {
+  for (size_t col = thread_index(); col < size_t(cols); col += thread_stride()) {
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; ++c) sum += partial[c * size_t(cols) + col];
+    db[col] += sum;
+  }
+}
+
+}  // namespace column_sums
+
+// The loader of a stored matrix.
+struct ColumnValues {
+  const float* values;
+  template <int V>
+  __device__ void operator()(size_t at, float (&v)[V]) const {
+    if constexpr (V == 4) {
+      const float4 q = *reinterpret_cast<const float4*>(values + at);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+      v[0] = values[at];
+    }
+  }
+  bool aligned() const { return reinterpret_cast<uintptr_t>(values) % 16 == 0; }
+};
+
+// db[j] += sum over r < rows of load's v(r, j); with out16, out16[r, j] = v(r, j) in bf16.
+template <class Load>
+void add_column_sums_of(const Load& load, size_t rows, int cols, float* db, cudaStream_t stream,
+                        uint16_t* out16) {
+  using namespace column_sums;
+  if (rows == 0 || cols <= 0) return;
+  // Chunks depend only on the shape, so the summation order (and the bits) is the same every call.
+  const size_t chunks =
+      std::min(kMaxChunks, std::max<size_t>(1, (rows + kChunkRows - 1) / kChunkRows));
+  const size_t chunk_rows = (rows + chunks - 1) / chunks;
+  StreamScratch partial(chunks * cols * sizeof(float), stream);
+  const bool quads =
+      cols % 4 == 0 && load.aligned() && reinterpret_cast<uintptr_t>(out16) % 8 == 0;
+  const int per_block = kColumns * (quads ? 4 : 1);
+  const dim3 grid((cols + per_block - 1) / per_block, static_cast<unsigned>(chunks));
+  if (quads)
+    partials_kernel<4><<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(
+        load, rows, cols, chunk_rows, partial.as<float>(), out16);
+  else
+    partials_kernel<1><<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(
+        load, rows, cols, chunk_rows, partial.as<float>(), out16);
+  LS_CHECK_LAUNCH("column_sums::partials_kernel");
+  finish_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partial.as<float>(),
+                                                         static_cast<int>(chunks), cols, db);
+  LS_CHECK_LAUNCH("column_sums::finish_kernel");
+}
+
+}  // namespace lockstep::kernels::cuda
