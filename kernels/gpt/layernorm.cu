@@ -56,7 +56,8 @@ __global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, cons
   for (int j = threadIdx.x; j < s.dim; j += blockDim.x) {
     const float xhat = (x[off + j] - m) * rs;
     const float v = rs * (dy[off + j] * gamma[j] - g_mean - xhat * gx_mean);
-    dx[off + j] = dx_add != nullptr ? v + dx_add[off + j] : v;
+    // __fadd_rn: v rounded on its own, as residual_accumulate reads it (never contracted).
+    dx[off + j] = dx_add != nullptr ? __fadd_rn(v, dx_add[off + j]) : v;
   }
 }
 
