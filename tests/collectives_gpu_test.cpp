@@ -20,6 +20,7 @@
 #include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
+#include "runtime/comm/nccl_bootstrap.h"
 #include "runtime/process/context.h"
 #include "runtime/process/device.h"
 
@@ -117,6 +118,25 @@ TEST_F(NcclCollectives, WaitsForComputeStreamWithoutBlockingHost) {
   work->wait(std::chrono::seconds(30));
   EXPECT_EQ(std::vector<uint8_t>(n, 0), recv.read());
   kernels::cuda_stream_destroy(compute);
+}
+
+// Each collective's completion event comes from a pool: once warm, a thousand collectives create
+// no CUDA event (issue 31: one was created per collective).
+TEST_F(NcclCollectives, CollectivesReuseTheirCompletionEvents) {
+  auto comm = make_nccl_communicator(0);
+  DeviceBytes send(256), recv(256);
+  for (int i = 0; i < 20; ++i)
+    comm->all_reduce(send.ptr, recv.ptr, 64, DType::f32, ReduceOp::sum);
+  const size_t warm = nccl_completion_events_created();
+  EXPECT_GT(warm, 0u) << "the counter counts nothing";
+  for (int i = 0; i < 1000; ++i) {
+    auto a = comm->all_reduce_async(send.ptr, recv.ptr, 64, DType::f32, ReduceOp::sum);
+    auto b = comm->broadcast_async(recv.ptr, 64, DType::f32, 0);
+    a->wait(std::chrono::seconds(30));
+    b->wait(std::chrono::seconds(30));
+  }
+  // At most one more, for the second handle in flight at once.
+  EXPECT_LE(nccl_completion_events_created(), warm + 1);
 }
 
 TEST_F(NcclCollectives, StalledCollectiveTimesOutNamingCollectiveAndRank) {

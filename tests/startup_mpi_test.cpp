@@ -106,3 +106,17 @@ TEST(UniqueIdBroadcast, ARankZeroLateBeyondTheDeadlineFailsTheOthersInTime) {
   // Every rank is past the late broadcast before the communicator goes.
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+// A wait on NCCL that gives up says why; at start-up ("nccl init ...") it also names the network
+// interface settings and NCCL's debugging switches, where a wrong interface shows first (issue 31:
+// the init timeout named no network cause).
+TEST(NcclTimeoutReason, StartUpNamesTheNetworkOthersDoNot) {
+  const std::string init = nccl_timeout_reason("nccl init (ncclCommInitRankConfig)");
+  EXPECT_NE(std::string::npos, init.find("a peer rank has died, stalled, or never reached it"));
+  for (const char* hint : {"NCCL_SOCKET_IFNAME", "--iface", "NCCL_DEBUG=INFO",
+                           "NCCL_DEBUG_SUBSYS=INIT,NET"})
+    EXPECT_NE(std::string::npos, init.find(hint)) << hint << " missing: " << init;
+  const std::string later = nccl_timeout_reason("all_reduce (f32, 1024 elements)");
+  EXPECT_NE(std::string::npos, later.find("the NCCL communicator was aborted"));
+  EXPECT_EQ(std::string::npos, later.find("NCCL_SOCKET_IFNAME")) << later;
+}

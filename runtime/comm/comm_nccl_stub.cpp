@@ -6,6 +6,7 @@
 namespace lockstep {
 
 bool nccl_available() { return false; }
+size_t nccl_completion_events_created() { return 0; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(int, Millis) {
   throw UsageError("the NCCL backend is not built into this binary (configure with "

@@ -23,6 +23,16 @@ namespace lockstep {
 std::vector<unsigned char> broadcast_unique_id(Communicator& host, size_t bytes,
                                                const std::function<std::string(void* out)>& make);
 
+// Why a wait on NCCL gave up, after "<what> did not complete within <t>": a peer died, stalled or
+// never came, the communicator was aborted; and where `what` is NCCL's start-up ("nccl init ..."),
+// where a wrong network interface shows first, the hint to name the interface and to rerun with
+// NCCL's INIT and NET debugging.
+std::string nccl_timeout_reason(const std::string& what);
+
+// How many CUDA events the NCCL communicators of this process have created for their collectives'
+// completion: after the first steps a pool serves them all (0 without NCCL). For tests.
+size_t nccl_completion_events_created();
+
 // make_nccl_communicator (communicator.h) with the unique id sent over `host`, a communicator of
 // host buffers over the same ranks (Context::host): its deadline bounds the exchange. The CUDA
 // build's comm_nccl.cu; without it, comm_nccl_stub.cpp throws UsageError.

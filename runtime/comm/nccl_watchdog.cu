@@ -1,13 +1,19 @@
 #include "runtime/comm/nccl_watchdog.h"
 
+#include <atomic>
 #include <sstream>
 
 #include "runtime/base/cuda_check.h"
 #include "runtime/base/deadline_call.h"
 #include "runtime/base/error.h"
 #include "runtime/base/exit.h"
+#include "runtime/comm/nccl_bootstrap.h"
 
 namespace lockstep::nccl {
+
+namespace {
+std::atomic<size_t> events_created{0};  // by every NcclState of the process
+}  // namespace
 
 std::string seconds(Millis t) {
   std::ostringstream os;
@@ -27,6 +33,7 @@ cudaEvent_t NcclState::take_event() {
   }
   cudaEvent_t e = nullptr;
   LS_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  events_created.fetch_add(1, std::memory_order_relaxed);
   return e;
 }
 
@@ -93,17 +100,8 @@ void NcclState::settle(const std::string& what, Millis timeout) {
     if (now != ncclInProgress) fail(what, now);
     if (Clock::now() - start >= timeout) {
       abort(what + " did not complete within " + seconds(timeout));
-      // Start-up is where a wrong network interface shows first.
-    const std::string network =
-        what.rfind("nccl init", 0) == 0
-            ? "; if every rank reached it, the ranks may not reach each other over the network "
-              "NCCL chose: name the interface (--iface, LOCKSTEP_IFACE or NCCL_SOCKET_IFNAME) "
-              "and rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
-            : "";
-    throw TimeoutError(rank_prefix() + " " + what + " did not complete within " +
-                       seconds(timeout) +
-                       ": a peer rank has died, stalled, or never reached it; the NCCL "
-                       "communicator was aborted" + network);
+      throw TimeoutError(rank_prefix() + " " + what + " did not complete within " +
+                         seconds(timeout) + nccl_timeout_reason(what));
     }
     backoff.pause();
   }
@@ -142,3 +140,9 @@ bool NcclWork::poll() {
 }
 
 }  // namespace lockstep::nccl
+
+namespace lockstep {
+size_t nccl_completion_events_created() {
+  return nccl::events_created.load(std::memory_order_relaxed);
+}
+}  // namespace lockstep
