@@ -32,6 +32,7 @@
 #include "kernels/cuda/memory.h"
 #include "kernels/onednn/onednn.h"
 #include "runtime/base/error.h"
+#include "runtime/base/knobs.h"
 #include "runtime/base/precision.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/model/layer_registry.h"
@@ -79,6 +80,7 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
   po::variables_map vm = parse_options("train", argc, argv, desc);
   if (print_help_if_asked(vm, desc, world.rank)) return false;
   set_train_options(vm, kTrainOptions, o->train);
+  configured_knobs();  // the environment knobs, refused in words at start-up (knobs.h)
   if (o->steps < 1) throw UsageError("--steps must be 1 or more");
   if (o->warmup < 0) throw UsageError("--warmup must be 0 or more");
   if (o->peak_size != 0 && (o->peak_size < 64 || o->peak_size > 16384))

@@ -13,6 +13,7 @@
 #include "apps/train_report.h"
 #include "runtime/base/build_info.h"
 #include "runtime/base/error.h"
+#include "runtime/base/knobs.h"
 #include "runtime/base/log.h"
 #include "runtime/comm/agree.h"
 #include "runtime/model/layer_registry.h"
@@ -33,6 +34,7 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   std::string problem;
   try {
     o = parse_train_options(argc, argv);
+    configured_knobs();  // the environment knobs, refused in words at start-up (knobs.h)
     // A CPU-only layer (a user's, say) is refused by name before a device is opened, so the
     // message is the same with or without a GPU.
     if (o.device == "cuda") check_cuda_layers(parse_model_spec(o.config.model));

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "runtime/base/knobs.h"
+#include "runtime/base/log.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
 #include "runtime/observe/progress.h"
@@ -82,6 +84,9 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
                static_cast<double>(t.steady_timeout().count()) / 1000.0,
                static_cast<long long>(Trainer::kStartupSteps),
                static_cast<double>(t.comm().timeout().count()) / 1000.0);
+  // Under --verbose (debug logging): the environment knobs the run follows (knobs.h).
+  if (log_enabled(LogLevel::debug))
+    std::fprintf(stderr, "environment knobs: %s\n", knobs_text(configured_knobs()).c_str());
   const GuardOptions& g = c.guard;
   if (!g.checkpoint_dir.empty()) {
     const uint64_t bytes = checkpoint_bytes(t);

@@ -8,9 +8,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
-#include <cstdlib>
-#include <string>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -28,14 +27,19 @@
 
 namespace lockstep::kernels {
 
-// Whether the loops dispatched on the CPU take their AVX-512 builds: the CPU has AVX-512F, and
-// LOCKSTEP_CPU_ISA is not "baseline" (a test runs the baseline builds so on an AVX-512 machine).
+// Set (process-wide, at start-up: runtime/base/knobs.h's LOCKSTEP_CPU_ISA) to run the loops'
+// baseline builds on any CPU (a test runs them so on an AVX-512 machine). Default false.
+inline std::atomic<bool>& baseline_cpu_isa() {
+  static std::atomic<bool> baseline{false};
+  return baseline;
+}
+inline void use_baseline_cpu_isa(bool baseline) { baseline_cpu_isa() = baseline; }
+
+// Whether the loops dispatched on the CPU take their AVX-512 builds: the CPU has AVX-512F and the
+// baseline builds were not asked for.
 inline bool cpu_avx512f() {
-  static const bool use = [] {
-    const char* isa = std::getenv("LOCKSTEP_CPU_ISA");
-    return (isa == nullptr || std::string(isa) != "baseline") && __builtin_cpu_supports("avx512f");
-  }();
-  return use;
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has && !baseline_cpu_isa().load(std::memory_order_relaxed);
 }
 
 template <class Fn>

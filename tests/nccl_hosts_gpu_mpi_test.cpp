@@ -35,6 +35,7 @@
 #include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/dtype.h"
+#include "runtime/base/knobs.h"
 #include "runtime/comm/nccl_bootstrap.h"
 #include "runtime/process/bootstrap.h"
 #include "runtime/train/trainer.h"
@@ -283,7 +284,9 @@ const std::string& data_file() {
 // The CNN (--model cnn) with its convolutions pinned to im2col + cuBLAS, so that every run takes
 // the same kernels whatever cuDNN's timing would pick.
 TrainConfig cnn(int micro_batches) {
-  setenv("LOCKSTEP_CUDA_CONV", "im2col", 1);
+  Knobs k = configured_knobs();
+  k.cuda_conv = CudaConvKnob::im2col;
+  configure_knobs(k);
   TrainConfig c;
   c.train.path = data_file();
   c.model = "cnn";

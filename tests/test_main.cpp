@@ -1,12 +1,15 @@
 // Shared main() for every GoogleTest binary: starts MPI (a world of one without mpiexec) and keeps
 // the output readable at P ranks: rank 0 prints the usual report, other ranks print only failures,
-// prefixed with their rank. The exit code is non-zero on any rank that failed.
+// prefixed with their rank. The environment knobs (knobs.h) are read first, as the apps read them,
+// so that LOCKSTEP_CPU_ISA=baseline runs a kernels test's baseline builds. The exit code is
+// non-zero on any rank that failed.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
 #include "runtime/base/error.h"
+#include "runtime/base/knobs.h"
 #include "runtime/process/bootstrap.h"
 
 namespace {
@@ -24,6 +27,7 @@ class FailureOnlyPrinter : public testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   lockstep::MpiSession session(&argc, &argv);
+  lockstep::configured_knobs();
   if (session.world().rank != 0) {
     auto& listeners = testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

@@ -4,7 +4,7 @@
 #  - each bad value is refused before training, at 2 ranks: one message (printed once, by rank 0)
 #    that names the option, and exit status 2 on every rank: among them a global batch larger than
 #    the split or than memory (no std::bad_alloc), and --trace or --metrics into a missing folder;
-#  - start-up is quiet: the launcher line only with --verbose;
+#  - start-up is quiet: the launcher line (and the header's environment knobs) only with --verbose;
 #  - a tiny run prints test_loss= and test_accuracy= as its last lines, writes JSON-lines metrics,
 #    and takes its options from --config with the command line winning.
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC. Needs the Fashion-MNIST IDX files
@@ -83,6 +83,9 @@ refuse --threads --data fmnist.h5 --threads -1
 refuse "--cuda-graphs must be on or off" --data fmnist.h5 --cuda-graphs maybe
 LOCKSTEP_CPU_CONV=fastest refuse "LOCKSTEP_CPU_CONV='fastest': expected auto, onednn or direct" \
   --data fmnist.h5 --model cnn
+# Every environment knob is read at start-up, used by this model or not (runtime/base/knobs.h).
+LOCKSTEP_CUDA_ATTENTION=fast refuse "LOCKSTEP_CUDA_ATTENTION='fast': expected flash or materialised" \
+  --data reg.h5 --model linear
 refuse --beta2 --data fmnist.h5 --beta2 1.5
 refuse frobnicate --data fmnist.h5 --frobnicate 1
 refuse --config --data fmnist.h5 --config missing.ini
@@ -124,6 +127,13 @@ err=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${quiet
 grep -q 'launcher:' <<<"$err" && fail "the launcher line is printed without --verbose: $err"
 err=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${quiet[@]}" --verbose 2>&1 >/dev/null)
 grep -q '^launcher: openmpi .*MPI: 2 rank(s)' <<<"$err" || fail "--verbose does not print the launcher line: $err"
+# The run header names the environment knobs under --verbose only.
+header=(--data reg.h5 --model linear --global-batch 32 --steps 2 --progress lines)
+err=$(LOCKSTEP_CUDA_CONV=im2col timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${header[@]}" 2>&1 >/dev/null)
+grep -q 'environment knobs' <<<"$err" && fail "the knobs are printed without --verbose: $err"
+err=$(LOCKSTEP_CUDA_CONV=im2col timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" "${header[@]}" --verbose 2>&1 >/dev/null)
+grep -q '^environment knobs: LOCKSTEP_CPU_CONV=auto LOCKSTEP_CUDA_CONV=im2col LOCKSTEP_CUDNN_DETERMINISTIC=1 ' <<<"$err" ||
+  fail "--verbose does not print the environment knobs in the header: $err"
 
 # ---- a tiny run: config file, command-line override, metrics, final lines ----
 printf 'model = mlp:16\nsteps = 8\nlr = 0.002\nglobal-batch = 64\nlog-every = 2\n' > run.ini

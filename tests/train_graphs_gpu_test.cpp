@@ -28,6 +28,7 @@
 #include "kernels/cuda/memory.h"
 #include "kernels/cuda/stream.h"
 #include "runtime/base/communicator.h"
+#include "runtime/base/knobs.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/train/trainer.h"
 #include "test_util.h"
@@ -113,24 +114,22 @@ class TrainGraphsGpu : public OnGpu0 {
   void SetUp() override {
     OnGpu0::SetUp();
     if (IsSkipped()) return;
-    const char* was = std::getenv("LOCKSTEP_CUDA_CONV");
-    saved_ = was != nullptr ? was : "";
-    had_ = was != nullptr;
+    saved_ = configured_knobs();
   }
-  void TearDown() override {
-    if (had_)
-      setenv("LOCKSTEP_CUDA_CONV", saved_.c_str(), 1);
-    else
-      unsetenv("LOCKSTEP_CUDA_CONV");
+  void TearDown() override { configure_knobs(saved_); }
+  // LOCKSTEP_CUDA_CONV for the trainers the test builds next (knobs.h).
+  void cuda_conv(CudaConvKnob families) {
+    Knobs k = saved_;
+    k.cuda_conv = families;
+    configure_knobs(k);
   }
-  std::string saved_;
-  bool had_ = false;
+  Knobs saved_;
 };
 
 }  // namespace
 
 TEST_F(TrainGraphsGpu, CapturedStepsGiveTheBitsOfUncapturedSteps) {
-  setenv("LOCKSTEP_CUDA_CONV", "im2col", 1);
+  cuda_conv(CudaConvKnob::im2col);
   auto nccl = make_nccl_communicator(0, std::chrono::seconds(120));
   auto mpi = make_mpi_communicator();
   const std::string data = write_images();
@@ -155,7 +154,7 @@ TEST_F(TrainGraphsGpu, CapturedStepsGiveTheBitsOfUncapturedSteps) {
 }
 
 TEST_F(TrainGraphsGpu, NonFiniteStepsAreSkippedByTheGraphAsWithout) {
-  setenv("LOCKSTEP_CUDA_CONV", "im2col", 1);
+  cuda_conv(CudaConvKnob::im2col);
   auto mpi = make_mpi_communicator();
   const std::string data = write_images();
   TrainConfig c = config(data, Precision::fp32, false);
@@ -180,7 +179,7 @@ TEST_F(TrainGraphsGpu, NonFiniteStepsAreSkippedByTheGraphAsWithout) {
 }
 
 TEST_F(TrainGraphsGpu, WithEveryKernelFamilyCapturedStepsStayWithinRounding) {
-  unsetenv("LOCKSTEP_CUDA_CONV");  // cuDNN, im2col and the direct kernels, timed per layer
+  cuda_conv(CudaConvKnob::any);  // cuDNN, im2col and the direct kernels, timed per layer
   auto nccl = make_nccl_communicator(0, std::chrono::seconds(120));
   auto mpi = make_mpi_communicator();
   const std::string data = write_images();
@@ -194,7 +193,7 @@ TEST_F(TrainGraphsGpu, WithEveryKernelFamilyCapturedStepsStayWithinRounding) {
 }
 
 TEST_F(TrainGraphsGpu, AStepAGraphCannotRecordRunsUncapturedWithTheSameBits) {
-  setenv("LOCKSTEP_CUDA_CONV", "im2col", 1);
+  cuda_conv(CudaConvKnob::im2col);
   register_host_read_relu();
   auto nccl = make_nccl_communicator(0, std::chrono::seconds(120));
   auto mpi = make_mpi_communicator();

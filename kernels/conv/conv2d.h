@@ -116,9 +116,14 @@ void conv2d_filter_direct_cuda(const Conv2dShape& s, const float* x, const float
 // cast to bf16 in the workspace, cuDNN computes in bf16 with fp32 accumulation, and its outputs
 // (y before the bias, dx, dw before they are added) are bf16 words, widened to fp32 on the way
 // out. Algorithms: cuDNN's fastest within the budget as it times them (cudnnFind*Ex) at the first
-// call per (thread, device, shape), deterministic ones first, without TF32 in fp32. Which family
-// is faster depends on the layer: the CUDA layer times both (conv_cuda.cu).
+// call per (thread, device, shape), deterministic ones first (unless set_cudnn_deterministic_first
+// said otherwise before that call), without TF32 in fp32. Which family is faster depends on the
+// layer: the CUDA layer times both (conv_cuda.cu).
 bool conv2d_cudnn_available();
+// Process-wide, for start-up (runtime/base/knobs.h: LOCKSTEP_CUDNN_DETERMINISTIC): false takes
+// cuDNN's time order alone, as PyTorch's cudnn.benchmark without its deterministic flag. Default
+// true. Thread-safe; plans already made keep their algorithms. A no-op without cuDNN.
+void set_cudnn_deterministic_first(bool first);
 size_t conv2d_cudnn_workspace_floats(const Conv2dShape& s, bool bf16);
 void conv2d_weights_krsc_cuda(const Conv2dShape& s, const float* w, float* wk, cudaStream_t stream);
 void conv2d_weights_krsc_bf16_cuda(const Conv2dShape& s, const float* w, uint16_t* wk,

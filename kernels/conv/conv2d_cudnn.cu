@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cudnn.h>
 
 #include <algorithm>
@@ -158,16 +159,9 @@ bool refused(cudnnStatus_t rc) {
 }
 
 // cuDNN's deterministic algorithms first (the same bits run after run where the same algorithms
-// are chosen), unless LOCKSTEP_CUDNN_DETERMINISTIC=0: then cuDNN's time order alone, as PyTorch's
-// cudnn.benchmark without its deterministic flag. The runtime's convolution layer checks the
-// value (conv_cuda.cu).
-bool deterministic_first() {
-  static const bool first = [] {
-    const char* v = std::getenv("LOCKSTEP_CUDNN_DETERMINISTIC");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return first;
-}
+// are chosen), unless set_cudnn_deterministic_first(false) said otherwise.
+std::atomic<bool> deterministic_first_now{true};
+bool deterministic_first() { return deterministic_first_now.load(std::memory_order_relaxed); }
 
 // cuDNN's timed answers (perf[0, count), fastest first) that the plan may use.
 template <class Perf>
@@ -384,6 +378,7 @@ struct Pass {
 }  // namespace
 
 bool conv2d_cudnn_available() { return true; }
+void set_cudnn_deterministic_first(bool first) { deterministic_first_now = first; }
 
 size_t conv2d_cudnn_workspace_floats(const Conv2dShape& s, bool bf16) {
   return layout_of(s, conv2d_geometry(s, "conv2d_cudnn_workspace_floats"), bf16).total;

@@ -16,6 +16,7 @@ namespace {
 }  // namespace
 
 bool conv2d_cudnn_available() { return false; }
+void set_cudnn_deterministic_first(bool) {}
 size_t conv2d_cudnn_workspace_floats(const Conv2dShape&, bool) {
   cudnn_not_built("conv2d_cudnn_workspace_floats");
 }

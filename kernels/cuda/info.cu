@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 
 namespace lockstep::kernels {
 
@@ -18,11 +17,7 @@ int cuda_device_count_or_reason(std::string* reason) {
     return 0;
   }
   if (count <= 0) {
-    if (reason != nullptr) {
-      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-      *reason = std::string("no CUDA device is visible") +
-                (visible != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : "");
-    }
+    if (reason != nullptr) *reason = "no CUDA device is visible";
     return 0;
   }
   return count;

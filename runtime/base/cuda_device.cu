@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/info.h"
 #include "runtime/base/cuda_check.h"
@@ -24,8 +26,16 @@ constexpr uint64_t kPoolKeepBytes = uint64_t{256} << 20;
 }  // namespace
 
 // kernels/ asks the runtime (checking cudaGetDeviceCount's return code, not only the count it
-// leaves untouched on failure); one answer for tests, benchmarks and device choice.
-int cuda_device_count(std::string* reason) { return kernels::cuda_device_count_or_reason(reason); }
+// leaves untouched on failure); one answer for tests, benchmarks and device choice. Where no
+// device is visible, the reason names the CUDA_VISIBLE_DEVICES that hid them.
+int cuda_device_count(std::string* reason) {
+  const int count = kernels::cuda_device_count_or_reason(reason);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (count == 0 && reason != nullptr && visible != nullptr &&
+      reason->rfind("no CUDA device", 0) == 0)
+    *reason += std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")";
+  return count;
+}
 
 std::string cuda_device_uuid(int index) {
   cudaDeviceProp p{};

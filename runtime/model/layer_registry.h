@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/stream.h"
 #include "runtime/base/device_kind.h"
+#include "runtime/base/knobs.h"
 #include "runtime/base/precision.h"
 #include "runtime/model/layers.h"
 #include "runtime/model/model_spec.h"
@@ -27,11 +28,13 @@
 namespace lockstep {
 
 // Where a CUDA layer computes: the stream its work is queued on, whether its GEMMs run in bf16,
-// and whether its training steps are replayed from CUDA graphs (ModelPlacement::graphs).
+// whether its training steps are replayed from CUDA graphs (ModelPlacement::graphs), and the
+// environment knobs that pick its kernels (knobs.h: the convolution families, the attention path).
 struct CudaLayerPlacement {
   cudaStream_t stream = nullptr;
   Precision precision = Precision::fp32;
   bool graphs = false;
+  Knobs knobs;
 };
 
 // A named piece of a layer's parameters ("weight", "bias") with its shape; a layer's pieces follow

@@ -72,7 +72,8 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
       layers_.push_back(std::make_unique<PassThroughLayer>(plan_[i]));
     else
       layers_.push_back(where == DeviceKind::cuda
-                            ? make_cuda_layer(plan_[i], {placement_.stream, placement_.precision, placement_.graphs})
+                            ? make_cuda_layer(plan_[i], {placement_.stream, placement_.precision, placement_.graphs,
+                                                        placement_.knobs})
                             : make_cpu_layer(plan_[i], placement_.cpu_kernels));
     span_names_.push_back(find_layer_type(plan_[i].spec.type).span());
     if (plan_[i].params == 0) continue;

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/knobs.h"
 #include "runtime/base/buffer.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/model/model_spec.h"
@@ -79,6 +80,9 @@ struct ModelPlacement {
   // every layer range, and the buffers' end, to kParamAlignFloats * shard_ranks floats, so that
   // any bucket of whole layers divides into equal blocks. 1: the unsharded layout.
   int shard_ranks = 1;
+  // The environment knobs its layers follow (knobs.h), the process's by default: a test may set
+  // another value for one model.
+  Knobs knobs = configured_knobs();
 };
 
 // Layer ranges start at multiples of this many floats (256 bytes).

@@ -1,7 +1,6 @@
 #include "runtime/model/layers/conv.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -21,18 +20,9 @@ namespace {
 // are blocked), "onednn" (oneDNN's choice everywhere) or "direct" (oneDNN's direct algorithm
 // always, as PyTorch asks oneDNN for: its rounding, about 1e-6 of the largest output apart from
 // either Winograd).
-enum class CpuConv { automatic, onednn, direct };
-CpuConv cpu_conv() {
-  static const CpuConv choice = [] {
-    const char* env = std::getenv("LOCKSTEP_CPU_CONV");
-    const std::string v = env == nullptr ? "" : env;
-    if (v.empty() || v == "auto") return CpuConv::automatic;
-    if (v == "onednn") return CpuConv::onednn;
-    if (v == "direct") return CpuConv::direct;
-    throw UsageError("LOCKSTEP_CPU_CONV='" + v + "': expected auto, onednn or direct");
-  }();
-  return choice;
-}
+// Read once, with the other knobs (runtime/base/knobs.h).
+using CpuConv = CpuConvKnob;
+CpuConv cpu_conv() { return configured_knobs().cpu_conv; }
 
 // With oneDNN, the forward pass runs on it; so does the backward pass unless oneDNN runs AVX2 (not
 // AVX-512) kernels and the layer has fewer input channels than those block them by (8): there it

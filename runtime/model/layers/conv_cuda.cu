@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -42,22 +41,19 @@ const char* name(Family f) {
   return f == Family::cudnn ? "cudnn" : f == Family::direct ? "direct" : "im2col";
 }
 
-// Which families the layers may use: LOCKSTEP_CUDA_CONV (im2col or cudnn: that one alone), else
-// all the build has (the direct kernels where a layer's shape suits them).
+// Which families the layers may use: the placement's LOCKSTEP_CUDA_CONV (knobs.h; im2col or
+// cudnn: that one alone), else all the build has (the direct kernels where a layer's shape suits
+// them).
 struct FamilyChoice {
   bool im2col = true, cudnn = false, direct = false;
 };
-FamilyChoice family_choice() {
-  // Read by the cuDNN kernels themselves (conv2d_cudnn.cu); refused here in words.
-  if (const char* d = std::getenv("LOCKSTEP_CUDNN_DETERMINISTIC");
-      d != nullptr && std::string(d) != "0" && std::string(d) != "1")
-    throw UsageError(std::string("LOCKSTEP_CUDNN_DETERMINISTIC='") + d + "': expected 0 or 1");
+FamilyChoice family_choice(const Knobs& knobs) {
   const bool built = kernels::conv2d_cudnn_available();
-  const char* env = std::getenv("LOCKSTEP_CUDA_CONV");
-  const std::string c = env != nullptr ? env : "";
-  if (c.empty()) return {true, built, true};
-  if (c == "im2col") return {true, false, false};
-  if (c != "cudnn") throw UsageError("LOCKSTEP_CUDA_CONV='" + c + "': expected cudnn or im2col");
+  switch (knobs.cuda_conv) {
+    case CudaConvKnob::any: return {true, built, true};
+    case CudaConvKnob::im2col: return {true, false, false};
+    case CudaConvKnob::cudnn: break;
+  }
   if (!built) throw UsageError("LOCKSTEP_CUDA_CONV=cudnn, but this build has no cuDNN");
   return {false, true, false};
 }
@@ -268,7 +264,7 @@ class CudaConv2d : public CudaLayer {
 }  // namespace
 
 std::unique_ptr<Layer> make_conv_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
-  const FamilyChoice families = family_choice();
+  const FamilyChoice families = family_choice(where.knobs);
   if (where.precision == Precision::bf16)
     return std::make_unique<CudaConv2d<uint16_t>>(plan, where.stream, families, where.graphs);
   return std::make_unique<CudaConv2d<float>>(plan, where.stream, families, where.graphs);

@@ -9,7 +9,6 @@
 // and the statistics stay fp32. Plain C++ over the launchers: a .cu only so that it is
 // built with CUDA and gpt_cuda_stub.cpp without.
 #include <array>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -24,23 +23,15 @@
 namespace lockstep {
 namespace {
 
-// LOCKSTEP_CUDA_ATTENTION: flash (the default: the flash kernels in bf16 runs) or materialised
-// (attention.h's exact path in both precisions, for comparison).
-bool flash_allowed() {
-  const char* env = std::getenv("LOCKSTEP_CUDA_ATTENTION");
-  const std::string a = env != nullptr ? env : "";
-  if (a.empty() || a == "flash") return true;
-  if (a == "materialised") return false;
-  throw UsageError("LOCKSTEP_CUDA_ATTENTION='" + a + "': expected flash or materialised");
-}
-
 class CudaGptOps {
  public:
   // head_dim: the block's attention head width (0 for the layers without attention).
   explicit CudaGptOps(const CudaLayerPlacement& where, int head_dim = 0)
       : stream_(where.stream),
         bf16_(where.precision == Precision::bf16),
-        flash_(bf16_ && flash_allowed() &&
+        // LOCKSTEP_CUDA_ATTENTION (knobs.h): flash, the default in bf16 runs, or materialised
+        // (attention.h's exact path in both precisions, for comparison).
+        flash_(bf16_ && where.knobs.cuda_attention == AttentionKnob::flash &&
                kernels::attention_flash_supported({.head_dim = head_dim})) {}
 
   DeviceKind device() const { return DeviceKind::cuda; }

@@ -1,0 +1,103 @@
+#include "runtime/base/knobs.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "kernels/conv/conv2d.h"
+#include "kernels/parallel.h"
+#include "runtime/base/error.h"
+
+namespace lockstep {
+
+namespace {
+
+// The variable's value; "" when unset.
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+[[noreturn]] void refuse(const char* name, const std::string& value, const char* expected) {
+  throw UsageError(std::string(name) + "='" + value + "': expected " + expected);
+}
+
+std::mutex knobs_mutex;
+std::optional<Knobs> knobs_now;  // guarded by knobs_mutex; never reset once set
+
+void apply(const Knobs& k) {
+  kernels::use_baseline_cpu_isa(k.cpu_isa_baseline);
+  kernels::set_cudnn_deterministic_first(k.cudnn_deterministic);
+}
+
+}  // namespace
+
+Knobs knobs_from_environment() {
+  Knobs k;
+  const std::string cpu_conv = env("LOCKSTEP_CPU_CONV");
+  if (cpu_conv == "onednn")
+    k.cpu_conv = CpuConvKnob::onednn;
+  else if (cpu_conv == "direct")
+    k.cpu_conv = CpuConvKnob::direct;
+  else if (!cpu_conv.empty() && cpu_conv != "auto")
+    refuse("LOCKSTEP_CPU_CONV", cpu_conv, "auto, onednn or direct");
+
+  const std::string cuda_conv = env("LOCKSTEP_CUDA_CONV");
+  if (cuda_conv == "im2col")
+    k.cuda_conv = CudaConvKnob::im2col;
+  else if (cuda_conv == "cudnn")
+    k.cuda_conv = CudaConvKnob::cudnn;
+  else if (!cuda_conv.empty())
+    refuse("LOCKSTEP_CUDA_CONV", cuda_conv, "cudnn or im2col");
+
+  const std::string deterministic = env("LOCKSTEP_CUDNN_DETERMINISTIC");
+  if (deterministic == "0")
+    k.cudnn_deterministic = false;
+  else if (!deterministic.empty() && deterministic != "1")
+    refuse("LOCKSTEP_CUDNN_DETERMINISTIC", deterministic, "0 or 1");
+
+  const std::string isa = env("LOCKSTEP_CPU_ISA");
+  if (isa == "baseline")
+    k.cpu_isa_baseline = true;
+  else if (!isa.empty() && isa != "native")
+    refuse("LOCKSTEP_CPU_ISA", isa, "baseline or native");
+
+  const std::string attention = env("LOCKSTEP_CUDA_ATTENTION");
+  if (attention == "materialised")
+    k.cuda_attention = AttentionKnob::materialised;
+  else if (!attention.empty() && attention != "flash")
+    refuse("LOCKSTEP_CUDA_ATTENTION", attention, "flash or materialised");
+  return k;
+}
+
+std::string knobs_text(const Knobs& k) {
+  const char* cpu_conv = k.cpu_conv == CpuConvKnob::onednn   ? "onednn"
+                         : k.cpu_conv == CpuConvKnob::direct ? "direct"
+                                                             : "auto";
+  const char* cuda_conv = k.cuda_conv == CudaConvKnob::im2col  ? "im2col"
+                          : k.cuda_conv == CudaConvKnob::cudnn ? "cudnn"
+                                                               : "any";
+  return std::string("LOCKSTEP_CPU_CONV=") + cpu_conv + " LOCKSTEP_CUDA_CONV=" + cuda_conv +
+         " LOCKSTEP_CUDNN_DETERMINISTIC=" + (k.cudnn_deterministic ? "1" : "0") +
+         " LOCKSTEP_CPU_ISA=" + (k.cpu_isa_baseline ? "baseline" : "native") +
+         " LOCKSTEP_CUDA_ATTENTION=" +
+         (k.cuda_attention == AttentionKnob::materialised ? "materialised" : "flash");
+}
+
+const Knobs& configured_knobs() {
+  std::lock_guard<std::mutex> lock(knobs_mutex);
+  if (!knobs_now) {
+    const Knobs k = knobs_from_environment();  // throws before anything is set
+    apply(k);
+    knobs_now = k;
+  }
+  return *knobs_now;
+}
+
+void configure_knobs(const Knobs& k) {
+  std::lock_guard<std::mutex> lock(knobs_mutex);
+  apply(k);
+  knobs_now = k;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,46 @@
+// The environment knobs: switches for comparisons and diagnosis that are not training options,
+// read and validated in one place, once, at start-up (the apps read them before anything else, so
+// a bad value is refused in words before any work), printed in the run header under --verbose,
+// and passed down as values: the model's placement carries them to its layers (ModelPlacement,
+// CudaLayerPlacement), and the kernels' process-wide settings (the CPU's vector ISA, cuDNN's
+// algorithm order) are set from them here. No getenv in kernels/.
+//
+//   LOCKSTEP_CPU_CONV            auto (default) | onednn | direct   CPU convolution algorithm
+//   LOCKSTEP_CUDA_CONV           (unset: any) | im2col | cudnn      CUDA convolution families
+//   LOCKSTEP_CUDNN_DETERMINISTIC 1 (default) | 0                    cuDNN's deterministic first
+//   LOCKSTEP_CPU_ISA             (unset: native) | baseline         CPU loops' baseline builds
+//   LOCKSTEP_CUDA_ATTENTION      flash (default) | materialised      bf16 GPT attention
+//
+// configured_knobs() is thread-safe; configure_knobs() is for start-up and tests (not while
+// layers are being built). No collective calls.
+#pragma once
+
+#include <string>
+
+namespace lockstep {
+
+enum class CpuConvKnob { automatic, onednn, direct };
+enum class CudaConvKnob { any, im2col, cudnn };
+enum class AttentionKnob { flash, materialised };
+
+struct Knobs {
+  CpuConvKnob cpu_conv = CpuConvKnob::automatic;
+  CudaConvKnob cuda_conv = CudaConvKnob::any;
+  bool cudnn_deterministic = true;
+  bool cpu_isa_baseline = false;
+  AttentionKnob cuda_attention = AttentionKnob::flash;
+};
+
+// The knobs the environment sets now; UsageError naming the variable, its value and what it takes
+// for a value it does not take (an empty value is the default).
+Knobs knobs_from_environment();
+
+// "LOCKSTEP_CPU_CONV=auto LOCKSTEP_CUDA_CONV=any ...": every knob with its value, for the header.
+std::string knobs_text(const Knobs& k);
+
+// The process's knobs: from the environment at the first call (which may throw UsageError), or
+// what configure_knobs set. Either way the kernels' process-wide settings follow them.
+const Knobs& configured_knobs();
+void configure_knobs(const Knobs& k);
+
+}  // namespace lockstep
