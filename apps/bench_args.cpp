@@ -2,8 +2,8 @@
 
 #include <cctype>
 #include <cstdio>
-#include <sstream>
 #include <limits>
+#include <sstream>
 
 #include "runtime/base/error.h"
 
@@ -70,21 +70,19 @@ DType parse_dtype(const std::string& text) {
     DType type;
   };
   static const Name kNames[] = {
-      {"float32", DType::f32}, {"f32", DType::f32},      {"float", DType::f32},
-      {"float64", DType::f64}, {"f64", DType::f64},      {"double", DType::f64},
-      {"bfloat16", DType::bf16}, {"bf16", DType::bf16},  {"float16", DType::f16},
-      {"f16", DType::f16},     {"half", DType::f16},     {"int32", DType::i32},
-      {"i32", DType::i32},     {"int64", DType::i64},    {"i64", DType::i64},
-      {"uint8", DType::u8},    {"u8", DType::u8},
+      {"float32", DType::f32},   {"f32", DType::f32},   {"float", DType::f32},
+      {"float64", DType::f64},   {"f64", DType::f64},   {"double", DType::f64},
+      {"bfloat16", DType::bf16}, {"bf16", DType::bf16}, {"float16", DType::f16},
+      {"f16", DType::f16},       {"half", DType::f16},  {"int32", DType::i32},
+      {"i32", DType::i32},       {"int64", DType::i64}, {"i64", DType::i64},
+      {"uint8", DType::u8},      {"u8", DType::u8},
   };
   for (const Name& n : kNames)
     if (text == n.name) return n.type;
   throw UsageError("--dtype '" + text + "' is not an element type (use " + dtype_choices() + ")");
 }
 
-std::string dtype_choices() {
-  return "float32, float64, bfloat16, float16, int32, int64 or uint8";
-}
+std::string dtype_choices() { return "float32, float64, bfloat16, float16, int32, int64 or uint8"; }
 
 ReduceOp parse_op(const std::string& text) {
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min})

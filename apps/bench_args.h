@@ -6,7 +6,6 @@
 #pragma once
 
 #include <boost/program_options.hpp>
-
 #include <cstddef>
 #include <string>
 #include <vector>

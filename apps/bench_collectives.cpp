@@ -69,32 +69,36 @@ struct CollectiveEntry {
 };
 
 const CollectiveEntry kCollectives[] = {
-    {"all_reduce", "algbw x 2(n-1)/n", true, false, false,
-     [](int n) { return 2.0 * (n - 1) / n; },
-     [](size_t e, int) { return Layout{e, e, e}; },
+    {"all_reduce", "algbw x 2(n-1)/n", true, false, false, [](int n) { return 2.0 * (n - 1) / n; },
+     [](size_t e, int) {
+       return Layout{e, e, e};
+     },
      [](Communicator& comm, const Call& c) {
        return comm.all_reduce_async(c.send, c.recv, c.layout.count, c.type, c.op);
      },
      [](const Call& c, size_t i) { return reduced_value(c.op, c.type, i, c.ranks); }},
-    {"broadcast", "algbw x 1", false, true, true,
-     [](int) { return 1.0; },
-     [](size_t e, int) { return Layout{e, 0, e}; },
+    {"broadcast", "algbw x 1", false, true, true, [](int) { return 1.0; },
+     [](size_t e, int) {
+       return Layout{e, 0, e};
+     },
      [](Communicator& comm, const Call& c) {
        return comm.broadcast_async(c.recv, c.layout.count, c.type, c.root);
      },
      [](const Call& c, size_t i) { return input_value(c.root, i, c.ranks); }},
-    {"all_gather", "algbw x (n-1)/n", false, false, false,
-     [](int n) { return (n - 1.0) / n; },
-     [](size_t e, int n) { return Layout{e / n, e / n, e / n * n}; },
+    {"all_gather", "algbw x (n-1)/n", false, false, false, [](int n) { return (n - 1.0) / n; },
+     [](size_t e, int n) {
+       return Layout{e / n, e / n, e / n * n};
+     },
      [](Communicator& comm, const Call& c) {
        return comm.all_gather_async(c.send, c.recv, c.layout.count, c.type);
      },
      [](const Call& c, size_t i) {
        return input_value(static_cast<int>(i / c.layout.count), i % c.layout.count, c.ranks);
      }},
-    {"reduce_scatter", "algbw x (n-1)/n", true, false, false,
-     [](int n) { return (n - 1.0) / n; },
-     [](size_t e, int n) { return Layout{e / n, e / n * n, e / n}; },
+    {"reduce_scatter", "algbw x (n-1)/n", true, false, false, [](int n) { return (n - 1.0) / n; },
+     [](size_t e, int n) {
+       return Layout{e / n, e / n * n, e / n};
+     },
      [](Communicator& comm, const Call& c) {
        return comm.reduce_scatter_async(c.send, c.recv, c.layout.count, c.type, c.op);
      },
@@ -127,6 +131,7 @@ struct Options {
 
 po::options_description describe_options() {
   po::options_description o("lockstep-bench collectives [options]");
+  // clang-format off
   o.add_options()
       ("help,h", "show this help")
       ("minbytes,b", po::value<std::string>()->default_value("8"), "smallest size (8, 1K, 64M, 1G)")
@@ -144,6 +149,7 @@ po::options_description describe_options() {
       ("root,r", po::value<int>()->default_value(0), "broadcast root")
       ("blocking", "wait for each call before issuing the next")
       ("timeout", po::value<double>()->default_value(60), "seconds one call may take");
+  // clang-format on
   return o;
 }
 
@@ -230,13 +236,17 @@ class Buffers {
 
   void upload(void* dst, size_t bytes) {
     if (bytes == 0) return;
-    if (device_) kernels::cuda_copy_to_device(dst, staging_.data(), bytes);
-    else std::memcpy(dst, staging_.data(), bytes);
+    if (device_)
+      kernels::cuda_copy_to_device(dst, staging_.data(), bytes);
+    else
+      std::memcpy(dst, staging_.data(), bytes);
   }
   void download(const void* src, size_t bytes) {
     if (bytes == 0) return;
-    if (device_) kernels::cuda_copy_to_host(staging_.data(), src, bytes);
-    else std::memcpy(staging_.data(), src, bytes);
+    if (device_)
+      kernels::cuda_copy_to_host(staging_.data(), src, bytes);
+    else
+      std::memcpy(staging_.data(), src, bytes);
   }
 
  private:
@@ -321,9 +331,9 @@ Row measure(const CollectiveEntry& entry, Communicator& comm, Communicator& host
 
 void print_heading(const CollectiveEntry& entry, int ranks) {
   std::printf("#\n# %s   busbw = %s (n = %d)\n", entry.name, entry.bus_rule, ranks);
-  std::printf("# %12s %12s %9s %6s %5s %11s %11s %11s %12s %12s %7s\n", "size(B)", "count",
-              "type", "redop", "root", "min(us)", "avg(us)", "max(us)", "algbw(GB/s)",
-              "busbw(GB/s)", "#wrong");
+  std::printf("# %12s %12s %9s %6s %5s %11s %11s %11s %12s %12s %7s\n", "size(B)", "count", "type",
+              "redop", "root", "min(us)", "avg(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)",
+              "#wrong");
 }
 
 // Runs every selected collective over every size on `comm`; returns the wrong values it saw.

@@ -18,7 +18,8 @@ int run_collectives_bench(int argc, char** argv, const World& world);
 // Communicator::all_reduce against a plain MPI_Allreduce, interleaved (bench_overhead.cpp).
 int run_overhead_bench(int argc, char** argv, const World& world);
 
-// Training-step throughput, phase shares and FLOP/s against a measured sgemm peak (bench_train.cpp).
+// Training-step throughput, phase shares and FLOP/s against a measured sgemm peak
+// (bench_train.cpp).
 int run_train_bench(int argc, char** argv, const World& world);
 
 }  // namespace lockstep::bench

@@ -24,7 +24,8 @@ constexpr lockstep::apps::Subcommand kCommands[] = {
      &lockstep::bench::run_collectives_bench},
     {"overhead", "Lockstep all_reduce against a plain MPI_Allreduce of the same buffer",
      &lockstep::bench::run_overhead_bench},
-    {"train", "training steps/s, step-time spread, phase shares, FLOP/s against a measured sgemm peak",
+    {"train",
+     "training steps/s, step-time spread, phase shares, FLOP/s against a measured sgemm peak",
      &lockstep::bench::run_train_bench},
 };
 

@@ -35,7 +35,7 @@ namespace po = boost::program_options;
 struct Options {
   std::vector<size_t> sizes;
   int warmup = 5;
-  int iters = 20;         // per round, sizes of 1 MiB and more
+  int iters = 20;          // per round, sizes of 1 MiB and more
   int small_iters = 1000;  // per round, smaller sizes (microseconds each: more samples)
   int rounds = 5;
   int iters_for(size_t bytes) const { return bytes >= (size_t{1} << 20) ? iters : small_iters; }
@@ -53,6 +53,7 @@ std::vector<size_t> parse_sizes(const std::string& text) {
 
 bool parse(int argc, char** argv, const World& world, Options* o) {
   po::options_description desc("lockstep-bench overhead [options]");
+  // clang-format off
   desc.add_options()
       ("help,h", "show this help")
       ("bytes,b", po::value<std::string>()->default_value("8,64,4K,64M"),
@@ -63,6 +64,7 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("small-iters", po::value<int>()->default_value(1000),
        "timed calls of each kind per round, sizes below 1 MiB")
       ("rounds,r", po::value<int>()->default_value(5), "rounds per size, each reported on its own line");
+  // clang-format on
   po::variables_map vm = parse_options("overhead", argc, argv, desc);
   if (print_help_if_asked(vm, desc, world.rank)) return false;
   o->sizes = parse_sizes(vm["bytes"].as<std::string>());
@@ -99,11 +101,13 @@ void print_checksum_speed() {
   for (int pass = 0; pass < 5; ++pass) {
     const auto start = std::chrono::steady_clock::now();
     sink ^= checksum64(buf.data(), buf.size());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     rates.push_back(static_cast<double>(buf.size()) / s / 1e9);
   }
-  std::printf("# replica checksum (checksum64) over 256 MiB: %.2f GB/s (median of 5; sum %016llx)\n",
-              median(rates), static_cast<unsigned long long>(sink));
+  std::printf(
+      "# replica checksum (checksum64) over 256 MiB: %.2f GB/s (median of 5; sum %016llx)\n",
+      median(rates), static_cast<unsigned long long>(sink));
 }
 
 // Elements of `recv` that are not the sum over ranks of input_value.
@@ -199,14 +203,17 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
   if (world.rank == 0) {
     std::string sizes;
     for (size_t b : o.sizes) sizes += (sizes.empty() ? "" : ", ") + format_bytes(b);
-    std::printf("# lockstep-bench overhead: all_reduce of float32 (sum, out of place), %d rank(s), "
-                "sizes %s\n",
-                world.size, sizes.c_str());
-    std::printf("# lockstep = Communicator::all_reduce (mpi backend), mpi = MPI_Allreduce from the "
-                "calling thread\n");
-    std::printf("# per size: %d rounds of %d calls each (%d below 1 MiB), alternating, after %d "
-                "warm-up calls each; a sample is the slowest rank's time\n",
-                o.rounds, o.iters, o.small_iters, o.warmup);
+    std::printf(
+        "# lockstep-bench overhead: all_reduce of float32 (sum, out of place), %d rank(s), "
+        "sizes %s\n",
+        world.size, sizes.c_str());
+    std::printf(
+        "# lockstep = Communicator::all_reduce (mpi backend), mpi = MPI_Allreduce from the "
+        "calling thread\n");
+    std::printf(
+        "# per size: %d rounds of %d calls each (%d below 1 MiB), alternating, after %d "
+        "warm-up calls each; a sample is the slowest rank's time\n",
+        o.rounds, o.iters, o.small_iters, o.warmup);
     std::printf("# %9s %5s %20s %20s %14s %8s %13s\n", "size", "round", "lockstep median(us)",
                 "mpi median(us)", "extra(us)", "ratio", "paired ratio");
     std::fflush(stdout);
@@ -223,16 +230,16 @@ int run_overhead_bench(int argc, char** argv, const World& world) {
   if (world.rank == 0) {
     std::printf("# summary, every round pooled:\n");
     std::printf("# %9s %8s %20s %12s %15s %12s %10s %8s %13s\n", "size", "samples",
-                "lockstep median(us)", "min(us)", "mpi median(us)", "min(us)", "extra(us)",
-                "ratio", "paired ratio");
+                "lockstep median(us)", "min(us)", "mpi median(us)", "min(us)", "extra(us)", "ratio",
+                "paired ratio");
     std::string ratios, paired;
     for (const SizeResult& r : results) {
       double ml = median(r.lockstep), mp = median(r.plain), mpair = median(r.pairs);
       std::printf("  %9s %8zu %20.2f %12.2f %15.2f %12.2f %10.2f %8.3f %13.3f\n",
                   format_bytes(r.bytes).c_str(), r.lockstep.size(), ml * 1e6,
                   *std::min_element(r.lockstep.begin(), r.lockstep.end()) * 1e6, mp * 1e6,
-                  *std::min_element(r.plain.begin(), r.plain.end()) * 1e6, (ml - mp) * 1e6,
-                  ml / mp, mpair);
+                  *std::min_element(r.plain.begin(), r.plain.end()) * 1e6, (ml - mp) * 1e6, ml / mp,
+                  mpair);
       char buf[64];
       std::snprintf(buf, sizeof buf, "%s%s %.3f", ratios.empty() ? "" : ", ",
                     format_bytes(r.bytes).c_str(), ml / mp);

@@ -31,7 +31,8 @@ double best_seconds(Communicator& comm, Run run) {
     comm.barrier();
     auto t0 = std::chrono::steady_clock::now();
     run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -75,8 +76,8 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n) {
   const std::string cube = std::to_string(n) + "^3";
   std::vector<KernelRate> rates;
   rates.push_back({"OpenBLAS sgemm " + cube, flops(n) / best_seconds(comm, [&] {
-                     kernels::gemm_cpu(s, a.data(), b.data(), c.data());
-                   })});
+                                               kernels::gemm_cpu(s, a.data(), b.data(), c.data());
+                                             })});
   const std::string conv = "convolution 64x14x14x32->64 3x3";
   if (kernels::winograd_fast())
     rates.push_back({"Lockstep Winograd " + conv + " blocked (counted as direct)",
@@ -86,15 +87,15 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n) {
                      })});
   if (!kernels::onednn_built()) return rates;
   rates.push_back({"oneDNN matmul " + cube, flops(n) / best_seconds(comm, [&] {
-                     kernels::gemm_onednn(s, a.data(), b.data(), c.data());
-                   })});
+                                              kernels::gemm_onednn(s, a.data(), b.data(), c.data());
+                                            })});
   for (const bool blocked : {false, true})
-    rates.push_back({"oneDNN " + conv +
-                         (blocked ? " blocked (oneDNN's algorithm, counted as direct)" : ""),
-                     host_conv_rate(comm, [blocked](const kernels::Conv2dShape& cs, const float* x,
-                                                    const float* w, const float* b, float* y) {
-                       kernels::conv2d_forward_onednn(cs, x, w, b, y, {blocked, blocked});
-                     })});
+    rates.push_back(
+        {"oneDNN " + conv + (blocked ? " blocked (oneDNN's algorithm, counted as direct)" : ""),
+         host_conv_rate(comm, [blocked](const kernels::Conv2dShape& cs, const float* x,
+                                        const float* w, const float* b, float* y) {
+           kernels::conv2d_forward_onednn(cs, x, w, b, y, {blocked, blocked});
+         })});
   return rates;
 }
 

@@ -15,6 +15,8 @@
 // as the direct algorithm's FLOPs) with the rank's threads, named in the output;
 // on a GPU (--device cuda) a cuBLAS 8192^3 GEMM in the step's precision (--precision: fp32, or
 // bf16 with fp32 accumulation, then the fp32 rate is printed too), timed by CUDA events.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -22,8 +24,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
@@ -49,8 +49,8 @@ namespace po = boost::program_options;
 // The options this benchmark shares with lockstep-train, taken from its table: the same help,
 // defaults and refusals (train_options.h).
 const std::vector<std::string> kTrainOptions = {
-    "model",     "global-batch", "device",       "precision",   "data-in-memory-mb",
-    "threads",   "optimizer",    "weight-decay", "clip-norm",   "cuda-graphs",
+    "model",   "global-batch", "device",       "precision", "data-in-memory-mb",
+    "threads", "optimizer",    "weight-decay", "clip-norm", "cuda-graphs",
     "zero"};
 
 struct Options {
@@ -65,6 +65,7 @@ constexpr int kHostPeakSize = 2048, kDevicePeakSize = 8192;
 
 bool parse(int argc, char** argv, const World& world, Options* o) {
   po::options_description desc("lockstep-bench train [options]");
+  // clang-format off
   desc.add_options()
       ("help,h", "show this help")
       ("steps", po::value(&o->steps)->default_value(30), "timed steps")
@@ -74,6 +75,7 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
        "a language model (--model gpt...) random bytes in sequences of its context")
       ("peak-size", po::value(&o->peak_size)->default_value(0),
        "n of the n^3 GEMM that measures the peak (0: 2048 on the CPU, 8192 on a GPU)");
+  // clang-format on
   po::options_description shared("as lockstep-train");
   add_train_options(shared, kTrainOptions);
   desc.add(shared);
@@ -93,7 +95,8 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
 void write_synthetic(const std::string& path, int64_t train_rows, int64_t test_rows) {
   H5Id file = create_h5_file(path);
   std::mt19937 gen(7);
-  for (auto [group, n] : {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
+  for (auto [group, n] :
+       {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
     std::vector<uint8_t> images(static_cast<size_t>(n) * 28 * 28), labels(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       labels[i] = static_cast<uint8_t>(gen() % 10);
@@ -128,7 +131,8 @@ void write_synthetic_text(const std::string& path, int64_t train_rows, int64_t t
   H5Id file = create_h5_file(path);
   std::mt19937 gen(7);
   const int T = lm.ctx;
-  for (auto [group, n] : {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
+  for (auto [group, n] :
+       {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
     const size_t count = static_cast<size_t>(n) * (T + 1);
     if (lm.vocab <= 256) {
       std::vector<uint8_t> tokens(count);
@@ -207,7 +211,8 @@ int run_train_bench(int argc, char** argv, const World& world) {
   if (path.empty()) {
     // Each rank its own file: ranks on other hosts need no shared folder.
     temp = (std::filesystem::temp_directory_path() /
-            ("lockstep-bench-train-" + std::to_string(getpid()) + "-" + std::to_string(world.rank) + ".h5"))
+            ("lockstep-bench-train-" + std::to_string(getpid()) + "-" + std::to_string(world.rank) +
+             ".h5"))
                .string();
     const int64_t rows = std::max<int64_t>(global_batch, 1) * std::min<int64_t>(total_steps, 8);
     if (const LanguageModel lm = language_model(given.model); lm.ctx > 0)
@@ -240,8 +245,8 @@ int run_train_bench(int argc, char** argv, const World& world) {
   // Timed steps only; a step's time is the slowest rank's.
   const size_t first = static_cast<size_t>(o.warmup);
   if (log.total.size() != static_cast<size_t>(total_steps))
-    throw Error("lockstep-bench train: saw " + std::to_string(log.total.size()) + " steps, expected " +
-                std::to_string(total_steps));
+    throw Error("lockstep-bench train: saw " + std::to_string(log.total.size()) +
+                " steps, expected " + std::to_string(total_steps));
   std::vector<double> step(log.total.begin() + first, log.total.end());
   host.all_reduce(step.data(), step.data(), step.size(), DType::f64, ReduceOp::max);
   // Phase shares: each rank's phase sums over its own step time, averaged over the ranks.
@@ -276,8 +281,9 @@ int run_train_bench(int argc, char** argv, const World& world) {
     rank_peak[0] = sums[best] / world.size;
   } else {
     rank_peak[0] = device_gemm_rate(host, peak_size, precision);
-    rank_peak[1] = precision == Precision::fp32 ? rank_peak[0]
-                                                 : device_gemm_rate(host, peak_size, Precision::fp32);
+    rank_peak[1] = precision == Precision::fp32
+                       ? rank_peak[0]
+                       : device_gemm_rate(host, peak_size, Precision::fp32);
   }
   double peaks[2] = {rank_peak[0], rank_peak[1]};
   host.all_reduce(peaks, peaks, 2, DType::f64, ReduceOp::sum);
@@ -289,25 +295,28 @@ int run_train_bench(int argc, char** argv, const World& world) {
     mean /= static_cast<double>(step.size());
     const double sps = static_cast<double>(global_batch) / mean;
     const double achieved = sps * 3 * fwd;
-    const std::string data =
-        !o.data.empty()                          ? "data " + o.data
-        : language_model(given.model).ctx > 0 ? "synthetic random tokens"
-                                                : "synthetic data (28x28x1, 10 classes)";
+    const std::string data = !o.data.empty() ? "data " + o.data
+                             : language_model(given.model).ctx > 0
+                                 ? "synthetic random tokens"
+                                 : "synthetic data (28x28x1, 10 classes)";
     if (gpu)
-      std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), device %s, "
-                  "precision %s, %s\n",
-                  given.model.c_str(), static_cast<long long>(global_batch), world.size,
-                  device_kind_name(ctx.device), precision_name(precision), data.c_str());
+      std::printf(
+          "# lockstep-bench train: model %s, global batch %lld, %d rank(s), device %s, "
+          "precision %s, %s\n",
+          given.model.c_str(), static_cast<long long>(global_batch), world.size,
+          device_kind_name(ctx.device), precision_name(precision), data.c_str());
     else
-      std::printf("# lockstep-bench train: model %s, global batch %lld, %d rank(s), %d BLAS "
-                  "thread(s) per rank, device %s, %s\n",
-                  given.model.c_str(), static_cast<long long>(global_batch), world.size, threads,
-                  device_kind_name(ctx.device), data.c_str());
+      std::printf(
+          "# lockstep-bench train: model %s, global batch %lld, %d rank(s), %d BLAS "
+          "thread(s) per rank, device %s, %s\n",
+          given.model.c_str(), static_cast<long long>(global_batch), world.size, threads,
+          device_kind_name(ctx.device), data.c_str());
     if (!gpu)
       std::printf("# CPU convolutions and dense layers on %s\n",
                   kernels::onednn_built() ? kernels::onednn_description() : "OpenBLAS");
-    std::printf("# %lld timed steps after %lld warm-up steps; a step's time is the slowest rank's\n",
-                static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
+    std::printf(
+        "# %lld timed steps after %lld warm-up steps; a step's time is the slowest rank's\n",
+        static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
     if (gpu)
       std::printf("# CUDA graphs %s: %lld of %lld steps replayed from a graph\n",
                   c.cuda_graphs ? "on" : "off", static_cast<long long>(trainer.captured_steps()),
@@ -337,29 +346,33 @@ int run_train_bench(int argc, char** argv, const World& world) {
                 *std::max_element(step.begin(), step.end()) * 1e3, mean * 1e3);
     const double t = sums[5] > 0 ? sums[5] : 1;
     const double other = std::max(0.0, t - sums[0] - sums[1] - sums[2] - sums[3] - sums[4]);
-    std::printf("breakdown: data=%.1f%% forward=%.1f%% backward=%.1f%% comm=%.1f%% optimizer=%.1f%% "
-                "other=%.1f%%\n",
-                100 * sums[0] / t, 100 * sums[1] / t, 100 * sums[2] / t, 100 * sums[3] / t,
-                100 * sums[4] / t, 100 * other / t);
+    std::printf(
+        "breakdown: data=%.1f%% forward=%.1f%% backward=%.1f%% comm=%.1f%% optimizer=%.1f%% "
+        "other=%.1f%%\n",
+        100 * sums[0] / t, 100 * sums[1] / t, 100 * sums[2] / t, 100 * sums[3] / t,
+        100 * sums[4] / t, 100 * other / t);
     std::printf("flops_per_sample_forward=%.4g flops_per_sample_train=%.4g\n", fwd, 3 * fwd);
     std::printf("achieved_gflops=%.3f\n", achieved / 1e9);
     if (!gpu) {
-      std::printf("peak_gflops=%.3f (%s, %d thread(s) per rank, %.3f GFLOP/s per rank x %d "
-                  "rank(s) at once)\n",
-                  peak / 1e9, peak_kernel.c_str(), threads, rank_peak[0] / 1e9, world.size);
+      std::printf(
+          "peak_gflops=%.3f (%s, %d thread(s) per rank, %.3f GFLOP/s per rank x %d "
+          "rank(s) at once)\n",
+          peak / 1e9, peak_kernel.c_str(), threads, rank_peak[0] / 1e9, world.size);
       std::printf("peak_candidates_gflops:");
       for (size_t i = 0; i < candidates.size(); ++i)
-        std::printf("%s %s %.3f", i ? "," : "", candidates[i].name.c_str(), candidates[i].rate / 1e9);
+        std::printf("%s %s %.3f", i ? "," : "", candidates[i].name.c_str(),
+                    candidates[i].rate / 1e9);
       std::printf(" (all ranks at once)\n");
     } else {
-      std::printf("peak_gflops=%.3f (cuBLAS %s GEMM %d^3%s on the GPU, timed by CUDA events, "
-                  "%.3f GFLOP/s per rank x %d rank(s) at once)\n",
-                  peak / 1e9, precision_name(precision), peak_size,
-                  precision == Precision::bf16 ? " with fp32 accumulation" : "",
-                  rank_peak[0] / 1e9, world.size);
+      std::printf(
+          "peak_gflops=%.3f (cuBLAS %s GEMM %d^3%s on the GPU, timed by CUDA events, "
+          "%.3f GFLOP/s per rank x %d rank(s) at once)\n",
+          peak / 1e9, precision_name(precision), peak_size,
+          precision == Precision::bf16 ? " with fp32 accumulation" : "", rank_peak[0] / 1e9,
+          world.size);
       if (precision != Precision::fp32)
-        std::printf("peak_fp32_gflops=%.3f (cuBLAS fp32 GEMM %d^3, the same way)\n",
-                    peaks[1] / 1e9, peak_size);
+        std::printf("peak_fp32_gflops=%.3f (cuBLAS fp32 GEMM %d^3, the same way)\n", peaks[1] / 1e9,
+                    peak_size);
     }
     std::printf("peak_share=%.1f%%\n", 100 * achieved / peak);
     std::fflush(stdout);

@@ -45,8 +45,7 @@ double reduced_value(ReduceOp op, DType type, size_t i, int ranks) {
   if (type == DType::u8) sum = std::fmod(sum, 256.0);
   switch (op) {
     case ReduceOp::sum: return sum;
-    case ReduceOp::mean:
-      return dtype_is_float(type) ? sum / ranks : std::trunc(sum / ranks);
+    case ReduceOp::mean: return dtype_is_float(type) ? sum / ranks : std::trunc(sum / ranks);
     case ReduceOp::max: return hi;
     case ReduceOp::min: return lo;
   }

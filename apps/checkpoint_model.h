@@ -1,5 +1,5 @@
-// A trained model for inference, rebuilt from a checkpoint: the checkpoint's spec planned against an
-// input shape, its parameters written in by tensor name. Shared by the inference programs
+// A trained model for inference, rebuilt from a checkpoint: the checkpoint's spec planned against
+// an input shape, its parameters written in by tensor name. Shared by the inference programs
 // (lockstep-generate); header-only, as apps/ builds each executable from its own files.
 // Used by one thread. No collective calls.
 #pragma once
@@ -27,8 +27,8 @@ inline std::unique_ptr<Model> model_from_checkpoint(const CheckpointState& state
     const NamedTensor* p = find_tensor(state.params, t.name);
     if (p == nullptr || p->shape != t.shape || p->data.size() != t.count)
       throw UsageError(path + ": parameter " + t.name +
-                       (p == nullptr ? " is missing" : " has another shape") +
-                       " for model " + state.model_spec);
+                       (p == nullptr ? " is missing" : " has another shape") + " for model " +
+                       state.model_spec);
     model->write_params(t.offset, p->data.data(), t.count);
   }
   return model;

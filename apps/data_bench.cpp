@@ -42,6 +42,7 @@ int run_bench(int argc, char** argv, const World& world) {
   bool no_shuffle = false;
   const int64_t cache_default = kDefaultChunkCacheBytes >> 20;
   po::options_description opts("bench options");
+  // clang-format off
   opts.add_options()
       ("file", po::value(&spec.path)->required(), "HDF5 dataset file")
       ("group", po::value(&spec.group)->default_value("train"), "split to read")
@@ -64,6 +65,7 @@ int run_bench(int argc, char** argv, const World& world) {
       ("in-memory-mb", po::value(&in_memory_mb)->default_value(0),
        "read a split of at most this many MiB as stored whole into memory at the first batch, "
        "as lockstep-train does up to --data-in-memory-mb (0: each batch's rows from the file)");
+  // clang-format on
   Parsed p = parse_options("bench", argc, argv, opts, "file", world);
   if (p.help_shown) return 0;
   if (epochs < 1) throw UsageError("--epochs must be at least 1");
@@ -117,15 +119,16 @@ int run_bench(int argc, char** argv, const World& world) {
   comm->all_gather(flat.data(), all.data(), per_rank, DType::f64);
   if (world.rank != 0) return 0;
 
-  std::printf("lockstep-data bench: %s %s, %lld rows of %s %s, %d rank(s), global batch %lld "
-              "(%lld per rank), %lld steps/epoch, prefetch %d, shuffle %s, compute %.1f ms/step, "
-              "cache %lld MiB\n",
-              info.path.c_str(), info.group.c_str(), static_cast<long long>(info.rows),
-              info.x_type.c_str(), info.classification ? "images" : "inputs", world.size,
-              static_cast<long long>(lo.rows_per_step),
-              static_cast<long long>(lo.rows_per_step / world.size),
-              static_cast<long long>(loader->steps_per_epoch()), lo.prefetch,
-              lo.shuffle ? "on" : "off", compute_ms, static_cast<long long>(cache_mb));
+  std::printf(
+      "lockstep-data bench: %s %s, %lld rows of %s %s, %d rank(s), global batch %lld "
+      "(%lld per rank), %lld steps/epoch, prefetch %d, shuffle %s, compute %.1f ms/step, "
+      "cache %lld MiB\n",
+      info.path.c_str(), info.group.c_str(), static_cast<long long>(info.rows), info.x_type.c_str(),
+      info.classification ? "images" : "inputs", world.size,
+      static_cast<long long>(lo.rows_per_step),
+      static_cast<long long>(lo.rows_per_step / world.size),
+      static_cast<long long>(loader->steps_per_epoch()), lo.prefetch, lo.shuffle ? "on" : "off",
+      compute_ms, static_cast<long long>(cache_mb));
   std::printf("%5s %5s %12s %10s %8s %10s\n", "epoch", "rank", "samples/s", "MB read", "share",
               "wait s");
   for (int e = 0; e < epochs; ++e) {

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <boost/program_options.hpp>
-
 #include <string>
 
 #include "runtime/process/bootstrap.h"

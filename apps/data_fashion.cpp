@@ -29,7 +29,8 @@ std::string find_idx(const std::string& dir, const std::string& stem) {
     std::error_code ec;
     if (std::filesystem::is_regular_file(p, ec)) return p.string();
   }
-  throw UsageError(dir + ": no " + stem + ".gz (install Debian's dataset-fashion-mnist package, or "
+  throw UsageError(dir + ": no " + stem +
+                   ".gz (install Debian's dataset-fashion-mnist package, or "
                    "point --source at a folder holding the four Fashion-MNIST IDX files)");
 }
 
@@ -80,6 +81,7 @@ int run_fashion_mnist(int argc, char** argv, const World& world) {
   int64_t chunk_rows = 0;
   int gzip = 4;
   po::options_description opts("fashion-mnist options");
+  // clang-format off
   opts.add_options()
       ("out,o", po::value(&out)->required(), "HDF5 file to write (replaced if it exists)")
       ("source", po::value(&source)->default_value(kDefaultSource),
@@ -87,6 +89,7 @@ int run_fashion_mnist(int argc, char** argv, const World& world) {
       ("chunk-rows", po::value(&chunk_rows)->default_value(0),
        "rows per HDF5 chunk (0: about 64 KiB of images per chunk)")
       ("gzip", po::value(&gzip)->default_value(4), "deflate level 0-9 (0: no compression)");
+  // clang-format on
   Parsed p = parse_options("fashion-mnist", argc, argv, opts, "", world);
   if (p.help_shown) return 0;
   require_one_process("fashion-mnist", world);
@@ -129,11 +132,12 @@ int run_fashion_mnist(int argc, char** argv, const World& world) {
   guard.commit(out);
   std::error_code ec;
   const auto bytes = std::filesystem::file_size(out, ec);
-  std::printf("wrote %s: train %lld, test %lld images 28x28x1 uint8, %d classes, norm mean %.4f "
-              "std %.4f, %.1f MB\n",
-              out.c_str(), static_cast<long long>(train.images.dims[0]),
-              static_cast<long long>(test.images.dims[0]), kClasses, mean, stddev,
-              ec ? 0.0 : static_cast<double>(bytes) / 1e6);
+  std::printf(
+      "wrote %s: train %lld, test %lld images 28x28x1 uint8, %d classes, norm mean %.4f "
+      "std %.4f, %.1f MB\n",
+      out.c_str(), static_cast<long long>(train.images.dims[0]),
+      static_cast<long long>(test.images.dims[0]), kClasses, mean, stddev,
+      ec ? 0.0 : static_cast<double>(bytes) / 1e6);
   return 0;
 }
 

@@ -161,10 +161,11 @@ void print_loader_view(const std::string& file, const std::string& split) {
     DatasetInfo i = inspect_dataset(spec);
     if (i.positions > 1) {  // a token split (dataset.h)
       const auto t = static_cast<long long>(i.positions);
-      std::printf("%s: %lld sequences of %lld tokens (inputs the first %lld, targets the last "
-                  "%lld), vocabulary %d; %s ids -> float32 as they are, a loss per token%s\n",
-                  split.c_str(), static_cast<long long>(i.rows), t + 1, t, t, i.num_classes,
-                  i.x_type.c_str(), byte_level_tokens(i) ? " (and in bits per byte)" : "");
+      std::printf(
+          "%s: %lld sequences of %lld tokens (inputs the first %lld, targets the last "
+          "%lld), vocabulary %d; %s ids -> float32 as they are, a loss per token%s\n",
+          split.c_str(), static_cast<long long>(i.rows), t + 1, t, t, i.num_classes,
+          i.x_type.c_str(), byte_level_tokens(i) ? " (and in bits per byte)" : "");
       return;
     }
     std::printf("%s: %lld rows of %s %s -> float32 (x * %g - %g) / %g; ", split.c_str(),
@@ -184,7 +185,9 @@ void print_loader_view(const std::string& file, const std::string& split) {
 int run_inspect(int argc, char** argv, const World& world) {
   std::string file;
   po::options_description opts("inspect options");
+  // clang-format off
   opts.add_options()("file", po::value(&file)->required(), "HDF5 file to describe");
+  // clang-format on
   Parsed p = parse_options("inspect", argc, argv, opts, "file", world);
   if (p.help_shown) return 0;
   require_one_process("inspect", world);

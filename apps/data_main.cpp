@@ -26,7 +26,9 @@ Parsed parse_options(const std::string& command, int argc, char** argv,
                      const po::options_description& options, const std::string& positional,
                      const World& world) {
   po::options_description all = options;
+  // clang-format off
   all.add_options()("help,h", "show these options");
+  // clang-format on
   po::positional_options_description pos;
   if (!positional.empty()) pos.add(positional.c_str(), 1);
   Parsed p;

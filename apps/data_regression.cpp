@@ -75,6 +75,7 @@ int run_regression(int argc, char** argv, const World& world) {
   uint64_t seed = 0;
   int gzip = 0;
   po::options_description opts("regression options");
+  // clang-format off
   opts.add_options()
       ("out,o", po::value(&out)->required(), "HDF5 file to write (replaced if it exists)")
       ("samples", po::value(&samples)->default_value(10000), "training rows N")
@@ -87,6 +88,7 @@ int run_regression(int argc, char** argv, const World& world) {
       ("chunk-rows", po::value(&chunk_rows)->default_value(0),
        "rows per HDF5 chunk (0: contiguous, or about 64 KiB chunks with --gzip)")
       ("gzip", po::value(&gzip)->default_value(0), "deflate level 0-9 (0: no compression)");
+  // clang-format on
   Parsed p = parse_options("regression", argc, argv, opts, "", world);
   if (p.help_shown) return 0;
   require_one_process("regression", world);

@@ -69,6 +69,7 @@ int run_text(int argc, char** argv, const World& world) {
   double test_fraction = 0;
   uint64_t seed = 0;
   po::options_description opts("text options");
+  // clang-format off
   opts.add_options()
       ("in,i", po::value(&inputs)->multitoken()->required(),
        "text files, read as bytes and concatenated in this order")
@@ -78,6 +79,7 @@ int run_text(int argc, char** argv, const World& world) {
       ("test-fraction", po::value(&test_fraction)->default_value(0.1, "0.1"),
        "share of the sequences in test/, drawn with --seed (0 < f < 1)")
       ("seed", po::value(&seed)->default_value(0), "seed of the draw of test sequences");
+  // clang-format on
   Parsed p = parse_options("text", argc, argv, opts, "", world);
   if (p.help_shown) return 0;
   require_one_process("text", world);
@@ -92,12 +94,15 @@ int run_text(int argc, char** argv, const World& world) {
   const std::vector<uint8_t> bytes = read_inputs(inputs);
   const int64_t total = static_cast<int64_t>(bytes.size());
   if (total < seq_len + 1)
-    throw UsageError("the input holds " + std::to_string(total) + " bytes, fewer than one sequence"
-                     " of --seq-len + 1 = " + std::to_string(seq_len + 1) + " bytes");
+    throw UsageError("the input holds " + std::to_string(total) +
+                     " bytes, fewer than one sequence"
+                     " of --seq-len + 1 = " +
+                     std::to_string(seq_len + 1) + " bytes");
   const int64_t sequences = (total - 1) / seq_len;
   if (sequences < 2)
     throw UsageError("the input holds " + std::to_string(total) + " bytes: one sequence of " +
-                     std::to_string(seq_len + 1) + " bytes, and a train and a test split need at "
+                     std::to_string(seq_len + 1) +
+                     " bytes, and a train and a test split need at "
                      "least two; lower --seq-len or add text");
   const int64_t n_test = std::clamp<int64_t>(
       std::llround(static_cast<double>(sequences) * test_fraction), 1, sequences - 1);
@@ -133,11 +138,12 @@ int run_text(int argc, char** argv, const World& world) {
     write_h5_attr_int(file.get(), "lockstep_format", 1);
   }
   guard.commit(out);
-  std::printf("wrote %s: %lld bytes from %zu file(s) -> train %lld, test %lld sequences of "
-              "%lld + 1 bytes (vocabulary 256), seed %llu\n",
-              out.c_str(), static_cast<long long>(total), inputs.size(),
-              static_cast<long long>(train.size()), static_cast<long long>(test.size()),
-              static_cast<long long>(seq_len), static_cast<unsigned long long>(seed));
+  std::printf(
+      "wrote %s: %lld bytes from %zu file(s) -> train %lld, test %lld sequences of "
+      "%lld + 1 bytes (vocabulary 256), seed %llu\n",
+      out.c_str(), static_cast<long long>(total), inputs.size(),
+      static_cast<long long>(train.size()), static_cast<long long>(test.size()),
+      static_cast<long long>(seq_len), static_cast<unsigned long long>(seed));
   return 0;
 }
 

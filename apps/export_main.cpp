@@ -7,15 +7,17 @@
 // Names and layouts: gpt:... models as gpt_torch.Gpt (wte, wpe, blocks.<i>.<tensor>, ln_f.<tensor>;
 // the head is tied to wte), the "cnn" preset as cnn_torch.Cnn (conv1, conv2, dense), a stack of
 // dense and relu layers ending in dense (linear, mlp:...) as mlp_torch.Mlp (layers.<k>, the k-th
-// dense layer); any other model keeps Lockstep's layer names ("conv0.weight"). Everywhere a dense weight, stored (in, out)
-// by Lockstep so that y = x W + b, becomes nn.Linear's (out, in), and a convolution's HWIO weight
-// becomes nn.Conv2d's OIHW. The file (https://github.com/huggingface/safetensors: an 8-byte
-// little-endian header length, a JSON header naming each tensor's dtype, shape and byte range,
-// then the raw little-endian data) is written by the small writer below, to a temporary name
-// renamed into place when complete; metadata: format "pt", lockstep_model (the spec),
-// lockstep_step (the checkpoint's global step). One process; exit 2 for bad input (a missing or
-// damaged checkpoint, an output that exists), 1 when the file system refuses.
+// dense layer); any other model keeps Lockstep's layer names ("conv0.weight"). Everywhere a dense
+// weight, stored (in, out) by Lockstep so that y = x W + b, becomes nn.Linear's (out, in), and a
+// convolution's HWIO weight becomes nn.Conv2d's OIHW. The file
+// (https://github.com/huggingface/safetensors: an 8-byte little-endian header length, a JSON header
+// naming each tensor's dtype, shape and byte range, then the raw little-endian data) is written by
+// the small writer below, to a temporary name renamed into place when complete; metadata: format
+// "pt", lockstep_model (the spec), lockstep_step (the checkpoint's global step). One process; exit
+// 2 for bad input (a missing or damaged checkpoint, an output that exists), 1 when the file system
+// refuses.
 #include <bit>
+#include <boost/program_options.hpp>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -25,8 +27,6 @@
 #include <string>
 #include <system_error>
 #include <vector>
-
-#include <boost/program_options.hpp>
 
 #include "apps/tool_options.h"
 #include "runtime/base/error.h"
@@ -72,8 +72,8 @@ NamedTensor transposed(const NamedTensor& t) {
 NamedTensor oihw(const NamedTensor& t) {
   const size_t kh = static_cast<size_t>(t.shape[0]), kw = static_cast<size_t>(t.shape[1]),
                in = static_cast<size_t>(t.shape[2]), out = static_cast<size_t>(t.shape[3]);
-  NamedTensor r{t.name, {t.shape[3], t.shape[2], t.shape[0], t.shape[1]},
-                std::vector<float>(t.data.size())};
+  NamedTensor r{
+      t.name, {t.shape[3], t.shape[2], t.shape[0], t.shape[1]}, std::vector<float>(t.data.size())};
   for (size_t h = 0; h < kh; ++h)
     for (size_t w = 0; w < kw; ++w)
       for (size_t i = 0; i < in; ++i)
@@ -101,8 +101,8 @@ std::vector<NamedTensor> torch_tensors(const lockstep::CheckpointState& state) {
   for (const NamedTensor& p : state.params) {
     const LayerName n = split_name(p.name);
     NamedTensor t = p;
-    if ((n.type == "dense" || n.type == "block") && p.shape.size() == 2 &&
-        n.tensor.size() >= 6 && n.tensor.compare(n.tensor.size() - 6, 6, "weight") == 0)
+    if ((n.type == "dense" || n.type == "block") && p.shape.size() == 2 && n.tensor.size() >= 6 &&
+        n.tensor.compare(n.tensor.size() - 6, 6, "weight") == 0)
       t = transposed(p);
     if (n.type == "conv" && p.shape.size() == 4) t = oihw(p);
     if (gpt && n.type == "embed") {
@@ -205,9 +205,11 @@ void write_safetensors(const std::string& out, const std::vector<NamedTensor>& t
 int run(int argc, char** argv, const lockstep::World& world) {
   std::string checkpoint, out;
   po::options_description options("lockstep-export options");
+  // clang-format off
   options.add_options()("checkpoint", po::value(&checkpoint)->required(),
                         "checkpoint file, or a folder (its newest checkpoint)")(
       "out", po::value(&out)->required(), "the safetensors file to write (must not exist)");
+  // clang-format on
   po::variables_map vm;
   if (!lockstep::apps::parse_tool_options(
           "lockstep-export", "lockstep-export --checkpoint CKPT --out MODEL.safetensors", options,
@@ -233,8 +235,7 @@ int run(int argc, char** argv, const lockstep::World& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv,
-                           [&](const lockstep::World& world, lockstep::Communicator&) {
-                             return run(argc, argv, world);
-                           });
+  return lockstep::run_app(argc, argv, [&](const lockstep::World& world, lockstep::Communicator&) {
+    return run(argc, argv, world);
+  });
 }

@@ -11,6 +11,7 @@
 // on the CPU a key/value cache while the text fits the context). stdout carries the generated
 // bytes alone (the prompt is not repeated); a summary goes to stderr.
 // One process; exit 2 for bad input (not a GPT checkpoint, bad option values), 1 at run time.
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -19,13 +20,11 @@
 #include <string>
 #include <vector>
 
-#include <boost/program_options.hpp>
-
 #include "apps/checkpoint_model.h"
 #include "apps/tool_options.h"
 #include "runtime/base/error.h"
-#include "runtime/process/bootstrap.h"
 #include "runtime/model/sample_text.h"
+#include "runtime/process/bootstrap.h"
 #include "runtime/process/device.h"
 #include "runtime/train/checkpoint.h"
 
@@ -44,6 +43,7 @@ struct Options {
 int run(int argc, char** argv, const lockstep::World& world) {
   Options o;
   po::options_description options("lockstep-generate options");
+  // clang-format off
   options.add_options()("checkpoint", po::value(&o.checkpoint)->required(),
                         "checkpoint of a gpt: model: a file, or a folder (its newest)")(
       "prompt", po::value(&o.prompt)->default_value(o.prompt), "the text to continue (bytes)")(
@@ -54,6 +54,7 @@ int run(int argc, char** argv, const lockstep::World& world) {
       "sample among the K most likely bytes (0: all)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "the sampling generator's seed")(
       "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto");
+  // clang-format on
   po::variables_map vm;
   if (!lockstep::apps::parse_tool_options(
           "lockstep-generate",
@@ -99,8 +100,10 @@ int run(int argc, char** argv, const lockstep::World& world) {
                             });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "\nlockstep-generate: %d bytes from %s (model %s, step %lld) in %.2f s, %.1f "
-               "bytes/s on %s\n", o.tokens, path.c_str(), state.model_spec.c_str(),
+  std::fprintf(stderr,
+               "\nlockstep-generate: %d bytes from %s (model %s, step %lld) in %.2f s, %.1f "
+               "bytes/s on %s\n",
+               o.tokens, path.c_str(), state.model_spec.c_str(),
                static_cast<long long>(state.global_step), seconds,
                seconds > 0 ? o.tokens / seconds : 0.0, on_gpu ? "cuda" : "cpu");
   return 0;
@@ -109,8 +112,7 @@ int run(int argc, char** argv, const lockstep::World& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv,
-                           [&](const lockstep::World& world, lockstep::Communicator&) {
-                             return run(argc, argv, world);
-                           });
+  return lockstep::run_app(argc, argv, [&](const lockstep::World& world, lockstep::Communicator&) {
+    return run(argc, argv, world);
+  });
 }

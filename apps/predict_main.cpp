@@ -17,6 +17,7 @@
 // data, group and rows. Exit 2 for bad input (a split whose rows do not fit the model, a checkpoint
 // that is missing or damaged, an output that exists: nothing is written), 1 at run time.
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -26,8 +27,6 @@
 #include <string>
 #include <system_error>
 #include <vector>
-
-#include <boost/program_options.hpp>
 
 #include "apps/checkpoint_model.h"
 #include "apps/tool_options.h"
@@ -56,6 +55,7 @@ struct Options {
 Options parse(int argc, char** argv, const lockstep::World& world, bool* done) {
   Options o;
   po::options_description options("lockstep-predict options");
+  // clang-format off
   options.add_options()("checkpoint", po::value(&o.checkpoint)->required(),
                         "checkpoint file, or a folder (its newest)")(
       "data", po::value(&o.data)->required(), "the HDF5 file whose rows to predict")(
@@ -67,6 +67,7 @@ Options parse(int argc, char** argv, const lockstep::World& world, bool* done) {
       "threads", po::value(&o.threads)->default_value(o.threads),
       "BLAS threads per rank (0: the host's cores shared among its ranks)")(
       "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto");
+  // clang-format on
   po::variables_map vm;
   *done = !lockstep::apps::parse_tool_options(
       "lockstep-predict",
@@ -113,8 +114,8 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
     model = lockstep::apps::model_from_checkpoint(state, path, shape, classes, o.batch, place,
                                                   info.positions);
   } catch (const UsageError& e) {
-    throw UsageError(path + " (model " + state.model_spec + ") cannot take the rows of " +
-                     o.data + ":" + o.group + ": " + e.what());
+    throw UsageError(path + " (model " + state.model_spec + ") cannot take the rows of " + o.data +
+                     ":" + o.group + ": " + e.what());
   }
 
   // What a row produces: its floats (logits, predictions, or top probabilities) and its ints
@@ -122,9 +123,9 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   const int positions = info.positions, outputs = model->outputs();
   const int keep = tokens && o.top > 0 ? std::min(o.top, classes) : classes;
   const size_t row_floats = static_cast<size_t>(positions) * keep;
-  const size_t row_ints = info.classification ? static_cast<size_t>(positions) *
-                                                    (1 + (tokens && o.top > 0 ? keep : 0))
-                                              : 0;
+  const size_t row_ints =
+      info.classification ? static_cast<size_t>(positions) * (1 + (tokens && o.top > 0 ? keep : 0))
+                          : 0;
   const int64_t rows = info.rows, nb = (rows + o.batch - 1) / o.batch;
   const auto [first, last] = batches_of(nb, world.rank, world.size);
   const int64_t row0 = std::min(rows, first * o.batch), row1 = std::min(rows, last * o.batch);
@@ -158,7 +159,8 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
           std::copy(l, l + classes, f);
           continue;
         }
-        int32_t* k = mine_i.data() + at * row_ints + static_cast<size_t>(p) * (row_ints / positions);
+        int32_t* k =
+            mine_i.data() + at * row_ints + static_cast<size_t>(p) * (row_ints / positions);
         k[0] = static_cast<int32_t>(std::max_element(l, l + classes) - l);
         if (keep == classes && !(tokens && o.top > 0)) {
           std::copy(l, l + classes, f);
@@ -193,18 +195,18 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
     for (int q = 0; q < world.size; ++q) {
       const auto [b0, b1] = batches_of(nb, q, world.size);
       const int64_t q0 = std::min(rows, b0 * o.batch), q1 = std::min(rows, b1 * o.batch);
-      std::copy_n(all_f.begin() + static_cast<ptrdiff_t>(q * mine_f.size()),
-                  (q1 - q0) * row_floats, f.begin() + q0 * static_cast<ptrdiff_t>(row_floats));
+      std::copy_n(all_f.begin() + static_cast<ptrdiff_t>(q * mine_f.size()), (q1 - q0) * row_floats,
+                  f.begin() + q0 * static_cast<ptrdiff_t>(row_floats));
       if (row_ints > 0)
-        std::copy_n(all_i.begin() + static_cast<ptrdiff_t>(q * mine_i.size()),
-                    (q1 - q0) * row_ints, k.begin() + q0 * static_cast<ptrdiff_t>(row_ints));
+        std::copy_n(all_i.begin() + static_cast<ptrdiff_t>(q * mine_i.size()), (q1 - q0) * row_ints,
+                    k.begin() + q0 * static_cast<ptrdiff_t>(row_ints));
     }
     const std::string tmp = o.out + ".tmp";
     {
       const lockstep::Hdf5Lock lock;
       lockstep::H5Id file = lockstep::create_h5_file(tmp);
-      const std::vector<int64_t> rshape = tokens ? std::vector<int64_t>{rows, positions}
-                                                 : std::vector<int64_t>{rows};
+      const std::vector<int64_t> rshape =
+          tokens ? std::vector<int64_t>{rows, positions} : std::vector<int64_t>{rows};
       auto with = [&](std::vector<int64_t> s, int64_t last) {
         s.push_back(last);
         return s;
@@ -245,11 +247,12 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
       std::filesystem::remove(tmp, ec);
       throw lockstep::Error(o.out + ": cannot move the finished file into place");
     }
-    std::printf("lockstep-predict: %lld rows of %s:%s through %s (step %lld) -> %s; %.3f s on "
-                "the slowest of %d rank(s), %.0f rows/s\n",
-                static_cast<long long>(rows), o.data.c_str(), o.group.c_str(), path.c_str(),
-                static_cast<long long>(state.global_step), o.out.c_str(), slowest, world.size,
-                slowest > 0 ? rows / slowest : 0.0);
+    std::printf(
+        "lockstep-predict: %lld rows of %s:%s through %s (step %lld) -> %s; %.3f s on "
+        "the slowest of %d rank(s), %.0f rows/s\n",
+        static_cast<long long>(rows), o.data.c_str(), o.group.c_str(), path.c_str(),
+        static_cast<long long>(state.global_step), o.out.c_str(), slowest, world.size,
+        slowest > 0 ? rows / slowest : 0.0);
   }
   comm.barrier();
   return 0;
@@ -258,8 +261,8 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lockstep::run_app(argc, argv, [&](const lockstep::World& world,
-                                           lockstep::Communicator& comm) {
-    return run(argc, argv, world, comm);
-  });
+  return lockstep::run_app(argc, argv,
+                           [&](const lockstep::World& world, lockstep::Communicator& comm) {
+                             return run(argc, argv, world, comm);
+                           });
 }

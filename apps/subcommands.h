@@ -22,8 +22,7 @@ struct Subcommand {
 
 inline std::string subcommand_usage(const std::string& program, std::span<const Subcommand> table) {
   std::string text = "usage: " + program + " <command> [options]   (" + program +
-                     " <command> --help; " + program +
-                     " --version)\ncommands:\n";
+                     " <command> --help; " + program + " --version)\ncommands:\n";
   for (const Subcommand& c : table) {
     char line[240];
     std::snprintf(line, sizeof line, "  %-14s %s\n", c.name, c.summary);
@@ -46,7 +45,8 @@ inline int dispatch_subcommand(const std::string& program, std::span<const Subco
   }
   for (const Subcommand& c : table)
     if (word == c.name) return c.run(argc - 1, argv + 1, world);
-  throw UsageError(program + ": unknown command '" + word + "'\n" + subcommand_usage(program, table));
+  throw UsageError(program + ": unknown command '" + word + "'\n" +
+                   subcommand_usage(program, table));
 }
 
 }  // namespace lockstep::apps

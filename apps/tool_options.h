@@ -5,12 +5,11 @@
 // calls.
 #pragma once
 
+#include <boost/program_options.hpp>
 #include <filesystem>
 #include <iostream>
 #include <string>
 #include <system_error>
-
-#include <boost/program_options.hpp>
 
 #include "runtime/base/build_info.h"
 #include "runtime/base/error.h"
@@ -26,7 +25,9 @@ inline bool parse_tool_options(const std::string& program, const std::string& us
                                char** argv, const World& world,
                                boost::program_options::variables_map& vm) {
   namespace po = boost::program_options;
+  // clang-format off
   options.add_options()("help,h", "show these options")("version", "show the version and build");
+  // clang-format on
   try {
     po::store(po::parse_command_line(argc, argv, options), vm);
     if (vm.count("help") || vm.count("version")) {

@@ -4,11 +4,12 @@
 // can get wrong is reported once, by rank 0, before training, and every rank exits 2 (run_app).
 // Every rank exits 0 when training completed, and 75 (kExitStoppedEarly) when a stop signal ended
 // it early: a scheduler requeues on 75 and the next run resumes from the checkpoint.
+#include "apps/train_cli.h"
+
 #include <unistd.h>
 
 #include <cstdio>
 
-#include "apps/train_cli.h"
 #include "apps/train_options.h"
 #include "apps/train_report.h"
 #include "runtime/base/build_info.h"
@@ -89,16 +90,17 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
                      backend_name(ctx.grads->backend()), threads);
   if (!o.resume.empty()) resume_from_checkpoint(trainer, o.resume);
   if (o.eval_only) {
-    // The evaluation of the end of training, on --test-group, sharded over the ranks as in training.
+    // The evaluation of the end of training, on --test-group, sharded over the ranks as in
+    // training.
     const EvalResult test = trainer.evaluate();
     if (world.rank == 0) print_test_figures(trainer, test);
     return kExitDone;
   }
   if (!o.trace.empty()) {
     start_tracing(*ctx.host);
-    trainer.set_phase_hook(trace_phase_hook(
-        static_cast<int64_t>(trainer.model().param_count() * sizeof(float)),
-        c.device == DeviceKind::cuda));
+    trainer.set_phase_hook(
+        trace_phase_hook(static_cast<int64_t>(trainer.model().param_count() * sizeof(float)),
+                         c.device == DeviceKind::cuda));
   }
   TrainResult result = trainer.run();
   if (!o.trace.empty()) write_trace(*ctx.host, o.trace);

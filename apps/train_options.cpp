@@ -210,16 +210,24 @@ void add_row(po::options_description& section, const Row& r, const TrainOptions&
   // Boost copies the text, so a computed one need not outlive this call.
   const std::string help = std::string(r.help) + (r.help_more ? r.help_more() : "");
   if (r.is_switch && r.name == std::string("help")) {
+    // clang-format off
     section.add_options()(spelled.c_str(), help.c_str());
+    // clang-format on
   } else if (r.is_switch) {
+    // clang-format off
     section.add_options()(spelled.c_str(), po::bool_switch(), help.c_str());
+    // clang-format on
   } else if (r.required) {
+    // clang-format off
     section.add_options()(spelled.c_str(), po::value<std::string>(), help.c_str());
+    // clang-format on
   } else {
     const std::string d = r.get(defaults);
+    // clang-format off
     section.add_options()(spelled.c_str(),
                           po::value<std::string>()->default_value(d, shown_default(d)),
                           help.c_str());
+    // clang-format on
   }
 }
 
@@ -309,8 +317,9 @@ TrainOptions parse_train_options(int argc, char** argv) {
   o.data = c.train.path;
   c.train.path = resolve_data_path(o.data);
   if (o.eval_only && o.resume.empty())
-    throw UsageError("--eval-only needs --resume: the checkpoint (file, or folder's newest) to "
-                     "evaluate");
+    throw UsageError(
+        "--eval-only needs --resume: the checkpoint (file, or folder's newest) to "
+        "evaluate");
   if (o.eval_only) {  // writes nothing
     c.guard.checkpoint_dir.clear();
     c.guard.checkpoint_every = 0;

@@ -16,20 +16,20 @@ namespace lockstep {
 
 struct TrainOptions {
   TrainConfig config;
-  std::string data;            // as given: a file, or a dataset name
+  std::string data;             // as given: a file, or a dataset name
   std::string device = "auto";  // cpu | cuda | auto
   std::string comm = "auto";    // auto | mpi | nccl
   double timeout_seconds = 60;
   double startup_timeout_seconds = 600;  // one-off start-up work across ranks (at least timeout)
-  std::string resume;           // --resume: a checkpoint file or folder
-  bool eval_only = false;       // --eval-only: evaluate the --resume checkpoint, train nothing
+  std::string resume;                    // --resume: a checkpoint file or folder
+  bool eval_only = false;  // --eval-only: evaluate the --resume checkpoint, train nothing
   bool overwrite_checkpoints = false;  // a fresh run deletes the checkpoints already there
-  int threads = 0;              // BLAS threads per rank; 0: cores / ranks on the host
-  std::string progress = "auto";  // auto | bar | lines | none
-  std::string trace;            // --trace: Chrome trace-event JSON of every rank (trace.h)
-  bool verbose = false;         // --verbose: debug logging, the launcher line included
+  int threads = 0;                     // BLAS threads per rank; 0: cores / ranks on the host
+  std::string progress = "auto";       // auto | bar | lines | none
+  std::string trace;                   // --trace: Chrome trace-event JSON of every rank (trace.h)
+  bool verbose = false;                // --verbose: debug logging, the launcher line included
   bool help = false;
-  bool version = false;  // --version: print version_text (runtime/base/build_info.h) and exit
+  bool version = false;   // --version: print version_text (runtime/base/build_info.h) and exit
   std::string help_text;  // every option with its default
 };
 

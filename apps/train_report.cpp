@@ -54,29 +54,26 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
                       int blas_threads) {
   const TrainConfig& c = t.config();
   const DatasetInfo& info = t.train_info();
-  std::fprintf(stderr,
-               "lockstep-train: %d rank(s) on %s, %s communicator, %d BLAS thread(s) per rank\n"
-               "data: %s, %lld training samples of shape %s, %s%s\n"
-               "model: %s\n%s\n"
-               "global batch %lld (%lld per rank x %d micro-batch(es)), %lld steps per epoch, "
-               "%lld steps in all; optimizer %s, peak lr %g, schedule %s\n",
-               world_size, device, comm, blas_threads, info.path.c_str(),
-               static_cast<long long>(info.rows), to_string(t.model().plan().front().in).c_str(),
-               info.classification ? (std::to_string(info.num_classes) + " classes").c_str()
-                                   : "regression",
-               info.positions > 1
-                   ? (", a prediction per token at " + std::to_string(info.positions) +
-                      " positions (losses per token" +
-                      (byte_level_tokens(info) ? ", and in bits per byte" : "") + ")")
-                         .c_str()
-                   : "",
-               c.model.c_str(), t.model().summary().c_str(),
-               static_cast<long long>(c.global_batch),
-               static_cast<long long>(c.global_batch / c.grad_accum / world_size), c.grad_accum,
-               static_cast<long long>(t.steps_per_epoch()),
-               static_cast<long long>(t.total_steps()), optimizer_name(c.optimizer.kind),
-               t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
-               lr_schedule_name(c.lr_schedule));
+  std::fprintf(
+      stderr,
+      "lockstep-train: %d rank(s) on %s, %s communicator, %d BLAS thread(s) per rank\n"
+      "data: %s, %lld training samples of shape %s, %s%s\n"
+      "model: %s\n%s\n"
+      "global batch %lld (%lld per rank x %d micro-batch(es)), %lld steps per epoch, "
+      "%lld steps in all; optimizer %s, peak lr %g, schedule %s\n",
+      world_size, device, comm, blas_threads, info.path.c_str(), static_cast<long long>(info.rows),
+      to_string(t.model().plan().front().in).c_str(),
+      info.classification ? (std::to_string(info.num_classes) + " classes").c_str() : "regression",
+      info.positions > 1 ? (", a prediction per token at " + std::to_string(info.positions) +
+                            " positions (losses per token" +
+                            (byte_level_tokens(info) ? ", and in bits per byte" : "") + ")")
+                               .c_str()
+                         : "",
+      c.model.c_str(), t.model().summary().c_str(), static_cast<long long>(c.global_batch),
+      static_cast<long long>(c.global_batch / c.grad_accum / world_size), c.grad_accum,
+      static_cast<long long>(t.steps_per_epoch()), static_cast<long long>(t.total_steps()),
+      optimizer_name(c.optimizer.kind), t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
+      lr_schedule_name(c.lr_schedule));
   std::fprintf(stderr, "memory per rank: %s\n", t.memory_text().c_str());
   std::fprintf(stderr,
                "deadlines: a collective %g s (--timeout); start-up, the first %lld steps and the "
@@ -114,11 +111,12 @@ void print_final_report(Trainer& t, const TrainResult& r) {
                ms_per_step(s.comm, s.steps), ms_per_step(s.optimizer, s.steps),
                r.samples_per_second);
   std::printf("samples_per_second=%.1f\n", r.samples_per_second);
-  std::printf("step_ms=%.3f data_ms=%.3f forward_ms=%.3f backward_ms=%.3f comm_ms=%.3f "
-              "optimizer_ms=%.3f\n",
-              ms_per_step(s.total, s.steps), ms_per_step(s.data, s.steps),
-              ms_per_step(s.forward, s.steps), ms_per_step(s.backward, s.steps),
-              ms_per_step(s.comm, s.steps), ms_per_step(s.optimizer, s.steps));
+  std::printf(
+      "step_ms=%.3f data_ms=%.3f forward_ms=%.3f backward_ms=%.3f comm_ms=%.3f "
+      "optimizer_ms=%.3f\n",
+      ms_per_step(s.total, s.steps), ms_per_step(s.data, s.steps), ms_per_step(s.forward, s.steps),
+      ms_per_step(s.backward, s.steps), ms_per_step(s.comm, s.steps),
+      ms_per_step(s.optimizer, s.steps));
   print_test_figures(t, r.test);
 }
 

@@ -11,7 +11,7 @@ constexpr size_t kGrain = 65536;  // elements per thread, at least (parallel.h)
 
 void relu_forward_cpu(const float* x, float* y, size_t n) {
   parallel_chunks(n, kGrain, [=](size_t begin, size_t end) {
-    // Written as "negative -> 0" so a NaN passes through: a diverging run shows NaN, not zeros.
+  // Written as "negative -> 0" so a NaN passes through: a diverging run shows NaN, not zeros.
 #pragma GCC ivdep
     for (size_t i = begin; i < end; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
   });

@@ -1,5 +1,4 @@
 #include "kernels/activation.h"
-
 #include "kernels/cuda/launch.cuh"
 
 namespace lockstep::kernels {

@@ -1,7 +1,6 @@
-#include "kernels/cast.h"
-
 #include <cstdint>
 
+#include "kernels/cast.h"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -36,8 +35,8 @@ __global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ in, float* __res
 
 void cast_f32_to_bf16_cuda(const float* in, uint16_t* out, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  const bool aligned = reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const size_t quads = aligned ? n / 4 : 0;
   if (quads > 0) {
     f32x4_to_bf16_kernel<<<cuda::grid_for(quads), cuda::kThreads, 0, stream>>>(

@@ -1,10 +1,9 @@
-#include "kernels/dense.h"
-
 #include <stdexcept>
 
 #include "kernels/cast.h"
 #include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/memory.h"
+#include "kernels/dense.h"
 #include "kernels/gemm.h"
 
 // The same three gemms as dense.cpp, on cuBLAS; the bias goes through the shared bias helpers.

@@ -1,7 +1,7 @@
-// Dense (fully connected) layer on row-major float32: y[batch, out] = x[batch, in] . w[in, out] + b[out].
-// Backward: dx = dy . w^T (overwritten; skipped when dx is null), dw += x^T . dy, db += sum_rows(dy)
-// (accumulated, so micro-batches can add into one gradient buffer).
-// Stateless functions: threads may call them on separate buffers. No collective calls.
+// Dense (fully connected) layer on row-major float32: y[batch, out] = x[batch, in] . w[in, out] +
+// b[out]. Backward: dx = dy . w^T (overwritten; skipped when dx is null), dw += x^T . dy, db +=
+// sum_rows(dy) (accumulated, so micro-batches can add into one gradient buffer). Stateless
+// functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,8 @@ struct DenseShape {
 // its shape this way; dense.cpp).
 void check_dense_shape(const DenseShape& s, const char* who);
 
-void dense_forward_cpu(const DenseShape& s, const float* x, const float* w, const float* b, float* y);
+void dense_forward_cpu(const DenseShape& s, const float* x, const float* w, const float* b,
+                       float* y);
 void dense_backward_cpu(const DenseShape& s, const float* x, const float* w, const float* dy,
                         float* dx, float* dw, float* db);
 

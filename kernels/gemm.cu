@@ -1,5 +1,3 @@
-#include "kernels/gemm.h"
-
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/memory.h"
+#include "kernels/gemm.h"
 
 // cuBLAS is column-major; our matrices are row-major. A row-major m x n matrix read as
 // column-major is its n x m transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T:
@@ -162,8 +161,8 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   if (c_in == nullptr) c_in = c;
   LtState& st = lt_state();
   const uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
-  const auto key = std::make_tuple(s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta, align_a, align_b,
-                                   align_c);
+  const auto key =
+      std::make_tuple(s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta, align_a, align_b, align_c);
   auto it = st.plans.find(key);
   if (it == st.plans.end())
     it = st.plans.emplace(key, make_plan(st, s, align_a, align_b, align_c)).first;
@@ -171,16 +170,15 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   // cuBLASLt's bias epilogue wants 16-byte aligned operands (llm.c's matmul_cublaslt insists on it
   // too); anything less takes the fill.
   if (p.usable && std::min({align_a, align_b, align_c, alignment(bias), alignment(c_in)}) >= 16) {
-    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                   &bias, sizeof(bias)));
+    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof(bias)));
     const cublasStatus_t rc =
         cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &s.beta, c_in, p.c, c, p.c,
                        &p.algo, st.workspace, kLtWorkspaceBytes, stream);
     if (rc == CUBLAS_STATUS_SUCCESS) return;
     // A refusal of the algorithm the heuristic picked: this shape takes the fill and the plain
     // GEMM from now on.
-    if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_INVALID_VALUE)
-      LS_CHECK_CUBLAS(rc);
+    if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_INVALID_VALUE) LS_CHECK_CUBLAS(rc);
     p.usable = false;
   }
   // C = C_in + bias (or bias alone), then the GEMM adds to it.

@@ -5,7 +5,6 @@
 // one) refuse or accept their own checkpoints independently. Host-side collectives refuse a
 // communicator that takes device buffers (NCCL) instead of handing it host pointers.
 #include <gtest/gtest.h>
-
 #include <mpi.h>
 
 #include <string>
@@ -66,7 +65,8 @@ TEST(AgreeOverCommunicator, EveryRankGetsTheLowestFailingRanksMessage) {
   const bool ok = comm->rank() < first_bad;
   try {
     agree_or_throw(*comm, ok, "rank " + std::to_string(comm->rank()) + " found a problem");
-    ADD_FAILURE() << "rank " << comm->rank() << " returned although rank " << first_bad << " failed";
+    ADD_FAILURE() << "rank " << comm->rank() << " returned although rank " << first_bad
+                  << " failed";
   } catch (const AgreedUsageError& e) {
     EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(first_bad) + " found a problem");
   } catch (const UsageError& e) {

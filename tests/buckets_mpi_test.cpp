@@ -3,7 +3,6 @@
 // so the sums are the same), with and without gradient accumulation; a bf16 wire dtype stays
 // close to fp32 but is not free; bf16 compute and an unfinished GPU path are refused in words.
 #include <gtest/gtest.h>
-
 #include <mpi.h>
 
 #include <cmath>

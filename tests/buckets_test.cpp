@@ -2,22 +2,23 @@
 // never split, a layer larger than the bucket size alone, zero-size layers absorbed, bucket size 0
 // as a single bucket; and the reducer starts each bucket once its first layer is done, and orders
 // a device-buffer communicator after its stream only while it lives.
+#include "runtime/comm/buckets.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <vector>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <numeric>
+#include <thread>
+#include <vector>
 
 #include "runtime/base/error.h"
-#include "runtime/comm/buckets.h"
 #include "solo_communicator.h"
 
 using namespace lockstep;
@@ -193,8 +194,7 @@ class SlowComm : public testing_util::SoloCommunicator {
   ~SlowComm() override {
     for (std::thread& t : threads) t.join();
   }
-  WorkHandle all_reduce_async(const void*, void* recv, size_t count, DType,
-                              ReduceOp) override {
+  WorkHandle all_reduce_async(const void*, void* recv, size_t count, DType, ReduceOp) override {
     auto state = std::make_shared<State>();
     threads.emplace_back([this, state, recv, count] {
       std::this_thread::sleep_for(std::chrono::milliseconds(150));

@@ -1,6 +1,8 @@
 // Checkpoint files: an exact round trip, keep-last-K, a save killed before its rename, and a clear
 // refusal (UsageError naming the file and the problem) for every kind of bad file; plus the stop
 // flag that SIGTERM/SIGINT/SIGUSR1 set.
+#include "runtime/train/checkpoint.h"
+
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/wait.h>
@@ -15,7 +17,6 @@
 
 #include "runtime/base/error.h"
 #include "runtime/process/signals.h"
-#include "runtime/train/checkpoint.h"
 #include "test_util.h"
 
 using namespace lockstep;
@@ -34,9 +35,10 @@ CheckpointState sample_state(int64_t step) {
   s.seed = 0xfeedfacecafebeefull;
   s.rng_state = {1, 0xffffffffffffffffull, 42};
   // Values whose bits a sloppy round trip would change: -0, a denormal, the extremes.
-  s.params.push_back({"dense0.weight", {2, 3},
-                      {-0.0f, std::numeric_limits<float>::denorm_min(), 1e-30f, 3.4e38f,
-                       -1.5f, static_cast<float>(step)}});
+  s.params.push_back({"dense0.weight",
+                      {2, 3},
+                      {-0.0f, std::numeric_limits<float>::denorm_min(), 1e-30f, 3.4e38f, -1.5f,
+                       static_cast<float>(step)}});
   s.params.push_back({"dense0.bias", {3}, {0.25f, -0.5f, 1.0f}});
   s.params.push_back({"head/dense1.weight", {3, 1}, {7.0f, 8.0f, 9.0f}});
   s.optimizer.push_back({"velocity/dense0.weight", {2, 3}, {1, 2, 3, 4, 5, 6}});
@@ -194,13 +196,14 @@ TEST(Checkpoint, RefusesUnknownFormatVersion) {
   CheckpointState s = sample_state(4);
   s.format_version = kCheckpointFormatVersion + 1;
   std::string path = save_checkpoint(dir, s, 0);
-  expect_refused(path, "format version " + std::to_string(kCheckpointFormatVersion + 1) +
-                           " is not supported");
+  expect_refused(
+      path, "format version " + std::to_string(kCheckpointFormatVersion + 1) + " is not supported");
 }
 
 TEST(Checkpoint, RefusesMissingDatasets) {
   std::string dir = testing_util::local_temp_dir("ckpt-dataset");
-  for (const char* victim : {"params/dense0.bias", "optimizer/velocity/head/dense1.weight", "rng"}) {
+  for (const char* victim :
+       {"params/dense0.bias", "optimizer/velocity/head/dense1.weight", "rng"}) {
     std::string path = save_checkpoint(dir, sample_state(5), 0);
     hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(H5Ldelete(f, victim, H5P_DEFAULT), 0);
@@ -243,7 +246,8 @@ TEST(Checkpoint, AnyDamagedByteIsRefusedOrHarmless) {
     } catch (const UsageError&) {
       ++refused;
     }
-    if (HasFailure()) FAIL() << "damage at byte " << i << " of " << bytes.size() << " went unnoticed";
+    if (HasFailure())
+      FAIL() << "damage at byte " << i << " of " << bytes.size() << " went unnoticed";
   }
   EXPECT_GT(refused, 0);
   std::printf("damaged bytes: %d refused, %d in unused space\n", refused, harmless);
@@ -268,20 +272,25 @@ TEST(Checkpoint, CompatibilityNamesTheMismatch) {
   };
   CheckpointExpectation w = want;
   w.model_spec = "cnn";
-  EXPECT_NE(refusal(w).find("written for model 'mlp:4', this run's model is 'cnn'"), std::string::npos);
+  EXPECT_NE(refusal(w).find("written for model 'mlp:4', this run's model is 'cnn'"),
+            std::string::npos);
   w = want;
   w.params[0].shape = {3, 3};
-  EXPECT_NE(refusal(w).find("dense0.weight has shape (2, 3) in the checkpoint, the model needs (3, 3)"),
-            std::string::npos) << refusal(w);
+  EXPECT_NE(
+      refusal(w).find("dense0.weight has shape (2, 3) in the checkpoint, the model needs (3, 3)"),
+      std::string::npos)
+      << refusal(w);
   w = want;
   w.params.push_back({"dense2.weight", {1}, {}});
   EXPECT_NE(refusal(w).find("dense2.weight is missing"), std::string::npos) << refusal(w);
   w = want;
   w.params.pop_back();
-  EXPECT_NE(refusal(w).find("head/dense1.weight, which the model lacks"), std::string::npos) << refusal(w);
+  EXPECT_NE(refusal(w).find("head/dense1.weight, which the model lacks"), std::string::npos)
+      << refusal(w);
   w = want;
   w.optimizer.clear();  // e.g. resumed with plain SGD after momentum
-  EXPECT_NE(refusal(w).find("optimizer buffer velocity/dense0.weight"), std::string::npos) << refusal(w);
+  EXPECT_NE(refusal(w).find("optimizer buffer velocity/dense0.weight"), std::string::npos)
+      << refusal(w);
   w = want;
   w.scalars.push_back("adam_step");
   EXPECT_NE(refusal(w).find("adam_step"), std::string::npos) << refusal(w);

@@ -12,8 +12,12 @@ BufferOps host_buffer_ops() {
   BufferOps ops;
   ops.alloc = [](size_t bytes) -> void* { return ::operator new(std::max<size_t>(bytes, 1)); };
   ops.release = [](void* p) { ::operator delete(p); };
-  ops.upload = [](void* dst, const void* src, size_t n) { if (n) std::memcpy(dst, src, n); };
-  ops.download = [](void* dst, const void* src, size_t n) { if (n) std::memcpy(dst, src, n); };
+  ops.upload = [](void* dst, const void* src, size_t n) {
+    if (n) std::memcpy(dst, src, n);
+  };
+  ops.download = [](void* dst, const void* src, size_t n) {
+    if (n) std::memcpy(dst, src, n);
+  };
   return ops;
 }
 
@@ -48,12 +52,32 @@ void* CaseBuffers::grow(void*& ptr, size_t& have, size_t bytes) {
 
 void store_value(DType type, unsigned char* p, double v) {
   switch (type) {
-    case DType::f32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
+    case DType::f32: {
+      float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      break;
+    }
     case DType::f64: std::memcpy(p, &v, 8); break;
-    case DType::bf16: { uint16_t h = float_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case DType::f16: { uint16_t h = float_to_f16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case DType::i32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case DType::i64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+    case DType::bf16: {
+      uint16_t h = float_to_bf16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::f16: {
+      uint16_t h = float_to_f16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::i32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DType::i64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
     case DType::u8: *p = static_cast<uint8_t>(v); break;
   }
 }
@@ -62,12 +86,36 @@ namespace {
 
 double load(DType type, const unsigned char* p) {
   switch (type) {
-    case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
-    case DType::bf16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
-    case DType::f16: { uint16_t h; std::memcpy(&h, p, 2); return f16_to_float(h); }
-    case DType::i32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-    case DType::i64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
+    case DType::f32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::f64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case DType::bf16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
+    }
+    case DType::f16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return f16_to_float(h);
+    }
+    case DType::i32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DType::i64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
     case DType::u8: return *p;
   }
   return 0;
@@ -123,7 +171,9 @@ class ReducedValues {
       }
       switch (op) {
         case ReduceOp::sum: v_[i] = sum; break;
-        case ReduceOp::mean: v_[i] = dtype_is_float(type) ? sum / size : std::trunc(sum / size); break;
+        case ReduceOp::mean:
+          v_[i] = dtype_is_float(type) ? sum / size : std::trunc(sum / size);
+          break;
         case ReduceOp::max: v_[i] = mx; break;
         case ReduceOp::min: v_[i] = mn; break;
       }
@@ -151,8 +201,8 @@ bool has_reduce_op(Collective c) {
 
 }  // namespace
 
-size_t check_all_reduce(Communicator& comm, CaseBuffers& buf, DType type, ReduceOp op,
-                        size_t count, bool in_place) {
+size_t check_all_reduce(Communicator& comm, CaseBuffers& buf, DType type, ReduceOp op, size_t count,
+                        bool in_place) {
   const size_t bytes = count * dtype_size(type);
   void* recv = buf.recv(bytes);
   void* send = in_place ? recv : buf.send(bytes);

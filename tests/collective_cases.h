@@ -81,8 +81,8 @@ class CaseBuffers {
 };
 
 // Each returns the number of wrong elements on this rank (0 expected).
-size_t check_all_reduce(Communicator& comm, CaseBuffers& buf, DType type, ReduceOp op,
-                        size_t count, bool in_place);
+size_t check_all_reduce(Communicator& comm, CaseBuffers& buf, DType type, ReduceOp op, size_t count,
+                        bool in_place);
 size_t check_broadcast(Communicator& comm, CaseBuffers& buf, DType type, size_t count, int root);
 size_t check_all_gather(Communicator& comm, CaseBuffers& buf, DType type, size_t count);
 size_t check_reduce_scatter(Communicator& comm, CaseBuffers& buf, DType type, ReduceOp op,

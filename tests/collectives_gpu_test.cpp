@@ -98,8 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Collectives, NcclTypeMatrix, testing::ValuesIn(all_dtyp
 TEST_P(NcclLarge, SixtyFourMiBOnDeviceBuffers) {
   run_large_case(shared().comm(), shared().buffers(), GetParam());
 }
-INSTANTIATE_TEST_SUITE_P(Collectives, NcclLarge, testing::ValuesIn(large_cases()),
-                         large_case_name);
+INSTANTIATE_TEST_SUITE_P(Collectives, NcclLarge, testing::ValuesIn(large_cases()), large_case_name);
 
 TEST_F(NcclCollectives, WaitsForComputeStreamWithoutBlockingHost) {
   auto comm = make_nccl_communicator(0);
@@ -125,8 +124,7 @@ TEST_F(NcclCollectives, WaitsForComputeStreamWithoutBlockingHost) {
 TEST_F(NcclCollectives, CollectivesReuseTheirCompletionEvents) {
   auto comm = make_nccl_communicator(0);
   DeviceBytes send(256), recv(256);
-  for (int i = 0; i < 20; ++i)
-    comm->all_reduce(send.ptr, recv.ptr, 64, DType::f32, ReduceOp::sum);
+  for (int i = 0; i < 20; ++i) comm->all_reduce(send.ptr, recv.ptr, 64, DType::f32, ReduceOp::sum);
   const size_t warm = nccl_completion_events_created();
   EXPECT_GT(warm, 0u) << "the counter counts nothing";
   for (int i = 0; i < 1000; ++i) {

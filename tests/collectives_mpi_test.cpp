@@ -77,8 +77,8 @@ TEST(MpiCollectives, SmallCollectivesKeepOrderAndMixForms) {
   const int size = comm->size(), rank = comm->rank();
   const auto limit = std::chrono::seconds(60);
   std::vector<float> big(size_t{1} << 20, 1.0f + rank);  // 4 MiB: through the progress thread
-  auto big_work = comm->all_reduce_async(big.data(), big.data(), big.size(), DType::f32,
-                                         ReduceOp::sum);
+  auto big_work =
+      comm->all_reduce_async(big.data(), big.data(), big.size(), DType::f32, ReduceOp::sum);
   int64_t most = rank;
   auto small_work = comm->all_reduce_async(&most, &most, 1, DType::i64, ReduceOp::max);
   double total = rank + 1.0;
@@ -92,15 +92,21 @@ TEST(MpiCollectives, SmallCollectivesKeepOrderAndMixForms) {
   EXPECT_DOUBLE_EQ(size * (size + 1) / 2.0, total);
 
   float top = 2.0f * rank;
-  if (rank == 0) comm->all_reduce(&top, &top, 1, DType::f32, ReduceOp::max);
-  else comm->all_reduce_async(&top, &top, 1, DType::f32, ReduceOp::max)->wait(limit);
+  if (rank == 0)
+    comm->all_reduce(&top, &top, 1, DType::f32, ReduceOp::max);
+  else
+    comm->all_reduce_async(&top, &top, 1, DType::f32, ReduceOp::max)->wait(limit);
   EXPECT_FLOAT_EQ(2.0f * (size - 1), top);
   int32_t word = rank == size - 1 ? 42 : 0;
-  if (rank % 2 == 0) comm->broadcast(&word, 1, DType::i32, size - 1);
-  else comm->broadcast_async(&word, 1, DType::i32, size - 1)->wait(limit);
+  if (rank % 2 == 0)
+    comm->broadcast(&word, 1, DType::i32, size - 1);
+  else
+    comm->broadcast_async(&word, 1, DType::i32, size - 1)->wait(limit);
   EXPECT_EQ(42, word);
-  if (rank == 0) comm->barrier();
-  else comm->barrier_async()->wait(limit);
+  if (rank == 0)
+    comm->barrier();
+  else
+    comm->barrier_async()->wait(limit);
 }
 
 // The small all_reduce is an exchange of our own (comm/mpi_inline.h): every rank must end with the

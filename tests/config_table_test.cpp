@@ -2,6 +2,8 @@
 // default (so a --config file may repeat what --help prints), a row's rule refuses a bad value
 // both from text and in a struct built in code, with a message naming the option, and a
 // checkpoint records each option it recorded before this table, under the same key.
+#include "runtime/train/config_table.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <string>
 
 #include "runtime/base/error.h"
-#include "runtime/train/config_table.h"
 #include "runtime/train/train_config.h"
 #include "test_util.h"
 
@@ -55,7 +56,8 @@ TEST(ConfigTable, RulesRefuseFromTextAndFromCode) {
   EXPECT_NE(usage_message([&] { row("lr").set(c, "-0.1"); }).find("--lr"), std::string::npos);
   EXPECT_NE(usage_message([&] { row("lr").set(c, "abc"); }).find("--lr must be a number"),
             std::string::npos);
-  EXPECT_NE(usage_message([&] { row("epochs").set(c, "1.5"); }).find("--epochs"), std::string::npos);
+  EXPECT_NE(usage_message([&] { row("epochs").set(c, "1.5"); }).find("--epochs"),
+            std::string::npos);
   EXPECT_NE(usage_message([&] { row("seed").set(c, "-1"); }).find("--seed"), std::string::npos);
   EXPECT_NE(usage_message([&] { row("grad-accum").set(c, "99999999999"); }).find("--grad-accum"),
             std::string::npos);
@@ -77,14 +79,33 @@ TEST(ConfigTable, RecordKeepsTheKeysCheckpointsHaveAlwaysHad) {
   const std::string record = config_record(c);
   std::string framed = "\n";
   framed += record;
-  for (const char* line :
-       {"data=d.h5",        "group=train",          "test_group=test",  "model=cnn",
-        "loss=auto",        "optimizer=adam",       "momentum=0.9",     "nesterov=0",
-        "beta1=0.9",        "beta2=0.999",          "eps=1e-08",        "weight_decay=0",
-        "lr=0.001",         "lr_schedule=constant", "warmup_steps=0",   "min_lr=0",
-        "lr_scaling=none",  "base_batch=256",       "global_batch=128", "epochs=5",
-        "steps=0",          "grad_accum=1",         "seed=0",           "shuffle=1",
-        "drop_remainder=1", "clip_norm=0",          "zero=0"}) {
+  for (const char* line : {"data=d.h5",
+                           "group=train",
+                           "test_group=test",
+                           "model=cnn",
+                           "loss=auto",
+                           "optimizer=adam",
+                           "momentum=0.9",
+                           "nesterov=0",
+                           "beta1=0.9",
+                           "beta2=0.999",
+                           "eps=1e-08",
+                           "weight_decay=0",
+                           "lr=0.001",
+                           "lr_schedule=constant",
+                           "warmup_steps=0",
+                           "min_lr=0",
+                           "lr_scaling=none",
+                           "base_batch=256",
+                           "global_batch=128",
+                           "epochs=5",
+                           "steps=0",
+                           "grad_accum=1",
+                           "seed=0",
+                           "shuffle=1",
+                           "drop_remainder=1",
+                           "clip_norm=0",
+                           "zero=0"}) {
     std::string needle = "\n";
     needle += line;
     needle += '\n';

@@ -4,7 +4,6 @@
 // dimension of the sample's shape; its parameter and input gradients match finite differences; it
 // is refused on CUDA by name, from the spec alone and when a model is built (no GPU needed).
 #include <gtest/gtest.h>
-
 #include <lockstep/base/error.h>
 #include <lockstep/model/layer_registry.h>
 #include <lockstep/model/model.h>
@@ -76,8 +75,9 @@ TEST(CustomLayer, TheExampleSpecParsesAndBuilds) {
   for (int i = 0; i < 8 * 10; ++i) ASSERT_TRUE(std::isfinite(out[i])) << "output " << i;
 
   // A one-value last dimension cannot be normalised: refused when planned, naming the layer.
-  const std::string e =
-      usage_message([] { Model(parse_model_spec("layernorm,dense"), {4, 4, 1}, 3, 2); });
+  const std::string e = usage_message([] {
+    Model(parse_model_spec("layernorm,dense"), {4, 4, 1}, 3, 2);
+  });
   EXPECT_NE(std::string::npos, e.find("layernorm")) << e;
   EXPECT_NE(std::string::npos, e.find("last dimension")) << e;
 }
@@ -175,7 +175,8 @@ TEST(CustomLayer, OnCudaItIsRefusedByName) {
 
   ModelPlacement cuda;
   cuda.device = DeviceKind::cuda;
-  const std::string build_error = usage_message(
-      [&] { Model(parse_model_spec("flatten,layernorm,dense"), {4, 4, 1}, 3, 2, cuda); });
+  const std::string build_error = usage_message([&] {
+    Model(parse_model_spec("flatten,layernorm,dense"), {4, 4, 1}, 3, 2, cuda);
+  });
   EXPECT_EQ(spec_error, build_error);
 }

@@ -83,7 +83,9 @@ inline std::string write_regression(const std::string& path, int64_t rows, int64
 
 // Token split (lockstep-data text's layout): tokens (rows, T + 1) of type Id, token k of row r is
 // token_value(r, k, vocab); vocab_size and seq_len on the dataset unless vocab is 0.
-inline int64_t token_value(int64_t row, int64_t k, int64_t vocab) { return (row * 5 + k * 3) % vocab; }
+inline int64_t token_value(int64_t row, int64_t k, int64_t vocab) {
+  return (row * 5 + k * 3) % vocab;
+}
 
 template <class Id>
 std::string write_tokens(const std::string& path, int64_t rows, int64_t T, int64_t vocab,

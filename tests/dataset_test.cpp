@@ -318,7 +318,8 @@ TEST_F(Dataset, FloatLabelsFollowTheLabelRule) {
   DatasetInfo whole = inspect_dataset(spec_of(file, "whole"));
   EXPECT_TRUE(whole.classification) << "float whole numbers with num_classes are class labels";
   EXPECT_EQ(whole.num_classes, 3);
-  EXPECT_FALSE(inspect_dataset(spec_of(file, "onehot")).classification) << "(N, K) rows stay values";
+  EXPECT_FALSE(inspect_dataset(spec_of(file, "onehot")).classification)
+      << "(N, K) rows stay values";
   expect_refused(spec_of(file, "half"), {"half/y", "holds 2.5 at row 1", "--loss mse"});
 
   DatasetSpec values = spec_of(file, "half");

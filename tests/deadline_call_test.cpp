@@ -1,6 +1,8 @@
 // run_within, what the NCCL backend's abort runs under: a call that returns in time is joined and
 // its effects are visible; one that does not leaves the caller at the deadline instead of
 // blocking it, whatever the call does later.
+#include "runtime/base/deadline_call.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,8 +10,6 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
-
-#include "runtime/base/deadline_call.h"
 
 using namespace lockstep;
 using Clock = std::chrono::steady_clock;

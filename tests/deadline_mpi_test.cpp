@@ -19,7 +19,8 @@ TEST(Deadline, SkippedCollectiveTimesOutWithMessage) {
   std::vector<float> buf(100, 1.0f);
   if (comm->rank() != skipper) {
     auto start = Clock::now();
-    auto work = comm->all_reduce_async(buf.data(), buf.data(), buf.size(), DType::f32, ReduceOp::sum);
+    auto work =
+        comm->all_reduce_async(buf.data(), buf.data(), buf.size(), DType::f32, ReduceOp::sum);
     try {
       work->wait(deadline);
       ADD_FAILURE() << "wait returned although rank " << skipper << " never joined";

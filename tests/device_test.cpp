@@ -1,6 +1,8 @@
 // Device choice (--device cpu|cuda|auto): what a user sees when asking for a GPU that is not there,
 // for a bad value, and when more ranks share a host than it has GPUs. The rule is tested through
 // choose_device_given with any GPU count; choose_device and make_context against this machine.
+#include "runtime/process/device.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -11,7 +13,6 @@
 #include "runtime/base/error.h"
 #include "runtime/process/bootstrap.h"
 #include "runtime/process/context.h"
-#include "runtime/process/device.h"
 
 using namespace lockstep;
 
@@ -49,9 +50,8 @@ TEST(DeviceChoice, BadValueIsRefusedNamingTheChoices) {
 
 TEST(DeviceChoice, CudaWithoutGpuGivesTheRuntimesReason) {
   World w = host_with("node1", 0, 1);
-  std::string msg = usage_message([&] {
-    choose_device_given("cuda", w, 0, "cudaErrorInsufficientDriver: driver too old");
-  });
+  std::string msg = usage_message(
+      [&] { choose_device_given("cuda", w, 0, "cudaErrorInsufficientDriver: driver too old"); });
   EXPECT_EQ("no CUDA device: cudaErrorInsufficientDriver: driver too old", msg);
 }
 

@@ -10,8 +10,8 @@
 #include <memory>
 #include <random>
 
-#include "kernels/step/loss.h"
 #include "kernels/onednn/onednn.h"
+#include "kernels/step/loss.h"
 #include "runtime/base/error.h"
 #include "runtime/model/gpt_decoder.h"
 #include "runtime/model/model.h"
@@ -72,8 +72,7 @@ TEST(GptModel, PresetExpandsToTheDocumentedStack) {
   EXPECT_EQ(parse_model_spec(kSpec).layers,
             parse_model_spec("embed:8:6,block:2,block:2,lmhead").layers);
   // vocab= pins the vocabulary in the embedding (GPT-2's own shape: 50,304 tokens).
-  EXPECT_EQ("embed:768:1024:50304",
-            to_string(parse_model_spec("gpt:small,vocab=50304").layers[0]));
+  EXPECT_EQ("embed:768:1024:50304", to_string(parse_model_spec("gpt:small,vocab=50304").layers[0]));
 }
 
 // A vocabulary in the spec gives the embedding (and the tied head) that many rows when the data
@@ -83,32 +82,34 @@ TEST(GptModel, VocabularyInTheSpecMustBeTheDatas) {
   const std::vector<LayerPlan> plan = plan_model(spec, {6}, 300, 6);
   EXPECT_EQ(300, plan.back().out[1]);
   EXPECT_EQ((300u + 6u) * 8u, plan.front().params);
-  EXPECT_NE(std::string::npos,
-            usage_message([&] { plan_model(spec, {6}, 256, 6); })
-                .find("vocabulary of 300 tokens is not the data's 256"));
+  EXPECT_NE(std::string::npos, usage_message([&] {
+                                 plan_model(spec, {6}, 256, 6);
+                               }).find("vocabulary of 300 tokens is not the data's 256"));
 }
 
 TEST(GptModel, BadSpecsAreRefusedInWords) {
-  EXPECT_NE(std::string::npos,
-            usage_message([] { parse_model_spec("gpt:heads=3,dim=8"); }).find("heads do not divide"));
+  EXPECT_NE(std::string::npos, usage_message([] {
+                                 parse_model_spec("gpt:heads=3,dim=8");
+                               }).find("heads do not divide"));
   EXPECT_NE(std::string::npos,
             usage_message([] { parse_model_spec("gpt:depth=3"); }).find("'depth=3'"));
   EXPECT_NE(std::string::npos,
             usage_message([] { parse_model_spec("gpt:layers=0"); }).find("positive integer"));
   // Sequences longer than the context.
-  EXPECT_NE(std::string::npos,
-            usage_message([] { plan_model(parse_model_spec("gpt:dim=8,heads=2,ctx=4"), {5}, 11, 5); })
-                .find("more than its context of 4"));
+  EXPECT_NE(std::string::npos, usage_message([] {
+                                 plan_model(parse_model_spec("gpt:dim=8,heads=2,ctx=4"), {5}, 11,
+                                            5);
+                               }).find("more than its context of 4"));
   // A head with nothing to tie to, and a model that does not end in per-position outputs.
-  EXPECT_NE(std::string::npos,
-            usage_message([] { plan_model(parse_model_spec("dense:40,lmhead"), {5}, 11, 5); })
-                .find("needs sequences"));
-  EXPECT_NE(std::string::npos,
-            usage_message([] { plan_model(parse_model_spec("embed:8:6,block:2"), {5}, 11, 5); })
-                .find("end a language model with 'lmhead'"));
-  EXPECT_NE(std::string::npos,
-            usage_message([] { plan_model(parse_model_spec("dense,embed:8:6"), {5}, 11, 1); })
-                .find("first layer"));
+  EXPECT_NE(std::string::npos, usage_message([] {
+                                 plan_model(parse_model_spec("dense:40,lmhead"), {5}, 11, 5);
+                               }).find("needs sequences"));
+  EXPECT_NE(std::string::npos, usage_message([] {
+                                 plan_model(parse_model_spec("embed:8:6,block:2"), {5}, 11, 5);
+                               }).find("end a language model with 'lmhead'"));
+  EXPECT_NE(std::string::npos, usage_message([] {
+                                 plan_model(parse_model_spec("dense,embed:8:6"), {5}, 11, 1);
+                               }).find("first layer"));
 }
 
 TEST(GptModel, TensorsAreNamedAndTheHeadIsTied) {

@@ -36,8 +36,12 @@ inline BufferOps device_buffer_ops() {
   // One byte at least: an empty buffer still gets a pointer of its own, as a host vector does.
   ops.alloc = [](size_t bytes) { return kernels::cuda_alloc(bytes > 0 ? bytes : 1); };
   ops.release = [](void* p) { kernels::cuda_free(p); };
-  ops.upload = [](void* dst, const void* src, size_t n) { kernels::cuda_copy_to_device(dst, src, n); };
-  ops.download = [](void* dst, const void* src, size_t n) { kernels::cuda_copy_to_host(dst, src, n); };
+  ops.upload = [](void* dst, const void* src, size_t n) {
+    kernels::cuda_copy_to_device(dst, src, n);
+  };
+  ops.download = [](void* dst, const void* src, size_t n) {
+    kernels::cuda_copy_to_host(dst, src, n);
+  };
   return ops;
 }
 

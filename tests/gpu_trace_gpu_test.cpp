@@ -96,7 +96,8 @@ TEST_F(GpuTraceTest, NcclCollectivesAndStreamWorkAreDeviceTimedSpans) {
   const std::vector<size_t> counts = {1 << 12, 1 << 16, 1 << 20, 1 << 22, 3000};
   void* send = kernels::cuda_alloc((1 << 22) * sizeof(float));
   void* recv = kernels::cuda_alloc((1 << 22) * sizeof(float));
-  void* scratch = kernels::cuda_alloc(1 << 20);  // for the stream's own work, apart from the collectives'
+  void* scratch =
+      kernels::cuda_alloc(1 << 20);  // for the stream's own work, apart from the collectives'
   cudaStream_t stream = kernels::cuda_stream_create();
   const std::string path = dir_ + "/trace.json";
   double window_begin = 0, window_end = 0;

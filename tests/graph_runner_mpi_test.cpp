@@ -54,8 +54,7 @@ class LostPeer : public Communicator {
   WorkHandle all_gather_async(const void* s, void* r, size_t n, DType t) override {
     return inner_.all_gather_async(s, r, n, t);
   }
-  WorkHandle reduce_scatter_async(const void* s, void* r, size_t n, DType t,
-                                  ReduceOp op) override {
+  WorkHandle reduce_scatter_async(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
     return inner_.reduce_scatter_async(s, r, n, t, op);
   }
   WorkHandle barrier_async() override { return inner_.barrier_async(); }

@@ -155,9 +155,8 @@ TEST_F(H5Writer, UnusableFilesAreNamedNotDumped) {
   }
   std::filesystem::copy_file(path("full.h5"), path("cut.h5"));
   std::filesystem::resize_file(path("cut.h5"), std::filesystem::file_size(path("full.h5")) / 2);
-  const std::pair<std::string, std::string> cases[] = {{"missing.h5", "no such file"},
-                                                       {"text.h5", "not an HDF5 file"},
-                                                       {"cut.h5", "truncated"}};
+  const std::pair<std::string, std::string> cases[] = {
+      {"missing.h5", "no such file"}, {"text.h5", "not an HDF5 file"}, {"cut.h5", "truncated"}};
   for (const auto& [name, words] : cases) {
     testing::internal::CaptureStderr();
     try {

@@ -28,9 +28,9 @@ TEST(HostStep, TokenLossIsTheMeanOverTheValidRowsPositions) {
   b.valid = 2;
   b.mask = {1, 1, 0};
   b.labels = {2, 1, 0, 1, 0, 0};  // row-major [rows, T]; the padding row's are 0
-  const std::vector<float> logits = {0.5f, -1.f, 2.f,  1.f, 0.f, 0.f,   // row 0, positions 0, 1
-                                     0.f,  3.f,  0.f,  -2.f, 1.f, 0.5f,  // row 1
-                                     9.f,  -9.f, 4.f,  7.f, 7.f, -7.f};  // padding: counts nothing
+  const std::vector<float> logits = {0.5f, -1.f, 2.f, 1.f,  0.f, 0.f,    // row 0, positions 0, 1
+                                     0.f,  3.f,  0.f, -2.f, 1.f, 0.5f,   // row 1
+                                     9.f,  -9.f, 4.f, 7.f,  7.f, -7.f};  // padding: counts nothing
   double want = 0;
   for (int p = 0; p < 4; ++p) want += cross_entropy(&logits[p * classes], classes, b.labels[p]);
   const float scale = 1.0f / (2 * T);  // the trainer's: 1 / (valid rows * positions)

@@ -49,8 +49,9 @@ class IdxReader : public ::testing::Test {
   }
   std::string write_plain(const std::string& name, const Bytes& bytes) {
     std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
     return path;
   }
 
@@ -128,9 +129,7 @@ TEST_F(IdxReader, RefusesACorruptGzipStream) {
   expect_refused(cut, "not a valid IDX file");
 }
 
-TEST_F(IdxReader, MissingFileIsNamed) {
-  expect_refused(dir_ + "/nothing-here.gz", "no such file");
-}
+TEST_F(IdxReader, MissingFileIsNamed) { expect_refused(dir_ + "/nothing-here.gz", "no such file"); }
 
 TEST(IdxReaderFashionMnist, ReadsTheInstalledTestLabels) {
   const std::string path = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";

@@ -29,8 +29,15 @@ TEST(Relu, ForwardClampsNegativesOutOfPlaceAndInPlace) {
 // The special values the GPU parity test also feeds the CUDA twin (kernels_parity_gpu_test).
 TEST(Relu, SpecialValuesNaNInfinitiesAndSignedZero) {
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> x = {std::nanf(""), -std::nanf(""), inf, -inf, 0.0f, -0.0f,
-                                std::numeric_limits<float>::denorm_min(), -1.0f, 2.0f};
+  const std::vector<float> x = {std::nanf(""),
+                                -std::nanf(""),
+                                inf,
+                                -inf,
+                                0.0f,
+                                -0.0f,
+                                std::numeric_limits<float>::denorm_min(),
+                                -1.0f,
+                                2.0f};
   std::vector<float> y(x.size());
   relu_forward_cpu(x.data(), y.data(), x.size());
   EXPECT_TRUE(std::isnan(y[0])) << "NaN must pass on: the NaN guard looks for it";

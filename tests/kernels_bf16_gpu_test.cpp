@@ -116,8 +116,7 @@ TEST_F(Bf16Parity, Conv2dForwardAndBackwardForAnyGeometry) {
         gdw(c.dw0), gdb(c.db0), gwork(ws), gdw_first(c.dw0);
     DeviceArray<uint16_t> gw16(c.w.size());
     lk::cast_f32_to_bf16_cuda(gw.get(), gw16.get(), c.w.size(), stream_);
-    lk::conv2d_forward_bf16_cuda(s, gx.get(), gw16.get(), gb.get(), gy.get(), gwork.get(),
-                                 stream_);
+    lk::conv2d_forward_bf16_cuda(s, gx.get(), gw16.get(), gb.get(), gy.get(), gwork.get(), stream_);
     lk::conv2d_backward_bf16_cuda(s, gx.get(), gw16.get(), gdy.get(), gdx.get(), gdw.get(),
                                   gdb.get(), gwork.get(), stream_);
     // A first layer passes no dx: dw must not depend on it.

@@ -213,11 +213,8 @@ TEST_F(GpuParity, CausalAttentionForwardAndBackward) {
 // 1024-token rows of GPT-2 small; dqkv starts as garbage (every element is overwritten) and a
 // second backward pass gives the same bits (no atomics).
 TEST_F(GpuParity, FlashAttentionNearTheExactFunctionAndDeterministic) {
-  const lk::AttentionShape shapes[] = {{1, 1, 1, 16},
-                                       {2, 70, 3, 32},
-                                       {2, 200, 2, 64},
-                                       {1, 130, 2, 128},
-                                       {1, 1024, 2, 64}};
+  const lk::AttentionShape shapes[] = {
+      {1, 1, 1, 16}, {2, 70, 3, 32}, {2, 200, 2, 64}, {1, 130, 2, 128}, {1, 1024, 2, 64}};
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message()
                  << "B=" << s.batch << " T=" << s.seq << " H=" << s.heads << " Dh=" << s.head_dim);
@@ -230,20 +227,20 @@ TEST_F(GpuParity, FlashAttentionNearTheExactFunctionAndDeterministic) {
         gwork(lk::attention_flash_workspace_floats(s)), gdqkv(Floats(dqkv.size(), 7.0f));
     uint16_t* heads16 = reinterpret_cast<uint16_t*>(gheads.get());
     lk::attention_flash_forward_cuda(s, gqkv.get(), gout.get(), heads16, glse.get(), stream_);
-    lk::attention_flash_backward_cuda(s, heads16, gout.get(), glse.get(), gdout.get(),
-                                      gdqkv.get(), gwork.get(), stream_);
+    lk::attention_flash_backward_cuda(s, heads16, gout.get(), glse.get(), gdout.get(), gdqkv.get(),
+                                      gwork.get(), stream_);
     sync();
     EXPECT_TRUE(close(gout.download(), out, 2e-2)) << "out";
     const Floats first = gdqkv.download();
     EXPECT_TRUE(close(first, dqkv, 3e-2)) << "dqkv";
-    lk::attention_flash_backward_cuda(s, heads16, gout.get(), glse.get(), gdout.get(),
-                                      gdqkv.get(), gwork.get(), stream_);
+    lk::attention_flash_backward_cuda(s, heads16, gout.get(), glse.get(), gdout.get(), gdqkv.get(),
+                                      gwork.get(), stream_);
     sync();
     EXPECT_EQ(gdqkv.download(), first) << "a second backward pass must give the same bits";
   }
   EXPECT_THROW(
       lk::attention_flash_forward_cuda({1, 4, 1, 8}, nullptr, nullptr, nullptr, nullptr, stream_),
-               std::invalid_argument);
+      std::invalid_argument);
 }
 
 }  // namespace

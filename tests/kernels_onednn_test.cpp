@@ -218,8 +218,8 @@ TEST(OnednnGemm, MatchesOpenBlasForEveryTransposeAlphaAndBeta) {
     for (bool tb : {false, true})
       for (float alpha : {1.0f, -0.5f})
         for (float beta : {0.0f, 1.0f, 0.75f}) {
-          const GemmShape s{.m = 13, .n = 7, .k = 33, .trans_a = ta, .trans_b = tb,
-                            .alpha = alpha, .beta = beta};
+          const GemmShape s{
+              .m = 13, .n = 7, .k = 33, .trans_a = ta, .trans_b = tb, .alpha = alpha, .beta = beta};
           const std::vector<float> a = random_floats(13 * 33, 1), b = random_floats(33 * 7, 2);
           std::vector<float> want = random_floats(13 * 7, 3), got = want;
           gemm_cpu(s, a.data(), b.data(), want.data());
@@ -246,7 +246,8 @@ TEST(OnednnDense, MatchesOpenBlasAndAccumulates) {
     dense_forward_cpu(s, x.data(), w.data(), b.data(), y_want.data());
     dense_forward_onednn(s, x.data(), w.data(), b.data(), y_got.data());
     EXPECT_LT(max_rel_error(y_got, y_want), kTolerance) << "y, batch " << s.batch;
-    std::vector<float> dx_want(xs), dw_want = random_floats(ws, 5), db_want = random_floats(s.out, 6);
+    std::vector<float> dx_want(xs), dw_want = random_floats(ws, 5),
+                                    db_want = random_floats(s.out, 6);
     std::vector<float> dx_got(xs), dw_got = dw_want, db_got = db_want;
     dense_backward_cpu(s, x.data(), w.data(), dy.data(), dx_want.data(), dw_want.data(),
                        db_want.data());

@@ -44,8 +44,8 @@ TEST_F(GpuParity, GemmMatchesCpuForEveryTransposeAndScale) {
       {.m = 3, .n = 300, .k = 2, .beta = 2.0f},
   };
   for (const auto& s : shapes) {
-    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k << " ta="
-                                    << s.trans_a << " tb=" << s.trans_b);
+    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k
+                                    << " ta=" << s.trans_a << " tb=" << s.trans_b);
     const Floats a = random_floats(size_t(s.m) * s.k, rng_);
     const Floats b = random_floats(size_t(s.k) * s.n, rng_);
     Floats c = random_floats(size_t(s.m) * s.n, rng_);
@@ -79,7 +79,7 @@ TEST_F(GpuParity, Fp32GemmIsExactWhereTf32WouldRound) {
     const Floats got = dc.download();
     const auto wrong = std::count_if(got.begin(), got.end(), [&](float v) { return v != want; });
     EXPECT_EQ(wrong, 0) << "of " << got.size() << " elements, e.g. " << got[0] << " instead of "
-                         << want << ": the fp32 GEMM rounds its inputs (TF32?)";
+                        << want << ": the fp32 GEMM rounds its inputs (TF32?)";
   }
 }
 
@@ -227,7 +227,7 @@ TEST_F(GpuParity, DenseForwardAndBackward) {
       const Floats dy = random_floats(size_t(s.batch) * s.out, rng_);
       // dw and db start non-zero: the backward pass accumulates into them.
       Floats y(size_t(s.batch) * s.out), dx(x.size()), dw = random_floats(w.size(), rng_),
-          db = random_floats(b.size(), rng_);
+                                                       db = random_floats(b.size(), rng_);
       DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(y.size()), gdx(dx.size()), gdw(dw),
           gdb(db);
       lk::dense_forward_cpu(s, x.data(), w.data(), bias ? b.data() : nullptr, y.data());
@@ -326,9 +326,9 @@ TEST_F(GpuParity, DirectConv2dForwardAndFilterGradient) {
   }
   const lk::Conv2dShape wide{.n = 1, .h = 4, .w = 4, .c_in = 4, .c_out = 8};  // 36 taps
   EXPECT_FALSE(lk::conv2d_direct_supported(wide));
-  EXPECT_THROW(lk::conv2d_forward_direct_cuda(wide, nullptr, nullptr, nullptr, nullptr, false,
-                                              stream_),
-               std::invalid_argument);
+  EXPECT_THROW(
+      lk::conv2d_forward_direct_cuda(wide, nullptr, nullptr, nullptr, nullptr, false, stream_),
+      std::invalid_argument);
 }
 
 // As Fp32GemmIsExactWhereTf32WouldRound, for cuDNN's fp32 convolutions: x = 1 + 2^-12, w = 1, no
@@ -337,14 +337,14 @@ TEST_F(GpuParity, DirectConv2dForwardAndFilterGradient) {
 // leave rounding of order 1e-6, within the 2^-16 allowed here.
 TEST_F(GpuParity, CudnnFp32ConvolutionDoesNotRoundToTf32) {
   if (!lk::conv2d_cudnn_available()) GTEST_SKIP() << "this build has no cuDNN";
-  const lk::Conv2dShape s{.n = 8, .h = 16, .w = 16, .c_in = 32, .c_out = 64, .pad_h = 0,
-                          .pad_w = 0};
+  const lk::Conv2dShape s{
+      .n = 8, .h = 16, .w = 16, .c_in = 32, .c_out = 64, .pad_h = 0, .pad_w = 0};
   const size_t x_n = size_t(s.n) * s.h * s.w * s.c_in;
   const size_t y_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
   const double want = 9.0 * s.c_in * (1.0 + std::ldexp(1.0, -12));
   DeviceArray<float> gx(Floats(x_n, 1.0f + std::ldexp(1.0f, -12))),
-      gw(Floats(size_t(9) * s.c_in * s.c_out, 1.0f)), gwk(size_t(9) * s.c_in * s.c_out),
-      gy(y_n), gwork(lk::conv2d_cudnn_workspace_floats(s, false));
+      gw(Floats(size_t(9) * s.c_in * s.c_out, 1.0f)), gwk(size_t(9) * s.c_in * s.c_out), gy(y_n),
+      gwork(lk::conv2d_cudnn_workspace_floats(s, false));
   lk::conv2d_weights_krsc_cuda(s, gw.get(), gwk.get(), stream_);
   lk::conv2d_forward_cudnn(s, gx.get(), gwk.get(), nullptr, gy.get(), gwork.get(), stream_);
   sync();
@@ -356,13 +356,14 @@ TEST_F(GpuParity, CudnnFp32ConvolutionDoesNotRoundToTf32) {
 }
 
 TEST_F(GpuParity, MaxPoolMatchesExactlyTiesIncluded) {
-  const lk::PoolShape shapes[] = {
-      {.n = 2, .h = 4, .w = 4, .c = 3}, {.n = 3, .h = 7, .w = 5, .c = 5},
-      {.n = 2, .h = 9, .w = 9, .c = 4, .k = 3}, {.n = 8, .h = 28, .w = 28, .c = 32}};
+  const lk::PoolShape shapes[] = {{.n = 2, .h = 4, .w = 4, .c = 3},
+                                  {.n = 3, .h = 7, .w = 5, .c = 5},
+                                  {.n = 2, .h = 9, .w = 9, .c = 4, .k = 3},
+                                  {.n = 8, .h = 28, .w = 28, .c = 32}};
   std::uniform_int_distribution<int> level(0, 3);  // few distinct values: many ties
   for (const auto& s : shapes) {
-    SCOPED_TRACE(testing::Message() << "n=" << s.n << " " << s.h << "x" << s.w << "x" << s.c
-                                    << " k=" << s.k);
+    SCOPED_TRACE(testing::Message()
+                 << "n=" << s.n << " " << s.h << "x" << s.w << "x" << s.c << " k=" << s.k);
     const size_t in_n = size_t(s.n) * s.h * s.w * s.c;
     const size_t out_n = size_t(s.n) * s.out_h() * s.out_w() * s.c;
     Floats x(in_n);
@@ -397,7 +398,12 @@ TEST_F(GpuParity, ReluMatchesExactlyAlsoInPlaceAndOnSpecialValues) {
   const float inf = std::numeric_limits<float>::infinity();
   // NaN must pass on as on the CPU (a GPU that maps it to 0 hides a diverging run from the NaN
   // guard); -0 stays -0; subnormals are not flushed.
-  const Floats specials = {std::nanf(""), -std::nanf(""), inf, -inf, 0.0f, -0.0f,
+  const Floats specials = {std::nanf(""),
+                           -std::nanf(""),
+                           inf,
+                           -inf,
+                           0.0f,
+                           -0.0f,
                            std::numeric_limits<float>::denorm_min(),
                            -std::numeric_limits<float>::denorm_min()};
   for (size_t n : {size_t(1), size_t(1000), size_t(1) << 20}) {
@@ -433,8 +439,8 @@ TEST_F(GpuParity, SoftmaxCrossEntropyLossAccuracyAndGradient) {
     int batch, classes;
     bool weighted;
   };
-  const Case cases[] = {{1, 1, false}, {7, 10, true}, {64, 10, false}, {33, 1000, true},
-                        {5, 3000, false}};
+  const Case cases[] = {
+      {1, 1, false}, {7, 10, true}, {64, 10, false}, {33, 1000, true}, {5, 3000, false}};
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "batch=" << c.batch << " classes=" << c.classes);
     Floats logits = random_floats(size_t(c.batch) * c.classes, rng_, -8.0f, 8.0f);
@@ -450,14 +456,14 @@ TEST_F(GpuParity, SoftmaxCrossEntropyLossAccuracyAndGradient) {
     }
     const float scale = 1.0f / c.batch;
     Floats dl(logits.size());
-    const lk::LossTotals want = lk::softmax_cross_entropy_cpu(
-        logits.data(), labels.data(), c.weighted ? weights.data() : nullptr, c.batch, c.classes,
-        scale, dl.data());
+    const lk::LossTotals want = lk::softmax_cross_entropy_cpu(logits.data(), labels.data(),
+                                                              c.weighted ? weights.data() : nullptr,
+                                                              c.batch, c.classes, scale, dl.data());
     DeviceArray<float> glog(logits), gw(weights), gdl(logits.size());
     DeviceArray<int32_t> glab(labels);
-    const lk::LossTotals got = lk::softmax_cross_entropy_cuda(
-        glog.get(), glab.get(), c.weighted ? gw.get() : nullptr, c.batch, c.classes, scale,
-        gdl.get(), stream_);
+    const lk::LossTotals got =
+        lk::softmax_cross_entropy_cuda(glog.get(), glab.get(), c.weighted ? gw.get() : nullptr,
+                                       c.batch, c.classes, scale, gdl.get(), stream_);
     EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * (1 + std::fabs(want.loss_sum)));
     EXPECT_EQ(got.correct, want.correct);
     EXPECT_TRUE(close(gdl.download(), dl, 1e-5));
@@ -503,8 +509,8 @@ TEST_F(GpuParity, MseLossAndGradient) {
     Floats weights = random_floats(batch, rng_, 0.0f, 1.0f);
     weights[0] = 0.0f;
     Floats dp(pred.size());
-    const lk::LossTotals want = lk::mse_cpu(pred.data(), target.data(), weights.data(), batch, dim,
-                                            0.25f, dp.data());
+    const lk::LossTotals want =
+        lk::mse_cpu(pred.data(), target.data(), weights.data(), batch, dim, 0.25f, dp.data());
     DeviceArray<float> gp(pred), gt(target), gw(weights), gdp(pred.size());
     const lk::LossTotals got =
         lk::mse_cuda(gp.get(), gt.get(), gw.get(), batch, dim, 0.25f, gdp.get(), stream_);
@@ -514,10 +520,10 @@ TEST_F(GpuParity, MseLossAndGradient) {
 }
 
 TEST_F(GpuParity, SgdAndAdamUpdatesOverSeveralSteps) {
-  const lk::SgdOptions sgds[] = {{.lr = 0.1f},
-                                 {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f},
-                                 {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f,
-                                  .nesterov = true}};
+  const lk::SgdOptions sgds[] = {
+      {.lr = 0.1f},
+      {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f},
+      {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = true}};
   const size_t n = (size_t(1) << 20) + 3;
   for (const auto& o : sgds) {
     SCOPED_TRACE(testing::Message() << "sgd momentum=" << o.momentum << " nesterov=" << o.nesterov);
@@ -539,8 +545,8 @@ TEST_F(GpuParity, SgdAndAdamUpdatesOverSeveralSteps) {
       Floats p = random_floats(n, rng_), m(n, 0.0f), v(n, 0.0f);
       DeviceArray<float> gp(p), gm(m), gv(v);
       for (int64_t step = first; step < first + 4; ++step) {
-        const lk::AdamOptions o{.lr = 1e-2f, .weight_decay = 0.01f, .decoupled = decoupled,
-                                .step = step};
+        const lk::AdamOptions o{
+            .lr = 1e-2f, .weight_decay = 0.01f, .decoupled = decoupled, .step = step};
         const Floats g = random_floats(n, rng_);
         DeviceArray<float> gg(g);
         lk::adam_update_cpu(o, p.data(), g.data(), m.data(), v.data(), n);
@@ -653,9 +659,9 @@ TEST_F(GpuParity, WholeTrainingStepOfASmallCnn) {
     lk::maxpool_forward_cuda(net.pool, g_a1.get(), g_a2.get(), g_arg.get(), stream_);
     lk::dense_forward_cuda(net.dense, g_a2.get(), p + net.dense_w, p + net.dense_b, g_logits.get(),
                            stream_);
-    const lk::LossTotals got = lk::softmax_cross_entropy_cuda(
-        g_logits.get(), g_labels.get(), nullptr, net.kBatch, net.kClasses, scale, g_dlogits.get(),
-        stream_);
+    const lk::LossTotals got =
+        lk::softmax_cross_entropy_cuda(g_logits.get(), g_labels.get(), nullptr, net.kBatch,
+                                       net.kClasses, scale, g_dlogits.get(), stream_);
     lk::dense_backward_cuda(net.dense, g_a2.get(), p + net.dense_w, g_dlogits.get(), g_d2.get(),
                             g + net.dense_w, g + net.dense_b, stream_);
     lk::maxpool_backward_cuda(net.pool, g_d2.get(), g_arg.get(), g_d1.get(), stream_);

@@ -118,7 +118,8 @@ TEST(MaxPool, Blocked16MatchesNhwcExactly) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> level(0, 3);
   for (const PoolShape& s : shapes) {
-    SCOPED_TRACE(testing::Message() << s.n << "x" << s.h << "x" << s.w << "x" << s.c << " k=" << s.k);
+    SCOPED_TRACE(testing::Message()
+                 << s.n << "x" << s.h << "x" << s.w << "x" << s.c << " k=" << s.k);
     const size_t in_n = size_t(s.n) * s.h * s.w * s.c;
     const size_t out_n = size_t(s.n) * s.out_h() * s.out_w() * s.c;
     std::vector<float> x(in_n), dy(out_n);
@@ -136,8 +137,8 @@ TEST(MaxPool, Blocked16MatchesNhwcExactly) {
     const PoolShape out_shape{s.n, s.out_h(), s.out_w(), s.c, 1};
     std::vector<float> ybb(out_n), dxbb(in_n, 9.0f);
     maxpool_forward_blocked16_cpu(s, to_blocked16(x, s).data(), ybb.data(), argb.data(), true);
-    maxpool_backward_blocked16_cpu(s, to_blocked16(dy, out_shape).data(), argb.data(),
-                                   dxbb.data(), true);
+    maxpool_backward_blocked16_cpu(s, to_blocked16(dy, out_shape).data(), argb.data(), dxbb.data(),
+                                   true);
     EXPECT_EQ(ybb, to_blocked16(y, out_shape));
     EXPECT_EQ(dxbb, to_blocked16(dx, s));
     // A ReLU fused into the blocked pool: the pool then the ReLU, forward and back, on inputs

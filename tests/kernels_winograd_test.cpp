@@ -43,12 +43,9 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"cnn_second_layer", 20, 14, 14, 32, 64, false},
-    {"edge_tiles_cut", 3, 7, 9, 16, 48, false},
-    {"relu_wide_out", 2, 6, 5, 48, 80, true},
-    {"one_row", 2, 1, 3, 32, 16, false},
-    {"batch1_square", 1, 8, 8, 16, 16, false},
-    {"two_chunks_odd", 17, 5, 11, 16, 32, true},
+    {"cnn_second_layer", 20, 14, 14, 32, 64, false}, {"edge_tiles_cut", 3, 7, 9, 16, 48, false},
+    {"relu_wide_out", 2, 6, 5, 48, 80, true},        {"one_row", 2, 1, 3, 32, 16, false},
+    {"batch1_square", 1, 8, 8, 16, 16, false},       {"two_chunks_odd", 17, 5, 11, 16, 32, true},
 };
 
 class Winograd : public ::testing::TestWithParam<Case> {
@@ -150,9 +147,9 @@ TEST(WinogradShapes, RefusesWhatItDoesNotCompute) {
     std::vector<float> v(4096);
     EXPECT_THROW(winograd_forward_cpu(bad, v.data(), v.data(), v.data(), v.data()),
                  std::invalid_argument);
-    EXPECT_THROW(winograd_backward_cpu(bad, v.data(), v.data(), v.data(), v.data(), v.data(),
-                                       v.data()),
-                 std::invalid_argument);
+    EXPECT_THROW(
+        winograd_backward_cpu(bad, v.data(), v.data(), v.data(), v.data(), v.data(), v.data()),
+        std::invalid_argument);
   }
 }
 

@@ -2,6 +2,8 @@
 // an empty or unset one is the default, a value it does not take is refused naming the variable,
 // the value and what it takes; the header text names every knob; configure_knobs sets what the
 // next model's placement carries and the kernels' process-wide settings (the CPU ISA flag).
+#include "runtime/base/knobs.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,7 +13,6 @@
 
 #include "kernels/parallel.h"
 #include "runtime/base/error.h"
-#include "runtime/base/knobs.h"
 #include "runtime/model/model.h"
 
 namespace lockstep {

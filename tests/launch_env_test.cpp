@@ -143,8 +143,10 @@ TEST(LaunchEnv, SrunFallsBackToNtasksPerNode) {
 TEST(LaunchEnv, BatchScriptWithoutSrunIsNotASlurmLaunch) {
   // A program started by the batch script itself is one process, whatever the allocation holds.
   for (const char* step : {"", "batch"}) {
-    EnvMap env{{"SLURM_JOB_ID", "9"},       {"SLURM_PROCID", "0"},
-               {"SLURM_LOCALID", "0"},      {"SLURM_NODEID", "0"},
+    EnvMap env{{"SLURM_JOB_ID", "9"},
+               {"SLURM_PROCID", "0"},
+               {"SLURM_LOCALID", "0"},
+               {"SLURM_NODEID", "0"},
                {"SLURM_TASKS_PER_NODE", "2"}};
     if (*step) env["SLURM_STEP_ID"] = step;
     LaunchEnv e = detect_launch_env(env);
@@ -181,10 +183,8 @@ TEST(LaunchEnv, SrunWithoutPmixIsCaught) {
 }
 
 TEST(LaunchEnv, MpichHydra) {
-  LaunchEnv e = detect_launch_env({{"PMI_RANK", "2"},
-                                   {"PMI_SIZE", "4"},
-                                   {"MPI_LOCALRANKID", "0"},
-                                   {"MPI_LOCALNRANKS", "2"}});
+  LaunchEnv e = detect_launch_env(
+      {{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}});
   EXPECT_EQ(Launcher::mpich, e.launcher);
   EXPECT_EQ(2, e.rank);
   EXPECT_EQ(4, e.size);

@@ -4,6 +4,8 @@
 // an unknown name is answered with the known ones; a CPU-only type on CUDA is refused when the
 // model is built, before any device work (so this runs without a GPU); a registered type takes
 // part in the CPU plan through the LayerType's plan hooks, as the built-in ones do (cpu_plan.h).
+#include "runtime/model/layer_registry.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +20,6 @@
 #include "kernels/activation.h"
 #include "kernels/step/loss.h"
 #include "runtime/base/error.h"
-#include "runtime/model/layer_registry.h"
 #include "runtime/model/model.h"
 #include "test_util.h"
 

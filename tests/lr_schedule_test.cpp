@@ -1,12 +1,13 @@
 // Learning-rate schedules: warm-up ramps to the peak, cosine and linear decay reach min_lr at the
 // last step, the linear scaling rule scales by global batch over base batch, and bad names are
 // refused naming the option.
+#include "runtime/model/lr_schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "runtime/base/error.h"
-#include "runtime/model/lr_schedule.h"
 
 using namespace lockstep;
 

@@ -1,9 +1,10 @@
 // The --model grammar and the shape plan: presets expand to the documented layers, layer lists
 // round-trip, bad specs and models that do not fit the data are refused with the option's name.
+#include "runtime/model/model_spec.h"
+
 #include <gtest/gtest.h>
 
 #include "runtime/base/error.h"
-#include "runtime/model/model_spec.h"
 
 using namespace lockstep;
 
@@ -31,8 +32,8 @@ TEST(ModelSpec, PresetsExpandToTheirLayers) {
 }
 
 TEST(ModelSpec, LayerListsRoundTripAndIgnoreSpaces) {
-  for (std::string s : {"conv3x3:32,relu,maxpool2,dense:10", "conv5x5:8:2,flatten,dense",
-                        "dense:7,relu,dense:3"}) {
+  for (std::string s :
+       {"conv3x3:32,relu,maxpool2,dense:10", "conv5x5:8:2,flatten,dense", "dense:7,relu,dense:3"}) {
     ModelSpec m = parse_model_spec(s);
     EXPECT_EQ(s, to_string(m));
     EXPECT_EQ(to_string(m), to_string(parse_model_spec(to_string(m))));
@@ -45,8 +46,9 @@ TEST(ModelSpec, LayerListsRoundTripAndIgnoreSpaces) {
 }
 
 TEST(ModelSpec, BadSpecsNameTheOptionAndTheToken) {
-  for (std::string s : {"", "resnet", "mlp:", "mlp:0", "mlp:-4", "dense:x", "conv3x3", "conv3x5:8",
-                        "convx:8", "maxpool", "relu:2", "dense,,relu", "dense,", "dense:99999999"}) {
+  for (std::string s :
+       {"", "resnet", "mlp:", "mlp:0", "mlp:-4", "dense:x", "conv3x3", "conv3x5:8", "convx:8",
+        "maxpool", "relu:2", "dense,,relu", "dense,", "dense:99999999"}) {
     try {
       parse_model_spec(s);
       ADD_FAILURE() << "'" << s << "' was accepted";

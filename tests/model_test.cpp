@@ -2,6 +2,8 @@
 // the loss, gradients accumulate across micro-batches (what gradient accumulation and data
 // parallelism rely on), the named tensors cover every parameter with each layer's range aligned to
 // 256 bytes and zeros between the ranges, and initialisation is a function of the seed alone.
+#include "runtime/model/model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,11 +15,10 @@
 #include "kernels/conv/conv_pool.h"
 #include "kernels/conv/pool.h"
 #include "kernels/dense.h"
-#include "kernels/step/loss.h"
 #include "kernels/onednn/onednn.h"
+#include "kernels/step/loss.h"
 #include "runtime/base/error.h"
 #include "runtime/model/layers/conv.h"
-#include "runtime/model/model.h"
 
 using namespace lockstep;
 

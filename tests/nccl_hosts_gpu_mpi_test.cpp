@@ -2,8 +2,8 @@
 // GPU the ranks share it, each given its own NCCL_HOSTID: NCCL refuses two ranks on one GPU of one
 // host, but ranks whose host hashes differ count as separate hosts to it and talk over its network
 // transport (sockets on loopback with NCCL_SOCKET_IFNAME=lo) - the multi-node path, proxy thread
-// included, which one NCCL rank never takes (its collectives are local copies). scripts/gpu-check.sh
-// runs it so (part multi-rank) at 2 and 3 ranks:
+// included, which one NCCL rank never takes (its collectives are local copies).
+// scripts/gpu-check.sh runs it so (part multi-rank) at 2 and 3 ranks:
 //   mpiexec -n 2 sh -c 'NCCL_HOSTID=h$OMPI_COMM_WORLD_RANK exec "$0" "$@"' nccl_hosts_gpu_mpi_test
 // What it checks:
 //   - every collective, element type and reduce op at small sizes gives, byte for byte, the MPI
@@ -137,7 +137,8 @@ int NcclPeers::device_ = 0;
 // `count` values of type t for `rank`: test_value(rank, i), small integers exact in every type.
 std::vector<unsigned char> encoded(DType t, size_t count, int rank) {
   std::vector<unsigned char> out(count * dtype_size(t));
-  for (size_t i = 0; i < count; ++i) store_value(t, out.data() + i * dtype_size(t), test_value(rank, i));
+  for (size_t i = 0; i < count; ++i)
+    store_value(t, out.data() + i * dtype_size(t), test_value(rank, i));
   return out;
 }
 
@@ -215,7 +216,8 @@ TEST_F(NcclPeers, EveryCollectiveTypeAndOpGivesTheMpiBackendsBytes) {
       for (Kind k : {Kind::all_reduce, Kind::all_reduce_in_place, Kind::reduce_scatter,
                      Kind::all_gather, Kind::broadcast}) {
         const bool reduces = k != Kind::all_gather && k != Kind::broadcast;
-        const std::vector<ReduceOp> ops = reduces ? all_ops() : std::vector<ReduceOp>{ReduceOp::sum};
+        const std::vector<ReduceOp> ops =
+            reduces ? all_ops() : std::vector<ReduceOp>{ReduceOp::sum};
         const int roots = k == Kind::broadcast ? P : 1;
         for (ReduceOp op : ops) {
           for (int root = 0; root < roots; ++root) {
@@ -227,9 +229,9 @@ TEST_F(NcclPeers, EveryCollectiveTypeAndOpGivesTheMpiBackendsBytes) {
             size_t first = 0;
             while (first < got.size() && got[first] == want[first]) ++first;
             ADD_FAILURE() << kind_name(k) << " " << dtype_name(t) << " "
-                          << (reduces ? reduce_op_name(op) : "") << " root " << root << ", "
-                          << n << " elements: bytes differ from the MPI backend's from byte "
-                          << first << " (element " << first / dtype_size(t) << ")";
+                          << (reduces ? reduce_op_name(op) : "") << " root " << root << ", " << n
+                          << " elements: bytes differ from the MPI backend's from byte " << first
+                          << " (element " << first / dtype_size(t) << ")";
           }
         }
       }
@@ -256,8 +258,8 @@ TEST_F(NcclPeers, MeanOfAConstantIsExactlyTheConstant) {
       for (int r = 0; r < P; ++r) blocks.insert(blocks.end(), host.begin(), host.end());
       OnDevice in(blocks), out(host.size());
       nccl().reduce_scatter(in.ptr, out.ptr, n, t, ReduceOp::mean);
-      EXPECT_EQ(out.read(), host) << "reduce_scatter mean over " << P << " ranks of " << c
-                                  << " in " << dtype_name(t);
+      EXPECT_EQ(out.read(), host) << "reduce_scatter mean over " << P << " ranks of " << c << " in "
+                                  << dtype_name(t);
     }
   }
 }
@@ -340,9 +342,10 @@ TEST_F(NcclPeers, PRanksMatchOneRankWithPMicroBatches) {
   const Trained alone = train(solo, solo, cnn(P));
   const double rel = relative_difference(parallel.params, alone.params);
   if (nccl().rank() == 0)
-    std::printf("CNN, 20 steps: %d NCCL ranks vs 1 rank with %d micro-batches: relative L2 "
-                "difference %.3g, test loss %.6f vs %.6f\n",
-                P, P, rel, parallel.result.test.loss, alone.result.test.loss);
+    std::printf(
+        "CNN, 20 steps: %d NCCL ranks vs 1 rank with %d micro-batches: relative L2 "
+        "difference %.3g, test loss %.6f vs %.6f\n",
+        P, P, rel, parallel.result.test.loss, alone.result.test.loss);
   EXPECT_LT(rel, 1e-5);
   EXPECT_EQ(parallel.updates, 20);
   EXPECT_EQ(0u, differing_from_rank0(host(), parallel.params)) << "the ranks' parameters differ";
@@ -356,10 +359,11 @@ TEST_F(NcclPeers, CapturedStepsGiveTheBitsOfUncapturedSteps) {
   expect_same_bits(got, want);
   EXPECT_EQ(0u, differing_from_rank0(host(), got.params)) << "the ranks' parameters differ";
   if (nccl().rank() == 0)
-    std::printf("captured at %d ranks: %lld of 20 steps, %.2f s (uncaptured %.2f s), test loss "
-                "%.6f, differing parameters %zu\n",
-                nccl().size(), static_cast<long long>(got.captured), got.seconds, want.seconds,
-                got.result.test.loss, differing(got.params, want.params));
+    std::printf(
+        "captured at %d ranks: %lld of 20 steps, %.2f s (uncaptured %.2f s), test loss "
+        "%.6f, differing parameters %zu\n",
+        nccl().size(), static_cast<long long>(got.captured), got.seconds, want.seconds,
+        got.result.test.loss, differing(got.params, want.params));
 }
 
 TEST_F(NcclPeers, ACaptureFailingOnOneRankIsAgreedAtOnce) {
@@ -413,9 +417,10 @@ TEST_F(NcclPeers, ZeroStageOneMatchesUnshardedOverNccl) {
   const std::vector<float> got = params_by_tensor(sharded);
   const double rel = relative_difference(got, unsharded);
   if (nccl().rank() == 0)
-    std::printf("--zero 1 over NCCL at %d rank(s), CNN momentum 20 steps: relative L2 %.3g against "
-                "--zero 0; optimizer state per rank %llu bytes\n",
-                nccl().size(), rel, static_cast<unsigned long long>(sharded.memory_use().state));
+    std::printf(
+        "--zero 1 over NCCL at %d rank(s), CNN momentum 20 steps: relative L2 %.3g against "
+        "--zero 0; optimizer state per rank %llu bytes\n",
+        nccl().size(), rel, static_cast<unsigned long long>(sharded.memory_use().state));
   EXPECT_LT(rel, 1e-5);
   EXPECT_EQ(0, sharded.captured_steps());
   EXPECT_EQ(0u, differing_from_rank0(host(), sharded.model().params_to_host()))

@@ -1,6 +1,8 @@
 // The Optimizer over a model's flat buffer: adamw decays only the ranges it is given (a model's
 // matrices, as GPT training does), biases keep their plain Adam update, the other optimizers' L2
 // still covers every parameter, and one step counts once however many ranges it updates.
+#include "kernels/step/optimizer.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "kernel_reference.h"
-#include "kernels/step/optimizer.h"
 #include "runtime/model/model.h"
 #include "runtime/model/optimizer.h"
 
@@ -44,7 +45,8 @@ void expect_decay_only_in(const ParamRanges& ranges, size_t n) {
   for (const auto& [offset, count] : ranges)
     for (size_t i = offset; i < offset + count; ++i) in[i] = true;
   for (size_t i = 0; i < n; ++i) {
-    ASSERT_EQ(p[i], in[i] ? decayed[i] : plain[i]) << "element " << i << (in[i] ? " (decayed)" : "");
+    ASSERT_EQ(p[i], in[i] ? decayed[i] : plain[i])
+        << "element " << i << (in[i] ? " (decayed)" : "");
     ASSERT_NE(decayed[i], plain[i]) << "element " << i << ": decay made no difference";
   }
 }

@@ -58,7 +58,8 @@ TEST(DeviceAgreement, ARankWithoutAGpuUnderDeviceAutoIsOneAgreedError) {
 TEST(UniqueIdBroadcast, EveryRankGetsRankZerosBytes) {
   auto host = make_mpi_communicator();
   const std::vector<unsigned char> id = broadcast_unique_id(*host, 128, [](void* out) {
-    for (int i = 0; i < 128; ++i) static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(i * 7);
+    for (int i = 0; i < 128; ++i)
+      static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(i * 7);
     return std::string();
   });
   ASSERT_EQ(128u, id.size());
@@ -113,8 +114,8 @@ TEST(UniqueIdBroadcast, ARankZeroLateBeyondTheDeadlineFailsTheOthersInTime) {
 TEST(NcclTimeoutReason, StartUpNamesTheNetworkOthersDoNot) {
   const std::string init = nccl_timeout_reason("nccl init (ncclCommInitRankConfig)");
   EXPECT_NE(std::string::npos, init.find("a peer rank has died, stalled, or never reached it"));
-  for (const char* hint : {"NCCL_SOCKET_IFNAME", "--iface", "NCCL_DEBUG=INFO",
-                           "NCCL_DEBUG_SUBSYS=INIT,NET"})
+  for (const char* hint :
+       {"NCCL_SOCKET_IFNAME", "--iface", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET"})
     EXPECT_NE(std::string::npos, init.find(hint)) << hint << " missing: " << init;
   const std::string later = nccl_timeout_reason("all_reduce (f32, 1024 elements)");
   EXPECT_NE(std::string::npos, later.find("the NCCL communicator was aborted"));

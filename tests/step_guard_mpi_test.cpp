@@ -3,7 +3,6 @@
 // stop before the last step is an early stop (lockstep-train exits 75); one agreed on the last
 // step is not: the run completes, with its final evaluation.
 #include <gtest/gtest.h>
-
 #include <mpi.h>
 
 #include <cmath>
@@ -127,8 +126,10 @@ TEST(StepGuard, NonFiniteLossStopsEveryRankNamingTheStep) {
     guard.check_update(all_finite(g.data(), g.size()), 41, 2);
     ADD_FAILURE() << "an infinite loss on rank 0 did not stop rank " << comm->rank();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("the loss is not finite (NaN or Inf) at step 42 (epoch 3)"),
-              std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("the loss is not finite (NaN or Inf) at step 42 (epoch 3)"),
+        std::string::npos)
+        << e.what();
   }
   comm->barrier();
 }

@@ -3,6 +3,8 @@
 // and the trace phase hook placing late-delivered phases at their own times and, for a device
 // trainer, on the "GPU phases" track. The device side (events on a real stream) is in
 // train_phases_gpu_test.cpp.
+#include "runtime/observe/step_timer.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,7 +12,6 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/observe/step_timer.h"
 #include "runtime/observe/trace.h"
 #include "runtime/observe/trace_writer.h"
 #include "solo_communicator.h"

@@ -50,8 +50,8 @@ inline std::vector<TraceEvent> read_trace_events(const std::string& path) {
     e.ts = json_number(head, "ts", 0);
     e.dur = json_number(head, "dur", 0);
     const size_t close = line.rfind("}}");
-    e.args = line.substr(args_at + 9, close == std::string::npos ? std::string::npos
-                                                                  : close - (args_at + 9));
+    e.args = line.substr(args_at + 9,
+                         close == std::string::npos ? std::string::npos : close - (args_at + 9));
     events.push_back(e);
   }
   return events;

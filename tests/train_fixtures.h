@@ -35,13 +35,15 @@ inline std::string write_striped_images(const std::string& path, const StripedIm
   std::mt19937_64 gen(s.seed);
   const int64_t pixels = static_cast<int64_t>(s.side) * s.side;
   H5Id file = create_h5_file(path);
-  for (auto [group, n] : {std::pair<std::string, int64_t>{"train", s.train_rows}, {"test", s.test_rows}}) {
+  for (auto [group, n] :
+       {std::pair<std::string, int64_t>{"train", s.train_rows}, {"test", s.test_rows}}) {
     std::vector<uint8_t> x(static_cast<size_t>(n * pixels));
     std::vector<int32_t> y(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       y[i] = static_cast<int32_t>(gen() % s.classes);
       for (int64_t q = 0; q < pixels; ++q)
-        x[i * pixels + q] = static_cast<uint8_t>((gen() % s.noise) + s.stripe * y[i] * ((q / s.side) % 2));
+        x[i * pixels + q] =
+            static_cast<uint8_t>((gen() % s.noise) + s.stripe * y[i] * ((q / s.side) % 2));
     }
     write_h5_dataset(file.get(), group + "/images", {n, s.side, s.side, 1}, x);
     write_h5_dataset(file.get(), group + "/labels", {n}, y);
@@ -146,7 +148,8 @@ inline void expect_same_bits(const Trained& got, const Trained& want) {
   EXPECT_EQ(got.updates, want.updates);
   ASSERT_EQ(got.result.epochs.size(), want.result.epochs.size());
   for (size_t e = 0; e < want.result.epochs.size(); ++e) {
-    EXPECT_EQ(got.result.epochs[e].train_loss, want.result.epochs[e].train_loss) << "epoch " << e + 1;
+    EXPECT_EQ(got.result.epochs[e].train_loss, want.result.epochs[e].train_loss)
+        << "epoch " << e + 1;
     EXPECT_EQ(got.result.epochs[e].test.loss, want.result.epochs[e].test.loss) << "epoch " << e + 1;
   }
   EXPECT_EQ(got.result.test.loss, want.result.test.loss);

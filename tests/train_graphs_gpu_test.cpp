@@ -80,7 +80,8 @@ class HostReadRelu : public Layer {
   }
   void backward(int batch, const float*, const float* y, const float* dy, float* dx,
                 float*) override {
-    if (dx) kernels::relu_backward_cuda(y, dy, dx, static_cast<size_t>(batch) * out_size(), stream_);
+    if (dx)
+      kernels::relu_backward_cuda(y, dy, dx, static_cast<size_t>(batch) * out_size(), stream_);
   }
 
  private:
@@ -100,7 +101,8 @@ void register_host_read_relu() {
     t.make_cpu = [](const LayerPlan&, CpuKernels) -> std::unique_ptr<Layer> {
       throw std::logic_error("hostrelu is a GPU test's layer");
     };
-    t.make_cuda = [](const LayerPlan& p, const CudaLayerPlacement& where) -> std::unique_ptr<Layer> {
+    t.make_cuda = [](const LayerPlan& p,
+                     const CudaLayerPlacement& where) -> std::unique_ptr<Layer> {
       return std::make_unique<HostReadRelu>(p, where.stream);
     };
     register_layer(t);

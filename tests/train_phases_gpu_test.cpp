@@ -114,9 +114,11 @@ TEST_F(TrainPhasesGpu, ForwardAndBackwardHoldTheDeviceComputeAndEveryStepArrives
   EXPECT_GT(w.forward + w.backward, w.comm)
       << "forward " << w.forward << " s, backward " << w.backward << " s, comm " << w.comm << " s";
   EXPECT_LT(w.forward + w.backward, w.total);
-  std::printf("%lld steps: total %.3f ms, data %.3f, forward %.3f, backward %.3f, comm %.3f, "
-              "optimizer %.3f\n", static_cast<long long>(steps), w.total * 1e3, w.data * 1e3,
-              w.forward * 1e3, w.backward * 1e3, w.comm * 1e3, w.optimizer * 1e3);
+  std::printf(
+      "%lld steps: total %.3f ms, data %.3f, forward %.3f, backward %.3f, comm %.3f, "
+      "optimizer %.3f\n",
+      static_cast<long long>(steps), w.total * 1e3, w.data * 1e3, w.forward * 1e3, w.backward * 1e3,
+      w.comm * 1e3, w.optimizer * 1e3);
 }
 
 TEST_F(TrainPhasesGpu, TraceHasEachLayersKernelsOnTheComputeStreamAndEachCopyOnTheCopyStream) {
@@ -131,11 +133,11 @@ TEST_F(TrainPhasesGpu, TraceHasEachLayersKernelsOnTheComputeStreamAndEachCopyOnT
       const LayerType& type = find_layer_type(t.model().plan()[i].spec.type);
       if (type.name != "flatten") forward_names.push_back(type.span() + std::to_string(i));
     }
-    const size_t rows = 256;  // one rank, no accumulation
+    const size_t rows = 256;                                           // one rank, no accumulation
     copy_bytes = rows * (t.model().input_size() + 2) * sizeof(float);  // images, labels, mask
     start_tracing(*comm);
-    t.set_phase_hook(trace_phase_hook(
-        static_cast<int64_t>(t.model().param_count() * sizeof(float)), /*device_phases=*/true));
+    t.set_phase_hook(trace_phase_hook(static_cast<int64_t>(t.model().param_count() * sizeof(float)),
+                                      /*device_phases=*/true));
     t.run();
     write_trace(*comm, path);
   }
@@ -175,9 +177,13 @@ TEST_F(TrainPhasesGpu, TraceHasEachLayersKernelsOnTheComputeStreamAndEachCopyOnT
       const bool forward = i <= forward_names.size();
       const bool backward = !forward && i <= 2 * forward_names.size();
       EXPECT_EQ(forward ? "forward" : backward ? "backward" : "optimizer", k[i].cat) << k[i].name;
-      expect_inside(k[i], forward ? ph[0] : backward ? ph[1] : ph[3],
-                    forward ? "the step's forward phase" : backward ? "its backward phase"
-                                                                    : "its optimizer phase");
+      expect_inside(k[i],
+                    forward    ? ph[0]
+                    : backward ? ph[1]
+                               : ph[3],
+                    forward    ? "the step's forward phase"
+                    : backward ? "its backward phase"
+                               : "its optimizer phase");
     }
     EXPECT_EQ("batch copy", copies[static_cast<size_t>(s)].name);
     EXPECT_EQ(static_cast<double>(copy_bytes),

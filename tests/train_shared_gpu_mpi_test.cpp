@@ -80,9 +80,10 @@ TEST_F(SharedGpuTraining, RanksOnOneGpuMatchTheSameRanksOnTheCpu) {
 
   const double rel = relative_difference(gpu_params, cpu_params);
   if (host->rank() == 0)
-    std::printf("%d rank(s) sharing a GPU vs the CPU: relative L2 difference %.3g, test loss "
-                "%.6f vs %.6f\n",
-                host->size(), rel, got.test.loss, want.test.loss);
+    std::printf(
+        "%d rank(s) sharing a GPU vs the CPU: relative L2 difference %.3g, test loss "
+        "%.6f vs %.6f\n",
+        host->size(), rel, got.test.loss, want.test.loss);
   EXPECT_LT(rel, 1e-4);
   EXPECT_EQ(got.test.samples, want.test.samples);
   EXPECT_NEAR(got.test.loss, want.test.loss, 1e-4 * (1 + want.test.loss));

@@ -5,7 +5,6 @@
 // over K micro-batches equals one batch K times larger; replica checks and bad batch sizes behave.
 // Rank 0 computes the one-rank reference on a world-of-one communicator while the others wait.
 #include <gtest/gtest.h>
-
 #include <mpi.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <cstring>
 #include <random>
 
+#include "data_fixtures.h"
 #include "runtime/base/error.h"
 #include "runtime/comm/recording_communicator.h"
 #include "runtime/data/h5_writer.h"
@@ -23,7 +23,6 @@
 #include "runtime/train/trainer.h"
 #include "solo_communicator.h"
 #include "test_util.h"
-#include "data_fixtures.h"
 #include "train_fixtures.h"
 
 using namespace lockstep;
@@ -242,7 +241,8 @@ TEST_P(CollectiveSequence, EveryRankIssuesTheSameCollectivesWhateverHappensOnOne
   clear_stop_request();
   EXPECT_EQ(1, t.guard().skipped_steps()) << "step 5's loss was not finite on rank " << last;
   EXPECT_TRUE(t.guard().stopped_early()) << "the stop signal on rank " << last << " was missed";
-  EXPECT_GT(recorded.calls(), 3 * steps) << "the loss sums, the guard's flags and the gradients, each step";
+  EXPECT_GT(recorded.calls(), 3 * steps)
+      << "the loss sums, the guard's flags and the gradients, each step";
   EXPECT_NO_THROW(recorded.verify(*checker, "at the end"));
   if (world->rank() == 0)
     std::printf("--zero %d: %lld collectives in the same order on %d rank(s) over %lld steps\n",
@@ -305,15 +305,16 @@ void expect_zero_matches_unsharded(TrainConfig c) {
     Trainer alone(solo, c);
     unsetenv("LOCKSTEP_TEST_LOSS_INF");
     alone.run();
-    bound = std::max(4 * relative_difference(params_by_tensor(unsharded), params_by_tensor(alone)), 1e-4);
+    bound = std::max(4 * relative_difference(params_by_tensor(unsharded), params_by_tensor(alone)),
+                     1e-4);
   }
   if (world->rank() == 0)
-    std::printf("%s %s, %lld steps at %d rank(s): --zero 1 vs --zero 0 differ by %.2g (relative "
-                "L2, bound %.2g); optimizer state per rank %llu vs %llu bytes\n",
-                c.model.c_str(), optimizer_name(c.optimizer.kind), static_cast<long long>(c.steps),
-                world->size(), rel, bound,
-                static_cast<unsigned long long>(sharded.memory_use().state),
-                static_cast<unsigned long long>(unsharded.memory_use().state));
+    std::printf(
+        "%s %s, %lld steps at %d rank(s): --zero 1 vs --zero 0 differ by %.2g (relative "
+        "L2, bound %.2g); optimizer state per rank %llu vs %llu bytes\n",
+        c.model.c_str(), optimizer_name(c.optimizer.kind), static_cast<long long>(c.steps),
+        world->size(), rel, bound, static_cast<unsigned long long>(sharded.memory_use().state),
+        static_cast<unsigned long long>(unsharded.memory_use().state));
   EXPECT_LE(rel, bound);
   EXPECT_EQ(1, unsharded.guard().skipped_steps());
   EXPECT_EQ(1, sharded.guard().skipped_steps());

@@ -22,7 +22,6 @@ namespace lockstep::kernels {
 
 namespace {
 
-
 // The taps kx in [lo, hi) of a window starting at input column ix0 fall inside the image; with
 // padding wider than the kernel a window may lie wholly outside it (lo == hi).
 inline void valid_taps(int ix0, int kw, int w, int* lo, int* hi) {
@@ -48,8 +47,9 @@ void for_each_run(const Conv2dShape& s, const Conv2dGeometry& g, Visit visit) {
         for (int ky = 0; ky < s.kh; ++ky, ++run) {
           const int iy = iy0 + ky;
           const bool inside = iy >= 0 && iy < s.h && body > 0;
-          visit(run, inside ? img * image + (static_cast<ptrdiff_t>(iy) * s.w + ix0 + lo) * s.c_in
-                            : ptrdiff_t{-1},
+          visit(run,
+                inside ? img * image + (static_cast<ptrdiff_t>(iy) * s.w + ix0 + lo) * s.c_in
+                       : ptrdiff_t{-1},
                 head, body);
         }
       }

@@ -1,5 +1,3 @@
-#include "kernels/conv/conv2d.h"
-
 #include <algorithm>
 #include <climits>
 #include <stdexcept>
@@ -7,6 +5,7 @@
 
 #include "kernels/activation.h"
 #include "kernels/cast.h"
+#include "kernels/conv/conv2d.h"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -115,7 +114,10 @@ float seed_bias(float* y, const float* b, const Conv2dGeometry& g, int c_out, cu
 // x rounded to bf16 when kBf16 (the bf16 contract: operands in bf16, sums in fp32).
 template <bool kBf16>
 __device__ __forceinline__ float operand(float v) {
-  if constexpr (kBf16) return cuda::from_bf16(cuda::to_bf16(v)); else return v;
+  if constexpr (kBf16)
+    return cuda::from_bf16(cuda::to_bf16(v));
+  else
+    return v;
 }
 
 // One thread per output (img, oy, ox, co): consecutive threads write consecutive channels of one
@@ -212,11 +214,10 @@ __global__ void direct_filter_sum_kernel(const float* __restrict__ part, int blo
 
 void require_direct(const Conv2dShape& s, const char* who) {
   if (!conv2d_direct_supported(s))
-    throw std::invalid_argument(std::string(who) + ": " + std::to_string(s.kh * s.kw * s.c_in) +
-                                " taps per output and " + std::to_string(s.c_out) +
-                                " output channels; the direct kernels take at most " +
-                                std::to_string(kConv2dDirectMaxTaps) + " and " +
-                                std::to_string(kConv2dDirectMaxOut));
+    throw std::invalid_argument(
+        std::string(who) + ": " + std::to_string(s.kh * s.kw * s.c_in) + " taps per output and " +
+        std::to_string(s.c_out) + " output channels; the direct kernels take at most " +
+        std::to_string(kConv2dDirectMaxTaps) + " and " + std::to_string(kConv2dDirectMaxOut));
 }
 
 }  // namespace
@@ -250,11 +251,11 @@ void conv2d_filter_direct_cuda(const Conv2dShape& s, const float* x, const float
   const size_t shared = size_t(groups) * (taps + 1) * s.c_out * sizeof(float);
   const ConvDims d = dims_of(s, g);
   if (bf16)
-    direct_filter_partial_kernel<true><<<blocks, threads, shared, stream>>>(
-        d, s.c_out, x, dy, workspace, g.rows, chunk);
+    direct_filter_partial_kernel<true>
+        <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, g.rows, chunk);
   else
-    direct_filter_partial_kernel<false><<<blocks, threads, shared, stream>>>(
-        d, s.c_out, x, dy, workspace, g.rows, chunk);
+    direct_filter_partial_kernel<false>
+        <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, g.rows, chunk);
   LS_CHECK_LAUNCH("direct_filter_partial_kernel");
   const size_t width = size_t(taps + 1) * s.c_out;
   direct_filter_sum_kernel<<<cuda::grid_for(width), cuda::kThreads, 0, stream>>>(
@@ -313,14 +314,14 @@ void conv2d_backward_bf16_cuda(const Conv2dShape& s, const float* x, const uint1
   const int rows = static_cast<int>(g.rows), cols = static_cast<int>(g.cols);
   const size_t dy_count = g.rows * static_cast<size_t>(s.c_out);
   // dy16 closes the workspace (layout: conv2d_bf16_workspace_floats in conv2d.cpp).
-  auto* dy16 = reinterpret_cast<uint16_t*>(workspace + conv2d_bf16_workspace_floats(s) -
-                                           (dy_count + 1) / 2);
+  auto* dy16 =
+      reinterpret_cast<uint16_t*>(workspace + conv2d_bf16_workspace_floats(s) - (dy_count + 1) / 2);
   if (dw != nullptr || dx != nullptr) cast_f32_to_bf16_cuda(dy, dy16, dy_count, stream);
   if (dw != nullptr) {
     auto* col16 = reinterpret_cast<uint16_t*>(workspace);
     im2col(d, g, x, col16, stream);
-    gemm_bf16_cuda({.m = cols, .n = s.c_out, .k = rows, .trans_a = true, .beta = 1.0f}, col16,
-                   dy16, dw, stream);
+    gemm_bf16_cuda({.m = cols, .n = s.c_out, .k = rows, .trans_a = true, .beta = 1.0f}, col16, dy16,
+                   dw, stream);
   }
   if (db != nullptr) cuda::add_column_sums(dy, g.rows, s.c_out, db, stream);
   if (dx != nullptr) {

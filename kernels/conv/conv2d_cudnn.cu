@@ -1,8 +1,8 @@
-#include <atomic>
 #include <cudnn.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -52,11 +52,11 @@ namespace {
                            file + ":" + std::to_string(line));
 }
 
-#define LS_CHECK_CUDNN(call)                                                  \
-  do {                                                                        \
-    const cudnnStatus_t ls_cudnn_rc_ = (call);                                \
-    if (ls_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                 \
-      throw_cudnn(#call, ls_cudnn_rc_, __FILE__, __LINE__);                   \
+#define LS_CHECK_CUDNN(call)                                \
+  do {                                                      \
+    const cudnnStatus_t ls_cudnn_rc_ = (call);              \
+    if (ls_cudnn_rc_ != CUDNN_STATUS_SUCCESS)               \
+      throw_cudnn(#call, ls_cudnn_rc_, __FILE__, __LINE__); \
   } while (0)
 
 int current_device() {
@@ -83,7 +83,7 @@ constexpr size_t kFloorFloats = size_t{16} << 20;
 size_t aligned(size_t floats) { return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 
 struct Layout {
-  size_t cudnn_bytes = 0;  // the algorithms' budget, first
+  size_t cudnn_bytes = 0;                      // the algorithms' budget, first
   size_t x16 = 0, y16 = 0, dw = 0, total = 0;  // float offsets of the scratch after it
 };
 
@@ -171,8 +171,8 @@ void list_candidates(Choice& c, const Perf* perf, int count, bool bf16, size_t b
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > budget) continue;
     // fp32 means fp32 FMA: no TF32 (or fp16) conversion on the tensor cores.
-    if (!bf16 && (p.mathType == CUDNN_TENSOR_OP_MATH ||
-                  p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+    if (!bf16 &&
+        (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
     const Candidate cand{static_cast<int>(p.algo), bf16 ? p.mathType : CUDNN_FMA_MATH, p.memory,
                          p.determinism == CUDNN_DETERMINISTIC};
@@ -194,13 +194,12 @@ void run_choice(Choice& c, const Plan& p, const char* direction, const Conv2dSha
     if (!refused(rc)) throw_cudnn(direction, rc, __FILE__, __LINE__);
     c.refused += " algorithm " + std::to_string(cand.algo) + " (" + cudnnGetErrorString(rc) + ")";
   }
-  throw std::runtime_error(std::string("cuDNN has no ") + direction + " convolution for " +
-                           describe(s, bf16) + " within a workspace of " +
-                           std::to_string(p.budget) + " bytes" +
-                           (c.refused.empty()
-                                ? std::string(" (none of its timed algorithms qualified)")
-                                : "; refused:" + c.refused) +
-                           ". LOCKSTEP_CUDA_CONV=im2col runs the convolutions without cuDNN");
+  throw std::runtime_error(
+      std::string("cuDNN has no ") + direction + " convolution for " + describe(s, bf16) +
+      " within a workspace of " + std::to_string(p.budget) + " bytes" +
+      (c.refused.empty() ? std::string(" (none of its timed algorithms qualified)")
+                         : "; refused:" + c.refused) +
+      ". LOCKSTEP_CUDA_CONV=im2col runs the convolutions without cuDNN");
 }
 
 std::unique_ptr<Plan> make_plan(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16) {
@@ -234,8 +233,8 @@ std::unique_ptr<Plan> make_plan(const Conv2dShape& s, const Conv2dGeometry& g, b
 Plan& plan_for(const Conv2dShape& s, const Conv2dGeometry& g, bool bf16) {
   using Key = std::array<int, 12>;
   thread_local std::map<Key, std::unique_ptr<Plan>> plans;
-  const Key key{current_device(), s.n, s.h, s.w, s.c_in, s.c_out, s.kh, s.kw, s.stride, s.pad_h,
-                s.pad_w, bf16 ? 1 : 0};
+  const Key key{current_device(), s.n,     s.h,     s.w,         s.c_in, s.c_out, s.kh, s.kw,
+                s.stride,         s.pad_h, s.pad_w, bf16 ? 1 : 0};
   std::unique_ptr<Plan>& p = plans[key];
   if (!p) p = make_plan(s, g, bf16);
   return *p;
@@ -248,7 +247,10 @@ __global__ void to_krsc_kernel(const float* __restrict__ w, T* __restrict__ wk, 
   for (size_t i = cuda::thread_index(); i < total; i += cuda::thread_stride()) {
     const size_t co = i / k, r = i - co * k;
     const float v = w[r * c_out + co];
-    if constexpr (sizeof(T) == 2) wk[i] = cuda::to_bf16(v); else wk[i] = v;
+    if constexpr (sizeof(T) == 2)
+      wk[i] = cuda::to_bf16(v);
+    else
+      wk[i] = v;
   }
 }
 
@@ -258,17 +260,23 @@ __global__ void add_from_krsc_kernel(const T* __restrict__ dwk, float* __restric
   for (size_t i = cuda::thread_index(); i < total; i += cuda::thread_stride()) {
     const size_t r = i / c_out, co = i - r * c_out;
     const T v = dwk[co * k + r];
-    if constexpr (sizeof(T) == 2) dw[i] += cuda::from_bf16(v); else dw[i] += v;
+    if constexpr (sizeof(T) == 2)
+      dw[i] += cuda::from_bf16(v);
+    else
+      dw[i] += v;
   }
 }
 
 // y[r, c] = (relu?) (src[r, c] + b[c]), src fp32 (may be y itself) or bf16.
 template <class T>
-__global__ void bias_epilogue_kernel(const T* src, const float* __restrict__ b, float* y,
-                                     int cols, bool relu, size_t total) {
+__global__ void bias_epilogue_kernel(const T* src, const float* __restrict__ b, float* y, int cols,
+                                     bool relu, size_t total) {
   for (size_t i = cuda::thread_index(); i < total; i += cuda::thread_stride()) {
     float v;
-    if constexpr (sizeof(T) == 2) v = cuda::from_bf16(src[i]); else v = src[i];
+    if constexpr (sizeof(T) == 2)
+      v = cuda::from_bf16(src[i]);
+    else
+      v = src[i];
     if (b != nullptr) v += b[i % cols];
     y[i] = relu ? fmaxf(v, 0.0f) : v;
   }
@@ -286,7 +294,7 @@ template <class T>
 void add_from_krsc(const Conv2dShape& s, const T* dwk, float* dw, cudaStream_t stream) {
   const size_t k = size_t(s.kh) * s.kw * s.c_in, total = k * s.c_out;
   add_from_krsc_kernel<<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(dwk, dw, k, s.c_out,
-                                                                            total);
+                                                                             total);
   LS_CHECK_LAUNCH("add_from_krsc_kernel");
 }
 
@@ -310,8 +318,12 @@ struct Pass {
   Layout l;
   float* workspace;
   Pass(const Conv2dShape& shape, const char* who, float* ws, cudaStream_t stream)
-      : s(shape), g(conv2d_geometry(shape, who)), h(cudnn_handle(stream)),
-        p(plan_for(s, g, kBf16)), l(layout_of(s, g, kBf16)), workspace(ws) {}
+      : s(shape),
+        g(conv2d_geometry(shape, who)),
+        h(cudnn_handle(stream)),
+        p(plan_for(s, g, kBf16)),
+        l(layout_of(s, g, kBf16)),
+        workspace(ws) {}
   T* scratch(size_t offset) const { return reinterpret_cast<T*>(workspace + offset); }
 
   // One direction: its algorithms listed at the first call (find(perf, capacity, &count): cuDNN
@@ -333,8 +345,7 @@ struct Pass {
         p.fwd, "forward",
         [&](auto* perf, int capacity, int* count) {
           return cudnnFindConvolutionForwardAlgorithmEx(h, p.x, x, p.w, wk, p.conv, p.y, y,
-                                                        capacity, count, perf, workspace,
-                                                        p.budget);
+                                                        capacity, count, perf, workspace, p.budget);
         },
         [&](int algo, size_t bytes) {
           return cudnnConvolutionForward(h, &one, p.x, x, p.w, wk, p.conv,
@@ -347,15 +358,13 @@ struct Pass {
     direction<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
         p.filter, "backward-filter",
         [&](auto* perf, int capacity, int* count) {
-          return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, x, p.y, dy, p.conv, p.w,
-                                                               dwk, capacity, count, perf,
-                                                               workspace, p.budget);
+          return cudnnFindConvolutionBackwardFilterAlgorithmEx(
+              h, p.x, x, p.y, dy, p.conv, p.w, dwk, capacity, count, perf, workspace, p.budget);
         },
         [&](int algo, size_t bytes) {
-          return cudnnConvolutionBackwardFilter(
-              h, &one, p.x, x, p.y, dy, p.conv,
-              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace, bytes, &zero, p.w,
-              dwk);
+          return cudnnConvolutionBackwardFilter(h, &one, p.x, x, p.y, dy, p.conv,
+                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+                                                workspace, bytes, &zero, p.w, dwk);
         });
   }
   void data(const T* wk, const T* dy, T* dx) const {
@@ -363,9 +372,8 @@ struct Pass {
     direction<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
         p.data, "backward-data",
         [&](auto* perf, int capacity, int* count) {
-          return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, wk, p.y, dy, p.conv, p.x, dx,
-                                                             capacity, count, perf, workspace,
-                                                             p.budget);
+          return cudnnFindConvolutionBackwardDataAlgorithmEx(
+              h, p.w, wk, p.y, dy, p.conv, p.x, dx, capacity, count, perf, workspace, p.budget);
         },
         [&](int algo, size_t bytes) {
           return cudnnConvolutionBackwardData(h, &one, p.w, wk, p.y, dy, p.conv,

@@ -20,8 +20,9 @@
 // and with the input in blocks the algorithm is convolution_auto: on AVX-512 oneDNN then takes
 // Winograd for the CNN's second convolution at batches of 16 or more (forward, input and weight
 // gradient 1.86 + 2.18 + 2.25 ms against the direct kernel's 2.36 + 2.41 + 2.53 in the same
-// layout and 2.55 + 2.58 + 2.75 on NHWC, batch 64, one thread, 2026-11-26). Gradients: dx is overwritten; dw and db are computed
-// into the entry's buffers and added into the caller's by the reorder (the accumulate contract).
+// layout and 2.55 + 2.58 + 2.75 on NHWC, batch 64, one thread, 2026-11-26). Gradients: dx is
+// overwritten; dw and db are computed into the entry's buffers and added into the caller's by the
+// reorder (the accumulate contract).
 
 namespace lockstep::kernels {
 
@@ -33,9 +34,8 @@ using Tag = memory::format_tag;
 constexpr auto f32 = memory::data_type::f32;
 
 std::array<long, 15> key_of(const Conv2dShape& s, bool bias, Conv2dIo io) {
-  return {s.n,     s.h,      s.w,          s.c_in,       s.c_out,
-          s.kh,    s.kw,     s.stride,     s.pad_h,      s.pad_w,
-          bias,    s.relu,   io.x_blocked16, io.y_blocked16, io.direct};
+  return {s.n,     s.h,     s.w,  s.c_in, s.c_out,        s.kh,           s.kw,     s.stride,
+          s.pad_h, s.pad_w, bias, s.relu, io.x_blocked16, io.y_blocked16, io.direct};
 }
 
 void require_blocks(int channels, const char* operand, const char* who) {
@@ -87,7 +87,8 @@ struct Layouts {
     pad_r = {(g.out_h - 1) * s.stride + s.kh - s.h - s.pad_h,
              (g.out_w - 1) * s.stride + s.kw - s.w - s.pad_w};
   }
-  dnnl::convolution_forward::primitive_desc forward(bool bias, const dnnl::primitive_attr& attr) const {
+  dnnl::convolution_forward::primitive_desc forward(bool bias,
+                                                    const dnnl::primitive_attr& attr) const {
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, algorithm, any_x, any_w,
                                       bias ? b : none, any_y, strides, pad_l, pad_r);
     return {d, attr, onednn::engine()};
@@ -125,8 +126,10 @@ Forward make_forward(const Conv2dShape& s, bool bias, Conv2dIo io) {
     const Layouts l(s, io, any, "conv2d_forward_onednn");
     auto pd = l.forward(bias, forward_attr(s));
     if (!any && is_reference(pd)) continue;
-    Forward f{dnnl::convolution_forward(pd), Staged(Staged::Role::input, l.x, pd.src_desc()),
-              Staged(Staged::Role::input, l.w, pd.weights_desc()), Staged(),
+    Forward f{dnnl::convolution_forward(pd),
+              Staged(Staged::Role::input, l.x, pd.src_desc()),
+              Staged(Staged::Role::input, l.w, pd.weights_desc()),
+              Staged(),
               Staged(Staged::Role::output, l.y, pd.dst_desc()),
               memory(pd.scratchpad_desc(), onednn::engine())};
     if (bias) f.b = Staged(Staged::Role::input, l.b, pd.bias_desc());
@@ -163,7 +166,8 @@ BackwardWeights make_backward_weights(const Conv2dShape& s, bool bias, Conv2dIo 
     BackwardWeights b{dnnl::convolution_backward_weights(pd),
                       Staged(Staged::Role::input, l.x, pd.src_desc()),
                       Staged(Staged::Role::input, l.y, pd.diff_dst_desc()),
-                      Staged(Staged::Role::accumulate, l.w, pd.diff_weights_desc()), Staged(),
+                      Staged(Staged::Role::accumulate, l.w, pd.diff_weights_desc()),
+                      Staged(),
                       memory(pd.scratchpad_desc(), onednn::engine())};
     if (bias) b.db = Staged(Staged::Role::accumulate, l.b, pd.diff_bias_desc());
     return b;
@@ -196,8 +200,8 @@ bool conv2d_onednn_blocked16(const Conv2dShape& s, Conv2dIo io) {
                   !(io.y_blocked16 && (f.y.reorders() || bw.dy.reorders()));
     if (s.c_in > 1) {
       const BackwardData& bd = backward_data_entry(s, io);
-      chosen = chosen && !(io.x_blocked16 && bd.dx.reorders()) &&
-               !(io.y_blocked16 && bd.dy.reorders());
+      chosen =
+          chosen && !(io.x_blocked16 && bd.dx.reorders()) && !(io.y_blocked16 && bd.dy.reorders());
     }
     return chosen;
   } catch (const dnnl::error& e) {
@@ -249,9 +253,10 @@ void conv2d_backward_onednn(const Conv2dShape& s, const float* x, const float* w
       const size_t plane = static_cast<size_t>(g.out_h) * g.out_w;
       for (size_t m = 0; m < g.rows; ++m)
         for (int j = 0; j < s.c_out; ++j)
-          db[j] += io.y_blocked16 ? dy[((m / plane * (s.c_out / 16) + j / 16) * plane + m % plane) *
-                                           16 + j % 16]
-                                  : dy[m * s.c_out + j];
+          db[j] +=
+              io.y_blocked16
+                  ? dy[((m / plane * (s.c_out / 16) + j / 16) * plane + m % plane) * 16 + j % 16]
+                  : dy[m * s.c_out + j];
     }
     if (dx != nullptr) {
       BackwardData& d = backward_data_entry(s, io);

@@ -1,10 +1,9 @@
-#include "kernels/conv/pool.h"
-
 #include <cstddef>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/conv/pool.h"
 #include "kernels/cuda/launch.cuh"
 
 namespace lockstep::kernels {
@@ -61,7 +60,7 @@ void maxpool_forward_cuda(const PoolShape& s, const float* x, float* y, int32_t*
   const size_t outputs = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c;
   if (outputs == 0) return;
   maxpool_forward_kernel<<<cuda::grid_for(outputs), cuda::kThreads, 0, stream>>>(s, x, y, argmax,
-                                                                                  outputs);
+                                                                                 outputs);
   LS_CHECK_LAUNCH("maxpool_forward_kernel");
 }
 
@@ -72,7 +71,7 @@ void maxpool_backward_cuda(const PoolShape& s, const float* dy, const int32_t* a
   LS_CHECK_CUDA(cudaMemsetAsync(dx, 0, inputs * sizeof(float), stream));
   const size_t outputs = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c;
   maxpool_backward_kernel<<<cuda::grid_for(outputs), cuda::kThreads, 0, stream>>>(dy, argmax, dx,
-                                                                                   outputs, inputs);
+                                                                                  outputs, inputs);
   LS_CHECK_LAUNCH("maxpool_backward_kernel");
 }
 

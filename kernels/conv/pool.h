@@ -18,7 +18,8 @@ struct PoolShape {
   int out_w() const { return w / k; }
 };
 
-// Checks a shape for both twins (std::invalid_argument naming `who`); returns the input's element count.
+// Checks a shape for both twins (std::invalid_argument naming `who`); returns the input's element
+// count.
 size_t maxpool_input_elements(const PoolShape& s, const char* who);
 
 void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax);

@@ -17,10 +17,10 @@ namespace {
 typedef float F __attribute__((vector_size(64)));
 #define LS_INLINE_AVX512 LS_AVX512 LS_ALWAYS_INLINE
 #define LS_LAMBDA_AVX512 __attribute__((target("avx512f"), always_inline))
-constexpr int kE = 36;       // the 6x6 transformed positions of a tile
-constexpr int kChunk = 16;   // images per partial sum of the weight gradient
-constexpr int kPass = 4;     // images whose transforms one weight-gradient product spans
-constexpr int kRowPad = 8;   // tiles per image rounded up to this (the products' row blocks)
+constexpr int kE = 36;      // the 6x6 transformed positions of a tile
+constexpr int kChunk = 16;  // images per partial sum of the weight gradient
+constexpr int kPass = 4;    // images whose transforms one weight-gradient product spans
+constexpr int kRowPad = 8;  // tiles per image rounded up to this (the products' row blocks)
 
 LS_INLINE_AVX512 F load(const float* p) {
   F v;
@@ -33,7 +33,11 @@ LS_INLINE_AVX512 void store(float* p, F v) { std::memcpy(p, &v, sizeof(v)); }
 struct Tiles {
   int h, w, th, tw, count, rows;
   explicit Tiles(const Conv2dShape& s)
-      : h(s.h), w(s.w), th((s.h + 3) / 4), tw((s.w + 3) / 4), count(th * tw),
+      : h(s.h),
+        w(s.w),
+        th((s.h + 3) / 4),
+        tw((s.w + 3) / 4),
+        count(th * tw),
         rows((count + kRowPad - 1) / kRowPad * kRowPad) {}
 };
 
@@ -136,11 +140,11 @@ LS_INLINE_AVX512 void transform_input(const Tiles& t, int c, const float* x, flo
                           : F{};
           }
         }
-        transform_2d<6, 6, input_1d>(
-            [&](int r, int q) LS_LAMBDA_AVX512 { return d[r][q]; },
-            [&](int r, const F* o) LS_LAMBDA_AVX512 {
-              for (int q = 0; q < 6; ++q) store(l.at(v, k, r * 6 + q) + cb * 16, o[q]);
-            });
+        transform_2d<6, 6, input_1d>([&](int r, int q) LS_LAMBDA_AVX512 { return d[r][q]; },
+                                     [&](int r, const F* o) LS_LAMBDA_AVX512 {
+                                       for (int q = 0; q < 6; ++q)
+                                         store(l.at(v, k, r * 6 + q) + cb * 16, o[q]);
+                                     });
       }
     }
   zero_rows(t, c, v, l);
@@ -250,8 +254,8 @@ LS_INLINE_AVX512 void product_block(const float* a, size_t a_row, size_t a_k, co
 // c (rows x n, row stride c_row) (+)= a (rows x K, through a_row / a_k) b (K x n, row stride
 // b_k): row blocks of 4 (n >= 64 left) or 8, column blocks of up to 64.
 template <bool kAdd>
-LS_INLINE_AVX512 void product(const float* a, size_t a_row, size_t a_k, const float* b,
-                              size_t b_k, float* c, size_t c_row, int rows, int n, int K) {
+LS_INLINE_AVX512 void product(const float* a, size_t a_row, size_t a_k, const float* b, size_t b_k,
+                              float* c, size_t c_row, int rows, int n, int K) {
   for (int n0 = 0; n0 < n; n0 += 64) {
     const int nv = std::min(4, (n - n0) / 16);
     const float* bn = b + n0;
@@ -334,8 +338,8 @@ LS_AVX512 void gradient_chunk(const Tiles& t, int ci, int co, const float* x, co
     // dU[e] (ci x co) += sum over the pass's tiles k of V[k][e][i] * Y[k][e][o].
     const int K = static_cast<int>(p1 - p0) * t.rows;
     for (int e = 0; e < kE; ++e)
-      product<true>(v + e * ci, 1, v_k, g + e * co, g_k,
-                    du + static_cast<size_t>(e) * ci * co, co, ci, co, K);
+      product<true>(v + e * ci, 1, v_k, g + e * co, g_k, du + static_cast<size_t>(e) * ci * co, co,
+                    ci, co, K);
   }
 }
 

@@ -2,12 +2,12 @@
 // padding 1 whose input and output channels are multiples of 16, on activations in oneDNN's
 // 16-channel blocks (aBcd16b, conv2d.h's Conv2dIo): the CNN's second convolution, where oneDNN's
 // own Winograd kernel (jit_wino_4x3) was most of the step and this one takes less time
-// (docs/PERFORMANCE.md, "Winograd kernels of our own"). Each 4x4 output tile is computed from its 6x6 input patch as
-// A^T [(G g G^T) . (B^T d B)] A (Lavin and Gray's matrices, interpolation points 0, +-1, +-2 and
-// infinity); the products of the 36 transformed positions are small GEMMs over the channels,
-// computed per image while its transforms are in the core's L2. The input gradient is the same
-// convolution of dy with the kernel rotated and its channels swapped; the weight gradient is the
-// forward formula's own gradient, G^T [sum over tiles of (B^T d B) (A dY A^T)] G, summed per
+// (docs/PERFORMANCE.md, "Winograd kernels of our own"). Each 4x4 output tile is computed from its
+// 6x6 input patch as A^T [(G g G^T) . (B^T d B)] A (Lavin and Gray's matrices, interpolation points
+// 0, +-1, +-2 and infinity); the products of the 36 transformed positions are small GEMMs over the
+// channels, computed per image while its transforms are in the core's L2. The input gradient is the
+// same convolution of dy with the kernel rotated and its channels swapped; the weight gradient is
+// the forward formula's own gradient, G^T [sum over tiles of (B^T d B) (A dY A^T)] G, summed per
 // fixed chunk of images and the chunks added in order: the same bits at any thread count.
 // Rounding differs from the direct algorithm's by about 1e-6 of the largest output, as oneDNN's.
 //

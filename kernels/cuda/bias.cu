@@ -1,8 +1,7 @@
-#include "kernels/cuda/bias.cuh"
-
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/launch.cuh"
 

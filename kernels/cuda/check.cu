@@ -1,7 +1,7 @@
-#include "kernels/cuda/check.h"
-
 #include <stdexcept>
 #include <string>
+
+#include "kernels/cuda/check.h"
 
 namespace lockstep::kernels::detail {
 
@@ -35,8 +35,7 @@ const char* cuda_hint(cudaError_t code) {
              "size out of range";
     case cudaErrorInvalidConfiguration:
       return "a launch configuration is out of range for this GPU: please report this as a bug";
-    default:
-      return nullptr;
+    default: return nullptr;
   }
 }
 
@@ -44,8 +43,7 @@ const char* cublas_hint(cublasStatus_t code) {
   switch (code) {
     case CUBLAS_STATUS_NOT_INITIALIZED:
       return "cuBLAS could not start: the CUDA driver or the GPU is not usable (check nvidia-smi)";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "out of GPU memory: reduce the batch size or the model";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "out of GPU memory: reduce the batch size or the model";
     case CUBLAS_STATUS_ARCH_MISMATCH:
       return "this GPU lacks a feature the call needs (bf16 GEMM needs compute capability 8.0+)";
     case CUBLAS_STATUS_NOT_SUPPORTED:
@@ -54,15 +52,14 @@ const char* cublas_hint(cublasStatus_t code) {
       return "a dimension or leading dimension is invalid: a bug in the caller's shape";
     case CUBLAS_STATUS_EXECUTION_FAILED:
       return "the GPU failed to run the cuBLAS kernel: a previous kernel may have failed";
-    default:
-      return nullptr;
+    default: return nullptr;
   }
 }
 
 [[noreturn]] void throw_message(const char* call, const std::string& reason, const char* file,
                                 int line, const char* hint) {
-  std::string msg = std::string(call) + " failed: " + reason + " at " + file + ":" +
-                    std::to_string(line);
+  std::string msg =
+      std::string(call) + " failed: " + reason + " at " + file + ":" + std::to_string(line);
   if (hint != nullptr) msg += std::string(" (hint: ") + hint + ")";
   throw std::runtime_error(msg);
 }

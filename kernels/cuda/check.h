@@ -22,19 +22,19 @@ namespace lockstep::kernels::detail {
       ::lockstep::kernels::detail::throw_cuda_error(#call, ls_cuda_rc_, __FILE__, __LINE__); \
   } while (0)
 
-#define LS_CHECK_CUBLAS(call)                                                                  \
-  do {                                                                                         \
-    const cublasStatus_t ls_cublas_rc_ = (call);                                               \
-    if (ls_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                \
+#define LS_CHECK_CUBLAS(call)                                                                    \
+  do {                                                                                           \
+    const cublasStatus_t ls_cublas_rc_ = (call);                                                 \
+    if (ls_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                  \
       ::lockstep::kernels::detail::throw_cublas_error(#call, ls_cublas_rc_, __FILE__, __LINE__); \
   } while (0)
 
 // After a <<<...>>> launch, so that a bad launch configuration is reported at its launcher rather
 // than at the next synchronisation. `kernel` names the kernel in the message.
-#define LS_CHECK_LAUNCH(kernel)                                                                \
-  do {                                                                                         \
-    const cudaError_t ls_launch_rc_ = cudaGetLastError();                                      \
-    if (ls_launch_rc_ != cudaSuccess)                                                          \
+#define LS_CHECK_LAUNCH(kernel)                                                                   \
+  do {                                                                                            \
+    const cudaError_t ls_launch_rc_ = cudaGetLastError();                                         \
+    if (ls_launch_rc_ != cudaSuccess)                                                             \
       ::lockstep::kernels::detail::throw_cuda_error("launch of " kernel, ls_launch_rc_, __FILE__, \
-                                                    __LINE__);                                 \
+                                                    __LINE__);                                    \
   } while (0)

@@ -112,16 +112,15 @@ void add_column_sums_of(const Load& load, size_t rows, int cols, float* db, cuda
       std::min(kMaxChunks, std::max<size_t>(1, (rows + kChunkRows - 1) / kChunkRows));
   const size_t chunk_rows = (rows + chunks - 1) / chunks;
   StreamScratch partial(chunks * cols * sizeof(float), stream);
-  const bool quads =
-      cols % 4 == 0 && load.aligned() && reinterpret_cast<uintptr_t>(out16) % 8 == 0;
+  const bool quads = cols % 4 == 0 && load.aligned() && reinterpret_cast<uintptr_t>(out16) % 8 == 0;
   const int per_block = kColumns * (quads ? 4 : 1);
   const dim3 grid((cols + per_block - 1) / per_block, static_cast<unsigned>(chunks));
   if (quads)
-    partials_kernel<4><<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(
-        load, rows, cols, chunk_rows, partial.as<float>(), out16);
+    partials_kernel<4><<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(load, rows, cols, chunk_rows,
+                                                                       partial.as<float>(), out16);
   else
-    partials_kernel<1><<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(
-        load, rows, cols, chunk_rows, partial.as<float>(), out16);
+    partials_kernel<1><<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(load, rows, cols, chunk_rows,
+                                                                       partial.as<float>(), out16);
   LS_CHECK_LAUNCH("column_sums::partials_kernel");
   finish_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partial.as<float>(),
                                                          static_cast<int>(chunks), cols, db);

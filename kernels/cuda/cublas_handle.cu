@@ -1,10 +1,9 @@
-#include "kernels/cuda/cublas_handle.h"
-
 #include <cuda_runtime_api.h>
 
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cublas_handle.h"
 
 namespace lockstep::kernels {
 

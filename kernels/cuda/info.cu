@@ -1,7 +1,6 @@
-#include "kernels/cuda/info.h"
-
 #include <cuda_runtime_api.h>
 
+#include "kernels/cuda/info.h"
 
 namespace lockstep::kernels {
 

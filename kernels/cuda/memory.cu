@@ -1,5 +1,3 @@
-#include "kernels/cuda/memory.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -7,6 +5,7 @@
 #include <unordered_map>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/memory.h"
 
 namespace lockstep::kernels {
 
@@ -114,8 +113,7 @@ void cuda_copy_to_device_async(void* device_dst, const void* host_src, size_t by
 void cuda_copy_on_device_async(void* device_dst, const void* device_src, size_t bytes,
                                cudaStream_t stream) {
   if (bytes == 0) return;
-  LS_CHECK_CUDA(
-      cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, stream));
+  LS_CHECK_CUDA(cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
 void cuda_copy_to_host_async(void* host_dst, const void* device_src, size_t bytes,

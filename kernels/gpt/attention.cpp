@@ -1,5 +1,4 @@
 #include "kernels/gpt/attention.h"
-#include "kernels/gpt/attention_flash.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +6,7 @@
 #include <string>
 
 #include "kernels/gemm.h"
+#include "kernels/gpt/attention_flash.h"
 #include "kernels/parallel.h"
 
 namespace lockstep::kernels {
@@ -162,8 +162,8 @@ void backward(GemmFn gemm, const AttentionShape& s, const float* dout, const flo
     causal_softmax_backward_row(probs + r * T, dprobs + r * T, static_cast<int>(r % T), T, scale);
   // dq = dscores k;  dk = dscores^T q  (dscores already carries the 1/sqrt(Dh))
   gemm_per_head(gemm, s, {.m = T, .n = Dh, .k = T}, dprobs, sq, k, mat, dheads, mat);
-  gemm_per_head(gemm, s, {.m = T, .n = Dh, .k = T, .trans_a = true}, dprobs, sq, q, mat, dheads + part,
-                mat);
+  gemm_per_head(gemm, s, {.m = T, .n = Dh, .k = T, .trans_a = true}, dprobs, sq, q, mat,
+                dheads + part, mat);
   from_heads(s, 3, dheads, dqkv);
 }
 

@@ -46,8 +46,8 @@ void attention_forward_cpu(const AttentionShape& s, const float* qkv, float* out
 void attention_backward_cpu(const AttentionShape& s, const float* dout, const float* heads,
                             const float* probs, float* dqkv, float* workspace);
 
-// The same with the per-head products through oneDNN (gemm_onednn; onednn.h): the CPU layers' choice
-// where the build has it (OpenBLAS's sgemm on these small matrices is the slower one).
+// The same with the per-head products through oneDNN (gemm_onednn; onednn.h): the CPU layers'
+// choice where the build has it (OpenBLAS's sgemm on these small matrices is the slower one).
 void attention_forward_onednn(const AttentionShape& s, const float* qkv, float* out, float* heads,
                               float* probs, float* workspace);
 void attention_backward_onednn(const AttentionShape& s, const float* dout, const float* heads,

@@ -18,7 +18,8 @@
 //   backward_kv  per (key tile, ...): K, V fragments in registers; query tiles from the diagonal
 //                down: P^T = exp(K Q^T * scale - lse), dV += P^T dO, dP^T = V dO^T,
 //                dS^T = P^T (dP^T - D), dK += dS^T Q; dK * scale and dV written once.
-//   backward_q   per (query tile, ...): key tiles up to the diagonal: P, dP = dO V^T, dS, dQ += dS K.
+//   backward_q   per (query tile, ...): key tiles up to the diagonal: P, dP = dO V^T, dS, dQ += dS
+//   K.
 #include "kernels/gpt/attention_flash.cuh"
 
 namespace lockstep::kernels {
@@ -50,7 +51,7 @@ __global__ void __launch_bounds__(kFlashThreads)
                          float* lse) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* kbuf = qs + kTileElems<Dh>;       // two K tiles
+  bf16* kbuf = qs + kTileElems<Dh>;        // two K tiles
   bf16* vbuf = kbuf + 2 * kTileElems<Dh>;  // two V tiles
   const int T = s.seq, C = s.heads * s.head_dim;
   const int qt = gridDim.x - 1 - blockIdx.x;  // the longest rows first

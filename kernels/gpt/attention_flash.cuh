@@ -18,13 +18,13 @@ namespace lockstep::kernels::flash {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kTile = 64;                    // rows of a query or key tile
-constexpr int kFlashWarps = kTile / 16;      // one warp per 16 rows
+constexpr int kTile = 64;                // rows of a query or key tile
+constexpr int kFlashWarps = kTile / 16;  // one warp per 16 rows
 constexpr int kFlashThreads = kFlashWarps * cuda::kWarp;
 
 // Shared memory: `tiles` bf16 tiles [64][Dh + 8], then `rows` fp32 vectors of 64.
 template <int Dh>
-constexpr int kTileElems = kTile * (Dh + 8);
+constexpr int kTileElems = kTile*(Dh + 8);
 template <int Dh>
 constexpr size_t smem_bytes(int tiles, int rows) {
   return tiles * sizeof(bf16) * kTileElems<Dh> + rows * kTile * sizeof(float);
@@ -184,7 +184,7 @@ inline dim3 flash_grid(const AttentionShape& s) {
 }
 
 inline void check_flash(const AttentionShape& s, const void* a, const void* b, const void* c,
-                 const char* who) {
+                        const char* who) {
   check_attention_shape(s, who);
   if (!attention_flash_supported(s))
     throw std::invalid_argument(std::string(who) + ": head_dim " + std::to_string(s.head_dim) +

@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     accumulate_pm<Dh>(dv, pa, ds);  // dV += P^T dO
     as_a(dpt, pa);
     accumulate_pm<Dh>(dk, pa, qs);  // dK += dS^T Q
-    __syncthreads();  // every warp done with this tile before it is overwritten
+    __syncthreads();                // every warp done with this tile before it is overwritten
   }
   float* dst = dqkv + static_cast<size_t>(b) * T * 3 * C + h * Dh;
   store_acc<Dh>(dk, scale, dst + C, 3 * static_cast<size_t>(C), k0 + wr, T);
@@ -117,8 +117,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 template <int Dh>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_q_kernel(AttentionShape s, float scale, const uint16_t* heads,
-                            const uint16_t* d16, const float* lse, const float* dots,
-                            float* dqkv) {
+                            const uint16_t* d16, const float* lse, const float* dots, float* dqkv) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* kbuf = reinterpret_cast<bf16*>(smem);  // two K tiles; Q at first
   bf16* vbuf = kbuf + 2 * kTileElems<Dh>;      // two V tiles; dO at first
@@ -169,22 +168,21 @@ __global__ void __launch_bounds__(kFlashThreads)
     __syncthreads();
     const bf16* ks = kbuf + cur * kTileElems<Dh>;
     float sc[8][4], dp[8][4];
-    product_abt<Dh>(qa, ks, sc);                              // S
-    product_abt<Dh>(da, vbuf + cur * kTileElems<Dh>, dp);     // dP = dO V^T
+    product_abt<Dh>(qa, ks, sc);                           // S
+    product_abt<Dh>(da, vbuf + cur * kTileElems<Dh>, dp);  // dP = dO V^T
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = k0 + nb * 8 + 2 * t + (i & 1);
-        const float p = key <= row[i / 2] && key < T
-                            ? __expf(sc[nb][i] * scale - row_lse[i / 2])
-                            : 0.0f;
+        const float p =
+            key <= row[i / 2] && key < T ? __expf(sc[nb][i] * scale - row_lse[i / 2]) : 0.0f;
         dp[nb][i] = p * (dp[nb][i] - row_dot[i / 2]);
       }
     uint32_t pa[4][4];
     as_a(dp, pa);
     accumulate_pm<Dh>(dq, pa, ks);  // dQ += dS K
-    __syncthreads();  // every warp done with this tile before it is overwritten
+    __syncthreads();                // every warp done with this tile before it is overwritten
   }
   store_acc<Dh>(dq, scale, dqkv + static_cast<size_t>(b) * T * 3 * C + h * Dh,
                 3 * static_cast<size_t>(C), q0 + wr, T);
@@ -208,16 +206,16 @@ void backward_dh(const AttentionShape& s, const uint16_t* heads, const uint16_t*
 
 }  // namespace
 
-void attention_flash_backward_cuda(const AttentionShape& s, const uint16_t* heads,
-                                   const float* out, const float* lse, const float* dout,
-                                   float* dqkv, float* workspace, cudaStream_t stream) {
+void attention_flash_backward_cuda(const AttentionShape& s, const uint16_t* heads, const float* out,
+                                   const float* lse, const float* dout, float* dqkv,
+                                   float* workspace, cudaStream_t stream) {
   check_flash(s, heads, dout, workspace, "attention_flash_backward_cuda");
   if (s.batch == 0) return;
   const size_t rows = attention_flash_lse_floats(s);
   float* dots = workspace;
   uint16_t* d16 = reinterpret_cast<uint16_t*>(workspace + (rows + 3) / 4 * 4);
-  row_dots_kernel<<<cuda::grid_for(rows * cuda::kWarp), cuda::kThreads, 0, stream>>>(
-      s, dout, out, dots, d16);
+  row_dots_kernel<<<cuda::grid_for(rows * cuda::kWarp), cuda::kThreads, 0, stream>>>(s, dout, out,
+                                                                                     dots, d16);
   LS_CHECK_LAUNCH("row_dots_kernel");
   switch (s.head_dim) {
     case 16: backward_dh<16>(s, heads, d16, lse, dots, dqkv, stream); break;

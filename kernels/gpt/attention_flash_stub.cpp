@@ -1,5 +1,5 @@
-// Stands in for attention_flash.cu when CUDA is not built: the launchers throw (kernels/cuda/stub.h);
-// the shape rules and sizes are in attention.cpp.
+// Stands in for attention_flash.cu when CUDA is not built: the launchers throw
+// (kernels/cuda/stub.h); the shape rules and sizes are in attention.cpp.
 #include "kernels/cuda/stub.h"
 #include "kernels/gpt/attention_flash.h"
 

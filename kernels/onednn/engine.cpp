@@ -56,8 +56,7 @@ dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr) {
 }
 
 Staged::Staged(Role role, const dnnl::memory::desc& user, const dnnl::memory::desc& wanted)
-    : user_(user, engine(), DNNL_MEMORY_NONE),
-      staged_(role == Role::accumulate || user != wanted) {
+    : user_(user, engine(), DNNL_MEMORY_NONE), staged_(role == Role::accumulate || user != wanted) {
   if (!staged_) return;
   own_ = dnnl::memory(wanted, engine());
   dnnl::primitive_attr attr;
@@ -66,9 +65,10 @@ Staged::Staged(Role role, const dnnl::memory::desc& user, const dnnl::memory::de
     add.append_sum(1.0f);
     attr.set_post_ops(add);
   }
-  reorder_ = role == Role::input
-                 ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), wanted))
-                 : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), wanted, engine(), user, attr));
+  reorder_ =
+      role == Role::input
+          ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), wanted))
+          : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), wanted, engine(), user, attr));
 }
 
 dnnl::memory& Staged::in(const void* data) {

@@ -55,8 +55,10 @@ void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
   if (s.m == 0 || s.n == 0) return;
   if (s.k == 0) {  // an empty product: C = beta C (a primitive cannot have a zero dimension)
     const size_t count = static_cast<size_t>(s.m) * s.n;
-    if (s.beta == 0.0f) std::fill_n(c, count, 0.0f);
-    else std::transform(c, c + count, c, [&](float v) { return s.beta * v; });
+    if (s.beta == 0.0f)
+      std::fill_n(c, count, 0.0f);
+    else
+      std::transform(c, c + count, c, [&](float v) { return s.beta * v; });
     return;
   }
   try {
@@ -66,7 +68,9 @@ void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
     mm.b.set_data_handle(const_cast<float*>(b));
     mm.c.set_data_handle(c);
     dnnl::stream& st = onednn::stream();
-    mm.prim.execute(st, {{DNNL_ARG_SRC, mm.a}, {DNNL_ARG_WEIGHTS, mm.b}, {DNNL_ARG_DST, mm.c},
+    mm.prim.execute(st, {{DNNL_ARG_SRC, mm.a},
+                         {DNNL_ARG_WEIGHTS, mm.b},
+                         {DNNL_ARG_DST, mm.c},
                          {DNNL_ARG_SCRATCHPAD, mm.scratch}});
     st.wait();
   } catch (const dnnl::error& e) {

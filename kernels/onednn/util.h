@@ -4,11 +4,10 @@
 // (v2 API: operation descriptors, then primitive descriptors).
 #pragma once
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <array>
 #include <map>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 
 namespace lockstep::kernels::onednn {
 

@@ -1,11 +1,10 @@
-#include "kernels/step/loss.h"
-
 #include <climits>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/step/loss.h"
 
 // One block per row: the block's threads stride over the row's classes (or outputs) and combine
 // with warp shuffles, then write the row's weighted loss, correct count and invalid-label flag to a
@@ -127,8 +126,7 @@ __global__ void mse_rows_kernel(const float* __restrict__ pred, const float* __r
 
 // One block: thread t sums rows t, t + blockDim, ... and the block adds the threads' sums in a
 // fixed tree order, so the totals have the same bits every run.
-__global__ void add_row_stats_kernel(const double* __restrict__ stats, int rows,
-                                     LossTotals* sums) {
+__global__ void add_row_stats_kernel(const double* __restrict__ stats, int rows, LossTotals* sums) {
   double acc[kStats] = {0.0, 0.0, 0.0};
   for (int r = threadIdx.x; r < rows; r += blockDim.x)
     for (int k = 0; k < kStats; ++k) acc[k] += stats[size_t(r) * kStats + k];
@@ -155,8 +153,8 @@ LossTotals sums_on_host(cudaStream_t stream, Enqueue enqueue) {
   LS_CHECK_CUDA(cudaMemsetAsync(device.as<LossTotals>(), 0, sizeof(LossTotals), stream));
   enqueue(device.as<LossTotals>());
   LossTotals host;
-  LS_CHECK_CUDA(cudaMemcpyAsync(&host, device.as<LossTotals>(), sizeof host,
-                                cudaMemcpyDeviceToHost, stream));
+  LS_CHECK_CUDA(
+      cudaMemcpyAsync(&host, device.as<LossTotals>(), sizeof host, cudaMemcpyDeviceToHost, stream));
   LS_CHECK_CUDA(cudaStreamSynchronize(stream));
   return host;
 }
@@ -185,9 +183,9 @@ LossTotals softmax_cross_entropy_cuda(const float* logits, const int32_t* labels
                                     stream);
   });
   if (s.invalid_labels > 0)
-    throw std::out_of_range("softmax_cross_entropy_cuda: " +
-                            std::to_string(static_cast<long long>(s.invalid_labels)) +
-                            " label(s) outside [0, " + std::to_string(classes) + ")");
+    throw std::out_of_range(
+        "softmax_cross_entropy_cuda: " + std::to_string(static_cast<long long>(s.invalid_labels)) +
+        " label(s) outside [0, " + std::to_string(classes) + ")");
   return s;
 }
 
@@ -196,9 +194,8 @@ void mse_sums_cuda(const float* pred, const float* target, const float* weights,
   check_sizes(batch, dim, "mse_sums_cuda");
   if (batch == 0) return;
   cuda::StreamScratch stats(size_t(batch) * kStats * sizeof(double), stream);
-  mse_rows_kernel<<<batch, cuda::threads_for_row(dim), 0, stream>>>(pred, target, weights, dim,
-                                                                     scale, dpred,
-                                                                     stats.as<double>());
+  mse_rows_kernel<<<batch, cuda::threads_for_row(dim), 0, stream>>>(
+      pred, target, weights, dim, scale, dpred, stats.as<double>());
   LS_CHECK_LAUNCH("mse_rows_kernel");
   add_row_stats(stats.as<double>(), batch, sums, stream);
 }

@@ -1,10 +1,9 @@
-#include "kernels/step/optimizer.h"
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/step/optimizer.h"
 
 // Fused elementwise updates (one read and one write of each buffer per step) and a two-pass norm
 // whose partial sums depend only on n, never on scheduling: every rank computes the same norm bits
@@ -62,8 +61,8 @@ constexpr size_t kMaxNormBlocks = 1024;
 unsigned norm_blocks(size_t n) {
   // About 8 elements per thread, at most kMaxNormBlocks partials: a function of n alone.
   const size_t per_block = size_t(cuda::kThreads) * 8;
-  return static_cast<unsigned>(std::clamp<size_t>((n + per_block - 1) / per_block, 1,
-                                                  kMaxNormBlocks));
+  return static_cast<unsigned>(
+      std::clamp<size_t>((n + per_block - 1) / per_block, 1, kMaxNormBlocks));
 }
 
 __global__ void square_partials_kernel(const float* __restrict__ g, size_t n,
@@ -112,8 +111,8 @@ void sgd_update_cuda(const SgdOptions& o, float* param, const float* grad, float
   if (c.mode != 0 && velocity == nullptr)
     throw std::invalid_argument("sgd_update_cuda: momentum needs a velocity");
   if (n == 0) return;
-  update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, param, grad, velocity,
-                                                                   nullptr, n);
+  update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, param, grad, velocity, nullptr,
+                                                                  n);
   LS_CHECK_LAUNCH("update_kernel (sgd)");
 }
 
@@ -121,16 +120,16 @@ void adam_update_cuda(const AdamOptions& o, float* param, const float* grad, flo
                       size_t n, cudaStream_t stream) {
   if (o.step < 1) throw std::invalid_argument("adam_update_cuda: step is 1-based");
   if (n == 0) return;
-  update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(adam_coefficients(o), param,
-                                                                   grad, m, v, n);
+  update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(adam_coefficients(o), param, grad,
+                                                                  m, v, n);
   LS_CHECK_LAUNCH("update_kernel (adam)");
 }
 
 void gated_update_cuda(const UpdateCoefficients* c, const double* gate, int gates, float* param,
                        const float* grad, float* a, float* b, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gated_update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, gate, gates, param,
-                                                                        grad, a, b, n);
+  gated_update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, gate, gates, param, grad,
+                                                                        a, b, n);
   LS_CHECK_LAUNCH("gated_update_kernel");
 }
 

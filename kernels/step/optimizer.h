@@ -19,7 +19,8 @@ struct SgdOptions {
   float weight_decay = 0.0f;
   bool nesterov = false;
 };
-void sgd_update_cpu(const SgdOptions& o, float* param, const float* grad, float* velocity, size_t n);
+void sgd_update_cpu(const SgdOptions& o, float* param, const float* grad, float* velocity,
+                    size_t n);
 
 // Adam (decoupled == false: weight decay added to the gradient) and AdamW (decoupled == true:
 // p -= lr * wd * p). step is 1-based and drives the bias correction.

@@ -11,7 +11,7 @@
 namespace lockstep {
 
 const BuildInfo& build_info() {
-  static const BuildInfo info{LOCKSTEP_VERSION_STRING, LOCKSTEP_BUILT_CUDA != 0,
+  static const BuildInfo info{LOCKSTEP_VERSION_STRING,  LOCKSTEP_BUILT_CUDA != 0,
                               LOCKSTEP_BUILT_NCCL != 0, LOCKSTEP_BUILT_ONEDNN != 0,
                               LOCKSTEP_BUILT_NVTX != 0, LOCKSTEP_BUILT_BLAS};
   return info;

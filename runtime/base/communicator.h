@@ -17,9 +17,9 @@
 //
 // bf16/f16 reductions differ by backend. mpi: each rank's values are widened to float32, reduced
 // in float32 and rounded to 16 bits once at the end. nccl: summed natively in bf16/f16, so every
-// partial sum is rounded to 16 bits (a mean then divides the sum in float32 and rounds once) (with many ranks or large magnitudes the result can differ
-// from the mpi backend's by more than one 16-bit ulp); a caller that needs float32 accumulation
-// over NCCL reduces a float32 buffer.
+// partial sum is rounded to 16 bits (a mean then divides the sum in float32 and rounds once) (with
+// many ranks or large magnitudes the result can differ from the mpi backend's by more than one
+// 16-bit ulp); a caller that needs float32 accumulation over NCCL reduces a float32 buffer.
 #pragma once
 
 #include <chrono>
@@ -102,8 +102,7 @@ class Communicator {
   virtual void all_gather(const void* send, void* recv, size_t count, DType type) {
     all_gather_async(send, recv, count, type)->wait(timeout_);
   }
-  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType type,
-                              ReduceOp op) {
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType type, ReduceOp op) {
     reduce_scatter_async(send, recv, count, type, op)->wait(timeout_);
   }
   virtual void barrier() { barrier_async()->wait(timeout_); }
@@ -139,8 +138,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommOptions& option
 // over a temporary MPI communicator of the world (comm/nccl_bootstrap.h takes the caller's host
 // communicator instead), then a non-blocking ncclCommInitRankConfig and a barrier, each of which
 // must complete within `timeout` (also the collectives' timeout()): a rank that never joins makes
-// the others throw TimeoutError. A wait that times out aborts the communicator, and ends the job at once should the
-// abort itself hang (comm_nccl.cu says why). Throws UsageError where NCCL is not built.
+// the others throw TimeoutError. A wait that times out aborts the communicator, and ends the job at
+// once should the abort itself hang (comm_nccl.cu says why). Throws UsageError where NCCL is not
+// built.
 bool nccl_available();
 std::unique_ptr<Communicator> make_nccl_communicator(int device,
                                                      Millis timeout = kDefaultCollectiveTimeout);

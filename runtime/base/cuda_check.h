@@ -16,9 +16,9 @@ const char* nccl_hint(ncclResult_t rc);
 
 }  // namespace lockstep::detail
 
-#define LS_CHECK_NCCL(call)                                                                    \
-  do {                                                                                         \
-    ncclResult_t ls_nccl_rc_ = (call);                                                         \
-    if (ls_nccl_rc_ != ncclSuccess)                                                            \
-      ::lockstep::detail::throw_nccl_error(#call, ls_nccl_rc_, __FILE__, __LINE__);            \
+#define LS_CHECK_NCCL(call)                                                         \
+  do {                                                                              \
+    ncclResult_t ls_nccl_rc_ = (call);                                              \
+    if (ls_nccl_rc_ != ncclSuccess)                                                 \
+      ::lockstep::detail::throw_nccl_error(#call, ls_nccl_rc_, __FILE__, __LINE__); \
   } while (0)

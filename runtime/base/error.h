@@ -71,8 +71,9 @@ namespace detail {
 
 }  // namespace lockstep
 
-#define LS_CHECK_MPI(call)                                                         \
-  do {                                                                             \
-    int ls_mpi_rc_ = (call);                                                       \
-    if (ls_mpi_rc_ != 0) ::lockstep::detail::throw_mpi_error(#call, ls_mpi_rc_, __FILE__, __LINE__); \
+#define LS_CHECK_MPI(call)                                                        \
+  do {                                                                            \
+    int ls_mpi_rc_ = (call);                                                      \
+    if (ls_mpi_rc_ != 0)                                                          \
+      ::lockstep::detail::throw_mpi_error(#call, ls_mpi_rc_, __FILE__, __LINE__); \
   } while (0)

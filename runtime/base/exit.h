@@ -9,9 +9,9 @@
 namespace lockstep {
 
 // Exit codes of the apps, the same on every rank (schedulers and scripts act on them):
-constexpr int kExitDone = 0;          // finished (training completed; --help)
-constexpr int kExitError = 1;         // a runtime error; the job was aborted (MPI_Abort)
-constexpr int kExitUsage = 2;         // a bad input or configuration (see run_app)
+constexpr int kExitDone = 0;   // finished (training completed; --help)
+constexpr int kExitError = 1;  // a runtime error; the job was aborted (MPI_Abort)
+constexpr int kExitUsage = 2;  // a bad input or configuration (see run_app)
 // EX_TEMPFAIL (sysexits.h): a stop signal (SIGTERM, SIGINT, SIGUSR1) ended lockstep-train before
 // its configured epochs or steps, after the checkpoint was written: run again with --resume.
 constexpr int kExitStoppedEarly = 75;

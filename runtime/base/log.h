@@ -37,7 +37,7 @@ class LogLine {
 
 }  // namespace lockstep
 
-#define LS_LOG(level)                                                   \
-  if (!::lockstep::log_enabled(::lockstep::LogLevel::level)) {          \
-  } else                                                                \
+#define LS_LOG(level)                                          \
+  if (!::lockstep::log_enabled(::lockstep::LogLevel::level)) { \
+  } else                                                       \
     ::lockstep::LogLine(::lockstep::LogLevel::level)

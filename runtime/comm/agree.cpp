@@ -38,7 +38,8 @@ void agree_or_throw(Communicator& comm, bool ok, const std::string& message) {
 
 void require_host_buffers(const Communicator& comm, const std::string& who) {
   if (!comm.device_buffers()) return;
-  throw UsageError(who + " exchanges small host-side values (loss sums, flags, checksums), but the " +
+  throw UsageError(who +
+                   " exchanges small host-side values (loss sums, flags, checksums), but the " +
                    backend_name(comm.backend()) +
                    " communicator it was given takes device buffers only; give it a communicator "
                    "over host memory (make_mpi_communicator() without device_buffers)");

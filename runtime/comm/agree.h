@@ -4,8 +4,8 @@
 // the protocol is written: the lowest rank with a problem broadcasts its message.
 //
 // Apps agree over the world's host communicator (MpiSession::world_comm(), from MPI start-up on);
-// code that runs over a communicator it was given (the trainer, its StepGuard, resuming) agrees over
-// that one, so only its ranks take part.
+// code that runs over a communicator it was given (the trainer, its StepGuard, resuming) agrees
+// over that one, so only its ranks take part.
 //
 // The values exchanged are host memory. A communicator that takes device buffers only (NCCL, or MPI
 // staging device buffers) cannot carry them: require_host_buffers() refuses it up front.

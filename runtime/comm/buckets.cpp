@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-
-#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -111,8 +109,9 @@ std::vector<std::pair<size_t, size_t>> BucketReducer::shard() const {
 
 void BucketReducer::start_step(float* grads, bool captured) {
   if (captured && !capturable())
-    throw Error("BucketReducer: this step cannot be captured (host gradients, or a communicator "
-                "that stages device buffers through the host)");
+    throw Error(
+        "BucketReducer: this step cannot be captured (host gradients, or a communicator "
+        "that stages device buffers through the host)");
   grads_ = grads;
   captured_ = captured;
   next_ = 0;
@@ -147,7 +146,8 @@ void BucketReducer::launch(size_t b) {
   if (sharded_) {
     // In place: this rank's block of the bucket receives the sums of that block.
     const size_t block = k.count / static_cast<size_t>(comm_.size());
-    void* own = static_cast<unsigned char*>(buf) + static_cast<size_t>(comm_.rank()) * block * wire_bytes();
+    void* own =
+        static_cast<unsigned char*>(buf) + static_cast<size_t>(comm_.rank()) * block * wire_bytes();
     pending_.push_back(comm_.reduce_scatter_async(buf, own, block, type, ReduceOp::sum));
     return;
   }
@@ -168,7 +168,8 @@ void BucketReducer::drain() noexcept {
   }
   const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
   for (WorkHandle& w : pending_) {
-    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
     try {
       w->wait(std::max(left, Millis(0)));
     } catch (...) {

@@ -112,15 +112,15 @@ class BucketReducer {
   Precision wire_;
   DeviceKind grads_on_;
   cudaStream_t stream_;
-  bool staged_ = false;  // device gradients over a host-buffer communicator
+  bool staged_ = false;       // device gradients over a host-buffer communicator
   bool orders_comm_ = false;  // this reducer set the communicator's compute stream
   bool sharded_ = false;      // reduce-scatter (ZeRO) instead of all-reduce
   float* grads_ = nullptr;
   bool captured_ = false;  // the step in progress is captured (start_step)
-  size_t next_ = 0;  // buckets [0, next_) have started
+  size_t next_ = 0;        // buckets [0, next_) have started
   std::vector<WorkHandle> pending_;
-  Buffer<uint16_t> wire_copy_;               // bf16 wire: the buckets' values in bf16, same offsets
-  std::vector<unsigned char> host_mirror_;   // staged: the wire values on the host, same offsets
+  Buffer<uint16_t> wire_copy_;              // bf16 wire: the buckets' values in bf16, same offsets
+  std::vector<unsigned char> host_mirror_;  // staged: the wire values on the host, same offsets
 };
 
 }  // namespace lockstep

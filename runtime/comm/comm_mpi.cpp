@@ -105,8 +105,10 @@ class MpiCommunicator : public Communicator {
       cv_.notify_all();
       // A collective that timed out may never return: then the thread is left behind (the job is
       // being aborted anyway) rather than joined forever.
-      if (stuck_ && busy_) worker_.detach();
-      else worker_.join();
+      if (stuck_ && busy_)
+        worker_.detach();
+      else
+        worker_.join();
     }
     // Likewise a collective the calling thread gave up on (mpi_inline.h) may still be pending: MPI
     // may still write into its buffers (a late peer joins, and MPI_Finalize progresses it), so
@@ -182,9 +184,7 @@ class MpiCommunicator : public Communicator {
   };
 
   // Whether a collective moving `bytes` is small (mpi_inline.h); the same answer on every rank.
-  bool small(size_t bytes) const {
-    return bytes <= kInlineMaxBytes && !options_.device_buffers;
-  }
+  bool small(size_t bytes) const { return bytes <= kInlineMaxBytes && !options_.device_buffers; }
 
   // Waits until the progress thread has nothing queued or running, or throws TimeoutError naming
   // what() past the deadline.
@@ -316,8 +316,8 @@ class MpiCommunicator : public Communicator {
     MPI_Type_size(t, &es);
     for (size_t off = 0; off < count || (count == 0 && off == 0); off += kMaxChunk) {
       int n = static_cast<int>(std::min(kMaxChunk, count - off));
-      const void* s = send == MPI_IN_PLACE ? MPI_IN_PLACE
-                                           : static_cast<const char*>(send) + off * es;
+      const void* s =
+          send == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const char*>(send) + off * es;
       LS_CHECK_MPI(MPI_Allreduce(s, static_cast<char*>(recv) + off * es, n, t, op, comm_));
       if (count == 0) break;
     }
@@ -409,8 +409,9 @@ class MpiCommunicator : public Communicator {
 
 std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommOptions& options) {
   if (options.device_buffers && !cuda_built())
-    throw UsageError("the MPI backend was asked to stage device buffers, but this binary has no "
-                     "CUDA support");
+    throw UsageError(
+        "the MPI backend was asked to stage device buffers, but this binary has no "
+        "CUDA support");
   return std::make_unique<MpiCommunicator>(options);
 }
 

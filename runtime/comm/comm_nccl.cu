@@ -60,12 +60,12 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/base/communicator.h"
-#include "runtime/base/cuda_check.h"
-#include "runtime/comm/agree.h"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "runtime/base/communicator.h"
+#include "runtime/base/cuda_check.h"
 #include "runtime/base/error.h"
+#include "runtime/comm/agree.h"
 #include "runtime/comm/nccl_bootstrap.h"
 #include "runtime/comm/nccl_watchdog.h"
 #include "runtime/observe/gpu_trace.h"
@@ -86,10 +86,8 @@ const char* nccl_hint(ncclResult_t rc) {
              "ranks share one) or ranks calling different collectives";
     case ncclInvalidArgument:
       return "a bad pointer, count or root: NCCL buffers must be device memory";
-    case ncclRemoteError:
-      return "a peer rank failed or exited; look at the other ranks' output";
-    default:
-      return "rerun with NCCL_DEBUG=WARN for NCCL's own account";
+    case ncclRemoteError: return "a peer rank failed or exited; look at the other ranks' output";
+    default: return "rerun with NCCL_DEBUG=WARN for NCCL's own account";
   }
 }
 
@@ -273,20 +271,21 @@ class NcclCommunicator : public Communicator {
     const size_t block = count * dtype_size(type);
     const char* own = static_cast<const char*>(recv) + static_cast<size_t>(rank_) * block;
     const Span span{"nccl all_gather", block * size_, type};
-    return launch(describe("all_gather", count, type, ""), span, count,
-                  [&](const std::string& what) {
-      // NCCL works in place only when `send` is this rank's block of `recv`; other overlapping
-      // input (e.g. send == recv on rank > 0) is moved aside first.
-      void* scratch = nullptr;
-      const void* src = send;
-      if (send != own && overlaps(send, block, recv, block * size_)) {
-        LS_CHECK_CUDA(cudaMallocAsync(&scratch, block, stream_));
-        LS_CHECK_CUDA(cudaMemcpyAsync(scratch, send, block, cudaMemcpyDeviceToDevice, stream_));
-        src = scratch;
-      }
-      LS_NCCL_ISSUE(ncclAllGather(src, recv, count, nccl_type(type), state_->comm, stream_), what);
-      if (scratch != nullptr) LS_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
-    });
+    return launch(
+        describe("all_gather", count, type, ""), span, count, [&](const std::string& what) {
+          // NCCL works in place only when `send` is this rank's block of `recv`; other overlapping
+          // input (e.g. send == recv on rank > 0) is moved aside first.
+          void* scratch = nullptr;
+          const void* src = send;
+          if (send != own && overlaps(send, block, recv, block * size_)) {
+            LS_CHECK_CUDA(cudaMallocAsync(&scratch, block, stream_));
+            LS_CHECK_CUDA(cudaMemcpyAsync(scratch, send, block, cudaMemcpyDeviceToDevice, stream_));
+            src = scratch;
+          }
+          LS_NCCL_ISSUE(ncclAllGather(src, recv, count, nccl_type(type), state_->comm, stream_),
+                        what);
+          if (scratch != nullptr) LS_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
+        });
   }
 
   WorkHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType type,
@@ -294,32 +293,33 @@ class NcclCommunicator : public Communicator {
     const size_t block = count * dtype_size(type);
     const char* own = static_cast<const char*>(send) + static_cast<size_t>(rank_) * block;
     const Span span{"nccl reduce_scatter", block * size_, type};
-    return launch(describe("reduce_scatter", count, type, reduce_op_name(op)), span, count,
-                  [&](const std::string& what) {
-      // In place means recv == this rank's block of send; any other overlap goes via scratch.
-      if (recv != own && overlaps(recv, block, send, block * size_)) {
-        void* scratch = nullptr;
-        LS_CHECK_CUDA(cudaMallocAsync(&scratch, block, stream_));
-        LS_NCCL_ISSUE(ncclReduceScatter(send, scratch, count, nccl_type(type), nccl_op(op),
-                                        state_->comm, stream_),
-                      what);
-        LS_CHECK_CUDA(cudaMemcpyAsync(recv, scratch, block, cudaMemcpyDeviceToDevice, stream_));
-        LS_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
-      } else {
-        LS_NCCL_ISSUE(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op),
-                                        state_->comm, stream_),
-                      what);
-      }
-      if (op == ReduceOp::mean) divide_by_size(recv, count, type, size_, stream_);
-    });
+    return launch(
+        describe("reduce_scatter", count, type, reduce_op_name(op)), span, count,
+        [&](const std::string& what) {
+          // In place means recv == this rank's block of send; any other overlap goes via scratch.
+          if (recv != own && overlaps(recv, block, send, block * size_)) {
+            void* scratch = nullptr;
+            LS_CHECK_CUDA(cudaMallocAsync(&scratch, block, stream_));
+            LS_NCCL_ISSUE(ncclReduceScatter(send, scratch, count, nccl_type(type), nccl_op(op),
+                                            state_->comm, stream_),
+                          what);
+            LS_CHECK_CUDA(cudaMemcpyAsync(recv, scratch, block, cudaMemcpyDeviceToDevice, stream_));
+            LS_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
+          } else {
+            LS_NCCL_ISSUE(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op),
+                                            state_->comm, stream_),
+                          what);
+          }
+          if (op == ReduceOp::mean) divide_by_size(recv, count, type, size_, stream_);
+        });
   }
 
   WorkHandle barrier_async() override {
     // max of a word that stays 0: completes only when every rank has joined, never overflows.
     return launch("nccl barrier", Span{"nccl barrier", sizeof(int32_t), DType::i32}, 1,
                   [&](const std::string& what) {
-                    LS_NCCL_ISSUE(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32,
-                                                ncclMax, state_->comm, stream_),
+                    LS_NCCL_ISSUE(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax,
+                                                state_->comm, stream_),
                                   what);
                   });
   }
@@ -363,8 +363,8 @@ class NcclCommunicator : public Communicator {
         broadcast_unique_id(host, sizeof id, [](void* out) -> std::string {
           const ncclResult_t rc = ncclGetUniqueId(static_cast<ncclUniqueId*>(out));
           if (rc == ncclSuccess) return "";
-          return std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(rc) + " (hint: " +
-                 detail::nccl_hint(rc) + ")";
+          return std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(rc) +
+                 " (hint: " + detail::nccl_hint(rc) + ")";
         });
     std::memcpy(&id, bytes.data(), sizeof id);
     return id;
@@ -444,8 +444,7 @@ class NcclCommunicator : public Communicator {
   }
 
   void release(bool failing) noexcept {
-    if (state_->alive && !failing && stream_ != nullptr && drain() && state_->alive &&
-        finalize()) {
+    if (state_->alive && !failing && stream_ != nullptr && drain() && state_->alive && finalize()) {
       ncclCommDestroy(state_->comm);
       state_->forget("the communicator was destroyed");
     }

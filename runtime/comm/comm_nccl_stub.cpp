@@ -9,8 +9,9 @@ bool nccl_available() { return false; }
 size_t nccl_completion_events_created() { return 0; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(int, Millis) {
-  throw UsageError("the NCCL backend is not built into this binary (configure with "
-                   "LOCKSTEP_CUDA=ON where nvcc and NCCL are installed), use --comm mpi");
+  throw UsageError(
+      "the NCCL backend is not built into this binary (configure with "
+      "LOCKSTEP_CUDA=ON where nvcc and NCCL are installed), use --comm mpi");
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(int device, Millis timeout, Communicator&) {

@@ -46,8 +46,10 @@ void InlineCollectives::finish(Started& s, const Deadline& deadline, const Name&
       abandoned_.push_back(std::move(s));
       throw missed_deadline(what(), deadline.timeout);
     }
-    if (now - start > kNapAfter) std::this_thread::sleep_for(kNap);
-    else if (now - start > kYieldAfter) std::this_thread::yield();
+    if (now - start > kNapAfter)
+      std::this_thread::sleep_for(kNap);
+    else if (now - start > kYieldAfter)
+      std::this_thread::yield();
   }
 }
 
@@ -63,8 +65,8 @@ bool InlineCollectives::abandoned_pending() {
 }
 
 template <class Name>
-void InlineCollectives::recursive_doubling(Started& s, void* acc, int n, MPI_Datatype t,
-                                           MPI_Op op, const Deadline& deadline, const Name& what) {
+void InlineCollectives::recursive_doubling(Started& s, void* acc, int n, MPI_Datatype t, MPI_Op op,
+                                           const Deadline& deadline, const Name& what) {
   int es = 0;
   MPI_Type_size(t, &es);
   const size_t bytes = static_cast<size_t>(n) * es;
@@ -74,10 +76,8 @@ void InlineCollectives::recursive_doubling(Started& s, void* acc, int n, MPI_Dat
   const int tag = static_cast<int>(tag_++ & 0x7fff);  // MPI guarantees tags up to 32767
   // One step: receive from `from` into `into` and send `what_to_send` to `to` (-1: none), done.
   auto step = [&](int to, const void* what_to_send, int from, void* into) {
-    if (from >= 0)
-      LS_CHECK_MPI(MPI_Irecv(into, n, t, from, tag, comm_, &s.requests[0]));
-    if (to >= 0)
-      LS_CHECK_MPI(MPI_Isend(what_to_send, n, t, to, tag, comm_, &s.requests[1]));
+    if (from >= 0) LS_CHECK_MPI(MPI_Irecv(into, n, t, from, tag, comm_, &s.requests[0]));
+    if (to >= 0) LS_CHECK_MPI(MPI_Isend(what_to_send, n, t, to, tag, comm_, &s.requests[1]));
     finish(s, deadline, what);
   };
   // acc := (lower rank's value) op (higher rank's value), on both sides of a pair, so that every
@@ -113,8 +113,10 @@ void InlineCollectives::recursive_doubling(Started& s, void* acc, int n, MPI_Dat
     }
   }
   if (rank_ < 2 * rem) {
-    if (rank_ % 2 == 1) step(rank_ - 1, acc, -1, nullptr);
-    else step(-1, nullptr, rank_ + 1, out);
+    if (rank_ % 2 == 1)
+      step(rank_ - 1, acc, -1, nullptr);
+    else
+      step(-1, nullptr, rank_ + 1, out);
     if (rank_ % 2 == 0) return;  // received straight into `out`
   }
   if (acc != out) std::memcpy(out, acc, bytes);
@@ -145,8 +147,7 @@ void InlineCollectives::all_reduce(const void* send, void* recv, size_t count, D
 void InlineCollectives::broadcast(void* buf, size_t count, DType type, int root,
                                   const Deadline& deadline) {
   if (!abandoned_.empty()) abandoned_pending();
-  TraceSpan span("mpi broadcast", "collective", -1,
-                 static_cast<int64_t>(count * dtype_size(type)));
+  TraceSpan span("mpi broadcast", "collective", -1, static_cast<int64_t>(count * dtype_size(type)));
   auto what = [&] {
     return describe("broadcast", count, type, ("root " + std::to_string(root)).c_str());
   };

@@ -2,13 +2,13 @@
 // most kInlineMaxBytes of host memory, and barrier.
 //
 // A blocking all_reduce of 8 bytes costs well under a microsecond as a plain MPI_Allreduce and
-// several times that through the progress thread (queue, wake-up, condition variable). So the blocking form of a
-// small collective runs on the calling thread once every collective issued before it has
-// completed (MpiCommunicator waits for the progress thread to empty first, within the deadline),
-// polling nonblocking MPI calls with MPI_Test until they complete or the deadline passes. A missed
-// deadline throws the same TimeoutError as the progress thread's wait (the collective, the rank,
-// the deadline). The async form of a small collective runs the same code on the progress thread,
-// without a deadline (its waiter has one).
+// several times that through the progress thread (queue, wake-up, condition variable). So the
+// blocking form of a small collective runs on the calling thread once every collective issued
+// before it has completed (MpiCommunicator waits for the progress thread to empty first, within the
+// deadline), polling nonblocking MPI calls with MPI_Test until they complete or the deadline
+// passes. A missed deadline throws the same TimeoutError as the progress thread's wait (the
+// collective, the rank, the deadline). The async form of a small collective runs the same code on
+// the progress thread, without a deadline (its waiter has one).
 //
 // all_reduce is recursive doubling over MPI_Isend/MPI_Irecv with MPI_Reduce_local (MPI's own
 // reduction ops); broadcast and barrier are MPI_Ibcast and MPI_Ibarrier. Why not MPI_Iallreduce:

@@ -28,9 +28,10 @@ std::string nccl_timeout_reason(const std::string& what) {
   std::string reason =
       ": a peer rank has died, stalled, or never reached it; the NCCL communicator was aborted";
   if (what.rfind("nccl init", 0) == 0)
-    reason += "; if every rank reached it, the ranks may not reach each other over the network "
-              "NCCL chose: name the interface (--iface, LOCKSTEP_IFACE or NCCL_SOCKET_IFNAME) and "
-              "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET";
+    reason +=
+        "; if every rank reached it, the ranks may not reach each other over the network "
+        "NCCL chose: name the interface (--iface, LOCKSTEP_IFACE or NCCL_SOCKET_IFNAME) and "
+        "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET";
   return reason;
 }
 

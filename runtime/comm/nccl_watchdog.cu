@@ -1,5 +1,3 @@
-#include "runtime/comm/nccl_watchdog.h"
-
 #include <atomic>
 #include <sstream>
 
@@ -8,6 +6,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/exit.h"
 #include "runtime/comm/nccl_bootstrap.h"
+#include "runtime/comm/nccl_watchdog.h"
 
 namespace lockstep::nccl {
 

@@ -14,10 +14,9 @@ RecordingCommunicator::RecordingCommunicator(Communicator& inner) : inner_(inner
 Communicator& RecordingCommunicator::record(Call call, size_t count, DType type, int root,
                                             ReduceOp op) {
   // The previous hash chained with this call's fields: the order of the calls counts.
-  const uint64_t fields[5] = {hash_, static_cast<uint64_t>(call), static_cast<uint64_t>(count),
-                              static_cast<uint64_t>(type),
-                              (static_cast<uint64_t>(static_cast<uint32_t>(root)) << 8) |
-                                  static_cast<uint64_t>(op)};
+  const uint64_t fields[5] = {
+      hash_, static_cast<uint64_t>(call), static_cast<uint64_t>(count), static_cast<uint64_t>(type),
+      (static_cast<uint64_t>(static_cast<uint32_t>(root)) << 8) | static_cast<uint64_t>(op)};
   hash_ = checksum64(fields, sizeof fields);
   calls_ += 1;
   inner_.set_timeout(timeout());
@@ -62,7 +61,9 @@ void RecordingCommunicator::reduce_scatter(const void* send, void* recv, size_t 
                                            ReduceOp op) {
   record(Call::reduce_scatter, count, type, 0, op).reduce_scatter(send, recv, count, type, op);
 }
-void RecordingCommunicator::barrier() { record(Call::barrier, 0, DType::u8, 0, ReduceOp::sum).barrier(); }
+void RecordingCommunicator::barrier() {
+  record(Call::barrier, 0, DType::u8, 0, ReduceOp::sum).barrier();
+}
 
 void RecordingCommunicator::verify(Communicator& checker, const std::string& when) const {
   const int64_t mine[2] = {static_cast<int64_t>(hash_), calls_};
@@ -73,7 +74,8 @@ void RecordingCommunicator::verify(Communicator& checker, const std::string& whe
     if (theirs[0] != all[0] || theirs[1] != all[1])
       throw Error("collective sequence check failed " + when + ": rank " + std::to_string(r) +
                   " issued " + std::to_string(theirs[1]) + " collective(s), rank 0 " +
-                  std::to_string(all[1]) + ", and their sequences differ: a branch taken by "
+                  std::to_string(all[1]) +
+                  ", and their sequences differ: a branch taken by "
                   "some ranks only");
   }
 }

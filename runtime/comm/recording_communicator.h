@@ -44,8 +44,7 @@ class RecordingCommunicator : public Communicator {
   void all_reduce(const void* send, void* recv, size_t count, DType type, ReduceOp op) override;
   void broadcast(void* buf, size_t count, DType type, int root) override;
   void all_gather(const void* send, void* recv, size_t count, DType type) override;
-  void reduce_scatter(const void* send, void* recv, size_t count, DType type,
-                      ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DType type, ReduceOp op) override;
   void barrier() override;
   void set_compute_stream(void* stream) override { inner_.set_compute_stream(stream); }
   bool capturable() const override { return inner_.capturable(); }

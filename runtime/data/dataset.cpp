@@ -82,10 +82,12 @@ void scan_labels(Split& s, std::optional<double> declared, TargetKind targets) {
                                std::to_string(first + static_cast<int64_t>(i)) +
                                ", not a whole-number class label; ";
       if (targets == TargetKind::labels)
-        throw UsageError(what + "--loss cross-entropy needs labels 0 to num_classes-1 (use --loss "
-                                "mse to train a regression on these values)");
-      throw UsageError(what + "the num_classes attribute marks the file as classification: fix "
-                              "the labels, or pass --loss mse to train a regression on them");
+        throw UsageError(what +
+                         "--loss cross-entropy needs labels 0 to num_classes-1 (use --loss "
+                         "mse to train a regression on these values)");
+      throw UsageError(what +
+                       "the num_classes attribute marks the file as classification: fix "
+                       "the labels, or pass --loss mse to train a regression on them");
     }
     auto [mn, mx] = std::minmax_element(buf.begin(), buf.end());
     lo = std::min(lo, *mn);
@@ -144,9 +146,11 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   DatasetInfo& info = s.info;
   for (const std::string* name : {&spec.x_name, &spec.y_name})
     if (!name->empty() && *name != "tokens")
-      throw UsageError(where(info, "tokens") + ": this split is a token split (inputs and "
+      throw UsageError(where(info, "tokens") +
+                       ": this split is a token split (inputs and "
                        "shifted targets both come from tokens), so --x-name and --y-name must "
-                       "be tokens or left out, not '" + *name + "'");
+                       "be tokens or left out, not '" +
+                       *name + "'");
   info.x_name = info.y_name = "tokens";
   s.x = open_dataset(s.group.get(), info, info.x_name, H5P_DEFAULT);
   if (chunk_cache_bytes > 0) {
@@ -170,14 +174,16 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   info.rows = s.x_dims[0];
   if (info.rows == 0) throw UsageError(xw + ": is empty (0 rows)");
   const int64_t T = s.x_dims[1] - 1;
-  if (T > INT32_MAX / 2) throw UsageError(xw + ": rows of " + std::to_string(T + 1) + " tokens, too long a sequence");
+  if (T > INT32_MAX / 2)
+    throw UsageError(xw + ": rows of " + std::to_string(T + 1) + " tokens, too long a sequence");
   const std::optional<double> seq_len = find_attr(s, "seq_len");
   if (seq_len && *seq_len != static_cast<double>(T))
     throw UsageError(xw + ": attribute seq_len is " + std::to_string(*seq_len) + " but rows hold " +
                      std::to_string(T + 1) + " tokens (seq_len + 1 expected)");
   std::optional<double> vocab = find_attr(s, "vocab_size");
   if (!vocab && s.x_elem != Elem::u8)
-    throw UsageError(xw + ": " + info.x_type + " tokens need a vocab_size attribute (the number "
+    throw UsageError(xw + ": " + info.x_type +
+                     " tokens need a vocab_size attribute (the number "
                      "of distinct token ids; only uint8 tokens default to 256)");
   if (vocab && (!(*vocab >= 1 && *vocab <= kMaxVocab) || std::trunc(*vocab) != *vocab))
     throw UsageError(xw + ": attribute vocab_size is " + std::to_string(*vocab) +
@@ -291,9 +297,7 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
 
 }  // namespace
 
-DatasetInfo inspect_dataset(const DatasetSpec& spec) {
-  return open_split(spec, 0).info;
-}
+DatasetInfo inspect_dataset(const DatasetSpec& spec) { return open_split(spec, 0).info; }
 
 void check_sample_shape(const DatasetInfo& info, const std::vector<int64_t>& model_input) {
   auto strip = [](std::vector<int64_t> s) {
@@ -403,8 +407,10 @@ void DatasetReader::Impl::token_rows(const int64_t* ids, size_t n, float* x, int
       // The tokens were checked at open; a file changed underneath is caught here.
       if (tok[k] < 0 || tok[k] >= info.num_classes)
         throw SharedInputError(where(info, info.x_name) + ": token " + std::to_string(tok[k]) +
-                               " at row " + std::to_string(ids[i]) + " is outside the vocabulary "
-                               "[0, " + std::to_string(info.num_classes) +
+                               " at row " + std::to_string(ids[i]) +
+                               " is outside the vocabulary "
+                               "[0, " +
+                               std::to_string(info.num_classes) +
                                "): the file was changed while training read it");
     for (size_t k = 0; k < T; ++k) x[i * T + k] = static_cast<float>(tok[k]);
     if (labels != nullptr)

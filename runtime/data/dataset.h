@@ -53,8 +53,8 @@ struct DatasetInfo {
   int target_dim = 1;                 // regression: K (1 for a (N,) target)
   float norm_mean = 0.0f;             // x is converted to (x * norm_scale - norm_mean) / norm_std
   float norm_std = 1.0f;
-  float norm_scale = 1.0f;            // 1/255 for uint8 images, 1 for float
-  std::string x_type, y_type;         // file types in words, for messages and inspect
+  float norm_scale = 1.0f;     // 1/255 for uint8 images, 1 for float
+  std::string x_type, y_type;  // file types in words, for messages and inspect
 };
 
 DatasetInfo inspect_dataset(const DatasetSpec& spec);
@@ -99,9 +99,9 @@ class DatasetReader {
 
   // Reads rows ids[0, n) (any order, repeats allowed, each in [0, rows)) into x (n * sample_size
   // floats) and, for classification, labels (n * positions: a token split's T next tokens per
-  // row) or, for regression, targets (n * target_dim); the other target pointer may be null. The rows are sorted and read as runs of consecutive rows
-  // (one H5Dread per run), so chunks are visited in file order and a chunk's rows follow each
-  // other through the chunk cache.
+  // row) or, for regression, targets (n * target_dim); the other target pointer may be null. The
+  // rows are sorted and read as runs of consecutive rows (one H5Dread per run), so chunks are
+  // visited in file order and a chunk's rows follow each other through the chunk cache.
   void read_rows(const int64_t* ids, size_t n, float* x, int32_t* labels, float* targets);
 
   // Bytes of the datasets (uncompressed, as stored) this reader has read so far.

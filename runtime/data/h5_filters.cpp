@@ -80,14 +80,15 @@ void require_h5_filters(hid_t dset, const std::string& where) {
     if (ok > 0) continue;
     hdf5_error_text();
     const KnownFilter* k = find_known(id);
-    const std::string fix =
-        k != nullptr && k->package != nullptr
-            ? std::string("install Debian's ") + k->package +
-                  " (scripts/setup.sh installs the common ones)"
-            : std::string("install an HDF5 plugin for it");
-    throw UsageError(where + ": is compressed with the " + h5_filter_name(id) + " filter (HDF5 "
-                     "filter id " + std::to_string(id) + "), which this HDF5 cannot decode: " +
-                     fix + " and check HDF5_PLUGIN_PATH, or rewrite the file without filters: "
+    const std::string fix = k != nullptr && k->package != nullptr
+                                ? std::string("install Debian's ") + k->package +
+                                      " (scripts/setup.sh installs the common ones)"
+                                : std::string("install an HDF5 plugin for it");
+    throw UsageError(where + ": is compressed with the " + h5_filter_name(id) +
+                     " filter (HDF5 "
+                     "filter id " +
+                     std::to_string(id) + "), which this HDF5 cannot decode: " + fix +
+                     " and check HDF5_PLUGIN_PATH, or rewrite the file without filters: "
                      "h5repack -f NONE in.h5 out.h5");
   }
 }

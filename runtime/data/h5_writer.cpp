@@ -26,8 +26,7 @@ H5Id make_vlen_string_type() {
 
 // Opens attribute `name` for writing: an existing one is deleted first, so its type may change.
 H5Id create_attr(hid_t obj, const std::string& name, hid_t type, hid_t space) {
-  if (LS_CHECK_HDF5(H5Aexists(obj, name.c_str())) > 0)
-    LS_CHECK_HDF5(H5Adelete(obj, name.c_str()));
+  if (LS_CHECK_HDF5(H5Aexists(obj, name.c_str())) > 0) LS_CHECK_HDF5(H5Adelete(obj, name.c_str()));
   return H5Id(LS_CHECK_HDF5(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT)));
 }
 

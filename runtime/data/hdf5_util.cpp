@@ -70,8 +70,7 @@ std::string hdf5_error_text() {
 H5Id open_h5_readonly(const std::string& path, hid_t fapl) {
   Hdf5Lock lock;
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
-    throw UsageError(path + ": no such file");
+  if (!std::filesystem::exists(path, ec)) throw UsageError(path + ": no such file");
   if (std::filesystem::is_directory(path, ec))
     throw UsageError(path + ": is a directory, not an HDF5 file");
   if (FILE* f = std::fopen(path.c_str(), "rb")) {

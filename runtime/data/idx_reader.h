@@ -19,8 +19,8 @@
 namespace lockstep {
 
 struct IdxArray {
-  std::vector<int64_t> dims;   // e.g. {60000, 28, 28} for images, {60000} for labels
-  std::vector<uint8_t> data;   // product(dims) bytes, row-major
+  std::vector<int64_t> dims;  // e.g. {60000, 28, 28} for images, {60000} for labels
+  std::vector<uint8_t> data;  // product(dims) bytes, row-major
 };
 
 // Largest data section accepted (a header asking for more is refused as corrupt).

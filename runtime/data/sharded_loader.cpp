@@ -266,8 +266,8 @@ std::string split_problem(int64_t rows, int size, const std::string& what) {
     return what + " " + std::to_string(rows) + " is fewer than the " + std::to_string(size) +
            " ranks: every rank needs at least one row per step; " + suggest_batch_sizes(rows, size);
   if (rows % size != 0)
-    return what + " " + std::to_string(rows) + " does not divide by the " +
-           std::to_string(size) + " ranks; " + suggest_batch_sizes(rows, size);
+    return what + " " + std::to_string(rows) + " does not divide by the " + std::to_string(size) +
+           " ranks; " + suggest_batch_sizes(rows, size);
   return "";
 }
 

@@ -9,9 +9,9 @@
 //
 // A rank reads only its own rows, grouped into contiguous runs, on a background thread that stays
 // `prefetch` batches ahead; or, for a split small enough (LoaderOptions::in_memory_bytes), the
-// whole split once, and its rows from memory after that. Inputs come out as float32 normalised with the file's attributes,
-// labels as int32 (a token split's: T per row, dataset.h). Owned and used by one thread (the
-// prefetch thread is internal).
+// whole split once, and its rows from memory after that. Inputs come out as float32 normalised with
+// the file's attributes, labels as int32 (a token split's: T per row, dataset.h). Owned and used by
+// one thread (the prefetch thread is internal).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = false;
-  int prefetch = 2;  // batches read ahead
+  int prefetch = 2;                                     // batches read ahead
   int64_t chunk_cache_bytes = kDefaultChunkCacheBytes;  // see dataset.h; 0: HDF5's 1 MiB
   // A split of at most this many bytes as stored is read whole into memory at the first batch
   // (DatasetReader); 0: each batch reads its own rows from the file.
@@ -41,11 +41,11 @@ struct LoaderOptions {
 
 struct Batch {
   int epoch = 0;
-  int64_t step = 0;          // step within the epoch
-  int64_t rows = 0;          // B/P: rows in this rank's slice, padding included
-  int64_t valid = 0;         // real rows in this rank's slice
-  int64_t global_valid = 0;  // real rows in the whole global batch (same on every rank)
-  std::vector<float> x;      // rows * sample_size, padding rows zero
+  int64_t step = 0;             // step within the epoch
+  int64_t rows = 0;             // B/P: rows in this rank's slice, padding included
+  int64_t valid = 0;            // real rows in this rank's slice
+  int64_t global_valid = 0;     // real rows in the whole global batch (same on every rank)
+  std::vector<float> x;         // rows * sample_size, padding rows zero
   std::vector<int32_t> labels;  // classification: rows * positions (padding 0)
   std::vector<float> targets;   // regression: rows * target_dim
   std::vector<float> mask;      // rows: 1 real, 0 padding (one per row, for every position)

@@ -38,10 +38,18 @@ GptDecoder::GptDecoder(const Model& model) : params_(model.params_to_host()) {
       throw UsageError("the key/value-cache decoder takes embed, blocks and an lmhead only");
     heads_ = plan[i].spec.args[0];
     const std::string b = "block" + std::to_string(i) + ".";
-    Block blk{find(b + "ln1.weight"),       find(b + "ln1.bias"),       find(b + "attn.qkv.weight"),
-              find(b + "attn.qkv.bias"),    find(b + "attn.proj.weight"), find(b + "attn.proj.bias"),
-              find(b + "ln2.weight"),       find(b + "ln2.bias"),       find(b + "mlp.fc.weight"),
-              find(b + "mlp.fc.bias"),      find(b + "mlp.proj.weight"), find(b + "mlp.proj.bias"),
+    Block blk{find(b + "ln1.weight"),
+              find(b + "ln1.bias"),
+              find(b + "attn.qkv.weight"),
+              find(b + "attn.qkv.bias"),
+              find(b + "attn.proj.weight"),
+              find(b + "attn.proj.bias"),
+              find(b + "ln2.weight"),
+              find(b + "ln2.bias"),
+              find(b + "mlp.fc.weight"),
+              find(b + "mlp.fc.bias"),
+              find(b + "mlp.proj.weight"),
+              find(b + "mlp.proj.bias"),
               std::vector<float>(static_cast<size_t>(ctx_) * dim_),
               std::vector<float>(static_cast<size_t>(ctx_) * dim_)};
     blocks_.push_back(std::move(blk));

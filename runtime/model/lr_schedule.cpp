@@ -29,10 +29,11 @@ double lr_at(const LrSchedule& s, int64_t step) {
     return s.peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
   if (s.kind == LrScheduleKind::constant) return s.peak_lr;
   int64_t span = s.total_steps - s.warmup_steps;
-  double t = span <= 0 ? 1.0 : static_cast<double>(step - s.warmup_steps) / static_cast<double>(span);
+  double t =
+      span <= 0 ? 1.0 : static_cast<double>(step - s.warmup_steps) / static_cast<double>(span);
   t = std::clamp(t, 0.0, 1.0);
-  double frac = s.kind == LrScheduleKind::cosine ? 0.5 * (1.0 + std::cos(std::numbers::pi * t))
-                                                 : 1.0 - t;
+  double frac =
+      s.kind == LrScheduleKind::cosine ? 0.5 * (1.0 + std::cos(std::numbers::pi * t)) : 1.0 - t;
   return s.min_lr + (s.peak_lr - s.min_lr) * frac;
 }
 

@@ -72,8 +72,8 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
       layers_.push_back(std::make_unique<PassThroughLayer>(plan_[i]));
     else
       layers_.push_back(where == DeviceKind::cuda
-                            ? make_cuda_layer(plan_[i], {placement_.stream, placement_.precision, placement_.graphs,
-                                                        placement_.knobs})
+                            ? make_cuda_layer(plan_[i], {placement_.stream, placement_.precision,
+                                                         placement_.graphs, placement_.knobs})
                             : make_cpu_layer(plan_[i], placement_.cpu_kernels));
     span_names_.push_back(find_layer_type(plan_[i].spec.type).span());
     if (plan_[i].params == 0) continue;
@@ -119,7 +119,8 @@ Model::~Model() = default;
 void Model::init_params(uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::vector<float> host(params_.size());
-  for (const ParamRange& r : ranges_) init_layer_params(plan_[r.layer], host.data() + r.offset, gen);
+  for (const ParamRange& r : ranges_)
+    init_layer_params(plan_[r.layer], host.data() + r.offset, gen);
   params_.write(host.data(), 0, host.size());
 }
 
@@ -141,8 +142,7 @@ const float* Model::forward(const float* x, int batch) {
       continue;
     }
     float* y = activations_[i].data();
-    LayerSpan span(placement_.trace, span_names_[i].c_str(), "forward",
-                   static_cast<int>(i));
+    LayerSpan span(placement_.trace, span_names_[i].c_str(), "forward", static_cast<int>(i));
     layers_[i]->forward(batch, act_[i], y, workspace_.data());
     act_[i + 1] = y;
   }
@@ -160,8 +160,7 @@ void Model::backward(int batch, const std::function<void(int layer)>& layer_done
       dx = dbuf_[next].data();
       next ^= 1;
     }
-    LayerSpan span(placement_.trace, span_names_[i].c_str(), "backward",
-                   static_cast<int>(i));
+    LayerSpan span(placement_.trace, span_names_[i].c_str(), "backward", static_cast<int>(i));
     l.backward(batch, act_[i], act_[i + 1], dy, dx, workspace_.data());
     span.close_device();  // what layer_done starts (a reduction, its staging) is not the layer's
     dy = dx;

@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/knobs.h"
 #include "runtime/base/buffer.h"
+#include "runtime/base/knobs.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/model/model_spec.h"
 
@@ -64,7 +64,7 @@ class GpuTrace;
 // Where a model computes: the CPU, or a CUDA device through one stream (the current device's).
 struct ModelPlacement {
   DeviceKind device = DeviceKind::cpu;
-  cudaStream_t stream = nullptr;       // cuda: the stream every layer's work goes to
+  cudaStream_t stream = nullptr;          // cuda: the stream every layer's work goes to
   Precision precision = Precision::fp32;  // cuda: bf16 GEMMs (layer_registry.h: make_cuda_layer)
   // cuda: the recorder of `stream`'s spans (gpu_trace.h). With one, each layer's kernels are a
   // device-timed span under --trace, instead of the host span of their enqueueing (NVTX ranges

@@ -47,7 +47,6 @@ bool parse_positive(const std::string& s, int* out) {
   return true;
 }
 
-
 int positive_arg(const std::string& text, const std::string& token, const std::string& what,
                  const std::string& value) {
   int v = 0;
@@ -88,7 +87,7 @@ std::vector<LayerSpec> gpt_layers(const std::string& raw, const std::string& tex
       }
       const size_t eq = item.find('=');
       const std::string key = item.substr(0, eq);
-      int* slot = key == "layers" ? &layers
+      int* slot = key == "layers"  ? &layers
                   : key == "heads" ? &heads
                   : key == "dim"   ? &dim
                   : key == "ctx"   ? &ctx
@@ -101,8 +100,8 @@ std::vector<LayerSpec> gpt_layers(const std::string& raw, const std::string& tex
     }
   }
   if (dim % heads != 0)
-    bad_spec(raw, "gpt: " + std::to_string(heads) + " heads do not divide dim " +
-                      std::to_string(dim));
+    bad_spec(raw,
+             "gpt: " + std::to_string(heads) + " heads do not divide dim " + std::to_string(dim));
   std::vector<LayerSpec> out = {{"embed", {dim, ctx}}};
   if (vocab > 0) out[0].args.push_back(vocab);
   for (int i = 0; i < layers; ++i) out.push_back({"block", {heads}});
@@ -213,8 +212,8 @@ std::string layout_hint(const SampleShape& in) {
   return "; the samples (" + std::to_string(in[0]) + ", " + std::to_string(in[1]) + ", " +
          std::to_string(in[2]) + ") look channels-first (C, H, W): images must be channels-last " +
          "(N, H, W, C), here (N, " + std::to_string(in[1]) + ", " + std::to_string(in[2]) + ", " +
-         std::to_string(in[0]) + "); transpose them when writing the file (numpy: " +
-         "x.transpose(0, 2, 3, 1))";
+         std::to_string(in[0]) +
+         "); transpose them when writing the file (numpy: " + "x.transpose(0, 2, 3, 1))";
 }
 
 std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& input, int outputs,
@@ -247,8 +246,8 @@ std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& inp
     LayerPlan p;
     p.spec = spec.layers[i];
     p.in = shape;
-    const std::string where = "--model '" + spec.text + "': layer " + std::to_string(i + 1) +
-                              " (" + to_string(p.spec) + ")";
+    const std::string where = "--model '" + spec.text + "': layer " + std::to_string(i + 1) + " (" +
+                              to_string(p.spec) + ")";
     find_layer_type(p.spec.type).plan(p, LayerCheck{outputs, positions, where, &plan});
     if (p.tied >= static_cast<int>(i) || (p.tied >= 0 && plan[p.tied].params == 0))
       throw std::logic_error(where + ": tied to layer " + std::to_string(p.tied + 1) +

@@ -6,8 +6,8 @@
 //   preset := "linear"                        one dense layer to the data's outputs
 //           | "mlp" [":" width ("," width)*]  dense:width,relu per width, then dense; "mlp" alone
 //                                             is mlp:256,128
-//           | "cnn"                           conv3x3:32,relu,maxpool2,conv3x3:64,relu,maxpool2,dense
-//           | "gpt" [":" item ("," item)*]    a GPT-2 style language model (layers/gpt.h):
+//           | "cnn" conv3x3:32,relu,maxpool2,conv3x3:64,relu,maxpool2,dense | "gpt" [":" item (","
+//           item)*]    a GPT-2 style language model (layers/gpt.h):
 //                                             embed:D:T, L x block:H, lmhead; items "tiny" (L=4,
 //                                             H=4, D=128, T=128: the default), "small" (GPT-2
 //                                             small: 12, 12, 768, 1024) and layers=, heads=, dim=,

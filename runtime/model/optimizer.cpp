@@ -91,7 +91,8 @@ void Optimizer::build_runs() {
       const size_t begin = std::max(p.begin, s.state), end = std::min(p.end, s.state + s.count);
       if (begin < end) runs_.push_back({s.flat + (begin - s.state), begin, end - begin, p.decay});
     }
-  if (runs_.empty()) runs_.push_back({0, 0, 0, true});  // an empty buffer: one empty call, as before
+  if (runs_.empty())
+    runs_.push_back({0, 0, 0, true});  // an empty buffer: one empty call, as before
 }
 
 Optimizer::~Optimizer() {

@@ -11,16 +11,17 @@
 namespace lockstep {
 
 int pick_token(const float* logits, int vocab, const SampleOptions& o, std::mt19937_64& rng) {
-  if (o.temperature == 0.0) return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+  if (o.temperature == 0.0)
+    return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
   std::vector<int> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   const int k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return logits[a] > logits[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
   std::vector<double> weight(static_cast<size_t>(k));
   double total = 0;
   for (int i = 0; i < k; ++i) {
-    weight[i] = std::exp((static_cast<double>(logits[order[i]]) - logits[order[0]]) / o.temperature);
+    weight[i] =
+        std::exp((static_cast<double>(logits[order[i]]) - logits[order[0]]) / o.temperature);
     total += weight[i];
   }
   const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;

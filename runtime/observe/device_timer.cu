@@ -1,6 +1,4 @@
 // DeviceTimer (device_timer.h) for the CUDA build; device_timer_stub.cpp stands in without CUDA.
-#include "runtime/observe/device_timer.h"
-
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -9,6 +7,7 @@
 #include "kernels/cuda/check.h"
 #include "runtime/base/error.h"
 #include "runtime/observe/device_clock.cuh"
+#include "runtime/observe/device_timer.h"
 #include "runtime/observe/step_times.h"
 
 namespace lockstep {

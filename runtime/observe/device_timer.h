@@ -46,9 +46,9 @@ class DeviceTimer {
 
   // CUDA graphs (DESIGN.md decision 18). record() on a stream that is being captured records the
   // event as an external node of the graph (cudaEventRecordExternal), so that each replay records
-  // it again, and pins its id: seconds() and drop() then leave it reserved for the graph rather than
-  // giving it back. Before a replay, rearm() counts a pinned id outstanding again (the replay will
-  // record it), after calibrate_if_stale(): the clock may recalibrate only with nothing
+  // it again, and pins its id: seconds() and drop() then leave it reserved for the graph rather
+  // than giving it back. Before a replay, rearm() counts a pinned id outstanding again (the replay
+  // will record it), after calibrate_if_stale(): the clock may recalibrate only with nothing
   // outstanding. unpin() gives a pinned id back for good (its graph is gone).
   void rearm(int id);
   void calibrate_if_stale();

@@ -1,8 +1,7 @@
 // Stands in for device_timer.cu when CUDA is not built: there is no stream to time, and nothing
 // makes one (the trainer refuses --device cuda first).
-#include "runtime/observe/device_timer.h"
-
 #include "runtime/base/error.h"
+#include "runtime/observe/device_timer.h"
 
 namespace lockstep {
 

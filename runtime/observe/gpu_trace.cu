@@ -2,8 +2,6 @@
 //
 // A failing CUDA call here never throws into the caller's collective or step: tracing must not
 // break a run. The recorder stops instead, and the next flush puts the reason on its track.
-#include "runtime/observe/gpu_trace.h"
-
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "runtime/observe/device_clock.cuh"
+#include "runtime/observe/gpu_trace.h"
 
 namespace lockstep {
 
@@ -50,7 +49,7 @@ struct GpuTrace::State {
   Span open;
   std::deque<Span> pending;  // ended, in stream order, so they complete front first
 
-  DeviceClock clock;          // on trace_now_seconds(), taken in trace session ref_session
+  DeviceClock clock;         // on trace_now_seconds(), taken in trace session ref_session
   uint64_t ref_session = 0;  // 0: none (sessions count from 1)
 
   size_t dropped_full = 0;        // not recorded: kMaxPendingSpans were waiting
@@ -62,8 +61,8 @@ struct GpuTrace::State {
     if (rc == cudaSuccess) return true;
     (void)cudaGetLastError();  // ours to consume: later checks elsewhere must not see it
     if (broken.empty())
-      broken = std::string(call) + " failed: " + cudaGetErrorName(rc) + ": " +
-               cudaGetErrorString(rc);
+      broken =
+          std::string(call) + " failed: " + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
     return false;
   }
 

@@ -8,10 +8,9 @@
 #include <vector>
 
 #if LOCKSTEP_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <nvtx3/nvToolsExt.h>
 #endif
 
 namespace lockstep {

@@ -42,8 +42,7 @@ std::string format_duration(double s) {
 
 Progress::Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path,
                    bool bits_per_byte)
-    : enabled_(enabled), bar_(bar), classification_(classification),
-      bits_per_byte_(bits_per_byte) {
+    : enabled_(enabled), bar_(bar), classification_(classification), bits_per_byte_(bits_per_byte) {
   if (metrics_path.empty()) return;
   metrics_ = std::fopen(metrics_path.c_str(), "w");
   if (!metrics_)
@@ -62,18 +61,16 @@ void Progress::report(const ProgressReport& r) {
     draw_bar(r);
   } else {
     std::fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f", r.epoch, r.epochs,
-                 static_cast<long long>(r.step_in_epoch),
-                 static_cast<long long>(r.steps_per_epoch), r.loss);
+                 static_cast<long long>(r.step_in_epoch), static_cast<long long>(r.steps_per_epoch),
+                 r.loss);
     if (bits_per_byte_) std::fprintf(stderr, " per token bpb %.4f", bits_per_byte(r.loss));
     if (classification_) std::fprintf(stderr, " acc %.4f", r.accuracy);
-    std::fprintf(stderr, " lr %.3g %.0f samples/s data %.0f%% eta %s\n", r.lr,
-                 r.samples_per_second, 100.0 * r.data_wait_share,
-                 format_duration(r.eta_seconds).c_str());
+    std::fprintf(stderr, " lr %.3g %.0f samples/s data %.0f%% eta %s\n", r.lr, r.samples_per_second,
+                 100.0 * r.data_wait_share, format_duration(r.eta_seconds).c_str());
   }
   if (metrics_) {
     std::string line = "{\"kind\":\"train\",\"step\":" + std::to_string(r.global_step) +
-                       ",\"epoch\":" + std::to_string(r.epoch) +
-                       ",\"loss\":" + json_number(r.loss);
+                       ",\"epoch\":" + std::to_string(r.epoch) + ",\"loss\":" + json_number(r.loss);
     if (bits_per_byte_) line += ",\"bits_per_byte\":" + json_number(bits_per_byte(r.loss));
     if (classification_) line += ",\"accuracy\":" + json_number(r.accuracy);
     line += ",\"lr\":" + json_number(r.lr) +
@@ -100,9 +97,9 @@ void Progress::tick(const ProgressReport& r) {
 
 void Progress::draw_bar(const ProgressReport& r) {
   constexpr int kWidth = 24;
-  double frac = r.steps_per_epoch > 0 ? static_cast<double>(r.step_in_epoch) /
-                                            static_cast<double>(r.steps_per_epoch)
-                                      : 0.0;
+  double frac = r.steps_per_epoch > 0
+                    ? static_cast<double>(r.step_in_epoch) / static_cast<double>(r.steps_per_epoch)
+                    : 0.0;
   int filled = static_cast<int>(frac * kWidth);
   char bar[kWidth + 1];
   for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';

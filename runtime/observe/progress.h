@@ -32,7 +32,7 @@ struct EpochSummary {
 };
 
 struct ProgressReport {
-  int epoch = 1, epochs = 1;  // 1-based
+  int epoch = 1, epochs = 1;                       // 1-based
   int64_t step_in_epoch = 0, steps_per_epoch = 0;  // steps done in this epoch
   int64_t global_step = 0, total_steps = 0;
   double loss = 0, accuracy = 0, lr = 0;  // loss/accuracy: reduced over ranks since the last report

@@ -165,8 +165,8 @@ void StepTimer::drop(Pending& s) {
 void StepTimer::deliver(const Pending& s) {
   DeviceStepMarks m;
   for (const Micro& u : s.micro)
-    m.micro.push_back({u.data_begin, u.data_end, u.forward_begin.t, u.forward_end.t,
-                       u.backward_end.t});
+    m.micro.push_back(
+        {u.data_begin, u.data_end, u.forward_begin.t, u.forward_end.t, u.backward_end.t});
   m.reduced = s.reduced.t;
   m.updated = s.updated.t;
   deliver_phases(device_step_phases(m), times_, hook_);

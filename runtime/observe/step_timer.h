@@ -73,13 +73,13 @@ class StepTimer {
   // (the trainer calls it before each gradient reduction it starts, so staging copies fall in
   // comm). A no-op on the CPU.
   void backward_progress();
-  void backward_end();   // the micro-batch's backward pass is queued
+  void backward_end();  // the micro-batch's backward pass is queued
   // The next step's first micro-batch was taken from the loader after reduced() (and staged on a
   // device): on the CPU the time since counts as data; on a device it overlaps the queued work and
   // counts nowhere.
   void ahead_taken();
-  void reduced();        // the gradient reduction is done (or, on a device, queued to be)
-  double updated();      // the update is queued: the step's end; returns the host time
+  void reduced();    // the gradient reduction is done (or, on a device, queued to be)
+  double updated();  // the update is queued: the step's end; returns the host time
   // Device: adds and passes on the steps whose events have completed. `synced`: the host has just
   // waited for everything queued on the stream (the read-back), so every mark so far is done.
   void collect(bool synced);
@@ -103,7 +103,7 @@ class StepTimer {
 
  private:
   struct Point {
-    int id = -1;    // the DeviceTimer event, not yet read; -1: t holds the time
+    int id = -1;  // the DeviceTimer event, not yet read; -1: t holds the time
     double t = 0;
   };
   struct Micro {
@@ -126,12 +126,12 @@ class StepTimer {
   StepTimes& times_;
   DeviceTimer* device_;
   const PhaseHook& hook_;
-  double t_ = 0;              // host cursor: where the phase now running began
-  bool open_ = false;         // a step has started and not reached updated()
-  Pending current_;           // device: the open step's marks
-  std::deque<Pending> pending_;  // device: ended steps, oldest first, waiting for their events
-  const void* capturing_ = nullptr;           // the graph being captured (begin_capture)
-  std::map<const void*, Pending> captured_;   // each graph's marks: its events' ids
+  double t_ = 0;                     // host cursor: where the phase now running began
+  bool open_ = false;                // a step has started and not reached updated()
+  Pending current_;                  // device: the open step's marks
+  std::deque<Pending> pending_;      // device: ended steps, oldest first, waiting for their events
+  const void* capturing_ = nullptr;  // the graph being captured (begin_capture)
+  std::map<const void*, Pending> captured_;  // each graph's marks: its events' ids
   void for_each_id(const Pending& s, const std::function<void(int)>& f) const;
 };
 

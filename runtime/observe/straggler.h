@@ -17,15 +17,15 @@ namespace lockstep {
 class Communicator;
 
 struct StragglerReport {
-  int64_t step = 0;                   // global step at the end of the window
+  int64_t step = 0;  // global step at the end of the window
   int64_t window_steps = 0;
-  std::vector<double> mean_step_s;    // per rank, in rank order
+  std::vector<double> mean_step_s;  // per rank, in rank order
   // Compute only (step time minus the all-reduce): the all-reduce absorbs the waiting, so a
   // slow rank shows up as the others' longer comm phase; compute time points at it directly.
   std::vector<double> mean_compute_s;
-  int slowest_rank = 0;               // by compute time
+  int slowest_rank = 0;  // by compute time
   double median_compute_s = 0, fastest_compute_s = 0, slowest_compute_s = 0;
-  double spread = 0;                  // slowest / fastest compute time - 1 (0.25 = 25% slower)
+  double spread = 0;  // slowest / fastest compute time - 1 (0.25 = 25% slower)
 
   std::string text() const;  // one line for people
   std::string json() const;  // one JSON object for the metrics file

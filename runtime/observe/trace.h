@@ -27,14 +27,13 @@
 
 namespace lockstep {
 
-
 // Clears any earlier events and starts recording as rank `rank`; the calling thread's track is 0.
 // Programs call start_tracing (trace_writer.h), which lines the ranks' clocks up with a barrier
 // first. stop_recording() ends recording; the events stay until the next start.
 void start_recording(int rank);
 void stop_recording();
-bool tracing();               // cheap: whether spans are being recorded
-double trace_now_seconds();   // seconds since start_tracing (0 when off)
+bool tracing();              // cheap: whether spans are being recorded
+double trace_now_seconds();  // seconds since start_tracing (0 when off)
 
 // Records one complete span [begin, end] (seconds since start_tracing) on the calling thread's
 // track. `args` is a JSON object's members without braces ("\"bytes\": 4096") or empty.

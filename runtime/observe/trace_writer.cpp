@@ -52,7 +52,8 @@ void write_trace(Communicator& comm, const std::string& path) {
     ok = out.good() ? 1 : 0;
   }
   on_word(comm, &ok, [&](int32_t* w) { comm.all_reduce_inplace(w, 1, ReduceOp::min); });
-  if (!ok) throw UsageError("--trace " + path + ": cannot write the per-rank part files next to it");
+  if (!ok)
+    throw UsageError("--trace " + path + ": cannot write the per-rank part files next to it");
   std::string problem;
   if (comm.rank() == 0) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -71,12 +72,15 @@ void write_trace(Communicator& comm, const std::string& path) {
       std::remove(name.c_str());
     }
     out << "\n]}\n";
-    if (problem.empty() && !out.good()) problem = "--trace " + path + ": cannot write the merged trace";
+    if (problem.empty() && !out.good())
+      problem = "--trace " + path + ": cannot write the merged trace";
   }
   // Rank 0's verdict reaches every rank, so all leave together.
   int32_t merged = problem.empty() ? 1 : 0;
   on_word(comm, &merged, [&](int32_t* w) { comm.broadcast(w, 1, DType::i32, 0); });
-  if (!merged) throw UsageError(comm.rank() == 0 ? problem : "--trace " + path + ": rank 0 could not merge the trace");
+  if (!merged)
+    throw UsageError(comm.rank() == 0 ? problem
+                                      : "--trace " + path + ": rank 0 could not merge the trace");
 }
 
 }  // namespace lockstep

@@ -1,9 +1,8 @@
-// BLAS (and oneDNN) threads per rank. Ranks on one host share its cores, so by default each rank's OpenBLAS
-// gets cores / local ranks threads (at least 1); where the launcher bound the rank to fewer cores
-// than the host has, the rank's own affinity set is its share. OpenBLAS is reached through weak
-// symbols, so another BLAS links too and is simply left alone. Call from the main thread before
-// the first BLAS call.
-// No collective calls: each rank reads its own affinity and the
+// BLAS (and oneDNN) threads per rank. Ranks on one host share its cores, so by default each rank's
+// OpenBLAS gets cores / local ranks threads (at least 1); where the launcher bound the rank to
+// fewer cores than the host has, the rank's own affinity set is its share. OpenBLAS is reached
+// through weak symbols, so another BLAS links too and is simply left alone. Call from the main
+// thread before the first BLAS call. No collective calls: each rank reads its own affinity and the
 // launcher's counts.
 #pragma once
 

@@ -56,7 +56,8 @@ World discover_world() {
   LS_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &w.rank));
   LS_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &w.size));
   MPI_Comm local = MPI_COMM_NULL;
-  LS_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local));
+  LS_CHECK_MPI(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local));
   LS_CHECK_MPI(MPI_Comm_rank(local, &w.local_rank));
   LS_CHECK_MPI(MPI_Comm_size(local, &w.local_size));
   MPI_Comm_free(&local);
@@ -79,8 +80,7 @@ constexpr std::chrono::milliseconds kSharedErrorGrace{2000};
 }
 }  // namespace
 
-int run_app(int argc, char** argv,
-            const std::function<int(const World&, Communicator&)>& body) {
+int run_app(int argc, char** argv, const std::function<int(const World&, Communicator&)>& body) {
   std::unique_ptr<MpiSession> session;
   World world;
   try {

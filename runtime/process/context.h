@@ -21,9 +21,9 @@ namespace lockstep {
 struct Context {
   World world;
   DeviceKind device = DeviceKind::cpu;
-  int device_index = -1;           // CUDA ordinal when device == cuda
-  Communicator* host = nullptr;    // the world over host memory; not owned (MpiSession's)
-  Communicator* grads = nullptr;   // == host on the CPU; else own_grads
+  int device_index = -1;          // CUDA ordinal when device == cuda
+  Communicator* host = nullptr;   // the world over host memory; not owned (MpiSession's)
+  Communicator* grads = nullptr;  // == host on the CPU; else own_grads
   std::unique_ptr<Communicator> own_grads;
 };
 
@@ -37,14 +37,15 @@ struct ContextOptions {
   // One-off start-up work (the device agreement, NCCL's id and initialisation) and what follows
   // until Trainer::set_deadlines runs under the larger of the two; 0: `timeout`.
   Millis startup_timeout{0};
-  GpuCounter gpu_count;        // test seam; empty: the CUDA runtime (cuda_device_count)
+  GpuCounter gpu_count;  // test seam; empty: the CUDA runtime (cuda_device_count)
   std::function<std::string(int index)> gpu_uuid;  // test seam; empty: cuda_device_uuid
 };
 
 // Picks the device (device.h rules), agreeing on it over `host` (a rank left on the CPU by
 // --device auto while others chose GPUs is an agreed UsageError naming it and its CUDA reason),
-// then builds the gradient communicator (NCCL's unique id travels over `host`). `host`: every rank of `world` over host memory (MpiSession::world_comm()); it must
-// outlive the Context, and takes options.timeout too. Collective: all ranks call it.
+// then builds the gradient communicator (NCCL's unique id travels over `host`). `host`: every rank
+// of `world` over host memory (MpiSession::world_comm()); it must outlive the Context, and takes
+// options.timeout too. Collective: all ranks call it.
 Context make_context(const World& world, Communicator& host, const ContextOptions& options);
 
 }  // namespace lockstep

@@ -18,7 +18,8 @@ namespace {
 
 std::string too_many_ranks(const std::string& host, int ranks, int gpus) {
   return "host " + host + " runs " + std::to_string(ranks) + " ranks that see the same " +
-         std::to_string(gpus) + " GPU(s): start at most one rank per GPU, or use --comm mpi to "
+         std::to_string(gpus) +
+         " GPU(s): start at most one rank per GPU, or use --comm mpi to "
          "let ranks share a GPU";
 }
 

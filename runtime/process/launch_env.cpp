@@ -82,8 +82,8 @@ void detect_slurm(const EnvMap& env, LaunchEnv* out) {
   out->size = read_int(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, out);
   out->local_rank = read_int(env, {"SLURM_LOCALID"}, out);
   out->node_index = read_int(env, {"SLURM_NODEID"}, out);
-  out->node_count = read_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"},
-                             out);
+  out->node_count =
+      read_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"}, out);
   // The step's own layout is exact; the job's describes the allocation, which srun may narrow.
   const char* key = nullptr;
   if (const std::string* per_node =
@@ -184,7 +184,8 @@ EnvMap process_env() {
 std::string describe(const LaunchEnv& env) {
   std::ostringstream os;
   os << launcher_name(env.launcher);
-  if (env.launcher == Launcher::none) os << " (a single process, or a launcher Lockstep does not know)";
+  if (env.launcher == Launcher::none)
+    os << " (a single process, or a launcher Lockstep does not know)";
   std::vector<std::string> where;
   if (!env.slurm_job_id.empty()) {
     std::string job = "Slurm job " + env.slurm_job_id;
@@ -217,8 +218,9 @@ std::vector<std::string> disagreements(const LaunchEnv& env, const World& world)
   check("rank", env.rank, world.rank, "MPI_Comm_rank");
   check("world size", env.size, world.size, "MPI_Comm_size");
   if (env.size > 1 && world.size == 1)
-    out.push_back("every task started as an MPI job of its own: with srun, pass --mpi=pmix; with "
-                  "mpirun, use the mpirun of the MPI library Lockstep was built with");
+    out.push_back(
+        "every task started as an MPI job of its own: with srun, pass --mpi=pmix; with "
+        "mpirun, use the mpirun of the MPI library Lockstep was built with");
   check("local rank", env.local_rank, world.local_rank, "MPI_Comm_split_type");
   check("ranks on this host", env.local_size, world.local_size, "MPI_Comm_split_type");
   return out;
@@ -249,8 +251,8 @@ std::vector<std::optional<std::string>> gather_local_visible(const World& world)
   const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
   std::string mine = cvd ? cvd : "";
   MPI_Comm local = MPI_COMM_NULL;
-  LS_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank,
-                                   MPI_INFO_NULL, &local));
+  LS_CHECK_MPI(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &local));
   int n = 0;
   LS_CHECK_MPI(MPI_Comm_size(local, &n));
   // Length -1 marks "unset", which is not the same as set to "" (no GPU at all).
@@ -265,8 +267,8 @@ std::vector<std::optional<std::string>> gather_local_visible(const World& world)
     total += counts[static_cast<size_t>(i)];
   }
   std::string all(static_cast<size_t>(total) + 1, '\0');
-  LS_CHECK_MPI(MPI_Allgatherv(mine.data(), std::max(my_len, 0), MPI_CHAR, all.data(),
-                              counts.data(), offsets.data(), MPI_CHAR, local));
+  LS_CHECK_MPI(MPI_Allgatherv(mine.data(), std::max(my_len, 0), MPI_CHAR, all.data(), counts.data(),
+                              offsets.data(), MPI_CHAR, local));
   MPI_Comm_free(&local);
   std::vector<std::optional<std::string>> out;
   for (int i = 0; i < n; ++i) {
@@ -291,9 +293,11 @@ void check_launch_env(World* world, Communicator& world_comm) {
   // Tasks that each started as an MPI job of their own would train N copies side by side, each
   // rank 0, writing the same checkpoints and metrics: an error, not a warning.
   if (env.size > 1 && world->size == 1)
-    throw UsageError(std::string(launcher_name(env.launcher)) + " started " + std::to_string(env.size) +
+    throw UsageError(std::string(launcher_name(env.launcher)) + " started " +
+                     std::to_string(env.size) +
                      " tasks, but this one is an MPI job of its own (MPI_Comm_size is 1), so " +
-                     std::to_string(env.size) + " independent trainings would write the same "
+                     std::to_string(env.size) +
+                     " independent trainings would write the same "
                      "files: with srun, pass --mpi=pmix (srun --mpi=list shows what this Slurm "
                      "offers); with mpirun, use the mpirun of the MPI library Lockstep was built "
                      "with");

@@ -1,8 +1,8 @@
 #include "runtime/process/signals.h"
 
-#include <atomic>
 #include <signal.h>
 
+#include <atomic>
 #include <csignal>
 
 namespace lockstep {

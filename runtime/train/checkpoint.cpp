@@ -64,8 +64,7 @@ void sync_path(const std::string& path, bool directory) {
 
 // The message for a save that failed with `what`: a full disk in words (HDF5 reports it deep in
 // its error stack), and which checkpoint a user still has.
-std::string save_failure(const std::string& what, const std::string& dir,
-                         const std::string& path) {
+std::string save_failure(const std::string& what, const std::string& dir, const std::string& path) {
   const std::vector<std::string> kept = list_checkpoints(dir);
   const std::string newest = kept.empty() ? "none" : kept.back();
   struct statvfs fsinfo {};
@@ -105,7 +104,9 @@ void check_tensors(const std::vector<NamedTensor>& tensors, const char* kind) {
                   "' is empty, repeated, or contains a newline or a leading or double '/'");
     uint64_t count = 1;
     for (int64_t d : t.shape) {
-      if (d < 0) throw Error("checkpoint: " + std::string(kind) + " " + t.name + " has a negative dimension");
+      if (d < 0)
+        throw Error("checkpoint: " + std::string(kind) + " " + t.name +
+                    " has a negative dimension");
       count *= static_cast<uint64_t>(d);
     }
     if (count != t.data.size())
@@ -169,7 +170,8 @@ std::string resolve_checkpoint(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     std::vector<std::string> all = list_checkpoints(path);
     if (all.empty())
-      throw UsageError("no checkpoint in folder " + path + " (looked for files named ckpt-<step>.h5)");
+      throw UsageError("no checkpoint in folder " + path +
+                       " (looked for files named ckpt-<step>.h5)");
     return all.back();
   }
   if (!fs::exists(path, ec)) throw UsageError("checkpoint " + path + " does not exist");
@@ -184,11 +186,13 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
       throw Error("checkpoint not written: scalar '" + name + "' is unnamed or not finite");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw Error(rank_prefix() + " cannot create checkpoint folder " + dir + ": " + ec.message());
+  if (ec)
+    throw Error(rank_prefix() + " cannot create checkpoint folder " + dir + ": " + ec.message());
 
   const std::string final_path = checkpoint_file_name(dir, state.global_step);
   const std::string temp_path =
-      (fs::path(dir) / (std::string(".") + fs::path(final_path).filename().string() + ".tmp")).string();
+      (fs::path(dir) / (std::string(".") + fs::path(final_path).filename().string() + ".tmp"))
+          .string();
   try {
     detail::write_checkpoint_h5(temp_path, state);
     sync_path(temp_path, false);

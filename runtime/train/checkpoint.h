@@ -1,4 +1,5 @@
-// Checkpoints: the complete state of a training run in one HDF5 file, enough to continue it exactly.
+// Checkpoints: the complete state of a training run in one HDF5 file, enough to continue it
+// exactly.
 //
 // A CheckpointState is plain data: where the run is (epoch, step within the epoch, global step),
 // what makes its future deterministic (seed, RNG words; the shuffle order is a function of seed and
@@ -7,18 +8,18 @@
 // written at. Parameters are identical on every rank (DESIGN.md decision 7), so rank 0 alone saves;
 // every rank loads.
 //
-// Files are "<dir>/ckpt-<global step, 9 digits>.h5". A save writes "<dir>/.ckpt-....h5.tmp", flushes
-// and fsyncs it, renames it over the final name and fsyncs the folder: a crash at any moment leaves
-// either the previous set of checkpoints or the new one, never a damaged newest file. The last
-// `keep` checkpoints survive each save.
+// Files are "<dir>/ckpt-<global step, 9 digits>.h5". A save writes "<dir>/.ckpt-....h5.tmp",
+// flushes and fsyncs it, renames it over the final name and fsyncs the folder: a crash at any
+// moment leaves either the previous set of checkpoints or the new one, never a damaged newest file.
+// The last `keep` checkpoints survive each save.
 //
 // Loading validates everything and throws UsageError naming the file and what is wrong: not a
 // Lockstep checkpoint, unknown format version, truncated or corrupt (metadata checksums and a CRC32
 // per dataset), a missing dataset or attribute; check_compatible adds: another model spec, a
 // parameter of another shape, a missing optimizer buffer. Nothing in a file can crash the reader.
 //
-// Thread-safety: the functions take the process-wide HDF5 lock; call them from one thread at a time.
-// No collective calls: rank 0 saves, each rank loads alone (train_checkpoint.h agrees).
+// Thread-safety: the functions take the process-wide HDF5 lock; call them from one thread at a
+// time. No collective calls: rank 0 saves, each rank loads alone (train_checkpoint.h agrees).
 #pragma once
 
 #include <cstdint>
@@ -38,10 +39,10 @@ struct NamedTensor {
 
 struct CheckpointState {
   int format_version = kCheckpointFormatVersion;
-  std::string model_spec;  // the model as the user named it, e.g. "mlp:64,64"
-  std::string config;      // the run's options, one "key=value" per line, for the record
-  int world_size = 1;      // P at which it was written
-  int epoch = 0;           // the epoch to continue in
+  std::string model_spec;     // the model as the user named it, e.g. "mlp:64,64"
+  std::string config;         // the run's options, one "key=value" per line, for the record
+  int world_size = 1;         // P at which it was written
+  int epoch = 0;              // the epoch to continue in
   int64_t step_in_epoch = 0;  // steps of `epoch` already applied
   int64_t global_step = 0;    // steps applied since the start of training
   uint64_t seed = 0;

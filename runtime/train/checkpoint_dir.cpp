@@ -34,7 +34,8 @@ std::string check_on_rank0(const GuardOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return "--checkpoint-dir " + dir + " cannot be created: " + ec.message();
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) return "--checkpoint-dir " + dir + " is not writable";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return "--checkpoint-dir " + dir + " is not writable";
   const std::vector<std::string> found = list_checkpoints(dir);
   if (found.empty() || o.existing == ExistingCheckpoints::keep) return "";
   if (o.existing == ExistingCheckpoints::refuse)

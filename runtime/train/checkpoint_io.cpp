@@ -61,13 +61,12 @@ void put_dataset(hid_t loc, const std::string& name, const std::vector<hsize_t>&
                  hid_t file_type, hid_t mem_type, const void* data, size_t bytes) {
   H5Id lcpl(LS_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE)));
   LS_CHECK_HDF5(H5Pset_create_intermediate_group(lcpl.get(), 1));
-  H5Id space(LS_CHECK_HDF5(dims.empty() ? H5Screate(H5S_SCALAR)
-                                         : H5Screate_simple(static_cast<int>(dims.size()),
-                                                            dims.data(), nullptr)));
-  H5Id dset(LS_CHECK_HDF5(H5Dcreate2(loc, name.c_str(), file_type, space.get(), lcpl.get(),
-                                     H5P_DEFAULT, H5P_DEFAULT)));
-  if (bytes > 0)
-    LS_CHECK_HDF5(H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  H5Id space(LS_CHECK_HDF5(
+      dims.empty() ? H5Screate(H5S_SCALAR)
+                   : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
+  H5Id dset(LS_CHECK_HDF5(
+      H5Dcreate2(loc, name.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT)));
+  if (bytes > 0) LS_CHECK_HDF5(H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
   uint32_t crc = crc_of(data, bytes);
   put_attr(dset.get(), "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, &crc);
 }
@@ -106,7 +105,8 @@ class Reader {
   H5Id open_attr(hid_t loc, const std::string& where, const char* name) const {
     htri_t exists = H5Aexists(loc, name);
     if (exists <= 0) fail("attribute '" + std::string(name) + "' is missing from " + where);
-    return H5Id(check(H5Aopen(loc, name, H5P_DEFAULT), "attribute " + where + name + " unreadable"));
+    return H5Id(
+        check(H5Aopen(loc, name, H5P_DEFAULT), "attribute " + where + name + " unreadable"));
   }
 
   std::string get_string(hid_t loc, const std::string& where, const char* name) const {
@@ -161,7 +161,8 @@ class Reader {
     if (rank > 0) check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), what);
     uint64_t count = 1;
     for (hsize_t d : dims) {
-      if (d > kMaxTensorValues || count * d > kMaxTensorValues) fail(what + " has an implausible size");
+      if (d > kMaxTensorValues || count * d > kMaxTensorValues)
+        fail(what + " has an implausible size");
       count *= d;
     }
     out.assign(count, T{});

@@ -16,22 +16,14 @@ namespace lockstep {
 
 const char* option_group_title(OptionGroup g) {
   switch (g) {
-    case OptionGroup::general:
-      return "General";
-    case OptionGroup::data:
-      return "Data";
-    case OptionGroup::model:
-      return "Model and loss";
-    case OptionGroup::optimizer:
-      return "Optimizer and learning rate";
-    case OptionGroup::loop:
-      return "Training loop";
-    case OptionGroup::output:
-      return "Output";
-    case OptionGroup::runtime:
-      return "Runtime";
-    case OptionGroup::faults:
-      return "Checkpoints and faults";
+    case OptionGroup::general: return "General";
+    case OptionGroup::data: return "Data";
+    case OptionGroup::model: return "Model and loss";
+    case OptionGroup::optimizer: return "Optimizer and learning rate";
+    case OptionGroup::loop: return "Training loop";
+    case OptionGroup::output: return "Output";
+    case OptionGroup::runtime: return "Runtime";
+    case OptionGroup::faults: return "Checkpoints and faults";
   }
   return "?";
 }
@@ -230,8 +222,7 @@ std::vector<Row> build() {
       "weight-decay", G::optimizer,
       "L2 on every gradient (sgd, momentum, adam); adamw: decoupled decay of weight matrices and "
       "embeddings only (not biases or norm gains)",
-      "weight_decay",
-      +[](TrainConfig & c) -> auto& { return c.optimizer.weight_decay; }, kAny));
+      "weight_decay", +[](TrainConfig & c) -> auto& { return c.optimizer.weight_decay; }, kAny));
   t.push_back(number<double>(
       "clip-norm", G::optimizer, "clip the averaged gradient to this global L2 norm (0: off)",
       "clip_norm", +[](TrainConfig & c) -> auto& { return c.clip_norm; }, at_least(0)));

@@ -59,8 +59,12 @@ using Stream = Owned<cudaStream_t, kernels::cuda_stream_create, kernels::cuda_st
 // after the upload; consumed: on the compute stream after the last work that reads the slot.
 struct Slot {
   Slot(size_t x, size_t y, size_t weights)
-      : host_x(x), host_y(y * sizeof(float)), host_mask(weights),
-        x(DeviceKind::cuda, x), y(DeviceKind::cuda, y), mask(DeviceKind::cuda, weights) {}
+      : host_x(x),
+        host_y(y * sizeof(float)),
+        host_mask(weights),
+        x(DeviceKind::cuda, x),
+        y(DeviceKind::cuda, y),
+        mask(DeviceKind::cuda, weights) {}
   Pinned<float> host_x;
   Pinned<unsigned char> host_y;  // int32 labels or float targets: both 4 bytes per value
   Pinned<float> host_mask;       // the loss's weights: each row's mask once per position
@@ -96,10 +100,13 @@ void require_cuda_training() {
 
 struct DeviceStep::Impl {
   explicit Impl(const StepShape& shape)
-      : input_size(shape.input_size), outputs(shape.outputs),
-        classification(shape.classification), positions(static_cast<size_t>(shape.positions)),
+      : input_size(shape.input_size),
+        outputs(shape.outputs),
+        classification(shape.classification),
+        positions(static_cast<size_t>(shape.positions)),
         y_width(classification ? positions : positions * static_cast<size_t>(outputs)),
-        scalars(DeviceKind::cuda, kScalars), timer(compute.get()),
+        scalars(DeviceKind::cuda, kScalars),
+        timer(compute.get()),
         compute_trace(compute.get(), "GPU stream: compute"),
         copy_trace(copy.get(), "GPU stream: copy") {
     const size_t rows = static_cast<size_t>(shape.max_rows);
@@ -275,9 +282,9 @@ Slot& DeviceStep::Impl::copy_in(int index, const Batch& b) {
   weights_per_position(b, positions, s.host_mask.data(), s.host_mask.size(), "DeviceStep::upload");
   cudaStream_t stream = copy.get();
   if (s.used) kernels::cuda_stream_wait_event(stream, s.consumed.get());
-  copy_trace.begin_span("batch copy", "data", -1,
-                        static_cast<int64_t>((rows * (input_size + y_width) + weights) *
-                                             sizeof(float)));
+  copy_trace.begin_span(
+      "batch copy", "data", -1,
+      static_cast<int64_t>((rows * (input_size + y_width) + weights) * sizeof(float)));
   kernels::cuda_copy_to_device_async(s.x.data(), s.host_x.data(), rows * input_size * sizeof(float),
                                      stream);
   kernels::cuda_copy_to_device_async(s.y.data(), s.host_y.data(), rows * y_width * sizeof(float),
@@ -344,7 +351,8 @@ void DeviceStep::loss(const Batch& b, const float* out, float scale, float* dout
 
 void DeviceStep::release() {
   Impl& m = *impl_;
-  if (m.current >= 0) kernels::cuda_event_record(m.slots[m.current]->consumed.get(), m.compute.get());
+  if (m.current >= 0)
+    kernels::cuda_event_record(m.slots[m.current]->consumed.get(), m.compute.get());
 }
 
 Step::Outcome DeviceStep::finish(const float* grads, size_t n) {

@@ -14,8 +14,13 @@ namespace lockstep {
 GraphRunner::GraphRunner(StepGraphs& graphs, cudaStream_t stream, Communicator& host,
                          Communicator& grads, BucketReducer& reducer, StepTimer& timer,
                          int capture_fail_rank)
-    : graphs_(graphs), stream_(stream), host_(host), grads_(grads), reducer_(reducer),
-      timer_(timer), capture_fail_rank_(capture_fail_rank) {}
+    : graphs_(graphs),
+      stream_(stream),
+      host_(host),
+      grads_(grads),
+      reducer_(reducer),
+      timer_(timer),
+      capture_fail_rank_(capture_fail_rank) {}
 
 void GraphRunner::settle_if_unwinding() noexcept {
   if (std::uncaught_exceptions() == 0 || !grads_.capturable()) return;
@@ -28,9 +33,7 @@ void GraphRunner::settle_if_unwinding() noexcept {
   }
 }
 
-bool GraphRunner::ready(bool full) const {
-  return full && !given_up_ && warm_steps_ >= kWarmSteps;
-}
+bool GraphRunner::ready(bool full) const { return full && !given_up_ && warm_steps_ >= kWarmSteps; }
 
 void GraphRunner::ran_eagerly(bool full) {
   if (full) warm_steps_ += 1;

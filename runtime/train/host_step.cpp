@@ -1,9 +1,9 @@
 #include "runtime/train/host_step.h"
 
-#include <limits>
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "kernels/step/loss.h"
@@ -50,8 +50,8 @@ void HostStep::loss(const Batch& b, const float* out, float scale, float* dout) 
   }
   const LossTotals r =
       shape_.classification
-          ? kernels::softmax_cross_entropy_cpu(out, b.labels.data(), weights, rows,
-                                               shape_.outputs, scale, dout)
+          ? kernels::softmax_cross_entropy_cpu(out, b.labels.data(), weights, rows, shape_.outputs,
+                                               scale, dout)
           : kernels::mse_cpu(out, b.targets.data(), weights, rows, shape_.outputs, scale, dout);
   totals_.loss_sum += r.loss_sum;
   totals_.correct += r.correct;

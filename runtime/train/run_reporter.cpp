@@ -11,9 +11,10 @@ void sum_over_ranks(Communicator& comm, kernels::LossTotals& t) {
 }
 
 RunReporter::RunReporter(Communicator& comm, const ReportOptions& options)
-    : comm_(comm), options_(options),
-      progress_(options.print, options.progress_bar, options.classification,
-                options.metrics_path, options.bits_per_byte) {}
+    : comm_(comm),
+      options_(options),
+      progress_(options.print, options.progress_bar, options.classification, options.metrics_path,
+                options.bits_per_byte) {}
 
 void RunReporter::start(const StepTimes& times) {
   window_ = kernels::LossTotals{};
@@ -75,9 +76,8 @@ EpochSummary RunReporter::epoch_summary(const TrainState& at, kernels::LossTotal
   s.global_step = at.global_step;
   s.train_loss = epoch.mean_loss();
   s.train_accuracy = epoch.accuracy();
-  s.samples_per_second = epoch_times.total > 0
-                             ? static_cast<double>(epoch_times.samples) / epoch_times.total
-                             : 0;
+  s.samples_per_second =
+      epoch_times.total > 0 ? static_cast<double>(epoch_times.samples) / epoch_times.total : 0;
   return s;
 }
 

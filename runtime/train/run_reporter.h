@@ -21,11 +21,11 @@
 namespace lockstep {
 
 struct ReportOptions {
-  bool print = true;         // this rank prints
+  bool print = true;  // this rank prints
   bool progress_bar = false;
   bool classification = true;
   bool bits_per_byte = false;  // a byte-level language model: per-token losses, also in bits/byte
-  std::string metrics_path;  // JSON lines; empty: none
+  std::string metrics_path;    // JSON lines; empty: none
   int64_t log_every = 50;
   int64_t straggler_every = 100;  // 0: no straggler notes
   int64_t steps_per_epoch = 1;

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "runtime/base/error.h"
-
 #include "runtime/train/device_step.h"
 #include "runtime/train/host_step.h"
 

@@ -59,8 +59,8 @@ enum class StepMode { eager, recording };
 class Step {
  public:
   struct Outcome {
-    LossTotals totals;          // since the last finish()
-    bool grads_finite = true;   // the gradient given to finish() holds no NaN or Inf
+    LossTotals totals;         // since the last finish()
+    bool grads_finite = true;  // the gradient given to finish() holds no NaN or Inf
   };
 
   virtual ~Step() = default;

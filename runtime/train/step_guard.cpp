@@ -32,9 +32,10 @@ void validate(const GuardOptions& o) {
     throw UsageError("--keep-checkpoints must be >= 0 (0 keeps all), not " +
                      std::to_string(o.keep_checkpoints));
   if (!(o.checkpoint_timeout >= 0 && o.checkpoint_timeout <= 86400))
-    throw UsageError("--checkpoint-timeout must be a number of seconds in [0, 86400] (0: derived "
-                     "from --timeout and the checkpoint's size), not " +
-                     std::to_string(o.checkpoint_timeout));
+    throw UsageError(
+        "--checkpoint-timeout must be a number of seconds in [0, 86400] (0: derived "
+        "from --timeout and the checkpoint's size), not " +
+        std::to_string(o.checkpoint_timeout));
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     throw UsageError("--checkpoint-every needs --checkpoint-dir (where to write them)");
 }

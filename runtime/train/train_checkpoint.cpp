@@ -23,8 +23,8 @@ struct Pinned {
 };
 
 TrainingParts parts_of(Trainer& t) {
-  return {t.config(), t.state(), t.model(), t.optimizer(), t.steps_per_epoch(),
-          t.train_info().rows};
+  return {t.config(),    t.state(),           t.model(),
+          t.optimizer(), t.steps_per_epoch(), t.train_info().rows};
 }
 
 std::vector<Pinned> pinned_options(const TrainingParts& t) {
@@ -68,7 +68,8 @@ void check_resumable(Trainer& t, const CheckpointState& s, const std::string& pa
   }
   if (s.step_in_epoch >= t.steps_per_epoch())
     throw UsageError("checkpoint " + path + " is at step " + std::to_string(s.step_in_epoch) +
-                     " of an epoch that has only " + std::to_string(t.steps_per_epoch()) + " steps");
+                     " of an epoch that has only " + std::to_string(t.steps_per_epoch()) +
+                     " steps");
 }
 
 // The checkpoint's parameters and optimizer buffers as whole flat buffers of this trainer's
@@ -84,7 +85,8 @@ std::vector<std::vector<float>> whole_buffers(Trainer& t, const CheckpointState&
     out.emplace_back(n, 0.0f);
     for (const ParamTensorInfo& p : t.model().param_tensors()) {
       const NamedTensor* saved = find_tensor(s.optimizer, buf.name + "/" + p.name);
-      std::copy_n(saved->data.begin(), p.count, out.back().begin() + static_cast<ptrdiff_t>(p.offset));
+      std::copy_n(saved->data.begin(), p.count,
+                  out.back().begin() + static_cast<ptrdiff_t>(p.offset));
     }
   }
   return out;
@@ -117,9 +119,10 @@ CheckpointState capture_checkpoint(const TrainingParts& t, int world_size) {
   // Host copies of the parameters and optimizer state (copied down when they live on a GPU).
   const std::vector<float> params = t.model.params_to_host();
   for (const ParamTensorInfo& p : t.model.param_tensors())
-    s.params.push_back({p.name, p.shape,
-                        std::vector<float>(params.begin() + static_cast<ptrdiff_t>(p.offset),
-                                           params.begin() + static_cast<ptrdiff_t>(p.offset + p.count))});
+    s.params.push_back(
+        {p.name, p.shape,
+         std::vector<float>(params.begin() + static_cast<ptrdiff_t>(p.offset),
+                            params.begin() + static_cast<ptrdiff_t>(p.offset + p.count))});
   std::vector<StateBuffer> buffers = t.optimizer.state();
   for (size_t i = 0; i < buffers.size(); ++i) {
     StateBuffer& buf = buffers[i];
@@ -152,8 +155,8 @@ std::string write_checkpoint(const TrainingParts& run, Communicator& comm, const
   const int64_t step = run.state.global_step;
   std::string path = checkpoint_file_name(o.checkpoint_dir, step);
   if (comm.rank() == 0) {
-    path = save_checkpoint(o.checkpoint_dir, capture_checkpoint(run, comm.size()),
-                           o.keep_checkpoints);
+    path =
+        save_checkpoint(o.checkpoint_dir, capture_checkpoint(run, comm.size()), o.keep_checkpoints);
     LS_LOG(info) << "checkpoint at step " << step << ": " << path;
   }
   const Millis deadline = checkpoint_deadline(o, comm.timeout(), checkpoint_bytes(run));
@@ -170,7 +173,8 @@ std::string write_checkpoint(const TrainingParts& run, Communicator& comm, const
 CheckpointExpectation expected_checkpoint(Trainer& t) {
   CheckpointExpectation e;
   e.model_spec = canonical_spec(t.config());
-  for (const ParamTensorInfo& p : t.model().param_tensors()) e.params.push_back({p.name, p.shape, {}});
+  for (const ParamTensorInfo& p : t.model().param_tensors())
+    e.params.push_back({p.name, p.shape, {}});
   for_each_state_tensor(parts_of(t), [&](StateBuffer& buf, const ParamTensorInfo& p) {
     e.optimizer.push_back({buf.name + "/" + p.name, p.shape, {}});
   });
@@ -200,15 +204,19 @@ std::string resume_from_checkpoint(Trainer& t, const std::string& path) {
   // sharded optimizer keeps its blocks of), the counters.
   const size_t buffers = 1 + t.optimizer().state().size();
   std::vector<std::vector<float>> whole =
-      comm.rank() == 0 ? whole_buffers(t, s)
-                       : std::vector<std::vector<float>>(
-                             buffers, std::vector<float>(t.model().param_count()));
+      comm.rank() == 0
+          ? whole_buffers(t, s)
+          : std::vector<std::vector<float>>(buffers, std::vector<float>(t.model().param_count()));
   for (std::vector<float>& v : whole) comm.broadcast(v.data(), v.size(), DType::f32, 0);
   t.model().write_params(0, whole[0].data(), whole[0].size());
   for (size_t i = 1; i < buffers; ++i) t.load_optimizer_state(i - 1, whole[i]);
-  int64_t counters[6] = {s.epoch, s.step_in_epoch, s.global_step, s.world_size,
-                         static_cast<int64_t>(comm.rank() == 0 ? s.scalars.at("optimizer_steps") : 0),
-                         static_cast<int64_t>(comm.rank() == 0 ? s.scalars.at("samples_seen") : 0)};
+  int64_t counters[6] = {
+      s.epoch,
+      s.step_in_epoch,
+      s.global_step,
+      s.world_size,
+      static_cast<int64_t>(comm.rank() == 0 ? s.scalars.at("optimizer_steps") : 0),
+      static_cast<int64_t>(comm.rank() == 0 ? s.scalars.at("samples_seen") : 0)};
   comm.broadcast(counters, 6, DType::i64, 0);
   std::vector<char> name(file.begin(), file.end());
   int64_t name_size = static_cast<int64_t>(name.size());

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
-#include <fstream>
 #include <exception>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -116,12 +116,11 @@ void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs
   if (have > 0 && need * ranks > static_cast<double>(have))
     throw UsageError("--global-batch " + std::to_string(B) + " with --model " + c.model +
                      " needs about " + gib(need) + " per rank" +
-                     (ranks > 1 ? ", " + gib(need * ranks) + " for the " +
-                                      std::to_string(ranks) + " ranks on this host"
+                     (ranks > 1 ? ", " + gib(need * ranks) + " for the " + std::to_string(ranks) +
+                                      " ranks on this host"
                                 : std::string()) +
-                     " (" + gib(batches + activations) +
-                     " for batches and activations at " + std::to_string(micro_rows) +
-                     " rows per rank and micro-batch, " + gib(params) +
+                     " (" + gib(batches + activations) + " for batches and activations at " +
+                     std::to_string(micro_rows) + " rows per rank and micro-batch, " + gib(params) +
                      " for parameters, gradients and optimizer state" +
                      (held > 0 ? ", " + gib(held) + " for the data held in memory" : "") +
                      "), more than the " + gib(static_cast<double>(have)) +
@@ -148,8 +147,10 @@ uint64_t cgroup_bytes(const std::string& path) {
 // or unknown. cgroup v2 first, then v1.
 uint64_t cgroup_room() {
   for (const auto& [limit_file, usage_file] :
-       {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-        {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
+       {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory.max",
+                                            "/sys/fs/cgroup/memory.current"},
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+         "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
     const uint64_t limit = cgroup_bytes(limit_file);
     // v1 reports "no limit" as a huge number (a page count's worth of bytes near 2^63).
     if (limit == 0 || limit > (uint64_t{1} << 60)) continue;

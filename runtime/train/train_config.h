@@ -18,14 +18,15 @@
 namespace lockstep {
 
 enum class LossKind { automatic, cross_entropy, mse };
-LossKind parse_loss(const std::string& text);  // auto | cross-entropy | mse; UsageError naming --loss
+LossKind parse_loss(
+    const std::string& text);  // auto | cross-entropy | mse; UsageError naming --loss
 const char* loss_name(LossKind k);
 
 // A run's settings. These member initialisers are the options' defaults: lockstep-train --help
 // shows them through the option table (config_table.h), which names each option's member.
 struct TrainConfig {
-  DatasetSpec train;                 // group "train" by default
-  std::string test_group = "test";   // the same file's split that evaluate() scores
+  DatasetSpec train;                // group "train" by default
+  std::string test_group = "test";  // the same file's split that evaluate() scores
   std::string model = "cnn";
   LossKind loss = LossKind::automatic;  // cross-entropy for labels, mse for float targets
   OptimizerConfig optimizer;
@@ -37,12 +38,12 @@ struct TrainConfig {
   int64_t base_batch = 256;
   int64_t global_batch = 128;  // B: samples per update over all ranks
   int epochs = 5;
-  int64_t steps = 0;           // > 0: stop after this many updates (overrides epochs)
-  int grad_accum = 1;          // K micro-batches of B/K per update
+  int64_t steps = 0;   // > 0: stop after this many updates (overrides epochs)
+  int grad_accum = 1;  // K micro-batches of B/K per update
   // ZeRO stage (DESIGN.md decision 19): 0 every rank holds the whole optimizer state; 1 each rank
   // the state of its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered).
   int zero = 0;
-  double bucket_mb = 25;       // gradient bucket size in MiB (0: one all-reduce after backward)
+  double bucket_mb = 25;  // gradient bucket size in MiB (0: one all-reduce after backward)
   DeviceKind device = DeviceKind::cpu;            // where the layers compute
   Precision precision = Precision::fp32;          // compute dtype; bf16 needs device cuda
   Precision grad_reduce_dtype = Precision::fp32;  // dtype of the gradient all-reduce on the wire
@@ -52,25 +53,25 @@ struct TrainConfig {
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_remainder = false;
-  double clip_norm = 0.0;      // > 0: clip the averaged gradient to this global L2 norm
-  int64_t log_every = 50;      // steps between reduced loss/accuracy reports
-  int64_t check_every = 100;   // steps between replica checks (0: only at start and end)
+  double clip_norm = 0.0;         // > 0: clip the averaged gradient to this global L2 norm
+  int64_t log_every = 50;         // steps between reduced loss/accuracy reports
+  int64_t check_every = 100;      // steps between replica checks (0: only at start and end)
   int64_t straggler_every = 100;  // steps between straggler reports (straggler.h; 0: none)
   bool eval_every_epoch = true;
   int prefetch = 2;
   // Each split of at most this many MiB as stored is read whole into memory once (every rank
   // holds it); 0: each batch reads its rows from the file (ShardedLoader).
   int64_t data_in_memory_mb = kDefaultInMemoryBytes >> 20;
-  std::string metrics_path;    // JSON lines, written by rank 0; empty: none
+  std::string metrics_path;  // JSON lines, written by rank 0; empty: none
   // A GPT on token data: every sample_every steps (0: never), rank 0 prints sample_bytes tokens
   // sampled after sample_prompt (sample_text.h: temperature 1, seeded by seed + the step).
   int64_t sample_every = 0;
   int sample_bytes = 128;
   std::string sample_prompt = "\n";
-  bool print = true;           // rank 0 prints progress and epoch lines
-  int host_ranks = 1;          // ranks sharing this host's memory (World::local_size; the program)
-  bool progress_bar = false;   // a redrawn bar (a terminal) instead of plain lines
-  GuardOptions guard;          // checkpoints, stop signals, NaN policy (step_guard.h)
+  bool print = true;          // rank 0 prints progress and epoch lines
+  int host_ranks = 1;         // ranks sharing this host's memory (World::local_size; the program)
+  bool progress_bar = false;  // a redrawn bar (a terminal) instead of plain lines
+  GuardOptions guard;         // checkpoints, stop signals, NaN policy (step_guard.h)
 };
 
 // Checks the values a user sets, each in words naming its option, for a world of `world_size`

@@ -11,7 +11,7 @@ struct TrainState {
   int epoch = 0;              // 0-based
   int64_t step_in_epoch = 0;  // updates already applied in `epoch`
   int64_t global_step = 0;
-  int64_t samples_seen = 0;   // valid samples trained on, over all ranks
+  int64_t samples_seen = 0;  // valid samples trained on, over all ranks
 };
 
 }  // namespace lockstep

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <random>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -34,12 +34,8 @@ int to_int_dim(int64_t d, const DatasetInfo& info) {
 
 }  // namespace
 
-
 Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& config)
-    : comm_(host),
-      grad_comm_(grads),
-      config_(config),
-      impl_(std::make_unique<Impl>()) {
+    : comm_(host), grad_comm_(grads), config_(config), impl_(std::make_unique<Impl>()) {
   impl_->hooks = TrainTestHooks::from_environment();
   // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a
   // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
@@ -47,9 +43,10 @@ Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& con
   require_host_buffers(comm_, "the trainer");
   if (grad_comm_.size() != comm_.size() || grad_comm_.rank() != comm_.rank())
     throw Error("the trainer's gradient communicator (rank " + std::to_string(grad_comm_.rank()) +
-                " of " + std::to_string(grad_comm_.size()) + ") is not over the ranks of its host "
-                "communicator (rank " + std::to_string(comm_.rank()) + " of " +
-                std::to_string(comm_.size()) + ")");
+                " of " + std::to_string(grad_comm_.size()) +
+                ") is not over the ranks of its host "
+                "communicator (rank " +
+                std::to_string(comm_.rank()) + " of " + std::to_string(comm_.size()) + ")");
   std::string problem;
   try {
     build();
@@ -81,8 +78,8 @@ void Trainer::build() {
   for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
   const int rows = static_cast<int>(m.micro_rows);
   const int positions = m.info.positions;
-  m.step = make_step(config_.device,
-                     {shape_size(input), m.outputs, rows, m.classification, positions});
+  m.step =
+      make_step(config_.device, {shape_size(input), m.outputs, rows, m.classification, positions});
   // CUDA graphs: the options and the backend decide, so every rank reaches the same answer.
   const bool graphs = config_.device == DeviceKind::cuda && config_.cuda_graphs &&
                       config_.grad_accum == 1 && config_.zero == 0 &&
@@ -98,20 +95,21 @@ void Trainer::build() {
   const ParamRanges decayed = matrix_ranges(model_->param_tensors());  // adamw: matrices only
   if (config_.zero > 0) {
     m.zero = std::make_unique<ZeroShard>(grad_comm_, comm_, *m.reducer, place.device, place.stream);
-    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, m.zero->owned(), place.device,
-                                             place.stream);
+    optimizer_ =
+        std::make_unique<Optimizer>(config_.optimizer, m.zero->owned(), place.device, place.stream);
     optimizer_->set_segments(m.zero->segments());
     optimizer_->set_decay_ranges(m.zero->to_compact(decayed));
   } else {
-    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(),
-                                             place.device, place.stream);
+    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(), place.device,
+                                             place.stream);
     optimizer_->set_decay_ranges(decayed);
   }
   if (config_.grad_reduce_dtype == Precision::bf16 && grad_comm_.backend() == Backend::nccl &&
       grad_comm_.size() >= 16 && comm_.rank() == 0) {
     LS_LOG(debug) << "--grad-reduce-dtype bf16 over NCCL at " << grad_comm_.size()
                   << " ranks: NCCL rounds every partial sum to bf16 (a ring adds "
-                  << grad_comm_.size() - 1 << " times), so the reduced gradient carries more "
+                  << grad_comm_.size() - 1
+                  << " times), so the reduced gradient carries more "
                      "rounding than at a few ranks; fp32 on the wire keeps it exact to fp32";
   }
 
@@ -129,7 +127,8 @@ void Trainer::build() {
   ro.progress_bar = config_.progress_bar;
   ro.classification = m.classification;
   ro.bits_per_byte = byte_level_tokens(m.info);
-  ro.metrics_path = comm_.rank() == 0 ? config_.metrics_path : "";  // rank 0 writes, printing or not
+  ro.metrics_path =
+      comm_.rank() == 0 ? config_.metrics_path : "";  // rank 0 writes, printing or not
   ro.log_every = config_.log_every;
   ro.straggler_every = config_.straggler_every;
   ro.steps_per_epoch = m.steps_per_epoch;
@@ -295,9 +294,10 @@ void Trainer::observe_step(const LossTotals& step) {
 
 void Trainer::check_sample_options(const DatasetInfo& info) const {
   if (info.positions <= 1)
-    throw UsageError("--sample-every needs a language model on token data (a gpt: model on a "
-                     "split with tokens); " + info.path + ":" + info.group + " holds " +
-                     info.x_name);
+    throw UsageError(
+        "--sample-every needs a language model on token data (a gpt: model on a "
+        "split with tokens); " +
+        info.path + ":" + info.group + " holds " + info.x_name);
   if (config_.sample_prompt.empty()) throw UsageError("--sample-prompt must not be empty");
   for (unsigned char c : config_.sample_prompt)
     if (c >= info.num_classes)
@@ -383,8 +383,8 @@ TrainResult Trainer::run() {
   verify_replicas("at the end of training");
   act_on(m.guard->at_end(state_.global_step));
   if (!m.guard->stopped_early())
-    result.test = m.last_eval_step == static_cast<double>(state_.global_step) ? m.last_eval
-                                                                             : evaluate();
+    result.test =
+        m.last_eval_step == static_cast<double>(state_.global_step) ? m.last_eval : evaluate();
   result.times = times_.minus(at_start);
   result.samples_per_second =
       result.times.total > 0 ? static_cast<double>(result.times.samples) / result.times.total : 0;

@@ -57,8 +57,8 @@ class NvtxPhases;
 
 struct TrainResult {
   std::vector<EpochSummary> epochs;
-  EvalResult test;   // at the end
-  StepTimes times;   // this rank's, over the whole run
+  EvalResult test;  // at the end
+  StepTimes times;  // this rank's, over the whole run
   double samples_per_second = 0;
 };
 
@@ -136,8 +136,8 @@ class Trainer {
   struct Impl;
   void build();
   void open_loaders();
-  LossTotals train_step();  // one update; its totals (none when skipped)
-  bool take_batch();  // the staged next batch, or the loader's; false at the epoch's end
+  LossTotals train_step();    // one update; its totals (none when skipped)
+  bool take_batch();          // the staged next batch, or the loader's; false at the epoch's end
   void inject_test_faults();  // test_hooks.h, before a step
   void check_valid(int64_t got, int64_t want) const;  // the loader gave the step's rows
   // The step's work, written once for both ways a step runs (step.h, StepMode): begin_step zeroes
@@ -145,8 +145,7 @@ class Trainer {
   // and backward, handing finished layers to the buckets on the last; apply_update clips and
   // updates (eager: at the host's word; recording: gated on the device).
   void begin_step(StepMode mode);
-  void micro_batch_work(const float* x, float scale, bool last, StepMode mode,
-                        NvtxPhases* phases);
+  void micro_batch_work(const float* x, float scale, bool last, StepMode mode, NvtxPhases* phases);
   void apply_update(StepMode mode);
   // Eager: every micro-batch, then the gradients reduced and read back.
   Step::Outcome eager_step(float scale, bool have, int64_t want_valid, NvtxPhases& phases);
@@ -155,11 +154,11 @@ class Trainer {
   // the caller runs it eagerly). record_step is the step's work into the capture.
   bool graph_step(float scale, NvtxPhases& phases, Step::Outcome& o);
   void record_step(const float* x, float scale);
-  void confirm_captured_update(bool apply);  // the graph's update against the agreed verdict
+  void confirm_captured_update(bool apply);   // the graph's update against the agreed verdict
   void observe_step(const LossTotals& step);  // replica check and reports after a step
   void check_sample_options(const DatasetInfo& info) const;  // --sample-every's rules
   void print_sample();                                       // --sample-every's text
-  bool act_on(Verdict v);   // true: the run ends
+  bool act_on(Verdict v);                                    // true: the run ends
   void save_checkpoint();
   bool run_epoch(EpochSummary& s);  // false: stopped early
   void apply_timeout(Millis t);     // both communicators' deadline

@@ -33,7 +33,7 @@ struct Trainer::Impl {
   Batch next;
   bool ahead = false;
   std::unique_ptr<StepTimer> timer;  // after `step`: it may hold the step's DeviceTimer
-  double last_eval_step = -1;  // global step of the last evaluation
+  double last_eval_step = -1;        // global step of the last evaluation
   EvalResult last_eval;
   std::unique_ptr<StepGuard> guard;
   std::unique_ptr<BucketReducer> reducer;

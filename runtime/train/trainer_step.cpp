@@ -1,7 +1,7 @@
 // Trainer (trainer.h): one training step, the same work eager or replayed from a CUDA graph.
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,8 +23,7 @@ LossTotals Trainer::train_step() {
   const int64_t want_valid = config_.drop_remainder ? B : std::min(B, m.info.rows - first_row);
   // The gradient of the mean loss over the global batch's predictions: each valid row's
   // positions (a token split's T) count, in every micro-batch alike.
-  const float scale =
-      1.0f / static_cast<float>(static_cast<double>(want_valid) * m.info.positions);
+  const float scale = 1.0f / static_cast<float>(static_cast<double>(want_valid) * m.info.positions);
   // Nsight sees the same phases as the trace and the step-time breakdown (nvtx.h).
   NvtxRange step_range("step", "step");
   NvtxPhases phases;
@@ -54,8 +53,8 @@ LossTotals Trainer::train_step() {
     m.reducer->drain();
     throw;
   }
-  const bool apply = m.guard->check_update(o.grads_finite, state_.global_step, state_.epoch) ==
-                     Verdict::proceed;
+  const bool apply =
+      m.guard->check_update(o.grads_finite, state_.global_step, state_.epoch) == Verdict::proceed;
   if (captured)
     confirm_captured_update(apply);
   else if (apply)
@@ -89,8 +88,7 @@ void Trainer::check_valid(int64_t got, int64_t want) const {
                 " samples from the loader, expected " + std::to_string(want));
 }
 
-Step::Outcome Trainer::eager_step(float scale, bool have, int64_t want_valid,
-                                  NvtxPhases& phases) {
+Step::Outcome Trainer::eager_step(float scale, bool have, int64_t want_valid, NvtxPhases& phases) {
   Impl& m = *impl_;
   begin_step(StepMode::eager);
   int64_t got_valid = 0;
@@ -115,9 +113,14 @@ void Trainer::confirm_captured_update(bool apply) {
   // finite: what the guard's agreed verdict says too.
   const bool applied = impl_->graphs->graphs().applied();
   if (applied != apply)
-    throw Error("step " + std::to_string(state_.global_step + 1) + ": the captured step (CUDA "
-                "graph) " + (applied ? "applied" : "left out") + " the update, but the ranks' "
-                "agreed verdict " + (apply ? "applies" : "leaves out") + " it; rerun with "
+    throw Error("step " + std::to_string(state_.global_step + 1) +
+                ": the captured step (CUDA "
+                "graph) " +
+                (applied ? "applied" : "left out") +
+                " the update, but the ranks' "
+                "agreed verdict " +
+                (apply ? "applies" : "leaves out") +
+                " it; rerun with "
                 "--cuda-graphs off");
   if (apply) optimizer_->count_update();
 }
@@ -146,7 +149,8 @@ bool Trainer::graph_step(float scale, NvtxPhases& phases, Step::Outcome& o) {
       x, m.batch, [&] { record_step(x, scale); },
       [&] {
         if (fault && comm_.rank() == 1)
-          throw Error("test hook LOCKSTEP_TEST_LAUNCH_FAULT: rank 1 fails with its replay in flight");
+          throw Error(
+              "test hook LOCKSTEP_TEST_LAUNCH_FAULT: rank 1 fails with its replay in flight");
         m.step->release();
         // The next step's first micro-batch is taken and staged while the graph runs.
         m.ahead = m.train->next(m.next);

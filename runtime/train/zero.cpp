@@ -10,7 +10,10 @@ namespace lockstep {
 
 ZeroShard::ZeroShard(Communicator& grads, Communicator& host, const BucketReducer& reducer,
                      DeviceKind device, cudaStream_t stream)
-    : grads_comm_(grads), host_(host), buckets_(reducer.buckets()), device_(device),
+    : grads_comm_(grads),
+      host_(host),
+      buckets_(reducer.buckets()),
+      device_(device),
       stream_(stream) {
   if (!reducer.sharded()) throw Error("ZeroShard: the gradient buckets are not sharded");
   for (const auto& [flat, count] : reducer.shard()) {
@@ -24,7 +27,8 @@ ParamRanges ZeroShard::to_compact(const ParamRanges& flat) const {
   ParamRanges out;
   for (const auto& [offset, count] : flat)
     for (const Optimizer::Segment& s : segments_) {
-      const size_t begin = std::max(offset, s.flat), end = std::min(offset + count, s.flat + s.count);
+      const size_t begin = std::max(offset, s.flat),
+                   end = std::min(offset + count, s.flat + s.count);
       if (begin < end) out.emplace_back(s.state + (begin - s.flat), end - begin);
     }
   return out;
@@ -62,9 +66,8 @@ void ZeroShard::publish(float* params) {
   wait();
   // Every bucket in place: this rank's block is its send buffer (segments_ follow buckets_).
   for (size_t b = 0; b < buckets_.size(); ++b)
-    pending_.push_back(grads_comm_.all_gather_async(params + segments_[b].flat,
-                                                    params + buckets_[b].offset,
-                                                    segments_[b].count, DType::f32));
+    pending_.push_back(grads_comm_.all_gather_async(
+        params + segments_[b].flat, params + buckets_[b].offset, segments_[b].count, DType::f32));
 }
 
 void ZeroShard::wait() {

@@ -1,14 +1,16 @@
-// ZeroShard: the optimizer's share of one rank under --zero 1 (ZeRO stage 1, DESIGN.md decision 19).
+// ZeroShard: the optimizer's share of one rank under --zero 1 (ZeRO stage 1, DESIGN.md decision
+// 19).
 //
 // The gradient buckets are reduce-scattered instead of all-reduced (buckets.h, sharded): every
 // bucket is cut into P equal blocks and block r holds, on rank r, the sum over the ranks. Rank r
 // keeps the optimizer state of its blocks only - 1/P of it, owned() floats, its blocks in bucket
 // order (segments(), for Optimizer::set_segments) - updates its blocks of the flat parameters in
 // place from its blocks of the reduced gradient, and all-gathers every bucket in place, so that
-// every rank holds all the parameters again before they are next read (wait()). Clipping and the NaN guard use the
-// norm of the whole reduced gradient, from a sum of squares all-reduced once: the same decisions as
-// unsharded, up to the summation order. The model pads its layout for this (ModelPlacement::
-// shard_ranks), so every bucket divides by P at any world size; nothing falls back silently.
+// every rank holds all the parameters again before they are next read (wait()). Clipping and the
+// NaN guard use the norm of the whole reduced gradient, from a sum of squares all-reduced once: the
+// same decisions as unsharded, up to the summation order. The model pads its layout for this
+// (ModelPlacement:: shard_ranks), so every bucket divides by P at any world size; nothing falls
+// back silently.
 //
 // Work on a device is queued on the model's stream. Checkpoints keep the unsharded format:
 // full() assembles a whole state buffer on every rank, take() keeps this rank's blocks of one.

@@ -41,11 +41,17 @@ struct Options {
   int steps = 20;
   uint64_t seed = 20261123;
   lockstep::CpuKernels kernels = lockstep::CpuKernels::openblas;
-  lockstep::LrSchedule schedule{.kind = lockstep::LrScheduleKind::cosine, .peak_lr = 1e-3,
-                                .warmup_steps = 5, .total_steps = 20, .min_lr = 1e-4};
+  lockstep::LrSchedule schedule{.kind = lockstep::LrScheduleKind::cosine,
+                                .peak_lr = 1e-3,
+                                .warmup_steps = 5,
+                                .total_steps = 20,
+                                .min_lr = 1e-4};
   double clip_norm = 1.25;  // some of the 20 steps clip, some do not
-  lockstep::OptimizerConfig adamw{.kind = lockstep::OptimizerKind::adamw, .beta1 = 0.9f,
-                                  .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  lockstep::OptimizerConfig adamw{.kind = lockstep::OptimizerKind::adamw,
+                                  .beta1 = 0.9f,
+                                  .beta2 = 0.95f,
+                                  .eps = 1e-8f,
+                                  .weight_decay = 0.1f};
 };
 
 Options parse(int argc, char** argv) {
@@ -56,17 +62,25 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--spec") o.spec = value();
-    else if (a == "--batch") o.batch = std::stoi(value());
-    else if (a == "--seq") o.seq = std::stoi(value());
-    else if (a == "--steps") o.steps = std::stoi(value());
-    else if (a == "--seed") o.seed = std::stoull(value());
+    if (a == "--spec")
+      o.spec = value();
+    else if (a == "--batch")
+      o.batch = std::stoi(value());
+    else if (a == "--seq")
+      o.seq = std::stoi(value());
+    else if (a == "--steps")
+      o.steps = std::stoi(value());
+    else if (a == "--seed")
+      o.seed = std::stoull(value());
     else if (a == "--kernels") {
       const std::string k = value();
-      if (k != "best" && k != "openblas") throw std::invalid_argument("--kernels: best or openblas");
+      if (k != "best" && k != "openblas")
+        throw std::invalid_argument("--kernels: best or openblas");
       o.kernels = k == "best" ? lockstep::CpuKernels::best : lockstep::CpuKernels::openblas;
-    } else if (!a.empty() && a[0] != '-' && o.out.empty()) o.out = a;
-    else throw std::invalid_argument("unknown argument '" + a + "'");
+    } else if (!a.empty() && a[0] != '-' && o.out.empty())
+      o.out = a;
+    else
+      throw std::invalid_argument("unknown argument '" + a + "'");
   }
   if (o.out.empty())
     throw std::invalid_argument(
@@ -145,7 +159,8 @@ void run(const Options& o) {
   const double loss = loss_and_grads(m, o, tokens);
   lockstep::write_h5_dataset(file.get(), "init/tokens", {o.batch, o.seq + 1}, tokens);
   lockstep::write_h5_dataset(file.get(), "init/loss", {}, std::vector<double>{loss});
-  put_tensors(file.get(), "init/grads", m, std::vector<float>(m.grads(), m.grads() + m.param_count()));
+  put_tensors(file.get(), "init/grads", m,
+              std::vector<float>(m.grads(), m.grads() + m.param_count()));
 
   lockstep::Optimizer opt(o.adamw, m.param_count());
   opt.set_decay_ranges(lockstep::matrix_ranges(m.param_tensors()));
@@ -155,8 +170,8 @@ void run(const Options& o) {
     const std::vector<int32_t> batch = random_tokens(o, gen);
     all_tokens.insert(all_tokens.end(), batch.begin(), batch.end());
     losses.push_back(loss_and_grads(m, o, batch));
-    norms.push_back(lockstep::kernels::clip_by_global_norm_cpu(m.grads(), m.param_count(),
-                                                               o.clip_norm));
+    norms.push_back(
+        lockstep::kernels::clip_by_global_norm_cpu(m.grads(), m.param_count(), o.clip_norm));
     lrs.push_back(lockstep::lr_at(o.schedule, step));
     opt.step(m.params(), m.grads(), static_cast<float>(lrs.back()));
   }

@@ -6,6 +6,7 @@
 //   thread <os tid> <name>
 //   category <id> <name>
 // so a test can check which ranges a real profiler would see, and that they nest.
+#include <nvtx3/nvToolsExt.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -13,8 +14,6 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
-
-#include <nvtx3/nvToolsExt.h>
 
 namespace {
 
@@ -25,7 +24,8 @@ void record(const std::string& line) {
   std::lock_guard<std::mutex> lock(out_mutex);
   if (out == nullptr) {
     const char* base = std::getenv("LOCKSTEP_NVTX_PROBE_OUT");
-    const std::string path = std::string(base ? base : "nvtx-probe") + "." + std::to_string(getpid());
+    const std::string path =
+        std::string(base ? base : "nvtx-probe") + "." + std::to_string(getpid());
     out = std::fopen(path.c_str(), "a");
     if (out == nullptr) return;
   }

@@ -2,7 +2,8 @@
 // that --model names it like a built-in layer and everything else (options, checkpoints, resume,
 // --trace, --metrics, exit codes) is lockstep-train's:
 //
-//   mpiexec -n 2 ./custom_train --data fashion-mnist --model "flatten,layernorm,dense:32,relu,dense"
+//   mpiexec -n 2 ./custom_train --data fashion-mnist --model
+//   "flatten,layernorm,dense:32,relu,dense"
 //       --steps 200 --checkpoint-dir ckpt
 #include <lockstep/train_cli.h>
 

@@ -88,8 +88,10 @@ lockstep::LayerType layer_norm_type() {
   t.format = [](const ls::LayerSpec&) { return std::string("layernorm"); };
   t.plan = [](ls::LayerPlan& p, const ls::LayerCheck& check) {
     if (p.in.empty() || p.in.back() < 2)
-      check.fail(" normalises over the last dimension, which needs at least 2 values, and its "
-                 "input is " + ls::to_string(p.in));
+      check.fail(
+          " normalises over the last dimension, which needs at least 2 values, and its "
+          "input is " +
+          ls::to_string(p.in));
     p.out = p.in;
     p.params = 2 * static_cast<size_t>(p.in.back());  // gamma, then beta
   };

@@ -148,8 +148,7 @@ class Conv2dLayer : public Layer {
     kernels::conv2d_forward_cpu(shape(batch), x, params_, bias(params_), y, workspace);
   }
   void backward_blas(int batch, const float* x, const float* dy, float* dx, float* workspace) {
-    kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
-                                 workspace);
+    kernels::conv2d_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_), workspace);
   }
 
   float* bias(float* base) const { return base + bias_offset(plan_); }

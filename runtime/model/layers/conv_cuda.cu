@@ -63,9 +63,7 @@ FamilyChoice family_choice(const Knobs& knobs) {
 struct Directions {
   bool forward_set = false, filter_set = false, data_set = false, settled = false;
   Family forward = Family::im2col, filter = Family::im2col, data = Family::im2col;
-  bool uses(Family f) const {
-    return forward == f || filter == f || (data_set && data == f);
-  }
+  bool uses(Family f) const { return forward == f || filter == f || (data_set && data == f); }
 };
 
 // T: float, or uint16_t for bf16 compute.
@@ -75,8 +73,7 @@ class CudaConv2d : public CudaLayer {
   CudaConv2d(const LayerPlan& plan, cudaStream_t stream, FamilyChoice families, bool graphs)
       : CudaLayer(plan, stream), families_(families), graphs_(graphs) {
     // The direct kernels take the first layers of image models (few taps per output).
-    families_.direct =
-        families_.direct && kernels::conv2d_direct_supported(conv2d_shape(plan, 1));
+    families_.direct = families_.direct && kernels::conv2d_direct_supported(conv2d_shape(plan, 1));
     const size_t weights = static_cast<size_t>(bias_offset(plan));
     if (families_.cudnn) wk_ = Buffer<T>(DeviceKind::cuda, weights);
     if (kBf16 && families_.im2col) w16_ = std::make_unique<Bf16Weights>(plan);
@@ -231,8 +228,10 @@ class CudaConv2d : public CudaLayer {
       kernels::cuda_event_record(start_, stream_);
       for (int r = 0; r < kTimedRuns; ++r) run(f);
       kernels::cuda_event_record(stop_, stream_);
-      host_ms[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                            begin).count() / kTimedRuns;
+      host_ms[i] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+              .count() /
+          kTimedRuns;
       kernels::cuda_event_synchronize(stop_);
       device_ms[i] = kernels::cuda_event_elapsed_ms(start_, stop_) / kTimedRuns;
       cost[i] = graphs_ ? device_ms[i] : std::max(device_ms[i], host_ms[i]);
@@ -253,10 +252,10 @@ class CudaConv2d : public CudaLayer {
   }
 
   FamilyChoice families_;
-  bool graphs_;  // steps replayed from CUDA graphs: the host's time does not count
-  Buffer<T> wk_;                     // the weights in cuDNN's KRSC order
+  bool graphs_;   // steps replayed from CUDA graphs: the host's time does not count
+  Buffer<T> wk_;  // the weights in cuDNN's KRSC order
   std::unique_ptr<Bf16Weights> w16_;  // bf16 HWIO, for the im2col family
-  Buffer<float> scratch_;            // gradients written while the filter gradient is timed
+  Buffer<float> scratch_;             // gradients written while the filter gradient is timed
   std::map<int, Directions> directions_;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };

@@ -55,7 +55,8 @@ class CudaDenseBf16 : public CudaLayer {
 }  // namespace
 
 std::unique_ptr<Layer> make_dense_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
-  if (where.precision == Precision::bf16) return std::make_unique<CudaDenseBf16>(plan, where.stream);
+  if (where.precision == Precision::bf16)
+    return std::make_unique<CudaDenseBf16>(plan, where.stream);
   return std::make_unique<CudaDense>(plan, where.stream);
 }
 

@@ -125,12 +125,18 @@ void need_sequence(const LayerPlan& p, const LayerCheck& check) {
 }
 
 std::vector<LayerTensor> block_tensors(int64_t d) {
-  return {{"ln1.weight", {d}},          {"ln1.bias", {d}},
-          {"attn.qkv.weight", {d, 3 * d}}, {"attn.qkv.bias", {3 * d}},
-          {"attn.proj.weight", {d, d}},  {"attn.proj.bias", {d}},
-          {"ln2.weight", {d}},          {"ln2.bias", {d}},
-          {"mlp.fc.weight", {d, 4 * d}}, {"mlp.fc.bias", {4 * d}},
-          {"mlp.proj.weight", {4 * d, d}}, {"mlp.proj.bias", {d}}};
+  return {{"ln1.weight", {d}},
+          {"ln1.bias", {d}},
+          {"attn.qkv.weight", {d, 3 * d}},
+          {"attn.qkv.bias", {3 * d}},
+          {"attn.proj.weight", {d, d}},
+          {"attn.proj.bias", {d}},
+          {"ln2.weight", {d}},
+          {"ln2.bias", {d}},
+          {"mlp.fc.weight", {d, 4 * d}},
+          {"mlp.fc.bias", {4 * d}},
+          {"mlp.proj.weight", {4 * d, d}},
+          {"mlp.proj.bias", {d}}};
 }
 
 }  // namespace
@@ -170,8 +176,8 @@ LayerType embed_layer_type() {
                  " tokens is not the data's " + std::to_string(check.outputs) +
                  " (the token split's vocab_size)");
     p.out = {p.in[0], dim};
-    p.params = (static_cast<size_t>(check.outputs) + static_cast<size_t>(ctx)) *
-               static_cast<size_t>(dim);
+    p.params =
+        (static_cast<size_t>(check.outputs) + static_cast<size_t>(ctx)) * static_cast<size_t>(dim);
   };
   t.init = [](const LayerPlan& p, float* host, std::mt19937_64& gen) {
     fill_normal(host, p.params, kInitStd, gen);

@@ -3,9 +3,10 @@
 //   "embed:D:ctx"  token ids (T) -> (T, D): wte[token] + wpe[position]; parameters wte (V, D),
 //                  wpe (ctx, D), V the data's classes; the first layer of a language model.
 //   "block:H"      (T, D) -> (T, D), one transformer block with H heads: x + attn(ln1(x)), then
-//                  x + mlp(ln2(x)) with a GELU (tanh) MLP of width 4D; parameters ln1.{weight,bias},
-//                  attn.qkv.{weight (D, 3D), bias}, attn.proj.{weight (D, D), bias},
-//                  ln2.{weight,bias}, mlp.fc.{weight (D, 4D), bias}, mlp.proj.{weight (4D, D), bias}.
+//                  x + mlp(ln2(x)) with a GELU (tanh) MLP of width 4D; parameters
+//                  ln1.{weight,bias}, attn.qkv.{weight (D, 3D), bias}, attn.proj.{weight (D, D),
+//                  bias}, ln2.{weight,bias}, mlp.fc.{weight (D, 4D), bias}, mlp.proj.{weight (4D,
+//                  D), bias}.
 //   "lmhead"       (T, D) -> (T, V): the final layer norm ln.{weight,bias}, then logits =
 //                  ln(x) wte^T with the nearest earlier embed layer's wte (tied: LayerPlan::tied).
 // Dense weights are stored (in, out), y = x W + b. Initialisation as GPT-2: weights and embeddings

@@ -126,8 +126,8 @@ class CudaGptOps {
                                    stream_);
     kernels::gemm_bf16_cuda(g, head_x16_.data(), head_w16_.data(), y, stream_);
   }
-  void head_backward(const kernels::DenseShape& s, const float* x, const float* w,
-                     const float* dy, float* dx, float* dw, float* scratch) {
+  void head_backward(const kernels::DenseShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, float* scratch) {
     const kernels::GemmShape gx{.m = s.batch, .n = s.in, .k = s.out};
     const kernels::GemmShape gw{.m = s.out, .n = s.in, .k = s.batch, .trans_a = true, .beta = 1.0f};
     if (!bf16_) {
@@ -194,8 +194,8 @@ class CudaGptOps {
   cudaStream_t stream_;
   bool bf16_, flash_;
   std::array<Buffer<uint16_t>, 4> w16_, x16_;  // per dense slot of a block (bf16 only)
-  Buffer<uint16_t> head_w16_, head_x16_;         // the tied head's (bf16 only)
-  std::array<bool, 4> staged_{};                 // x16_[slot] holds the next input already
+  Buffer<uint16_t> head_w16_, head_x16_;       // the tied head's (bf16 only)
+  std::array<bool, 4> staged_{};               // x16_[slot] holds the next input already
 };
 
 }  // namespace

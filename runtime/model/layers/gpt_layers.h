@@ -23,7 +23,8 @@
 // A block keeps what its backward pass reads (layer-norm outputs and statistics, attention heads
 // and probabilities, the MLP's pre- and post-GELU values, the residual stream between its halves)
 // in its own buffers, sized by reserve(); the model's shared workspace holds only what one pass
-// needs (BlockLayer::workspace_floats lays it out). Used by one thread at a time. No collective calls.
+// needs (BlockLayer::workspace_floats lays it out). Used by one thread at a time. No collective
+// calls.
 #pragma once
 
 #include <cstddef>
@@ -77,8 +78,7 @@ class EmbedLayer : public Layer {
     ops_.embedding_forward(s, tokens_.data(), params_, params_ + wpe_offset(), y);
   }
   // The first layer: no input gradient.
-  void backward(int batch, const float*, const float*, const float* dy, float*,
-                float*) override {
+  void backward(int batch, const float*, const float*, const float* dy, float*, float*) override {
     ops_.embedding_backward(shape(batch), tokens_.data(), dy, grads_, grads_ + wpe_offset());
   }
 
@@ -167,23 +167,21 @@ class BlockLayer : public Layer {
                         g + at_.mproj_b, dense_ws);
     ops_.gelu_dense_backward(2, h_.data(), r1, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, r2,
                              g + at_.fc_w, g + at_.fc_b, dense_ws);
-    ops_.layernorm_backward({n, d_}, x2_.data(), p + at_.ln2_w, mean(1), rstd(1), r2,
-                            r3, g + at_.ln2_w, g + at_.ln2_b, dy);  // r3 = dln2 + dy
+    ops_.layernorm_backward({n, d_}, x2_.data(), p + at_.ln2_w, mean(1), rstd(1), r2, r3,
+                            g + at_.ln2_w, g + at_.ln2_b, dy);  // r3 = dln2 + dy
     ops_.dense_backward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, r3, r2, g + at_.proj_w,
                         g + at_.proj_b, dense_ws);
     ops_.attention_backward(attention(batch), att_.data(), r2, heads_buf_.data(), probs_.data(), r1,
                             att_ws);
     ops_.dense_backward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, r1, r2, g + at_.qkv_w,
                         g + at_.qkv_b, dense_ws);
-    ops_.layernorm_backward({n, d_}, x, p + at_.ln1_w, mean(0), rstd(0), r2, dx,
-                            g + at_.ln1_w, g + at_.ln1_b, r3);  // dx = dln1 + r3
+    ops_.layernorm_backward({n, d_}, x, p + at_.ln1_w, mean(0), rstd(0), r2, dx, g + at_.ln1_w,
+                            g + at_.ln1_b, r3);  // dx = dln1 + r3
   }
 
  private:
   size_t rows(int batch) const { return static_cast<size_t>(batch) * static_cast<size_t>(t_); }
-  kernels::AttentionShape attention(int batch) const {
-    return {batch, t_, heads_, d_ / heads_};
-  }
+  kernels::AttentionShape attention(int batch) const { return {batch, t_, heads_, d_ / heads_}; }
   // Layer norm k's statistics (k = 0, 1) for the rows of the current batch.
   float* mean(int k) { return stats_.data() + static_cast<size_t>(2 * k) * (stats_.size() / 4); }
   float* rstd(int k) {

@@ -1,6 +1,7 @@
 // The CUDA twin of the max-pooling layer (maxpool.cpp): the same shapes and contract, computed by
 // the kernels' maxpool_*_cuda on the model's stream, its argmax in device memory. Plain C++ over
-// the kernels' launchers: a .cu only so that it is built with CUDA and maxpool_cuda_stub.cpp without.
+// the kernels' launchers: a .cu only so that it is built with CUDA and maxpool_cuda_stub.cpp
+// without.
 #include <cstdint>
 #include <memory>
 
@@ -21,7 +22,8 @@ class CudaMaxPool : public CudaLayer {
   }
   void backward(int batch, const float*, const float*, const float* dy, float* dx,
                 float*) override {
-    if (dx) kernels::maxpool_backward_cuda(pool_shape(plan_, batch), dy, argmax_.data(), dx, stream_);
+    if (dx)
+      kernels::maxpool_backward_cuda(pool_shape(plan_, batch), dy, argmax_.data(), dx, stream_);
   }
 
  private:

@@ -18,7 +18,8 @@ class CudaRelu : public CudaLayer {
   }
   void backward(int batch, const float*, const float* y, const float* dy, float* dx,
                 float*) override {
-    if (dx) kernels::relu_backward_cuda(y, dy, dx, static_cast<size_t>(batch) * out_size(), stream_);
+    if (dx)
+      kernels::relu_backward_cuda(y, dy, dx, static_cast<size_t>(batch) * out_size(), stream_);
   }
 };
 
