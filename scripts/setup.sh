@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is present. Run as root (or with sudo available).
 #   scripts/setup.sh            build + run dependencies
 #   scripts/setup.sh --test     also what the test suite needs (Slurm daemons, munge, iproute2,
-#                               PyTorch for the reference scripts), and JAX's CPU wheels, optax,
+#                               PyTorch for the reference scripts, clang-format 14), and JAX's CPU wheels, optax,
 #                               h5py and safetensors from PyPI in a venv of Debian's python3 at
 #                               ${LOCKSTEP_BUILD_DIR:-build}/reference-venv (without PyPI, the
 #                               reference test skips its JAX part and the export test its
@@ -19,7 +19,7 @@ packages=(cmake make g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev hdf5-
 packages+=(hdf5-plugin-lzf hdf5-filter-plugin hdf5-filter-plugin-blosc-serial bitshuffle)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(slurmctld slurmd slurm-client munge iproute2 gnuplot-nox
-             python3-torch python3-h5py python3-venv)
+             python3-torch python3-h5py python3-venv clang-format-14)
 fi
 
 # The reference scripts' JAX (CPU wheels) and the safetensors package, from PyPI, in a venv of
