@@ -4,8 +4,8 @@
 // 0.5 x (1 + tanh(u)) is computed as x sigmoid(2u) = x / (1 + exp(-2u)), the same function: no
 // cancellation in 1 + tanh(u) for negative u, and one exp instead of tanh. On the host, exp is
 // exp_poly below, a branch-free polynomial (Cephes' expf: 2^n by exponent bits times a degree-6
-// polynomial on [-ln2/2, ln2/2], within 2 ulp of expf) so that the loops vectorise; libm's tanhf
-// was 38% of a GPT training step on one core. The device uses expf.
+// polynomial on [-ln2/2, ln2/2], within 2 ulp of expf) so that the loops vectorise, which libm's
+// tanhf does not (docs/PERFORMANCE.md has what it cost). The device uses expf.
 // Pure inline functions: thread-safe, no collective calls.
 #pragma once
 
