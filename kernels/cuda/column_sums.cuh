@@ -10,8 +10,9 @@
 //   bool aligned() const;  // every pointer it reads 16-byte aligned
 // giving the values at at, at + 1, ..., at + V - 1 (V = 1 or 4; 4 only when aligned() and cols is
 // a multiple of 4). The order of additions depends only on rows and cols: fixed row chunks, rows
-// lane, lane + 8, ... inside a chunk, the 8 lanes added in lane order, the chunks in chunk order;
-// so the bits depend neither on V nor on scheduling.
+// lane, lane + 8, ... inside a chunk, the 8 lanes added in lane order; the chunks' sums likewise,
+// chunks lane, lane + 8, ..., then the lanes in order; so the bits depend neither on V nor on
+// scheduling.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -73,14 +74,23 @@ __global__ void partials_kernel(Load load, size_t rows, int cols, size_t chunk_r
   }
 }
 
-// Pass 2: db[col] += the chunks' partials, in chunk order.
+// Pass 2: db[col] += the chunks' partials, as pass 1 adds rows: block x takes 32 columns, lane l
+// of a column the chunks l, l + 8, ..., then the 8 lanes in lane order (a fixed order, and 8
+// threads a column rather than one walking up to 256 chunks).
 template <int Unused = 0>
 __global__ void finish_kernel(const float* __restrict__ partial, int chunks, int cols,
                               float* __restrict__ db) {
-  for (size_t col = thread_index(); col < size_t(cols); col += thread_stride()) {
-    float sum = 0.0f;
-    for (int c = 0; c < chunks; ++c) sum += partial[c * size_t(cols) + col];
-    db[col] += sum;
+  __shared__ float lanes[kRowLanes][kColumns];
+  const int col = blockIdx.x * kColumns + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols)
+    for (int c = threadIdx.y; c < chunks; c += kRowLanes) sum += partial[c * size_t(cols) + col];
+  lanes[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][threadIdx.x];
+    db[col] += total;
   }
 }
 
@@ -122,8 +132,8 @@ void add_column_sums_of(const Load& load, size_t rows, int cols, float* db, cuda
     partials_kernel<1><<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(load, rows, cols, chunk_rows,
                                                                        partial.as<float>(), out16);
   LS_CHECK_LAUNCH("column_sums::partials_kernel");
-  finish_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partial.as<float>(),
-                                                         static_cast<int>(chunks), cols, db);
+  finish_kernel<<<(cols + kColumns - 1) / kColumns, dim3(kColumns, kRowLanes), 0, stream>>>(
+      partial.as<float>(), static_cast<int>(chunks), cols, db);
   LS_CHECK_LAUNCH("column_sums::finish_kernel");
 }
 
