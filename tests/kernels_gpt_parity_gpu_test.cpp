@@ -100,6 +100,23 @@ TEST_F(GpuParity, LayerNormForwardAndBackward) {
     lk::residual_accumulate_cuda(gadd.get(), gdx.get(), x.size(), stream_);
     sync();
     EXPECT_EQ(gdx_added.download(), gdx.download()) << "dx + add";
+    // dgamma sums the terms dy * xhat as the column pass computes them: the bits of the same
+    // column sums over the terms stored first (xhat from the GPU's row statistics).
+    const Floats m = gmean.download(), r = grstd.download();
+    Floats dgamma_terms(x.size());
+    for (int row = 0; row < s.rows; ++row)
+      for (int j = 0; j < s.dim; ++j) {
+        const size_t at = size_t(row) * s.dim + j;
+        const float xhat = (x[at] - m[row]) * r[row];
+        dgamma_terms[at] = dy[at] * xhat;
+      }
+    DeviceArray<float> gterms(dgamma_terms), from_terms(size_t(s.dim)), fused(size_t(s.dim));
+    lk::dense_backward_cuda({s.rows, 1, s.dim}, nullptr, nullptr, gterms.get(), nullptr, nullptr,
+                            from_terms.get(), stream_);
+    lk::layernorm_backward_cuda(s, gx.get(), ggamma.get(), gmean.get(), grstd.get(), gdy.get(),
+                                nullptr, fused.get(), nullptr, stream_);
+    sync();
+    EXPECT_EQ(fused.download(), from_terms.download()) << "dgamma";
     // A bf16 product's input written directly: the words of the fp32 output, without it.
     DeviceArray<uint16_t> gy16(x.size());
     lk::layernorm_forward_cuda(s, gx.get(), ggamma.get(), gbeta.get(), nullptr, gmean.get(),

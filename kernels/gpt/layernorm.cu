@@ -1,11 +1,13 @@
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/bias.cuh"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/gpt/layernorm.h"
 
 // One block per row for the row statistics and dx (block_sum: a fixed combining order). dgamma
-// and dbeta are column sums over rows: each row writes its terms dy * xhat into scratch, and the
-// bias helper's deterministic column sum adds them up, as dense.cu does for db.
+// and dbeta are column sums over rows (kernels/cuda/column_sums.cuh, deterministic, as dense.cu's
+// db): dbeta's of dy, dgamma's of the terms dy * xhat, computed from x, dy and the row statistics
+// as the column pass reads them (never stored).
 
 namespace lockstep::kernels {
 
@@ -36,10 +38,10 @@ __global__ void layernorm_forward_kernel(LayerNormShape s, const float* x, const
   }
 }
 
-// dx for one row per block; the per-element dgamma terms dy * xhat go to `terms` when not null.
+// dx for one row per block.
 __global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, const float* gamma,
                                           const float* mean, const float* rstd, const float* dy,
-                                          float* dx, float* terms, const float* dx_add) {
+                                          float* dx, const float* dx_add) {
   const size_t off = static_cast<size_t>(blockIdx.x) * s.dim;
   const float m = mean[blockIdx.x], rs = rstd[blockIdx.x];
   float g_sum = 0.0f, gx_sum = 0.0f;
@@ -48,9 +50,7 @@ __global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, cons
     const float g = dy[off + j] * gamma[j];
     g_sum += g;
     gx_sum += g * xhat;
-    if (terms != nullptr) terms[off + j] = dy[off + j] * xhat;
   }
-  if (dx == nullptr) return;  // uniform over the block: no thread waits in block_sum alone
   const float g_mean = cuda::block_sum(g_sum) / s.dim;
   const float gx_mean = cuda::block_sum(gx_sum) / s.dim;
   for (int j = threadIdx.x; j < s.dim; j += blockDim.x) {
@@ -60,6 +60,26 @@ __global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, cons
     dx[off + j] = dx_add != nullptr ? __fadd_rn(v, dx_add[off + j]) : v;
   }
 }
+
+// dgamma's terms dy * xhat, xhat = (x - mean) * rstd of the element's row; __fmul_rn keeps the
+// product rounded on its own, never contracted into the column sum's addition.
+struct LayerNormTerms {
+  const float* x;
+  const float* dy;
+  const float* mean;
+  const float* rstd;
+  size_t dim;
+  template <int V>
+  __device__ void operator()(size_t at, float (&v)[V]) const {
+    const size_t r = at / dim;  // V divides dim: the V values share a row
+    const float m = mean[r], rs = rstd[r];
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = __fmul_rn(dy[at + i], (x[at + i] - m) * rs);
+  }
+  bool aligned() const {
+    return reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0;
+  }
+};
 
 }  // namespace
 
@@ -80,14 +100,14 @@ void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const floa
   check_layernorm_shape(s, "layernorm_backward_cuda");
   if (s.rows == 0) return;
   const size_t rows = static_cast<size_t>(s.rows);
-  cuda::StreamScratch terms(dgamma != nullptr ? rows * s.dim * sizeof(float) : 0, stream);
-  float* t = dgamma != nullptr ? terms.as<float>() : nullptr;
-  if (dx != nullptr || t != nullptr) {
+  if (dx != nullptr) {
     layernorm_backward_kernel<<<s.rows, cuda::threads_for_row(s.dim), 0, stream>>>(
-        s, x, gamma, mean, rstd, dy, dx, t, dx_add);
+        s, x, gamma, mean, rstd, dy, dx, dx_add);
     LS_CHECK_LAUNCH("layernorm_backward_kernel");
   }
-  if (t != nullptr) cuda::add_column_sums(t, rows, s.dim, dgamma, stream);
+  if (dgamma != nullptr)
+    cuda::add_column_sums_of(LayerNormTerms{x, dy, mean, rstd, static_cast<size_t>(s.dim)}, rows,
+                             s.dim, dgamma, stream, nullptr);
   if (dbeta != nullptr) cuda::add_column_sums(dy, rows, s.dim, dbeta, stream);
 }
 
