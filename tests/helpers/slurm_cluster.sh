@@ -60,12 +60,18 @@ sl() {
   "${NODE_PREFIX[@]}" "$@"
 }
 
-# A TCP port nobody listens on here: random in 20000-59999.
+# A TCP port no socket here holds, in any state: random between 20000 and the kernel's ephemeral
+# range (ip_local_port_range, from 32768 by default), so that no outgoing connection (an srun's,
+# MPI's) can take it before the daemon binds it, and not one still in TIME_WAIT from an earlier
+# cluster (a port that only nobody listened on once failed slurmctld's bind: "Address already in
+# use").
 slurm_free_port_() {
-  local p
+  local p low=32768
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+  ((low > 21000)) || low=32768
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
-    if ! ss -Htln "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return; fi
+    p=$((20000 + RANDOM % (low - 20000)))
+    if ! ss -Htan "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return; fi
   done
   echo 0
 }
