@@ -146,6 +146,26 @@ __device__ __forceinline__ void load_rows(const float* src, int r0, int T, float
 
 // Writes the warp's accumulators acc[nd] (rows r0 + g and r0 + g + 8, columns 8 nd + 2t, + 1)
 // times `mul` into dst (row stride `stride`); rows at or past T are skipped.
+// Rows r0 .. r0 + 63 of two heads' [T][Dh] matrices through the second tile of abuf and bbuf into
+// the warp's A fragments fa and fb (its 16 rows from wr); both tiles are free again on return.
+template <int Dh>
+__device__ __forceinline__ void fragments_of_two(const uint16_t* a_head, const uint16_t* b_head,
+                                                 int r0, int T, bf16* abuf, bf16* bbuf, int wr,
+                                                 uint32_t (&fa)[Dh / 16][4],
+                                                 uint32_t (&fb)[Dh / 16][4]) {
+  load_tile<Dh>(a_head, r0, T, abuf + kTileElems<Dh>);
+  load_tile<Dh>(b_head, r0, T, bbuf + kTileElems<Dh>);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < Dh / 16; ++k) {
+    load_a<Dh>(fa[k], abuf + kTileElems<Dh>, wr, k * 16);
+    load_a<Dh>(fb[k], bbuf + kTileElems<Dh>, wr, k * 16);
+  }
+  __syncthreads();  // both read before those tiles are reused
+}
+
 template <int Dh>
 __device__ void store_acc(const float (&acc)[Dh / 8][4], float mul, float* dst, size_t stride,
                           int r0, int T) {

@@ -52,18 +52,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const float* lse_h = lse + static_cast<size_t>(bh) * T;
   const float* dots_h = dots + static_cast<size_t>(bh) * T;
 
-  load_tile<Dh>(qh + part, k0, T, qbuf + kTileElems<Dh>);      // K
-  load_tile<Dh>(qh + 2 * part, k0, T, dbuf + kTileElems<Dh>);  // V
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
   uint32_t ka[Dh / 16][4], va[Dh / 16][4];
-#pragma unroll
-  for (int k = 0; k < Dh / 16; ++k) {
-    load_a<Dh>(ka[k], qbuf + kTileElems<Dh>, wr, k * 16);
-    load_a<Dh>(va[k], dbuf + kTileElems<Dh>, wr, k * 16);
-  }
-  __syncthreads();  // K and V read before those tiles are reused
+  fragments_of_two<Dh>(qh + part, qh + 2 * part, k0, T, qbuf, dbuf, wr, ka, va);  // K, V
   load_tile<Dh>(qh, k0, T, qbuf);
   load_tile<Dh>(dh, k0, T, dbuf);
   cp_async_commit();
@@ -131,18 +121,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const uint16_t* kh = qh + part;
   const uint16_t* vh = kh + part;
 
-  load_tile<Dh>(qh, q0, T, kbuf + kTileElems<Dh>);
-  load_tile<Dh>(d16 + bh * head, q0, T, vbuf + kTileElems<Dh>);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
   uint32_t qa[Dh / 16][4], da[Dh / 16][4];
-#pragma unroll
-  for (int k = 0; k < Dh / 16; ++k) {
-    load_a<Dh>(qa[k], kbuf + kTileElems<Dh>, wr, k * 16);
-    load_a<Dh>(da[k], vbuf + kTileElems<Dh>, wr, k * 16);
-  }
-  __syncthreads();  // Q and dO read before those tiles are reused
+  fragments_of_two<Dh>(qh, d16 + bh * head, q0, T, kbuf, vbuf, wr, qa, da);  // Q, dO
   load_tile<Dh>(kh, 0, T, kbuf);
   load_tile<Dh>(vh, 0, T, vbuf);
   cp_async_commit();
