@@ -5,8 +5,8 @@
 // values as it computes them, so that the MLP's hidden gradient is read once and never stored in
 // fp32.
 //
-// A loader is a copyable value with (at = r * cols + j)
-//   template <int V> __device__ void operator()(size_t at, float (&v)[V]) const;
+// A loader is a copyable value with (row r, at = r * cols + j)
+//   template <int V> __device__ void operator()(size_t r, size_t at, float (&v)[V]) const;
 //   bool aligned() const;  // every pointer it reads 16-byte aligned
 // giving the values at at, at + 1, ..., at + V - 1 (V = 1 or 4; 4 only when aligned() and cols is
 // a multiple of 4). The order of additions depends only on rows and cols: fixed row chunks, rows
@@ -48,7 +48,7 @@ __global__ void partials_kernel(Load load, size_t rows, int cols, size_t chunk_r
     for (size_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
       const size_t at = r * cols + col;
       float v[V];
-      load.template operator()<V>(at, v);
+      load.template operator()<V>(r, at, v);
 #pragma unroll
       for (int i = 0; i < V; ++i) acc[i] += v[i];
       if (out16 != nullptr) {
@@ -100,7 +100,7 @@ __global__ void finish_kernel(const float* __restrict__ partial, int chunks, int
 struct ColumnValues {
   const float* values;
   template <int V>
-  __device__ void operator()(size_t at, float (&v)[V]) const {
+  __device__ void operator()(size_t, size_t at, float (&v)[V]) const {
     if constexpr (V == 4) {
       const float4 q = *reinterpret_cast<const float4*>(values + at);
       v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;

@@ -29,7 +29,7 @@ struct GeluGradient {
   const float* x;
   const float* dy;
   template <int V>
-  __device__ void operator()(size_t at, float (&v)[V]) const {
+  __device__ void operator()(size_t, size_t at, float (&v)[V]) const {
 #pragma unroll
     for (int i = 0; i < V; ++i) v[i] = __fmul_rn(dy[at + i], gelu_math::derivative(x[at + i]));
   }

@@ -68,10 +68,8 @@ struct LayerNormTerms {
   const float* dy;
   const float* mean;
   const float* rstd;
-  size_t dim;
   template <int V>
-  __device__ void operator()(size_t at, float (&v)[V]) const {
-    const size_t r = at / dim;  // V divides dim: the V values share a row
+  __device__ void operator()(size_t r, size_t at, float (&v)[V]) const {
     const float m = mean[r], rs = rstd[r];
 #pragma unroll
     for (int i = 0; i < V; ++i) v[i] = __fmul_rn(dy[at + i], (x[at + i] - m) * rs);
@@ -106,8 +104,8 @@ void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const floa
     LS_CHECK_LAUNCH("layernorm_backward_kernel");
   }
   if (dgamma != nullptr)
-    cuda::add_column_sums_of(LayerNormTerms{x, dy, mean, rstd, static_cast<size_t>(s.dim)}, rows,
-                             s.dim, dgamma, stream, nullptr);
+    cuda::add_column_sums_of(LayerNormTerms{x, dy, mean, rstd}, rows, s.dim, dgamma, stream,
+                             nullptr);
   if (dbeta != nullptr) cuda::add_column_sums(dy, rows, s.dim, dbeta, stream);
 }
 
