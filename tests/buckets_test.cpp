@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -249,6 +250,93 @@ TEST(BucketReducer, OrdersTheCommunicatorAfterItsStreamOnlyWhileItLives) {
   // The trainer that owned the stream destroys it after the reducer: a communicator still ordered
   // after it would record events on a freed stream at its next collective.
   EXPECT_EQ(comm.stream_, nullptr);
+}
+
+// Rank 1 of a world of two whose other rank holds the same gradients: a reduce-scatter doubles
+// this rank's block of the bucket (in place), and is recorded as (send - base, count).
+class TwinComm : public testing_util::SoloCommunicator {
+ public:
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  WorkHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType,
+                                  ReduceOp) override {
+    started.push_back({static_cast<const float*>(send) - base, count});
+    auto* out = static_cast<float*>(recv);
+    for (size_t i = 0; i < count; ++i) out[i] *= 2;
+    return done();
+  }
+  std::vector<std::pair<ptrdiff_t, size_t>> started;
+  const float* base = nullptr;
+};
+
+// ZeRO stage 2: the layers write into the reducer's staging, two ring slots taken in turn (a
+// layer's gradient there zeroed before each of its backward passes) and a region of its own for
+// the bucket a tied layer adds to early; every micro-batch reduce-scatters, and this rank's
+// blocks of the sums accumulate in sharded_grads(), in bucket order.
+TEST(BucketReducer, StageTwoSumsEveryMicroBatchIntoThisRanksBlocks) {
+  TwinComm comm;
+  // Four layers of 8 floats, a bucket each: buckets 0-2 (layers 3, 2, 1) in the ring, bucket 3
+  // (layer 0, which layer 3 adds to early) apart.
+  BucketReducer r(comm, assign_buckets({8, 8, 8, 8}, 8 * kF), Precision::fp32, DeviceKind::cpu,
+                  nullptr, /*stage=*/2, /*early=*/{0});
+  ASSERT_EQ(r.buckets().size(), 4u);
+  float* layer[4];
+  for (int i = 0; i < 4; ++i) layer[i] = r.gradient_at(static_cast<size_t>(i) * 8);
+  EXPECT_EQ(layer[3], layer[1]) << "buckets 0 and 2 take turns in one slot";
+  EXPECT_NE(layer[3], layer[2]);
+  EXPECT_EQ(r.gradient_floats(), 3 * 8 + 4 * 4u) << "two slots, a region apart, 4 blocks of 4";
+  comm.base = layer[3] < layer[2] ? layer[3] : layer[2];
+  r.start_step(nullptr);
+  for (int mb = 1; mb <= 2; ++mb) {
+    r.begin_micro_batch();
+    for (int i = 3; i >= 0; --i) {
+      for (int k = 0; k < 8; ++k) layer[i][k] += static_cast<float>((i + 1) * mb);
+      if (i == 3)
+        for (int k = 0; k < 8; ++k) layer[0][k] += 100;  // the tie: before layer 0's turn
+      r.layer_done(i);
+    }
+  }
+  r.wait_all();
+  EXPECT_EQ(comm.started.size(), 8u) << "each bucket once per micro-batch";
+  const float* shard = r.sharded_grads();
+  for (int b = 0; b < 4; ++b) {
+    const int i = 3 - b;  // bucket b holds layer i
+    const float want = i == 0 ? 2 * (1 + 100 + 2 + 100) : 2 * (i + 1) * (1 + 2);
+    for (int k = 0; k < 4; ++k)
+      EXPECT_EQ(shard[b * 4 + k], want) << "layer " << i << " [" << k << "]";
+  }
+  const auto blocks = r.shard();
+  ASSERT_EQ(blocks.size(), 4u);
+  EXPECT_EQ(blocks[0], (std::pair<size_t, size_t>{24 + 4, 4}))
+      << "rank 1: each bucket's second half";
+
+  // A step starts from zero again.
+  r.start_step(nullptr);
+  r.begin_micro_batch();
+  for (int i = 3; i >= 0; --i) {
+    layer[i][0] += 1;
+    r.layer_done(i);
+  }
+  r.wait_all();
+  for (int b = 0; b < 4; ++b) EXPECT_EQ(shard[b * 4], 0.0f) << "element 0 is rank 0's";
+  EXPECT_THROW(r.start_step(std::vector<float>(32).data()), Error) << "stage 2 owns the gradients";
+}
+
+// A layer that reports below its bucket's unreported first layer has written into a slot that
+// was not made ready: refused in words, not summed wrong.
+TEST(BucketReducer, StageTwoRefusesALayerReportingOutOfTurn) {
+  TwinComm comm;
+  BucketReducer r(comm, assign_buckets({8, 8, 8}, 8 * kF), Precision::fp32, DeviceKind::cpu,
+                  nullptr, 2);
+  r.start_step(nullptr);
+  r.begin_micro_batch();
+  try {
+    r.layer_done(0);
+    ADD_FAILURE() << "layer 0 reported before layers 2 and 1 unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string::npos, std::string(e.what()).find("first of its bucket")) << e.what();
+  }
+  r.drain();
 }
 
 }  // namespace

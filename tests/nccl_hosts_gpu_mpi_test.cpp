@@ -396,35 +396,45 @@ TEST_F(NcclPeers, ALossNotFiniteOnOneRankSkipsTheStepOnEveryRank) {
       << "the captured run skipped otherwise than the uncaptured one";
 }
 
-TEST_F(NcclPeers, ZeroStageOneMatchesUnshardedOverNccl) {
+TEST_F(NcclPeers, ZeroStagesOneAndTwoMatchUnshardedOverNccl) {
   // --zero 1 over NCCL: in-place reduce-scatters into each rank's blocks, the norm over the
   // shards, the update of this rank's blocks, in-place all-gathers (such steps run uncaptured).
+  // --zero 2: the same from the reducer's device staging ring (small buckets, so the ring takes
+  // turns), its blocks added into the compact sums on the stream; the bits of --zero 1.
   TrainConfig c = cnn(1);
   c.clip_norm = 0.5;
+  c.bucket_mb = 0.02;
   c.zero = 0;
   const Trained want = train(host(), nccl(), c);
-  c.zero = 1;
-  Trainer sharded(host(), nccl(), c);
-  sharded.run();
   std::vector<float> unsharded;
   {
-    c.zero = 0;
     Trainer again(host(), nccl(), c);
     again.run();
     unsharded = params_by_tensor(again);
     EXPECT_EQ(0u, differing(again.model().params_to_host(), want.params)) << "not reproducible";
   }
-  const std::vector<float> got = params_by_tensor(sharded);
-  const double rel = relative_difference(got, unsharded);
-  if (nccl().rank() == 0)
-    std::printf(
-        "--zero 1 over NCCL at %d rank(s), CNN momentum 20 steps: relative L2 %.3g against "
-        "--zero 0; optimizer state per rank %llu bytes\n",
-        nccl().size(), rel, static_cast<unsigned long long>(sharded.memory_use().state));
-  EXPECT_LT(rel, 1e-5);
-  EXPECT_EQ(0, sharded.captured_steps());
-  EXPECT_EQ(0u, differing_from_rank0(host(), sharded.model().params_to_host()))
-      << "the ranks' parameters differ";
+  std::vector<float> stage_one;
+  for (int stage = 1; stage <= 2; ++stage) {
+    c.zero = stage;
+    Trainer sharded(host(), nccl(), c);
+    sharded.run();
+    const std::vector<float> got = params_by_tensor(sharded);
+    const double rel = relative_difference(got, unsharded);
+    if (nccl().rank() == 0)
+      std::printf(
+          "--zero %d over NCCL at %d rank(s), CNN momentum 20 steps: relative L2 %.3g against "
+          "--zero 0; optimizer state per rank %llu bytes, gradients %llu\n",
+          stage, nccl().size(), rel, static_cast<unsigned long long>(sharded.memory_use().state),
+          static_cast<unsigned long long>(sharded.memory_use().grads));
+    EXPECT_LT(rel, 1e-5) << "--zero " << stage;
+    EXPECT_EQ(0, sharded.captured_steps());
+    EXPECT_EQ(0u, differing_from_rank0(host(), sharded.model().params_to_host()))
+        << "--zero " << stage << ": the ranks' parameters differ";
+    if (stage == 1) stage_one = got;
+    if (stage == 2) {
+      EXPECT_EQ(0u, differing(got, stage_one)) << "--zero 2 differs from --zero 1";
+    }
+  }
 }
 
 }  // namespace

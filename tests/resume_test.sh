@@ -5,8 +5,8 @@
 #    with parameters and optimizer state bitwise identical to an uninterrupted run;
 #  - resumed at another world size (4 -> 2, 2 -> 4) it matches within float tolerance;
 #  - --eval-only evaluates a checkpoint at 1, 2 and 3 ranks with the figures its run printed;
-#  - --zero 1 (sharded optimizer state) writes the same files: saved sharded at 4 ranks it resumes
-#    at 1-4 ranks with or without --zero, and unsharded checkpoints resume sharded;
+#  - --zero 1 and 2 (sharded optimizer state, and gradients) write the same files: saved sharded at
+#    4 ranks they resume at 1-4 ranks at any stage, and unsharded checkpoints resume sharded;
 #  - SIGTERM to one rank: every rank stops after the same step, a checkpoint is written, exit 75
 #    (stopped early, resumable; a completed run exits 0); --resume continues to the same bits as an
 #    uninterrupted run; SIGUSR1 to mpiexec (which forwards it) does the same; a world of one
@@ -127,7 +127,7 @@ within_tolerance full2/$final crash4/$final || fail "resume 4 -> 2 is not within
 within_tolerance full4/$final crash4/$final || fail "resume 4 -> 2 is not within 1e-5 of the run at 4"
 [[ $failures -eq $before ]] && echo "ok: resumed at another world size (2 -> 4, 4 -> 2): within 1e-5"
 
-# --- ZeRO (--zero 1): the same checkpoint files; across stages and world sizes ---
+# --- ZeRO (--zero 1, 2): the same checkpoint files; across stages and world sizes ---
 # A global batch of 48 (1-4 ranks divide it): 10 steps an epoch, 30 in all. Saved at step 10 by a
 # 4-rank --zero 1 run, resumed at 1, 2, 3 and 4 ranks with and without --zero, and the reverse
 # (saved unsharded at 2 ranks, resumed sharded at 3 and 4): each within 1e-5 of the uninterrupted
@@ -143,11 +143,12 @@ trained_figures=$(grep -E '^test_(mse|loss)=' <<<"$out")
 export LOCKSTEP_TEST_CRASH_IN_SAVE=20
 train 4 "${zargs[@]}" --zero 1 --checkpoint-dir zsave4
 train 2 "${zargs[@]}" --checkpoint-dir zsave2
+train 4 "${zargs[@]}" --zero 2 --checkpoint-dir zsave4g
 unset LOCKSTEP_TEST_CRASH_IN_SAVE
-[[ -f zsave4/ckpt-000000010.h5 && -f zsave2/ckpt-000000010.h5 ]] ||
-  fail "no ckpt-10 saved: $(ls zsave4 zsave2)"
+[[ -f zsave4/ckpt-000000010.h5 && -f zsave2/ckpt-000000010.h5 && -f zsave4g/ckpt-000000010.h5 ]] ||
+  fail "no ckpt-10 saved: $(ls zsave4 zsave2 zsave4g)"
 for np in 1 2 3 4; do
-  for zero in 0 1; do
+  for zero in 0 1 2; do
     rm -rf "z_${np}_$zero" && mkdir "z_${np}_$zero" && cp zsave4/ckpt-000000010.h5 "z_${np}_$zero/"
     train "$np" "${zargs[@]}" --zero "$zero" --checkpoint-dir "z_${np}_$zero" --resume "z_${np}_$zero"
     [[ $rc -eq 0 ]] || { fail "--zero 1 at 4 -> --zero $zero at $np: exit $rc"$'\n'"$out"; continue; }
@@ -156,6 +157,14 @@ for np in 1 2 3 4; do
   done
 done
 same_bits zfull4/$zfinal z_4_1/$zfinal || fail "--zero 1 resumed at 4 ranks differs from its uninterrupted run"
+# Stage 2 reduces as stage 1 does (one reduce-scatter per bucket, the same norm): the same bits.
+same_bits zfull4/$zfinal z_4_2/$zfinal || fail "--zero 1 at 4 -> --zero 2 at 4 differs from the --zero 1 run"
+# Saved by a --zero 2 run, resumed unsharded at 3 ranks.
+rm -rf zg_3 && mkdir zg_3 && cp zsave4g/ckpt-000000010.h5 zg_3/
+train 3 "${zargs[@]}" --checkpoint-dir zg_3 --resume zg_3
+[[ $rc -eq 0 ]] || fail "--zero 2 at 4 -> --zero 0 at 3: exit $rc"$'\n'"$out"
+within_tolerance zfull4/$zfinal zg_3/$zfinal >/dev/null ||
+  fail "--zero 2 at 4 -> --zero 0 at 3 is not within 1e-5 of the run at 4"
 for np in 3 4; do
   rm -rf "zr_$np" && mkdir "zr_$np" && cp zsave2/ckpt-000000010.h5 "zr_$np/"
   train "$np" "${zargs[@]}" --zero 1 --checkpoint-dir "zr_$np" --resume "zr_$np"
@@ -164,7 +173,7 @@ for np in 3 4; do
     fail "--zero 0 at 2 -> --zero 1 at $np is not within 1e-5 of the run at 2"
 done
 [[ $failures -eq $before ]] &&
-  echo "ok: --zero 1 checkpoints resume at 1-4 ranks with or without --zero (and back), within 1e-5; bitwise at the same stage and size"
+  echo "ok: --zero 1 and 2 checkpoints resume at 1-4 ranks at any stage (and back), within 1e-5; bitwise at the same size"
 
 # --- --eval-only: the figures the run printed at its end, from its last checkpoint, at any P ---
 before=$failures

@@ -73,6 +73,7 @@ refuse --model --data fmnist.h5 --model resnet
 refuse --model --data fmnist.h5 --model dense:12
 refuse "needs image samples" --data reg.h5 --model cnn
 refuse --optimizer --data fmnist.h5 --optimizer rmsprop
+refuse --zero --data fmnist.h5 --zero 3
 refuse --loss --data fmnist.h5 --loss mse
 refuse --data --data nowhere.h5
 refuse --epochs --data fmnist.h5 --epochs -1

@@ -221,11 +221,12 @@ TEST_P(CollectiveSequence, EveryRankIssuesTheSameCollectivesWhateverHappensOnOne
   TrainConfig c = base_config("cnn", OptimizerKind::adam, 8 * P, 40);
   c.eval_every_epoch = true;  // 150 rows: an epoch of whole batches and a masked partial one
   c.check_every = 3;
+  c.bucket_mb = 0.02;  // several buckets: stage 2's ring takes turns
   c.guard.on_nan = NanPolicy::skip;
   c.guard.checkpoint_every = 4;
   c.guard.checkpoint_dir = testing_util::shared_temp_dir("trainer-sequence") + "/ck";
   c.guard.existing = ExistingCheckpoints::replace;
-  c.zero = GetParam();  // --zero 1: reduce-scatters, a norm over shards, all-gathers
+  c.zero = GetParam();  // --zero 1, 2: reduce-scatters, a norm over shards, all-gathers
   setenv("LOCKSTEP_TEST_LOSS_INF", (std::to_string(last) + ":5").c_str(), 1);
   Trainer t(recorded, c);
   unsetenv("LOCKSTEP_TEST_LOSS_INF");
@@ -249,7 +250,7 @@ TEST_P(CollectiveSequence, EveryRankIssuesTheSameCollectivesWhateverHappensOnOne
                 GetParam(), static_cast<long long>(recorded.calls()), P,
                 static_cast<long long>(steps));
 }
-INSTANTIATE_TEST_SUITE_P(Zero, CollectiveSequence, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(Zero, CollectiveSequence, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "zero" + std::to_string(i.param);
                          });
@@ -273,29 +274,36 @@ TEST(CollectiveSequenceCheck, ASequenceThatDiffersIsNamed) {
   }
 }
 
-// --zero 1 (DESIGN.md decision 19) against --zero 0 at the world's size: the reduce-scatter sums
-// each element over the same ranks as the all-reduce, but the MPI library (or NCCL) may order that
-// sum differently, and the gradient's norm is a sum of per-rank sums of squares instead of one
-// sum. So the two differ as two world sizes do: by the rounding of a summation order, grown by
-// the training that follows. The bound: with momentum, 1e-5 relative L2 after 50 steps (as the
-// world sizes agree with one rank); with Adam, whose normalisation turns a rounding-size change of
-// a near-zero gradient into a step of the learning rate's size (and the CNN's ReLU and max-pool
-// decisions then branch), the difference that changing the world size makes at --zero 0 sets the
-// scale: at most 4 times the difference between this world size and one rank, or 1e-4. A loss
-// that is not finite on one rank is skipped by both alike.
+// --zero 1 and --zero 2 (DESIGN.md decision 19) against --zero 0 at the world's size: the
+// reduce-scatter sums each element over the same ranks as the all-reduce, but the MPI library (or
+// NCCL) may order that sum differently, the gradient's norm is a sum of per-rank sums of squares
+// instead of one sum, and stage 2 with accumulation sums each micro-batch over the ranks before
+// summing the micro-batches. So they differ as two world sizes do: by the rounding of a summation
+// order, grown by the training that follows. The bound: with momentum, 1e-5 relative L2 after 50
+// steps (as the world sizes agree with one rank); with Adam, whose normalisation turns a
+// rounding-size change of a near-zero gradient into a step of the learning rate's size (and the
+// CNN's ReLU and max-pool decisions then branch), the difference that changing the world size
+// makes at --zero 0 sets the scale: at most 4 times the difference between this world size and one
+// rank, or 1e-4. A loss that is not finite on one rank is skipped by all alike. Each rank keeps
+// 1/P of the optimizer state (both stages), and at stage 2 1/P of the reduced gradient plus the
+// staging of two buckets (and the tied embedding's region) in place of a whole gradient buffer.
 void expect_zero_matches_unsharded(TrainConfig c) {
   auto world = make_mpi_communicator();
-  // A loss that is not finite on the last rank at step 7: both skip exactly that step.
-  setenv("LOCKSTEP_TEST_LOSS_INF", (std::to_string(world->size() - 1) + ":7").c_str(), 1);
+  const int P = world->size();
+  // A loss that is not finite on the last rank at step 7: all skip exactly that step.
+  setenv("LOCKSTEP_TEST_LOSS_INF", (std::to_string(P - 1) + ":7").c_str(), 1);
   c.guard.on_nan = NanPolicy::skip;
+  c.bucket_mb = 0.02;  // several buckets of a few thousand floats: stage 2's ring takes turns
   c.zero = 0;
   Trainer unsharded(*world, c);
   unsharded.run();
-  c.zero = 1;
-  Trainer sharded(*world, c);
-  sharded.run();
+  std::unique_ptr<Trainer> sharded[2];
+  for (int stage = 1; stage <= 2; ++stage) {
+    c.zero = stage;
+    sharded[stage - 1] = std::make_unique<Trainer>(*world, c);
+    sharded[stage - 1]->run();
+  }
   unsetenv("LOCKSTEP_TEST_LOSS_INF");
-  const double rel = relative_difference(params_by_tensor(sharded), params_by_tensor(unsharded));
   double bound = 1e-5;
   if (c.optimizer.kind == OptimizerKind::adam || c.optimizer.kind == OptimizerKind::adamw) {
     // The yardstick: the same run on one rank (a world of one, every rank alone), unsharded.
@@ -308,25 +316,81 @@ void expect_zero_matches_unsharded(TrainConfig c) {
     bound = std::max(4 * relative_difference(params_by_tensor(unsharded), params_by_tensor(alone)),
                      1e-4);
   }
-  if (world->rank() == 0)
-    std::printf(
-        "%s %s, %lld steps at %d rank(s): --zero 1 vs --zero 0 differ by %.2g (relative "
-        "L2, bound %.2g); optimizer state per rank %llu vs %llu bytes\n",
-        c.model.c_str(), optimizer_name(c.optimizer.kind), static_cast<long long>(c.steps),
-        world->size(), rel, bound, static_cast<unsigned long long>(sharded.memory_use().state),
-        static_cast<unsigned long long>(unsharded.memory_use().state));
-  EXPECT_LE(rel, bound);
   EXPECT_EQ(1, unsharded.guard().skipped_steps());
-  EXPECT_EQ(1, sharded.guard().skipped_steps());
-  EXPECT_LE(sharded.memory_use().state * static_cast<uint64_t>(world->size()),
-            unsharded.memory_use().state + static_cast<uint64_t>(world->size()) * 64 * 1024)
-      << "each rank keeps about 1/P of the optimizer state";
+  const Trainer::MemoryUse whole = unsharded.memory_use();
+  for (int stage = 1; stage <= 2; ++stage) {
+    Trainer& t = *sharded[stage - 1];
+    const double rel = relative_difference(params_by_tensor(t), params_by_tensor(unsharded));
+    const Trainer::MemoryUse mine = t.memory_use();
+    if (world->rank() == 0)
+      std::printf(
+          "%s %s, %lld steps at %d rank(s), grad-accum %d: --zero %d vs --zero 0 differ by %.2g "
+          "(relative L2, bound %.2g); per rank optimizer state %llu vs %llu bytes, gradients "
+          "%llu vs %llu\n",
+          c.model.c_str(), optimizer_name(c.optimizer.kind), static_cast<long long>(c.steps), P,
+          c.grad_accum, stage, rel, bound, static_cast<unsigned long long>(mine.state),
+          static_cast<unsigned long long>(whole.state), static_cast<unsigned long long>(mine.grads),
+          static_cast<unsigned long long>(whole.grads));
+    EXPECT_LE(rel, bound) << "--zero " << stage;
+    EXPECT_EQ(1, t.guard().skipped_steps()) << "--zero " << stage;
+    EXPECT_LE(mine.state * static_cast<uint64_t>(P),
+              whole.state + static_cast<uint64_t>(P) * 64 * 1024)
+        << "--zero " << stage << ": each rank keeps about 1/P of the optimizer state";
+    if (stage == 1) {
+      EXPECT_EQ(mine.grads, mine.params) << "stage 1 keeps the whole gradient";
+    }
+  }
+  // Stage 2: this rank's 1/P of the sums, and at most a whole (padded) buffer of staging besides:
+  // two buckets of the ring, or all of it where the largest bucket is half of it.
+  const Trainer::MemoryUse two = sharded[1]->memory_use();
+  EXPECT_GE(two.grads, two.params / static_cast<uint64_t>(P));
+  EXPECT_LE(two.grads, two.params + two.params / static_cast<uint64_t>(P));
+}
+
+// Where no layer dominates, --zero 2 keeps less of the gradients than a whole buffer: each rank
+// its 1/P of the sums and a ring of two buckets (the tied embedding's apart). Eight blocks of a
+// small GPT, buckets of one block.
+TEST(Zero, StageTwoKeepsLessThanAWholeGradient) {
+  auto world = make_mpi_communicator();
+  const int P = world->size();
+  TrainConfig c = base_config("gpt:layers=8,heads=2,dim=64,ctx=16", OptimizerKind::adamw, 12, 1);
+  c.train.path = testing_util::shared_temp_dir("trainer") + "/zero_memory_tokens.h5";
+  if (world_rank_is_zero()) {
+    testing_util::write_tokens<uint8_t>(c.train.path, 24, 16, 256, "train");
+    testing_util::write_tokens<uint8_t>(c.train.path, 12, 16, 256, "test");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  c.bucket_mb = 0.2;
+  c.zero = 2;
+  Trainer t(*world, c);
+  const Trainer::MemoryUse m = t.memory_use();
+  const double share = static_cast<double>(m.grads) / static_cast<double>(m.params);
+  if (world->rank() == 0)
+    std::printf("--zero 2 at %d rank(s): gradients %llu bytes per rank, %.2f of the parameters\n",
+                P, static_cast<unsigned long long>(m.grads), share);
+  // 1/P of the sums, two of the eight blocks and the embedding (a sixth of a block).
+  EXPECT_LE(share, 1.0 / P + 0.3);
+  if (P > 1) {
+    EXPECT_LT(share, 0.85) << "no saving at " << P << " ranks";
+  }
+  t.run();  // and it trains
+  EXPECT_EQ(1, t.state().global_step);
 }
 
 TEST(Zero, CnnMomentumWithClippingMatchesUnsharded) {
   TrainConfig c = base_config("cnn", OptimizerKind::momentum, 24, 50);
   c.lr = 0.005;  // slow enough that no ReLU or max-pool tie flips in 50 steps at 1-6 ranks
   c.clip_norm = 0.5;
+  expect_zero_matches_unsharded(c);
+}
+
+// Accumulation: stages 0 and 1 reduce once per step; stage 2 reduce-scatters every micro-batch
+// into this rank's blocks.
+TEST(Zero, CnnMomentumAccumulatingMatchesUnsharded) {
+  TrainConfig c = base_config("cnn", OptimizerKind::momentum, 24, 30);
+  c.lr = 0.005;
+  c.clip_norm = 0.5;
+  c.grad_accum = 2;
   expect_zero_matches_unsharded(c);
 }
 

@@ -85,15 +85,9 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   // Sharded: the end too, so that the last layer's span divides by the ranks like the others.
   if (placement_.shard_ranks > 1) total = (total + align - 1) / align * align;
   params_ = Buffer<float>(where, total);
-  grads_ = Buffer<float>(where, total);
-  for (const ParamRange& r : ranges_)
-    layers_[r.layer]->bind(params_.data() + r.offset, grads_.data() + r.offset);
-  for (size_t i = 0; i < plan_.size(); ++i) {
-    if (plan_[i].tied < 0) continue;
-    for (const ParamRange& r : ranges_)
-      if (r.layer == plan_[i].tied)
-        layers_[i]->bind_tied(params_.data() + r.offset, grads_.data() + r.offset);
-  }
+  if (placement_.own_gradients) grads_ = Buffer<float>(where, total);
+  bind_gradients(
+      [this](size_t offset) { return grads_.empty() ? nullptr : grads_.data() + offset; });
 
   while (first_compute_ < layers_.size() && layers_[first_compute_]->is_view()) ++first_compute_;
   size_t workspace = 0, dmax = 0;
@@ -124,7 +118,18 @@ void Model::init_params(uint64_t seed) {
   params_.write(host.data(), 0, host.size());
 }
 
+void Model::bind_gradients(const std::function<float*(size_t offset)>& at) {
+  for (const ParamRange& r : ranges_)
+    layers_[r.layer]->bind(params_.data() + r.offset, at(r.offset));
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    if (plan_[i].tied < 0) continue;
+    for (const ParamRange& r : ranges_)
+      if (r.layer == plan_[i].tied) layers_[i]->bind_tied(params_.data() + r.offset, at(r.offset));
+  }
+}
+
 void Model::zero_grads() {
+  if (grads_.empty()) return;
   if (placement_.device == DeviceKind::cuda)
     kernels::cuda_zero(grads_.data(), grads_.size() * sizeof(float), placement_.stream);
   else
@@ -175,6 +180,15 @@ std::vector<size_t> Model::layer_spans() const {
     spans[static_cast<size_t>(ranges_[r].layer)] = end - ranges_[r].offset;
   }
   return spans;
+}
+
+std::vector<int> Model::tie_targets() const {
+  std::vector<int> out;
+  for (const LayerPlan& p : plan_)
+    if (p.tied >= 0 && std::find(out.begin(), out.end(), p.tied) == out.end())
+      out.push_back(p.tied);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::vector<ParamTensorInfo> Model::param_tensors() const {

@@ -80,6 +80,9 @@ struct ModelPlacement {
   // every layer range, and the buffers' end, to kParamAlignFloats * shard_ranks floats, so that
   // any bucket of whole layers divides into equal blocks. 1: the unsharded layout.
   int shard_ranks = 1;
+  // ZeRO stage 2: false, the model allocates no gradient buffer (grads() is null) and
+  // bind_gradients() places each layer's gradients before the first backward pass.
+  bool own_gradients = true;
   // The environment knobs its layers follow (knobs.h), the process's by default: a test may set
   // another value for one model.
   Knobs knobs = configured_knobs();
@@ -105,8 +108,14 @@ class Model {
   size_t trainable_count() const { return trainable_; }
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
+  // Null without own gradients (ModelPlacement::own_gradients).
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
+  // Rebinds every layer's gradient view (and a tied layer's view of its target's) to at(offset),
+  // where `offset` is the start of the layer's range in the flat layout: for gradients kept
+  // elsewhere than grads() (ZeRO stage 2, where the reducer owns them). zero_grads() then does
+  // nothing; the new owner zeroes them.
+  void bind_gradients(const std::function<float*(size_t offset)>& at);
   DeviceKind device() const { return placement_.device; }
   cudaStream_t stream() const { return placement_.stream; }
   // A host copy of the parameters (synchronous: after the work queued so far).
@@ -122,6 +131,8 @@ class Model {
   // They add up to param_count(): the layer sizes to give assign_buckets (buckets.h), so that every
   // bucket starts at an aligned layer and the buckets cover the whole buffer.
   std::vector<size_t> layer_spans() const;
+  // The layers whose gradients another layer adds to (the targets of LayerPlan::tied), in order.
+  std::vector<int> tie_targets() const;
   // Weights and biases of every layer, in buffer order; together they cover every parameter (the
   // buffer less its alignment gaps).
   std::vector<ParamTensorInfo> param_tensors() const;

@@ -74,10 +74,12 @@ class Optimizer {
   // segment belongs to the parameters [flat, flat + count) of the buffers step() is given; the
   // segments cover the state once, in order. Without segments the state and the buffers share
   // offsets. Throws std::invalid_argument when the segments do not cover [0, param_count).
+  // compact_grads: step()'s gradients are laid out as the state, not as the parameters (ZeRO
+  // stage 2: this rank's blocks of the reduced gradient alone).
   struct Segment {
     size_t flat, state, count;
   };
-  void set_segments(std::vector<Segment> segments);
+  void set_segments(std::vector<Segment> segments, bool compact_grads = false);
 
   // One update with learning rate lr; counts it once, whatever the number of ranges. params and
   // grads are in the optimizer's memory.
@@ -121,6 +123,7 @@ class Optimizer {
     bool decay;
   };
   std::vector<Segment> segments_;
+  bool compact_grads_ = false;
   std::vector<Run> runs_;
   void build_runs();
   Buffer<float> a_, b_;  // velocity (momentum) or m and v (adam, adamw)

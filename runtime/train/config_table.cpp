@@ -264,8 +264,9 @@ std::vector<Row> build() {
   t.push_back(number<int>(
       "zero", G::runtime,
       "ZeRO stage: 0 every rank keeps the whole optimizer state; 1 each rank keeps the state of "
-      "its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered)",
-      "zero", +[](TrainConfig & c) -> auto& { return c.zero; }, at_least(0)));
+      "its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered); 2 also "
+      "only its 1/P of the reduced gradients",
+      "zero", +[](TrainConfig & c) -> auto& { return c.zero; }, between(0, 2)));
   t.push_back(number<uint64_t>(
       "seed", G::loop, "seed of the initial parameters and the shuffles", "seed",
       +[](TrainConfig & c) -> auto& { return c.seed; }, at_least(0)));

@@ -47,12 +47,7 @@ void validate(const TrainConfig& c, int world_size) {
                      std::to_string(world_size) + " ranks: use a multiple of " +
                      std::to_string(int64_t{c.grad_accum} * world_size));
   }
-  if (c.zero == 2)
-    throw UsageError(
-        "--zero 2 (each rank keeping only its slice of the reduced gradients too) is "
-        "not built: the gradients accumulate in one flat buffer that every rank "
-        "keeps whole; --zero 1 shards the optimizer state");
-  if (c.zero > 2) throw UsageError("--zero must be 0 or 1, not " + std::to_string(c.zero));
+  if (c.zero > 2) throw UsageError("--zero must be 0, 1 or 2, not " + std::to_string(c.zero));
   if (c.steps == 0 && c.epochs < 1)
     throw UsageError("--epochs must be >= 1 (or set --steps), not " + std::to_string(c.epochs));
   if (c.precision == Precision::bf16 && c.device != DeviceKind::cuda)

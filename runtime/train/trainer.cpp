@@ -87,17 +87,20 @@ void Trainer::build() {
   ModelPlacement place = m.step->placement(config_.precision);
   place.graphs = graphs;
   place.shard_ranks = config_.zero > 0 ? comm_.size() : 1;
+  place.own_gradients = config_.zero < 2;  // stage 2: the reducer's staging holds them
   m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
   model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place, positions);
   m.reducer = std::make_unique<BucketReducer>(
       grad_comm_, assign_buckets(model_->layer_spans(), bucket_bytes_from_mb(config_.bucket_mb)),
-      config_.grad_reduce_dtype, place.device, place.stream, config_.zero > 0);
+      config_.grad_reduce_dtype, place.device, place.stream, config_.zero, model_->tie_targets());
+  if (config_.zero == 2)
+    model_->bind_gradients([&m](size_t offset) { return m.reducer->gradient_at(offset); });
   const ParamRanges decayed = matrix_ranges(model_->param_tensors());  // adamw: matrices only
   if (config_.zero > 0) {
     m.zero = std::make_unique<ZeroShard>(grad_comm_, comm_, *m.reducer, place.device, place.stream);
     optimizer_ =
         std::make_unique<Optimizer>(config_.optimizer, m.zero->owned(), place.device, place.stream);
-    optimizer_->set_segments(m.zero->segments());
+    optimizer_->set_segments(m.zero->segments(), m.zero->compact_grads());
     optimizer_->set_decay_ranges(m.zero->to_compact(decayed));
   } else {
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(), place.device,
@@ -234,7 +237,8 @@ void Trainer::load_optimizer_state(size_t index, const std::vector<float>& whole
 Trainer::MemoryUse Trainer::memory_use() {
   MemoryUse u;
   u.params = model_->param_count() * sizeof(float);
-  u.grads = u.params;
+  // Stage 2: the reducer's staging ring and this rank's blocks, in place of a whole buffer.
+  u.grads = config_.zero == 2 ? impl_->reducer->gradient_floats() * sizeof(float) : u.params;
   const size_t state_floats = impl_->zero ? impl_->zero->owned() : model_->param_count();
   u.state = state_floats * sizeof(float) * optimizer_->state().size();
   return u;
@@ -247,9 +251,12 @@ std::string Trainer::memory_text() {
     std::snprintf(t, sizeof t, "%.2f MB", static_cast<double>(b) / 1e6);
     return std::string(t);
   };
-  std::string text = "parameters " + mb(u.params) + " (fp32, the master weights), gradients " +
-                     mb(u.grads) + ", optimizer state " + mb(u.state);
-  if (impl_->zero) text += " (this rank's 1/" + std::to_string(comm_.size()) + ", --zero 1)";
+  const std::string share = "this rank's 1/" + std::to_string(comm_.size());
+  std::string text =
+      "parameters " + mb(u.params) + " (fp32, the master weights), gradients " + mb(u.grads);
+  if (config_.zero == 2) text += " (a staging ring of two buckets and " + share + " of the sums)";
+  text += ", optimizer state " + mb(u.state);
+  if (impl_->zero) text += " (" + share + ", --zero " + std::to_string(config_.zero) + ")";
   return text;
 }
 

@@ -145,6 +145,9 @@ class Trainer {
   // and backward, handing finished layers to the buckets on the last; apply_update clips and
   // updates (eager: at the host's word; recording: gated on the device).
   void begin_step(StepMode mode);
+  // The reduced gradient the update reads: the model's flat buffer, or at ZeRO stage 2 the
+  // reducer's compact blocks of this rank.
+  float* reduced_grads();
   void micro_batch_work(const float* x, float scale, bool last, StepMode mode, NvtxPhases* phases);
   void apply_update(StepMode mode);
   // Eager: every micro-batch, then the gradients reduced and read back.

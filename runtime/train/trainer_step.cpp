@@ -175,6 +175,10 @@ void Trainer::record_step(const float* x, float scale) {
   m.timer->updated();
 }
 
+float* Trainer::reduced_grads() {
+  return impl_->reducer->stage() == 2 ? impl_->reducer->sharded_grads() : model_->grads();
+}
+
 void Trainer::begin_step(StepMode mode) {
   sync_params();
   model_->zero_grads();
@@ -194,10 +198,12 @@ void Trainer::micro_batch_work(const float* x, float scale, bool last, StepMode 
   if (mode == StepMode::recording) m.graphs->graphs().share_loss(grad_comm_);
   timer.forward_end();
   if (phases) phases->next("backward", "backward");
-  // Only the last micro-batch's backward finishes the gradients, so only it starts reductions.
-  if (last)
+  // Only the last micro-batch's backward finishes the gradients, so only it starts reductions;
+  // at ZeRO stage 2 every micro-batch's does (no whole buffer accumulates them: buckets.h).
+  m.reducer->begin_micro_batch();
+  if (last || m.reducer->stage() == 2)
     model_->backward(rows, [&](int layer) {
-      if (mode == StepMode::eager) timer.backward_progress();
+      if (last && mode == StepMode::eager) timer.backward_progress();
       m.reducer->layer_done(layer);
     });
   else
@@ -208,9 +214,9 @@ void Trainer::apply_update(StepMode mode) {
   Impl& m = *impl_;
   if (m.zero) {
     // This rank's blocks only, then every bucket's parameters gathered from their owners.
-    m.zero->clip(model_->grads(), m.zero_norm, config_.clip_norm);
+    m.zero->clip(reduced_grads(), m.zero_norm, config_.clip_norm);
     GpuSpan span(m.step->trace(), "optimizer update", "optimizer");
-    optimizer_->step(model_->params(), model_->grads(),
+    optimizer_->step(model_->params(), reduced_grads(),
                      static_cast<float>(lr_at_step(state_.global_step)));
     m.zero->publish(model_->params());
     return;
@@ -247,7 +253,7 @@ Step::Outcome Trainer::reduce_gradients(NvtxPhases& phases) {
   if (m.zero) {
     // This rank's blocks of the reduced gradient; the norm is the whole gradient's (collective).
     o = m.step->finish(nullptr, 0);
-    m.zero_norm = m.zero->global_norm(model_->grads());
+    m.zero_norm = m.zero->global_norm(reduced_grads());
     o.grads_finite = std::isfinite(m.zero_norm);
   } else {
     o = m.step->finish(model_->grads(), model_->param_count());

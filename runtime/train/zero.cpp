@@ -14,7 +14,8 @@ ZeroShard::ZeroShard(Communicator& grads, Communicator& host, const BucketReduce
       host_(host),
       buckets_(reducer.buckets()),
       device_(device),
-      stream_(stream) {
+      stream_(stream),
+      compact_(reducer.stage() == 2) {
   if (!reducer.sharded()) throw Error("ZeroShard: the gradient buckets are not sharded");
   for (const auto& [flat, count] : reducer.shard()) {
     segments_.push_back({flat, owned_, count});
@@ -40,9 +41,9 @@ double ZeroShard::global_norm(const float* grads) {
   for (size_t i = 0; i < segments_.size(); ++i) {
     const Optimizer::Segment& s = segments_[i];
     if (device_ == DeviceKind::cuda)
-      kernels::global_norm_device_cuda(grads + s.flat, s.count, norms_.data() + i, stream_);
+      kernels::global_norm_device_cuda(grads + at(s), s.count, norms_.data() + i, stream_);
     else
-      norms[i] = kernels::global_norm_cpu(grads + s.flat, s.count);
+      norms[i] = kernels::global_norm_cpu(grads + at(s), s.count);
   }
   if (device_ == DeviceKind::cuda) norms_.read(norms.data(), 0, norms.size());
   double squares = 0;
@@ -56,9 +57,9 @@ void ZeroShard::clip(float* grads, double norm, double max_norm) {
   const auto factor = static_cast<float>(max_norm / norm);
   for (const Optimizer::Segment& s : segments_) {
     if (device_ == DeviceKind::cuda)
-      kernels::scale_cuda(grads + s.flat, s.count, factor, stream_);
+      kernels::scale_cuda(grads + at(s), s.count, factor, stream_);
     else
-      kernels::scale_cpu(grads + s.flat, s.count, factor);
+      kernels::scale_cpu(grads + at(s), s.count, factor);
   }
 }
 

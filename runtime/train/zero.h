@@ -43,6 +43,9 @@ class ZeroShard {
   // Flat (offset, count) ranges, such as the decay ranges, as ranges of the compact state.
   ParamRanges to_compact(const ParamRanges& flat) const;
 
+  // Whether the reduced gradients given to global_norm and clip (and the optimizer's step) are
+  // compact, in the state's layout (stage 2: the reducer's sharded_grads()), or the flat buffer.
+  bool compact_grads() const { return compact_; }
   // Collective over host: the L2 norm of the whole reduced gradient, from this rank's blocks of
   // `grads` (each rank's sum of squares, all-reduced).
   double global_norm(const float* grads);
@@ -69,6 +72,8 @@ class ZeroShard {
   DeviceKind device_;
   cudaStream_t stream_;
   size_t owned_ = 0;
+  bool compact_ = false;
+  size_t at(const Optimizer::Segment& s) const { return compact_ ? s.state : s.flat; }
   Buffer<double> norms_;  // a device's per-block norms (global_norm)
   std::vector<WorkHandle> pending_;
 };
