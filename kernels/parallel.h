@@ -27,19 +27,28 @@
 
 namespace lockstep::kernels {
 
-// Set (process-wide, at start-up: runtime/base/knobs.h's LOCKSTEP_CPU_ISA) to run the loops'
-// baseline builds on any CPU (a test runs them so on an AVX-512 machine). Default false.
-inline std::atomic<bool>& baseline_cpu_isa() {
-  static std::atomic<bool> baseline{false};
-  return baseline;
+// The widest vector ISA the loops dispatched at run time may take (process-wide, set at start-up
+// from runtime/base/knobs.h's LOCKSTEP_CPU_ISA): native (default), avx2 (an AVX-512 machine runs
+// the AVX2 builds, as an AVX2-only one would; the load-time clones of LS_VECTOR_CLONES are not
+// affected), or baseline (the baseline builds on any CPU; a test runs them so on an AVX-512
+// machine).
+enum class CpuIsa { native, avx2, baseline };
+inline std::atomic<CpuIsa>& cpu_isa_cap() {
+  static std::atomic<CpuIsa> cap{CpuIsa::native};
+  return cap;
 }
-inline void use_baseline_cpu_isa(bool baseline) { baseline_cpu_isa() = baseline; }
+inline void set_cpu_isa_cap(CpuIsa cap) { cpu_isa_cap() = cap; }
 
 // Whether the loops dispatched on the CPU take their AVX-512 builds: the CPU has AVX-512F and the
-// baseline builds were not asked for.
+// cap allows it.
 inline bool cpu_avx512f() {
   static const bool has = __builtin_cpu_supports("avx512f");
-  return has && !baseline_cpu_isa().load(std::memory_order_relaxed);
+  return has && cpu_isa_cap().load(std::memory_order_relaxed) == CpuIsa::native;
+}
+// Whether they may take AVX2 builds (with FMA): the CPU has both and the cap is not baseline.
+inline bool cpu_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has && cpu_isa_cap().load(std::memory_order_relaxed) != CpuIsa::baseline;
 }
 
 template <class Fn>

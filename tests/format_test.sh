@@ -17,7 +17,7 @@ cp .clang-format "$work/"
 clang-format-14 --dry-run -Werror "$work/bad.cpp" >/dev/null 2>&1 &&
   fail "clang-format-14 passed a badly formatted file: the check cannot fail"
 
-mapfile -t files < <(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
+mapfile -t files < <(git ls-files '*.cpp' '*.h' '*.inc' '*.cu' '*.cuh')
 [[ ${#files[@]} -gt 100 ]] || fail "only ${#files[@]} C++ files tracked"
 bad=()
 for f in "${files[@]}"; do

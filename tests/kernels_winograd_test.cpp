@@ -4,7 +4,9 @@
 // comparison is to a fraction of the largest value (measured: 4.5e-6 of it for the CNN's second
 // convolution; oneDNN's Winograd is about as far). Sizes that are not multiples of the 4x4 tile
 // (edge tiles cut), channel counts that leave 16, 32 or 48 columns in a product block, a fused
-// ReLU, batch 1 and batches that span several of the weight gradient's chunks of 16 images.
+// ReLU, batch 1 and batches that span several of the weight gradient's chunks of 16 images. Each
+// in both builds this CPU runs (AVX-512 and AVX2: LOCKSTEP_CPU_ISA's cap, parallel.h), on blocked
+// and on NHWC activations; within a build the two layouts give the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/winograd.h"
 #include "kernels/onednn/onednn.h"
+#include "kernels/parallel.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -48,11 +51,25 @@ const Case kCases[] = {
     {"batch1_square", 1, 8, 8, 16, 16, false},       {"two_chunks_odd", 17, 5, 11, 16, 32, true},
 };
 
+// The builds this CPU runs, widest first.
+std::vector<CpuIsa> builds_here() {
+  std::vector<CpuIsa> out;
+  if (__builtin_cpu_supports("avx512f")) out.push_back(CpuIsa::native);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) out.push_back(CpuIsa::avx2);
+  return out;
+}
+const char* build_name(CpuIsa isa) { return isa == CpuIsa::native ? "AVX-512" : "AVX2"; }
+
 class Winograd : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (!winograd_fast()) GTEST_SKIP() << "no AVX-512 here (or LOCKSTEP_CPU_ISA=baseline)";
+    if (!winograd_fast()) GTEST_SKIP() << "no AVX-512 or AVX2 here (or LOCKSTEP_CPU_ISA=baseline)";
   }
+  void TearDown() override { set_cpu_isa_cap(CpuIsa::native); }
+};
+
+struct Passes {
+  std::vector<float> y, dx, dw, db;
 };
 
 TEST_P(Winograd, MatchesTheOpenBlasConvolution) {
@@ -70,25 +87,49 @@ TEST_P(Winograd, MatchesTheOpenBlasConvolution) {
   conv2d_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), ws.data());
   conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), dw_want.data(), db_want.data(),
                       ws.data());
-
-  std::vector<float> got_y(ys, 7.0f), got_dx(xs, 7.0f), dw(w.size(), 0.5f), db(c.c_out, 0.25f);
-  const auto xb = to_blocked16(x, c.n, c.h, c.w, c.c_in);
-  const auto dyb = to_blocked16(dy, c.n, c.h, c.w, c.c_out);
-  winograd_forward_cpu(s, xb.data(), w.data(), b.data(), got_y.data());
-  EXPECT_LT(scaled_error(from_blocked16(got_y, c.n, c.h, c.w, c.c_out), y), kTolerance);
   if (c.relu) {
     EXPECT_GT(std::count(y.begin(), y.end(), 0.0f), 0) << "the ReLU cut nothing";
   }
-  winograd_backward_cpu(s, xb.data(), w.data(), dyb.data(), got_dx.data(), dw.data(), db.data());
-  EXPECT_LT(scaled_error(from_blocked16(got_dx, c.n, c.h, c.w, c.c_in), dx), kTolerance);
-  EXPECT_LT(scaled_error(dw, dw_want), kTolerance);  // both added to 0.5: accumulated
-  EXPECT_LT(scaled_error(db, db_want), kTolerance);
 
-  // Without the input gradient: the same weight and bias gradients, bit for bit.
-  std::vector<float> dw2(w.size(), 0.5f), db2(c.c_out, 0.25f);
-  winograd_backward_cpu(s, xb.data(), w.data(), dyb.data(), nullptr, dw2.data(), db2.data());
-  EXPECT_EQ(dw2, dw);
-  EXPECT_EQ(db2, db);
+  const auto xb = to_blocked16(x, c.n, c.h, c.w, c.c_in);
+  const auto dyb = to_blocked16(dy, c.n, c.h, c.w, c.c_out);
+  std::vector<Passes> runs;
+  for (CpuIsa isa : builds_here()) {
+    set_cpu_isa_cap(isa);
+    for (bool blocked : {true, false}) {
+      SCOPED_TRACE(std::string(build_name(isa)) + (blocked ? ", blocked" : ", NHWC"));
+      Passes p{std::vector<float>(ys, 7.0f), std::vector<float>(xs, 7.0f),
+               std::vector<float>(w.size(), 0.5f), std::vector<float>(c.c_out, 0.25f)};
+      winograd_forward_cpu(s, (blocked ? xb : x).data(), w.data(), b.data(), p.y.data(), blocked);
+      winograd_backward_cpu(s, (blocked ? xb : x).data(), w.data(), (blocked ? dyb : dy).data(),
+                            p.dx.data(), p.dw.data(), p.db.data(), blocked);
+      if (blocked) {
+        p.y = from_blocked16(p.y, c.n, c.h, c.w, c.c_out);
+        p.dx = from_blocked16(p.dx, c.n, c.h, c.w, c.c_in);
+      }
+      EXPECT_LT(scaled_error(p.y, y), kTolerance);
+      EXPECT_LT(scaled_error(p.dx, dx), kTolerance);
+      EXPECT_LT(scaled_error(p.dw, dw_want), kTolerance);  // both added to 0.5: accumulated
+      EXPECT_LT(scaled_error(p.db, db_want), kTolerance);
+
+      // Without the input gradient: the same weight and bias gradients, bit for bit.
+      std::vector<float> dw2(w.size(), 0.5f), db2(c.c_out, 0.25f);
+      winograd_backward_cpu(s, (blocked ? xb : x).data(), w.data(), (blocked ? dyb : dy).data(),
+                            nullptr, dw2.data(), db2.data(), blocked);
+      EXPECT_EQ(dw2, p.dw);
+      EXPECT_EQ(db2, p.db);
+      runs.push_back(std::move(p));
+    }
+  }
+  // Within a build the two layouts run the same operations in the same order: the same bits.
+  // (The builds contract multiply-adds differently: each is only within the tolerance.)
+  for (size_t i = 1; i < runs.size(); i += 2) {
+    SCOPED_TRACE("NHWC against blocked, run " + std::to_string(i));
+    EXPECT_EQ(runs[i].y, runs[i - 1].y);
+    EXPECT_EQ(runs[i].dx, runs[i - 1].dx);
+    EXPECT_EQ(runs[i].dw, runs[i - 1].dw);
+    EXPECT_EQ(runs[i].db, runs[i - 1].db);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Winograd, ::testing::ValuesIn(kCases),
@@ -97,7 +138,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Winograd, ::testing::ValuesIn(kCases),
 // Every pass is the same bits at one thread and at two: the images split between the threads,
 // the weight gradient summed per fixed chunk of 16 images and the chunks added in order.
 TEST(WinogradThreads, SameBitsAtAnyThreadCount) {
-  if (!winograd_fast()) GTEST_SKIP() << "no AVX-512 here (or LOCKSTEP_CPU_ISA=baseline)";
+  if (!winograd_fast()) GTEST_SKIP() << "no AVX-512 or AVX2 here (or LOCKSTEP_CPU_ISA=baseline)";
   if (!onednn_built()) GTEST_SKIP() << "a build without oneDNN has no OpenMP threads to compare";
   const Conv2dShape s{40, 14, 14, 32, 64};
   const size_t xs = size_t(40) * 14 * 14 * 32, ys = xs * 2;
@@ -125,7 +166,7 @@ TEST(WinogradThreads, SameBitsAtAnyThreadCount) {
 // Layers take it for small images only (one image's transforms within 1 MiB), where it was
 // measured; anything it does not support is never preferred.
 TEST(WinogradShapes, PreferredForSmallImagesOnly) {
-  if (!winograd_fast()) GTEST_SKIP() << "no AVX-512 here (or LOCKSTEP_CPU_ISA=baseline)";
+  if (!winograd_fast()) GTEST_SKIP() << "no AVX-512 or AVX2 here (or LOCKSTEP_CPU_ISA=baseline)";
   EXPECT_TRUE(winograd_preferred({64, 14, 14, 32, 64}));  // the CNN's second convolution
   EXPECT_TRUE(winograd_preferred({64, 28, 28, 32, 32}));
   EXPECT_FALSE(winograd_preferred({64, 56, 56, 64, 64}));

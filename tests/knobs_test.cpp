@@ -51,7 +51,7 @@ TEST_F(KnobsTest, UnsetOrEmptyIsTheDefault) {
   EXPECT_EQ(k.cpu_conv, CpuConvKnob::automatic);
   EXPECT_EQ(k.cuda_conv, CudaConvKnob::any);
   EXPECT_TRUE(k.cudnn_deterministic);
-  EXPECT_FALSE(k.cpu_isa_baseline);
+  EXPECT_EQ(k.cpu_isa, CpuIsaKnob::native);
   EXPECT_EQ(k.cuda_attention, AttentionKnob::flash);
   for (const char* n : kNames) setenv(n, "", 1);
   EXPECT_EQ(knobs_text(knobs_from_environment()), knobs_text(k));
@@ -70,7 +70,7 @@ TEST_F(KnobsTest, EveryValueIsRead) {
   EXPECT_EQ(k.cpu_conv, CpuConvKnob::direct);
   EXPECT_EQ(k.cuda_conv, CudaConvKnob::im2col);
   EXPECT_FALSE(k.cudnn_deterministic);
-  EXPECT_TRUE(k.cpu_isa_baseline);
+  EXPECT_EQ(k.cpu_isa, CpuIsaKnob::baseline);
   EXPECT_EQ(k.cuda_attention, AttentionKnob::materialised);
   EXPECT_EQ(knobs_text(k),
             "LOCKSTEP_CPU_CONV=direct LOCKSTEP_CUDA_CONV=im2col LOCKSTEP_CUDNN_DETERMINISTIC=0 "
@@ -80,6 +80,8 @@ TEST_F(KnobsTest, EveryValueIsRead) {
   k = knobs_from_environment();
   EXPECT_EQ(k.cpu_conv, CpuConvKnob::onednn);
   EXPECT_EQ(k.cuda_conv, CudaConvKnob::cudnn);
+  setenv("LOCKSTEP_CPU_ISA", "avx2", 1);
+  EXPECT_EQ(knobs_from_environment().cpu_isa, CpuIsaKnob::avx2);
 }
 
 TEST_F(KnobsTest, AValueNotTakenIsRefusedInWords) {
@@ -87,7 +89,7 @@ TEST_F(KnobsTest, AValueNotTakenIsRefusedInWords) {
       {"LOCKSTEP_CPU_CONV", "expected auto, onednn or direct"},
       {"LOCKSTEP_CUDA_CONV", "expected cudnn or im2col"},
       {"LOCKSTEP_CUDNN_DETERMINISTIC", "expected 0 or 1"},
-      {"LOCKSTEP_CPU_ISA", "expected baseline or native"},
+      {"LOCKSTEP_CPU_ISA", "expected native, avx2 or baseline"},
       {"LOCKSTEP_CUDA_ATTENTION", "expected flash or materialised"}};
   for (const auto& [name, expected] : cases) {
     SCOPED_TRACE(name);
@@ -105,14 +107,20 @@ TEST_F(KnobsTest, AValueNotTakenIsRefusedInWords) {
 TEST_F(KnobsTest, ConfiguredKnobsReachThePlacementAndTheKernels) {
   Knobs k;
   k.cuda_conv = CudaConvKnob::im2col;
-  k.cpu_isa_baseline = true;
+  k.cpu_isa = CpuIsaKnob::baseline;
   configure_knobs(k);
   EXPECT_EQ(ModelPlacement{}.knobs.cuda_conv, CudaConvKnob::im2col);
   EXPECT_FALSE(kernels::cpu_avx512f()) << "the baseline builds were asked for";
+  EXPECT_FALSE(kernels::cpu_avx2()) << "the baseline builds were asked for";
+  k.cpu_isa = CpuIsaKnob::avx2;
+  configure_knobs(k);
+  EXPECT_FALSE(kernels::cpu_avx512f()) << "AVX2 at most was asked for";
+  EXPECT_EQ(kernels::cpu_avx2(),
+            __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0);
   // Read once: the environment no longer matters to the process's knobs.
   setenv("LOCKSTEP_CUDA_CONV", "cudnn", 1);
   EXPECT_EQ(configured_knobs().cuda_conv, CudaConvKnob::im2col);
-  k.cpu_isa_baseline = false;
+  k.cpu_isa = CpuIsaKnob::native;
   configure_knobs(k);
   EXPECT_EQ(kernels::cpu_avx512f(), __builtin_cpu_supports("avx512f") != 0);
 }

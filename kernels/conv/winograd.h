@@ -1,7 +1,7 @@
 // Winograd F(4x4, 3x3) convolution on the CPU, every pass, for 3x3 stride-1 convolutions with
 // padding 1 whose input and output channels are multiples of 16, on activations in oneDNN's
-// 16-channel blocks (aBcd16b, conv2d.h's Conv2dIo): the CNN's second convolution, where oneDNN's
-// own Winograd kernel (jit_wino_4x3) was most of the step and this one takes less time
+// 16-channel blocks (aBcd16b, conv2d.h's Conv2dIo) or NHWC: the CNN's second convolution, where
+// oneDNN's own Winograd kernel (jit_wino_4x3) was most of the step and this one takes less time
 // (docs/PERFORMANCE.md, "Winograd kernels of our own"). Each 4x4 output tile is computed from its
 // 6x6 input patch as A^T [(G g G^T) . (B^T d B)] A (Lavin and Gray's matrices, interpolation points
 // 0, +-1, +-2 and infinity); the products of the 36 transformed positions are small GEMMs over the
@@ -11,9 +11,12 @@
 // fixed chunk of images and the chunks added in order: the same bits at any thread count.
 // Rounding differs from the direct algorithm's by about 1e-6 of the largest output, as oneDNN's.
 //
-// AVX-512 only (one register per 16 channels): layers take it where winograd_preferred(s);
-// elsewhere oneDNN's or OpenBLAS's twins. Stateless functions: threads
-// may call them on separate buffers (their scratch is per thread). No collective calls.
+// AVX-512 (one register per 16 channels) or AVX2 with FMA (two, and smaller product blocks for
+// its 16 registers), one build of each in the library, picked by the CPU (parallel.h): layers take
+// it where winograd_preferred(s); elsewhere oneDNN's or OpenBLAS's twins. The two builds contract
+// different multiply-adds, so their results differ by rounding (each within the tolerance of the
+// direct algorithm); within a build the two layouts give the same bits. Stateless functions:
+// threads may call them on separate buffers (their scratch is per thread). No collective calls.
 #pragma once
 
 #include "kernels/conv/conv2d.h"
@@ -22,22 +25,26 @@ namespace lockstep::kernels {
 
 // 3x3, stride 1, padding 1, c_in and c_out multiples of 16. s.relu (forward only) is supported.
 bool winograd_supported(const Conv2dShape& s);
-// Whether this CPU runs it (AVX-512F, and LOCKSTEP_CPU_ISA is not "baseline"; parallel.h).
+// Whether this CPU runs it (AVX-512F, or AVX2 and FMA; LOCKSTEP_CPU_ISA=baseline turns both off
+// and =avx2 the first: parallel.h).
 bool winograd_fast();
+// Whether layers take it on NHWC activations: where it runs in its AVX2 build (no AVX-512 here, or
+// LOCKSTEP_CPU_ISA=avx2), oneDNN keeps no 16-channel blocks between layers and has no Winograd.
+bool winograd_on_nhwc();
 // Whether a layer should take it over oneDNN's kernels: supported, fast here, and small enough
 // images that one image's transforms (its tiles x 36 x (c_in + c_out) floats) stay within 1 MiB
 // of a core's L2, the regime it was measured in (docs/PERFORMANCE.md); larger images are left to
 // oneDNN, whose kernels block them for the cache.
 bool winograd_preferred(const Conv2dShape& s);
 
-// x: n x c_in/16 x h x w x 16, y: n x c_out/16 x h x w x 16 (overwritten), w HWIO, b[c_out].
-// Throws std::invalid_argument for a shape winograd_supported refuses, std::logic_error where
-// winograd_fast() is false.
+// blocked: x is n x c_in/16 x h x w x 16 and y n x c_out/16 x h x w x 16; else both NHWC. y
+// overwritten, w HWIO, b[c_out]. Throws std::invalid_argument for a shape winograd_supported
+// refuses, std::logic_error where winograd_fast() is false.
 void winograd_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
-                          float* y);
+                          float* y, bool blocked = true);
 // dx (x's layout) overwritten, skipped when null; dw (HWIO) and db accumulated (+=), db skipped
 // when null.
 void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
-                           float* dx, float* dw, float* db);
+                           float* dx, float* dw, float* db, bool blocked = true);
 
 }  // namespace lockstep::kernels

@@ -26,7 +26,9 @@ std::mutex knobs_mutex;
 std::optional<Knobs> knobs_now;  // guarded by knobs_mutex; never reset once set
 
 void apply(const Knobs& k) {
-  kernels::use_baseline_cpu_isa(k.cpu_isa_baseline);
+  kernels::set_cpu_isa_cap(k.cpu_isa == CpuIsaKnob::baseline ? kernels::CpuIsa::baseline
+                           : k.cpu_isa == CpuIsaKnob::avx2   ? kernels::CpuIsa::avx2
+                                                             : kernels::CpuIsa::native);
   kernels::set_cudnn_deterministic_first(k.cudnn_deterministic);
 }
 
@@ -58,9 +60,11 @@ Knobs knobs_from_environment() {
 
   const std::string isa = env("LOCKSTEP_CPU_ISA");
   if (isa == "baseline")
-    k.cpu_isa_baseline = true;
+    k.cpu_isa = CpuIsaKnob::baseline;
+  else if (isa == "avx2")
+    k.cpu_isa = CpuIsaKnob::avx2;
   else if (!isa.empty() && isa != "native")
-    refuse("LOCKSTEP_CPU_ISA", isa, "baseline or native");
+    refuse("LOCKSTEP_CPU_ISA", isa, "native, avx2 or baseline");
 
   const std::string attention = env("LOCKSTEP_CUDA_ATTENTION");
   if (attention == "materialised")
@@ -79,7 +83,10 @@ std::string knobs_text(const Knobs& k) {
                                                                : "any";
   return std::string("LOCKSTEP_CPU_CONV=") + cpu_conv + " LOCKSTEP_CUDA_CONV=" + cuda_conv +
          " LOCKSTEP_CUDNN_DETERMINISTIC=" + (k.cudnn_deterministic ? "1" : "0") +
-         " LOCKSTEP_CPU_ISA=" + (k.cpu_isa_baseline ? "baseline" : "native") +
+         " LOCKSTEP_CPU_ISA=" +
+         (k.cpu_isa == CpuIsaKnob::baseline ? "baseline"
+          : k.cpu_isa == CpuIsaKnob::avx2   ? "avx2"
+                                            : "native") +
          " LOCKSTEP_CUDA_ATTENTION=" +
          (k.cuda_attention == AttentionKnob::materialised ? "materialised" : "flash");
 }

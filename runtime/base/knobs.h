@@ -8,7 +8,7 @@
 //   LOCKSTEP_CPU_CONV            auto (default) | onednn | direct   CPU convolution algorithm
 //   LOCKSTEP_CUDA_CONV           (unset: any) | im2col | cudnn      CUDA convolution families
 //   LOCKSTEP_CUDNN_DETERMINISTIC 1 (default) | 0                    cuDNN's deterministic first
-//   LOCKSTEP_CPU_ISA             (unset: native) | baseline         CPU loops' baseline builds
+//   LOCKSTEP_CPU_ISA             (unset: native) | avx2 | baseline  widest CPU vector builds
 //   LOCKSTEP_CUDA_ATTENTION      flash (default) | materialised      bf16 GPT attention
 //
 // configured_knobs() is thread-safe; configure_knobs() is for start-up and tests (not while
@@ -22,12 +22,13 @@ namespace lockstep {
 enum class CpuConvKnob { automatic, onednn, direct };
 enum class CudaConvKnob { any, im2col, cudnn };
 enum class AttentionKnob { flash, materialised };
+enum class CpuIsaKnob { native, avx2, baseline };
 
 struct Knobs {
   CpuConvKnob cpu_conv = CpuConvKnob::automatic;
   CudaConvKnob cuda_conv = CudaConvKnob::any;
   bool cudnn_deterministic = true;
-  bool cpu_isa_baseline = false;
+  CpuIsaKnob cpu_isa = CpuIsaKnob::native;
   AttentionKnob cuda_attention = AttentionKnob::flash;
 };
 

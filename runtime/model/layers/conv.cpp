@@ -71,11 +71,19 @@ FusedPool fused_pool(const LayerPlan& p) {
   return {find_layer_type(pool.spec.type).max_pool_window(pool), pool.fused_relu};
 }
 
+// The activations Lockstep's Winograd takes a layer on: blocked on both sides (oneDNN chose
+// 16-channel blocks: AVX-512), or NHWC on both sides where the CPU has no AVX-512 (oneDNN's AVX2
+// kernels block by 8 channels, so the plan keeps NHWC there, and oneDNN has no Winograd for AVX2).
+bool winograd_layouts(const LayerPlan& p) {
+  if (p.in_blocked16 != p.out_blocked16) return false;
+  return p.in_blocked16 || kernels::winograd_on_nhwc();
+}
+
 // The algorithm of each pass is chosen once, here, from the plan and the build (member pointers to
 // one function per algorithm): a step makes no choice. In order of precedence: a fused max-pool
 // (every pass in kernels/conv/conv_pool.h); Lockstep's Winograd (both passes, on blocked
-// activations, where winograd_preferred); oneDNN; OpenBLAS (the backward pass alone where oneDNN
-// does not suit it, onednn_backward_suits).
+// activations, or NHWC ones on AVX2: winograd_layouts, where winograd_preferred); oneDNN; OpenBLAS
+// (the backward pass alone where oneDNN does not suit it, onednn_backward_suits).
 class Conv2dLayer : public Layer {
  public:
   Conv2dLayer(const LayerPlan& plan, bool onednn) : Layer(plan), pool_(fused_pool(plan)) {
@@ -85,7 +93,7 @@ class Conv2dLayer : public Layer {
     if (pool_.k > 0) {
       forward_ = &Conv2dLayer::forward_conv_pool;
       backward_ = &Conv2dLayer::backward_conv_pool;
-    } else if (onednn && onednn_backward && plan.in_blocked16 && plan.out_blocked16 &&
+    } else if (onednn && onednn_backward && winograd_layouts(plan) &&
                cpu_conv() == CpuConv::automatic && kernels::winograd_preferred(shape(1))) {
       forward_ = &Conv2dLayer::forward_winograd;
       backward_ = &Conv2dLayer::backward_winograd;
@@ -133,10 +141,11 @@ class Conv2dLayer : public Layer {
                                     workspace);
   }
   void forward_winograd(int batch, const float* x, float* y, float*) {
-    kernels::winograd_forward_cpu(shape(batch), x, params_, bias(params_), y);
+    kernels::winograd_forward_cpu(shape(batch), x, params_, bias(params_), y, plan_.in_blocked16);
   }
   void backward_winograd(int batch, const float* x, const float* dy, float* dx, float*) {
-    kernels::winograd_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_));
+    kernels::winograd_backward_cpu(shape(batch), x, params_, dy, dx, grads_, bias(grads_),
+                                   plan_.in_blocked16);
   }
   void forward_onednn(int batch, const float* x, float* y, float*) {
     kernels::conv2d_forward_onednn(shape(batch), x, params_, bias(params_), y, io_);
