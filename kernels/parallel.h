@@ -23,6 +23,8 @@
 #define LS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 // A function compiled for AVX-512 alone: call it only where cpu_avx512f() is true.
 #define LS_AVX512 __attribute__((target("avx512f")))
+// A function compiled for AVX2 with FMA: call it only where cpu_avx2() is true.
+#define LS_AVX2 __attribute__((target("avx2,fma")))
 #define LS_ALWAYS_INLINE inline __attribute__((always_inline))
 
 namespace lockstep::kernels {

@@ -2,8 +2,9 @@
 // oracle: conv2d_*_cpu, maxpool_*_cpu and relu_*_cpu in sequence. Inputs and weights are small
 // integers and halves, so every convolution output is exact in float whatever the order of its
 // sums: the maxima, their ties and the ReLU's cuts are the oracle's exactly. Odd sizes (floor
-// mode), a 5x5 kernel, a 3x3 pool, batch 1, NHWC and blocked outputs. The ctest entry
-// kernels_conv_pool_baseline_test runs the same with the baseline build of the loops.
+// mode), a 5x5 kernel, a 3x3 pool, batch 1, NHWC and blocked outputs. The ctest entries
+// kernels_conv_pool_baseline_test and kernels_conv_pool_avx2_test run the same with the baseline
+// and the AVX2 builds of the loops.
 #include <gtest/gtest.h>
 
 #include <algorithm>

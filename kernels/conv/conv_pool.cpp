@@ -186,7 +186,8 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
   }
 }
 
-// The builds of the loops, AVX-512 and baseline (parallel.h), and the kernel size 3 unrolled.
+// The builds of the loops, AVX-512, AVX2 and baseline (parallel.h), and the kernel size 3
+// unrolled.
 template <int W>
 LS_ALWAYS_INLINE void forward_w(const ConvPoolShape& s, const float* x, const float* w,
                                 const float* b, float* y, int8_t* argmax, size_t i0, size_t i1) {
@@ -207,6 +208,10 @@ LS_AVX512 void forward_16(const ConvPoolShape& s, const float* x, const float* w
                           float* y, int8_t* argmax, size_t i0, size_t i1) {
   forward_w<16>(s, x, w, b, y, argmax, i0, i1);
 }
+LS_AVX2 void forward_8(const ConvPoolShape& s, const float* x, const float* w, const float* b,
+                       float* y, int8_t* argmax, size_t i0, size_t i1) {
+  forward_w<8>(s, x, w, b, y, argmax, i0, i1);
+}
 void forward_4(const ConvPoolShape& s, const float* x, const float* w, const float* b, float* y,
                int8_t* argmax, size_t i0, size_t i1) {
   forward_w<4>(s, x, w, b, y, argmax, i0, i1);
@@ -215,6 +220,10 @@ LS_AVX512 void backward_16(const ConvPoolShape& s, const float* x, const float* 
                            const int8_t* argmax, float* partial, size_t i0, size_t i1) {
   backward_w<16>(s, x, dy, argmax, partial, i0, i1);
 }
+LS_AVX2 void backward_8(const ConvPoolShape& s, const float* x, const float* dy,
+                        const int8_t* argmax, float* partial, size_t i0, size_t i1) {
+  backward_w<8>(s, x, dy, argmax, partial, i0, i1);
+}
 void backward_4(const ConvPoolShape& s, const float* x, const float* dy, const int8_t* argmax,
                 float* partial, size_t i0, size_t i1) {
   backward_w<4>(s, x, dy, argmax, partial, i0, i1);
@@ -222,7 +231,7 @@ void backward_4(const ConvPoolShape& s, const float* x, const float* dy, const i
 
 }  // namespace
 
-bool conv_pool_fast() { return cpu_avx512f(); }
+bool conv_pool_fast() { return cpu_avx512f() || cpu_avx2(); }
 
 bool conv_pool_supported(const Conv2dShape& c, int k) {
   return c.c_in == 1 && c.stride == 1 && c.kh == c.kw && c.kh % 2 == 1 && c.kh <= 7 &&
@@ -233,10 +242,12 @@ bool conv_pool_supported(const Conv2dShape& c, int k) {
 void conv_pool_forward_cpu(const ConvPoolShape& s, const float* x, const float* w, const float* b,
                            float* y, int8_t* argmax) {
   check(s, "conv_pool_forward_cpu");
-  const bool wide = cpu_avx512f();
+  const int width = cpu_avx512f() ? 16 : cpu_avx2() ? 8 : 4;
   parallel_chunks(static_cast<size_t>(s.conv.n), 1, [&](size_t i0, size_t i1) {
-    if (wide)
+    if (width == 16)
       forward_16(s, x, w, b, y, argmax, i0, i1);
+    else if (width == 8)
+      forward_8(s, x, w, b, y, argmax, i0, i1);
     else
       forward_4(s, x, w, b, y, argmax, i0, i1);
   });
@@ -249,10 +260,12 @@ size_t conv_pool_scratch_floats(const ConvPoolShape& s) {
 void conv_pool_backward_cpu(const ConvPoolShape& s, const float* x, const float* dy,
                             const int8_t* argmax, float* dw, float* db, float* scratch) {
   check(s, "conv_pool_backward_cpu");
-  const bool wide = cpu_avx512f();
+  const int width = cpu_avx512f() ? 16 : cpu_avx2() ? 8 : 4;
   parallel_chunks(static_cast<size_t>(s.conv.n), 1, [&](size_t i0, size_t i1) {
-    if (wide)
+    if (width == 16)
       backward_16(s, x, dy, argmax, scratch, i0, i1);
+    else if (width == 8)
+      backward_8(s, x, dy, argmax, scratch, i0, i1);
     else
       backward_4(s, x, dy, argmax, scratch, i0, i1);
   });

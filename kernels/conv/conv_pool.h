@@ -28,9 +28,9 @@ struct ConvPoolShape {
 
 // Whether the fused kernels take a convolution shape (its batch aside) with a k x k pool.
 bool conv_pool_supported(const Conv2dShape& conv, int k);
-// Whether they run their AVX-512 build here, where they beat oneDNN's convolution and the blocked
-// max-pool (docs/PERFORMANCE.md, the fused first layer); the baseline build is slower than those,
-// but as exact.
+// Whether they run their AVX-512 or AVX2 build here, where they beat oneDNN's convolution and the
+// max-pool (docs/PERFORMANCE.md, the fused first layer; on AVX2 also OpenBLAS's backward pass); the
+// baseline build is slower than those, but as exact.
 bool conv_pool_fast();
 
 // y: n x out_h x out_w x c_out (NHWC or blocked); argmax, in y's order: the window position
