@@ -69,7 +69,7 @@ struct TimedStream {
 
 }  // namespace
 
-std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n) {
+std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n, bool convolutions) {
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
   kernels::GemmShape s;
   s.m = s.n = s.k = n;
@@ -79,7 +79,7 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n) {
                                                kernels::gemm_cpu(s, a.data(), b.data(), c.data());
                                              })});
   const std::string conv = "convolution 64x14x14x32->64 3x3";
-  if (kernels::winograd_fast())
+  if (convolutions && kernels::winograd_fast())
     rates.push_back({"Lockstep Winograd " + conv + " blocked (counted as direct)",
                      host_conv_rate(comm, [](const kernels::Conv2dShape& cs, const float* x,
                                              const float* w, const float* b, float* y) {
@@ -89,6 +89,7 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n) {
   rates.push_back({"oneDNN matmul " + cube, flops(n) / best_seconds(comm, [&] {
                                               kernels::gemm_onednn(s, a.data(), b.data(), c.data());
                                             })});
+  if (!convolutions) return rates;
   for (const bool blocked : {false, true})
     rates.push_back(
         {"oneDNN " + conv + (blocked ? " blocked (oneDNN's algorithm, counted as direct)" : ""),

@@ -12,7 +12,8 @@
 // and summed over the ranks: on the CPU the fastest of the build's GEMM and convolution kernels
 // (OpenBLAS sgemm and oneDNN matmul at 2048^3, --peak-size; oneDNN convolution at the CNN's conv2
 // shape, on NHWC and in 16-channel blocks with oneDNN's algorithm: Winograd on AVX-512, counted
-// as the direct algorithm's FLOPs) with the rank's threads, named in the output;
+// as the direct algorithm's FLOPs; the convolutions only for a model with convolution layers)
+// with the rank's threads, named in the output;
 // on a GPU (--device cuda) a cuBLAS 8192^3 GEMM in the step's precision (--precision: fp32, or
 // bf16 with fp32 accumulation, then the fp32 rate is printed too), timed by CUDA events.
 #include <unistd.h>
@@ -268,7 +269,11 @@ int run_train_bench(int argc, char** argv, const World& world) {
   std::string peak_kernel;
   if (!gpu) {
     // Each kernel's rate summed over the ranks; the peak is the fastest sum.
-    candidates = host_kernel_rates(host, peak_size);
+    // Convolution kernels are a peak for models that run them; a transformer's is the GEMMs'.
+    bool convolutions = false;
+    for (const LayerPlan& p : trainer.model().plan())
+      convolutions = convolutions || p.spec.type == "conv";
+    candidates = host_kernel_rates(host, peak_size, convolutions);
     std::vector<double> sums;
     for (const KernelRate& k : candidates) sums.push_back(k.rate);
     host.all_reduce(sums.data(), sums.data(), sums.size(), DType::f64, ReduceOp::sum);
