@@ -13,6 +13,8 @@
 #include "kernels/cuda/memory.h"
 #include "kernels/step/loss.h"
 #include "runtime/base/buffer.h"
+#include "runtime/base/error.h"
+#include "runtime/model/gpt_decoder.h"
 #include "runtime/model/model.h"
 
 using namespace lockstep;
@@ -99,3 +101,42 @@ TEST_F(GptOnGpu, Fp32MatchesTheCpuLayers) { compare(Precision::fp32, 1e-5, 1e-4)
 
 // bf16 operands (8 bits of mantissa) in the blocks' products and the tied head: near, not equal.
 TEST_F(GptOnGpu, Bf16StaysNearTheCpuLayers) { compare(Precision::bf16, 3e-2, 8e-2); }
+
+// lockstep-generate --device cuda: the key/value-cache decoder on the GPU (gpt_decoder.h: the
+// cache in device memory, kernels/gpt/decode.h's single-query attention) gives, at every position
+// of the context, the logits of the CPU decoder and of the GPU model's forward pass over the whole
+// window, within fp32 rounding; greedy decoding from the CPU's logits feeds both. Weights scaled up
+// as in the CPU test, so that the attention is not near uniform.
+TEST_F(GptOnGpu, CacheDecoderMatchesTheCpuDecoderAndTheWholeWindow) {
+  constexpr int kCtx = 32;  // kSpec's context
+  ModelPlacement cpu_place, gpu_place;
+  cpu_place.cpu_kernels = CpuKernels::openblas;
+  gpu_place.device = DeviceKind::cuda;
+  Model on_cpu(parse_model_spec(kSpec), {kCtx}, kVocab, 1, cpu_place, kCtx);
+  Model on_gpu(parse_model_spec(kSpec), {kCtx}, kVocab, 1, gpu_place, kCtx);
+  on_cpu.init_params(3);
+  std::vector<float> p = on_cpu.params_to_host();
+  for (float& v : p) v *= 5.0f;
+  on_cpu.write_params(0, p.data(), p.size());
+  on_gpu.write_params(0, p.data(), p.size());
+  GptDecoder cpu(on_cpu), gpu(on_gpu);
+  std::vector<float> window(kCtx, 0.0f), whole(static_cast<size_t>(kVocab));
+  Buffer<float> input(DeviceKind::cuda, kCtx);
+  int token = 'T';
+  for (int pos = 0; pos < kCtx; ++pos) {
+    window[pos] = static_cast<float>(token);
+    const float* a = cpu.step(token);
+    const std::vector<float> want(a, a + kVocab);
+    const float* b = gpu.step(token);
+    const std::vector<float> got(b, b + kVocab);
+    EXPECT_LT(relative(got, want, 0, kVocab), 1e-5) << "position " << pos << " against the CPU";
+    input.write(window.data(), 0, window.size());
+    const float* out = on_gpu.forward(input.data(), 1) + static_cast<size_t>(pos) * kVocab;
+    kernels::cuda_copy_to_host(whole.data(), out, whole.size() * sizeof(float));
+    EXPECT_LT(relative(got, whole, 0, kVocab), 1e-5) << "position " << pos << " against the model";
+    token = static_cast<int>(std::max_element(want.begin(), want.end()) - want.begin());
+  }
+  EXPECT_THROW(gpu.step(0), Error) << "a position past the context";
+  gpu.reset();
+  EXPECT_EQ(0, gpu.position());
+}

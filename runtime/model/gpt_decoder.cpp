@@ -5,21 +5,27 @@
 #include <map>
 #include <string>
 
+#include "kernels/cuda/memory.h"
 #include "kernels/dense.h"
+#include "kernels/gemm.h"
+#include "kernels/gpt/decode.h"
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/layernorm.h"
+#include "kernels/gpt/residual.h"
 #include "runtime/base/error.h"
 
 namespace lockstep {
 
-GptDecoder::GptDecoder(const Model& model) : params_(model.params_to_host()) {
+GptDecoder::GptDecoder(const Model& model) : device_(model.device()), stream_(model.stream()) {
+  if (device_ == DeviceKind::cpu) params_ = model.params_to_host();
+  const float* base = device_ == DeviceKind::cpu ? params_.data() : model.params();
   const std::vector<LayerPlan>& plan = model.plan();
   if (plan.size() < 3 || plan.front().spec.type != "embed" || plan.back().spec.type != "lmhead")
     throw UsageError("the key/value-cache decoder needs a gpt: model (embed, blocks, lmhead)");
   std::map<std::string, const float*> at;
   std::map<std::string, std::vector<int64_t>> shape;
   for (const ParamTensorInfo& t : model.param_tensors()) {
-    at[t.name] = params_.data() + t.offset;
+    at[t.name] = base + t.offset;
     shape[t.name] = t.shape;
   }
   const auto find = [&](const std::string& name) {
@@ -50,45 +56,63 @@ GptDecoder::GptDecoder(const Model& model) : params_(model.params_to_host()) {
               find(b + "mlp.fc.bias"),
               find(b + "mlp.proj.weight"),
               find(b + "mlp.proj.bias"),
-              std::vector<float>(static_cast<size_t>(ctx_) * dim_),
-              std::vector<float>(static_cast<size_t>(ctx_) * dim_)};
+              Buffer<float>(device_, static_cast<size_t>(ctx_) * dim_),
+              Buffer<float>(device_, static_cast<size_t>(ctx_) * dim_)};
     blocks_.push_back(std::move(blk));
   }
   const std::string head = "lmhead" + std::to_string(plan.size() - 1) + ".";
   lnf_w_ = find(head + "ln.weight");
   lnf_b_ = find(head + "ln.bias");
   const size_t d = static_cast<size_t>(dim_);
-  x_.resize(d);
-  h_.resize(d);
-  qkv_.resize(3 * d);
-  att_.resize(d);
-  tmp_.resize(d);
-  hidden_.resize(4 * d);
-  act_.resize(4 * d);
+  x_ = Buffer<float>(device_, d);
+  h_ = Buffer<float>(device_, d);
+  qkv_ = Buffer<float>(device_, 3 * d);
+  att_ = Buffer<float>(device_, d);
+  tmp_ = Buffer<float>(device_, d);
+  hidden_ = Buffer<float>(device_, 4 * d);
+  act_ = Buffer<float>(device_, 4 * d);
+  logits_ = Buffer<float>(device_, static_cast<size_t>(vocab_));
+  stats_ = Buffer<float>(device_, 2);  // a layer norm's mean and 1/std
   scores_.resize(static_cast<size_t>(ctx_));
-  logits_.resize(static_cast<size_t>(vocab_));
+  host_logits_.resize(static_cast<size_t>(vocab_));
 }
 
 const float* GptDecoder::step(int token) {
   if (pos_ >= ctx_ || token < 0 || token >= vocab_)
     throw Error("GptDecoder::step: position " + std::to_string(pos_) + " of " +
                 std::to_string(ctx_) + ", token " + std::to_string(token));
+  if (device_ == DeviceKind::cuda)
+    step_cuda(token);
+  else
+    step_cpu(token);
+  ++pos_;
+  return host_logits_.data();
+}
+
+void GptDecoder::step_cpu(int token) {
   const int D = dim_, Dh = dim_ / heads_;
   const size_t d = static_cast<size_t>(D);
+  float* x = x_.data();
+  float* h = h_.data();
+  float* qkv = qkv_.data();
+  float* att = att_.data();
+  float* tmp = tmp_.data();
+  float* hidden = hidden_.data();
+  float* act = act_.data();
   float mean, rstd;
   for (size_t j = 0; j < d; ++j)
-    x_[j] = wte_[static_cast<size_t>(token) * d + j] + wpe_[static_cast<size_t>(pos_) * d + j];
+    x[j] = wte_[static_cast<size_t>(token) * d + j] + wpe_[static_cast<size_t>(pos_) * d + j];
   const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
   for (Block& b : blocks_) {
-    kernels::layernorm_forward_cpu({1, D}, x_.data(), b.ln1_w, b.ln1_b, h_.data(), &mean, &rstd);
-    kernels::dense_forward_cpu({1, D, 3 * D}, h_.data(), b.qkv_w, b.qkv_b, qkv_.data());
-    std::copy_n(qkv_.begin() + D, D, b.keys.begin() + static_cast<ptrdiff_t>(pos_ * d));
-    std::copy_n(qkv_.begin() + 2 * D, D, b.values.begin() + static_cast<ptrdiff_t>(pos_ * d));
-    for (int h = 0; h < heads_; ++h) {
-      const float* q = qkv_.data() + h * Dh;
+    kernels::layernorm_forward_cpu({1, D}, x, b.ln1_w, b.ln1_b, h, &mean, &rstd);
+    kernels::dense_forward_cpu({1, D, 3 * D}, h, b.qkv_w, b.qkv_b, qkv);
+    std::copy_n(qkv + D, D, b.keys.data() + pos_ * d);
+    std::copy_n(qkv + 2 * D, D, b.values.data() + pos_ * d);
+    for (int hd = 0; hd < heads_; ++hd) {
+      const float* q = qkv + hd * Dh;
       float top = -INFINITY;
       for (int t = 0; t <= pos_; ++t) {
-        const float* k = b.keys.data() + static_cast<size_t>(t) * d + h * Dh;
+        const float* k = b.keys.data() + static_cast<size_t>(t) * d + hd * Dh;
         float s = 0.0f;
         for (int j = 0; j < Dh; ++j) s += q[j] * k[j];
         scores_[t] = s * scale;
@@ -96,31 +120,69 @@ const float* GptDecoder::step(int token) {
       }
       float sum = 0.0f;
       for (int t = 0; t <= pos_; ++t) sum += (scores_[t] = std::exp(scores_[t] - top));
-      float* out = att_.data() + h * Dh;
+      float* out = att + hd * Dh;
       std::fill(out, out + Dh, 0.0f);
       for (int t = 0; t <= pos_; ++t) {
         const float p = scores_[t] / sum;
-        const float* v = b.values.data() + static_cast<size_t>(t) * d + h * Dh;
+        const float* v = b.values.data() + static_cast<size_t>(t) * d + hd * Dh;
         for (int j = 0; j < Dh; ++j) out[j] += p * v[j];
       }
     }
-    kernels::dense_forward_cpu({1, D, D}, att_.data(), b.proj_w, b.proj_b, tmp_.data());
-    for (size_t j = 0; j < d; ++j) x_[j] += tmp_[j];
-    kernels::layernorm_forward_cpu({1, D}, x_.data(), b.ln2_w, b.ln2_b, h_.data(), &mean, &rstd);
-    kernels::dense_forward_cpu({1, D, 4 * D}, h_.data(), b.fc_w, b.fc_b, hidden_.data());
-    kernels::gelu_forward_cpu(hidden_.data(), act_.data(), 4 * d);
-    kernels::dense_forward_cpu({1, 4 * D, D}, act_.data(), b.mproj_w, b.mproj_b, tmp_.data());
-    for (size_t j = 0; j < d; ++j) x_[j] += tmp_[j];
+    kernels::dense_forward_cpu({1, D, D}, att, b.proj_w, b.proj_b, tmp);
+    for (size_t j = 0; j < d; ++j) x[j] += tmp[j];
+    kernels::layernorm_forward_cpu({1, D}, x, b.ln2_w, b.ln2_b, h, &mean, &rstd);
+    kernels::dense_forward_cpu({1, D, 4 * D}, h, b.fc_w, b.fc_b, hidden);
+    kernels::gelu_forward_cpu(hidden, act, 4 * d);
+    kernels::dense_forward_cpu({1, 4 * D, D}, act, b.mproj_w, b.mproj_b, tmp);
+    for (size_t j = 0; j < d; ++j) x[j] += tmp[j];
   }
-  kernels::layernorm_forward_cpu({1, D}, x_.data(), lnf_w_, lnf_b_, h_.data(), &mean, &rstd);
+  kernels::layernorm_forward_cpu({1, D}, x, lnf_w_, lnf_b_, h, &mean, &rstd);
   for (int v = 0; v < vocab_; ++v) {  // tied head: logits = ln(x) wte^T
     const float* w = wte_ + static_cast<size_t>(v) * d;
     float s = 0.0f;
-    for (size_t j = 0; j < d; ++j) s += h_[j] * w[j];
-    logits_[v] = s;
+    for (size_t j = 0; j < d; ++j) s += h[j] * w[j];
+    host_logits_[v] = s;
   }
-  ++pos_;
-  return logits_.data();
+}
+
+void GptDecoder::step_cuda(int token) {
+  const int D = dim_;
+  const size_t d = static_cast<size_t>(D);
+  float* mean = stats_.data();
+  float* rstd = stats_.data() + 1;
+  kernels::decode_embedding_cuda(token, pos_, wte_, wpe_, x_.data(), D, stream_);
+  for (Block& b : blocks_) {
+    kernels::layernorm_forward_cuda({1, D}, x_.data(), b.ln1_w, b.ln1_b, h_.data(), mean, rstd,
+                                    stream_);
+    kernels::dense_forward_cuda({1, D, 3 * D}, h_.data(), b.qkv_w, b.qkv_b, qkv_.data(), stream_);
+    kernels::cuda_copy_on_device_async(b.keys.data() + pos_ * d, qkv_.data() + d, d * sizeof(float),
+                                       stream_);
+    kernels::cuda_copy_on_device_async(b.values.data() + pos_ * d, qkv_.data() + 2 * d,
+                                       d * sizeof(float), stream_);
+    kernels::decode_attention_cuda(qkv_.data(), b.keys.data(), b.values.data(), pos_ + 1, D, heads_,
+                                   att_.data(), stream_);
+    kernels::dense_forward_cuda({1, D, D}, att_.data(), b.proj_w, b.proj_b, tmp_.data(), stream_);
+    kernels::residual_accumulate_cuda(tmp_.data(), x_.data(), d, stream_);
+    kernels::layernorm_forward_cuda({1, D}, x_.data(), b.ln2_w, b.ln2_b, h_.data(), mean, rstd,
+                                    stream_);
+    kernels::dense_forward_cuda({1, D, 4 * D}, h_.data(), b.fc_w, b.fc_b, hidden_.data(), stream_);
+    kernels::gelu_forward_cuda(hidden_.data(), act_.data(), 4 * d, stream_);
+    kernels::dense_forward_cuda({1, 4 * D, D}, act_.data(), b.mproj_w, b.mproj_b, tmp_.data(),
+                                stream_);
+    kernels::residual_accumulate_cuda(tmp_.data(), x_.data(), d, stream_);
+  }
+  kernels::layernorm_forward_cuda({1, D}, x_.data(), lnf_w_, lnf_b_, h_.data(), mean, rstd,
+                                  stream_);
+  // Tied head: logits [1, V] = ln(x) [1, D] wte^T.
+  kernels::GemmShape g;
+  g.m = 1;
+  g.n = vocab_;
+  g.k = D;
+  g.trans_b = true;
+  kernels::gemm_cuda(g, h_.data(), wte_, logits_.data(), stream_);
+  kernels::cuda_stream_synchronize(stream_);
+  kernels::cuda_copy_to_host(host_logits_.data(), logits_.data(),
+                             host_logits_.size() * sizeof(float));
 }
 
 }  // namespace lockstep

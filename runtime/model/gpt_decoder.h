@@ -1,15 +1,20 @@
-// A GPT's next-token logits one position at a time with a key/value cache, on the CPU: what
-// generation needs (sample_text.h), without running the whole window through the model per token.
+// A GPT's next-token logits one position at a time with a key/value cache, on the model's device:
+// what generation needs (sample_text.h), without running the whole window through the model per
+// token.
 //
-// Built from a gpt: model's parameters (Model::param_tensors names and layouts, copied to the host
-// once: embedN.wte (V, D), embedN.wpe (T, D), blockN.{ln1, attn.qkv, attn.proj, ln2, mlp.fc,
-// mlp.proj}.{weight, bias}, lmheadN.ln.{weight, bias}), it computes exactly the model's function
-// (gpt_layers.h: pre-norm blocks, causal attention with scale 1/sqrt(head_dim), tanh GELU, the head
-// tied to wte) with the same CPU kernels (dense, layer norm, GELU) on one row, keeping each block's
-// keys and values of the positions so far. step(token) appends the token at the next position
-// (positions 0 .. ctx - 1) and returns its logits; reset() starts a new text. The results agree
-// with the model's to float rounding (sums of another length and order), not bit for bit.
-// Used by one thread. No collective calls.
+// Built from a gpt: model's parameters (Model::param_tensors names and layouts: embedN.wte (V, D),
+// embedN.wpe (T, D), blockN.{ln1, attn.qkv, attn.proj, ln2, mlp.fc, mlp.proj}.{weight, bias},
+// lmheadN.ln.{weight, bias}), it computes exactly the model's function (gpt_layers.h: pre-norm
+// blocks, causal attention with scale 1/sqrt(head_dim), tanh GELU, the head tied to wte) on one
+// row, keeping each block's keys and values of the positions so far. On the CPU the parameters are
+// copied to the host once and the step runs the CPU kernels (dense, layer norm, GELU); on a GPU it
+// reads the model's device parameters in place (the model must outlive the decoder and not change
+// them while it decodes), keeps the cache in device memory and runs the CUDA twins with
+// kernels/gpt/decode.h's embedding and single-query attention, on the model's stream; the logits
+// come back to the host once per step. step(token) appends the token at the next position
+// (positions 0 .. ctx - 1) and returns its logits (host memory); reset() starts a new text. The
+// results agree with the model's to float rounding (sums of another length and order), not bit for
+// bit. Used by one thread. No collective calls.
 #pragma once
 
 #include <vector>
@@ -35,13 +40,20 @@ class GptDecoder {
   struct Block {
     const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b,
         *mproj_w, *mproj_b;
-    std::vector<float> keys, values;  // [ctx, D]
+    Buffer<float> keys, values;  // [ctx, D], where the model computes
   };
-  std::vector<float> params_;
+  void step_cpu(int token);
+  void step_cuda(int token);
+
+  DeviceKind device_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<float> params_;  // the CPU's copy (empty on a GPU: the model's own are read)
   const float *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   std::vector<Block> blocks_;
   int ctx_ = 0, vocab_ = 0, dim_ = 0, heads_ = 0, pos_ = 0;
-  std::vector<float> x_, h_, qkv_, att_, tmp_, hidden_, act_, scores_, logits_;
+  // Scratch of one row, where the model computes; `scores_` (CPU) and the host logits.
+  Buffer<float> x_, h_, qkv_, att_, tmp_, hidden_, act_, logits_, stats_;
+  std::vector<float> scores_, host_logits_;
 };
 
 }  // namespace lockstep

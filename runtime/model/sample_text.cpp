@@ -63,9 +63,8 @@ void generate_tokens(Model& model, int ctx, int vocab, std::vector<int>& text, i
                      const std::function<void(int)>& emit) {
   if (static_cast<int>(text.size()) > ctx) text.erase(text.begin(), text.end() - ctx);
   const bool on_gpu = model.device() == DeviceKind::cuda;
-  const int cached = on_gpu ? 0 : generate_with_cache(model, ctx, text, count, options, rng, emit);
-  // Past the context (and on a GPU, where there is no cache yet): the model over the whole window,
-  // zeros after it, for every token.
+  const int cached = generate_with_cache(model, ctx, text, count, options, rng, emit);
+  // Past the context: the model over the whole window, zeros after it, for every token.
   Buffer<float> input(model.device(), static_cast<size_t>(ctx));
   std::vector<float> x(static_cast<size_t>(ctx)), logits(static_cast<size_t>(vocab));
   for (int step = cached; step < count; ++step) {

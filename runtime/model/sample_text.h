@@ -8,11 +8,11 @@
 // generate_tokens: `model` takes `ctx` token ids (as floats) per sample and gives `vocab` logits
 // at each of the ctx positions (a gpt: model as lockstep-train builds it, on either device); each
 // step appends the token picked at the last position of the newest ctx tokens of `text`, then
-// calls emit(token). On the CPU the positions go through a key/value cache (gpt_decoder.h: one
-// position's work per token, the whole window again only when it slides past ctx); on a GPU the
-// model runs over the window (zeros after it) for every token. Used by one thread; a GPU model's
-// activations are overwritten. No collective calls: every rank that calls it with the same
-// parameters, text and generator gets the same tokens.
+// calls emit(token). The positions go through a key/value cache on the model's device
+// (gpt_decoder.h: one position's work per token), the whole window again for every token only once
+// it slides past ctx. Used by one thread; a GPU model's activations are overwritten. No collective
+// calls: every rank that calls it with the same parameters, text and generator gets the same
+// tokens.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,96 @@
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/gpt/decode.h"
+
+namespace lockstep::kernels {
+
+namespace {
+
+constexpr int kMaxLength = 12288;  // 48 KiB of scores: the default shared-memory limit
+
+__global__ void decode_embedding_kernel(int token, int position, const float* wte, const float* wpe,
+                                        float* x, int dim) {
+  for (size_t j = cuda::thread_index(); j < static_cast<size_t>(dim); j += cuda::thread_stride())
+    x[j] = wte[static_cast<size_t>(token) * dim + j] + wpe[static_cast<size_t>(position) * dim + j];
+}
+
+__device__ float block_max(float v) {
+  __shared__ float partial[cuda::kWarp];
+  const int lane = threadIdx.x % cuda::kWarp, warp = threadIdx.x / cuda::kWarp;
+  const int warps = blockDim.x / cuda::kWarp;
+  for (int offset = cuda::kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : -INFINITY;
+  for (int offset = cuda::kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  __syncthreads();
+  return v;
+}
+
+// One block per head: the scores of every cached position into shared memory, their maximum and
+// sum over the block, then each thread one output value (a column of the values, summed in
+// position order).
+__global__ void decode_attention_kernel(const float* q, const float* keys, const float* values,
+                                        int length, int dim, int head_dim, float scale,
+                                        float* out) {
+  extern __shared__ float scores[];
+  const int h = blockIdx.x;
+  const float* qh = q + static_cast<size_t>(h) * head_dim;
+  float top = -INFINITY;
+  for (int t = threadIdx.x; t < length; t += blockDim.x) {
+    const float* k = keys + static_cast<size_t>(t) * dim + static_cast<size_t>(h) * head_dim;
+    float s = 0.0f;
+    for (int j = 0; j < head_dim; ++j) s += qh[j] * k[j];
+    s *= scale;
+    scores[t] = s;
+    top = fmaxf(top, s);
+  }
+  top = block_max(top);  // its barrier also orders the scores' writes before the reads below
+  float sum = 0.0f;
+  for (int t = threadIdx.x; t < length; t += blockDim.x) {
+    const float e = expf(scores[t] - top);
+    scores[t] = e;
+    sum += e;
+  }
+  sum = cuda::block_sum(sum);
+  for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
+    const float* v = values + static_cast<size_t>(h) * head_dim + j;
+    float acc = 0.0f;
+    for (int t = 0; t < length; ++t) acc += scores[t] * v[static_cast<size_t>(t) * dim];
+    out[static_cast<size_t>(h) * head_dim + j] = acc / sum;
+  }
+}
+
+}  // namespace
+
+void decode_embedding_cuda(int token, int position, const float* wte, const float* wpe, float* x,
+                           int dim, cudaStream_t stream) {
+  if (dim <= 0 || token < 0 || position < 0)
+    throw std::invalid_argument("decode_embedding_cuda: token " + std::to_string(token) +
+                                ", position " + std::to_string(position) + ", dim " +
+                                std::to_string(dim));
+  decode_embedding_kernel<<<cuda::grid_for(static_cast<size_t>(dim)), cuda::kThreads, 0, stream>>>(
+      token, position, wte, wpe, x, dim);
+  LS_CHECK_LAUNCH("decode_embedding_kernel");
+}
+
+void decode_attention_cuda(const float* q, const float* keys, const float* values, int length,
+                           int dim, int heads, float* out, cudaStream_t stream) {
+  if (heads <= 0 || dim <= 0 || dim % heads != 0 || length < 1 || length > kMaxLength)
+    throw std::invalid_argument(
+        "decode_attention_cuda: " + std::to_string(heads) + " heads of dim " + std::to_string(dim) +
+        ", length " + std::to_string(length) + " (at most " + std::to_string(kMaxLength) + ")");
+  const int head_dim = dim / heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int threads = cuda::threads_for_row(std::max(head_dim, std::min(length, cuda::kThreads)));
+  decode_attention_kernel<<<heads, threads, static_cast<size_t>(length) * sizeof(float), stream>>>(
+      q, keys, values, length, dim, head_dim, scale, out);
+  LS_CHECK_LAUNCH("decode_attention_kernel");
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,26 @@
+// One position of a GPT against its key/value cache, on the GPU: the pieces of a single-row step
+// that the layers' kernels (dense, layer norm, GELU, residual) do not cover. Used by
+// runtime/model/gpt_decoder.h's device path, whose CPU path computes the same in plain loops.
+//
+//   decode_embedding_cuda: x[dim] = wte[token, :] + wpe[position, :]
+//   decode_attention_cuda: for each of `heads` heads of head_dim = dim / heads values, the query
+//     q[h * head_dim ...] against the first `length` rows of keys and values ([length, dim], row
+//     stride dim): scores q.k scaled by 1 / sqrt(head_dim), softmax in fp32 (the maximum
+//     subtracted), out[h * head_dim ...] = the probabilities times the values. length <= max_length
+//     given at the call (the scores of one head live in shared memory: max_length floats).
+//
+// Device pointers, enqueued on `stream`, not waited for; std::invalid_argument for a shape out of
+// range (dim not a multiple of heads, length < 1, a context over 12,288 positions). Deterministic:
+// each head's sums run in a fixed order. Stateless; no collective calls.
+#pragma once
+
+#include "kernels/cuda/stream.h"
+
+namespace lockstep::kernels {
+
+void decode_embedding_cuda(int token, int position, const float* wte, const float* wpe, float* x,
+                           int dim, cudaStream_t stream);
+void decode_attention_cuda(const float* q, const float* keys, const float* values, int length,
+                           int dim, int heads, float* out, cudaStream_t stream);
+
+}  // namespace lockstep::kernels
