@@ -26,7 +26,8 @@
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
 # LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: multi-rank bf16 im2col
-# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc accuracy), LOCKSTEP_GPU_PEERS (which
+# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc generate accuracy),
+# LOCKSTEP_GPU_PEERS (which
 # peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { echo "gpu-check: $1 (usage: gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR])" >&2; exit 2; }
@@ -326,10 +327,13 @@ peer() {
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both)
+#   generate    lockstep-generate through the key/value cache on the GPU: gpt:small trained 30 steps
+#               (bf16) on this repository's Markdown as bytes, then 512 greedy bytes on the GPU
+#               (bytes/s) and 64 on the CPU from the same checkpoint, whose first 64 must agree
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc accuracy"
+  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc generate accuracy"
   for part in ${LOCKSTEP_GPU_PARTS:-$all}; do
     if [[ " $all " == *" $part "* ]]; then "long_${part/-/_}"; else record "part $part" failed "unknown part ($all)"; fi
   done
@@ -495,6 +499,41 @@ long_llmc() {
   cat "$log"
 }
 # Accuracy on the real data in fp32 and bf16, Lockstep and PyTorch with the same settings.
+long_generate() {
+  local dir="$logs/generate" log rc gpu_text cpu_text
+  mkdir -p "$dir"
+  log="$logs/generate_prepare.log"
+  step "$step_timeout" "$log" bash -c '"$1/apps/lockstep-data" text --in "$2"/README.md "$2"/docs/*.md \
+      --out "$3/text.h5" --seq-len 1024 &&
+    "$1/apps/lockstep-train" --data "$3/text.h5" --model gpt:small --device cuda --precision bf16 \
+      --global-batch 8 --steps 30 --checkpoint-dir "$3/ck" --progress none' _ "$build" "$root" "$dir"
+  rc=$?
+  gpu_step "generate: gpt:small trained 30 steps" $rc "$log" "$(ls "$dir/ck" 2>/dev/null | tail -1)"
+  cat "$log"
+  [[ $rc -eq 0 ]] || return 0
+  local ck
+  ck=$(ls "$dir"/ck/ckpt-*.h5 | tail -1)
+  log="$logs/generate_gpu.log"
+  step "$step_timeout" "$log" bash -c '"$1/apps/lockstep-generate" --checkpoint "$2" --prompt "The " \
+    --tokens 512 --temperature 0 --device cuda >"$3/gpu.txt"' _ "$build" "$ck" "$dir"
+  rc=$?
+  gpu_step "generate: gpt:small on the GPU, 512 greedy bytes" $rc "$log" \
+    "$(grep -aoE '[0-9.]+ bytes/s on cuda' "$log")"
+  cat "$log"
+  log="$logs/generate_cpu.log"
+  step "$step_timeout" "$log" bash -c '"$1/apps/lockstep-generate" --checkpoint "$2" --prompt "The " \
+    --tokens 64 --temperature 0 --device cpu >"$3/cpu.txt"' _ "$build" "$ck" "$dir"
+  rc=$?
+  gpu_text=$(head -c 64 "$dir/gpu.txt" 2>/dev/null | od -An -v -tx1 | tr -d ' \n')
+  cpu_text=$(head -c 64 "$dir/cpu.txt" 2>/dev/null | od -An -v -tx1 | tr -d ' \n')
+  if [[ $rc -ne 0 ]]; then
+    record "generate: the same 64 bytes on the CPU" failed "$(first_error "$log")"
+  elif [[ -n $gpu_text && $gpu_text == "$cpu_text" ]]; then
+    record "generate: the same 64 bytes on the CPU" ok "$(grep -aoE '[0-9.]+ bytes/s on cpu' "$log")"
+  else
+    record "generate: the same 64 bytes on the CPU" failed "GPU $gpu_text, CPU $cpu_text"
+  fi
+}
 long_accuracy() {
   local train="$build/apps/lockstep-train" precision log
   if [[ ! -f "$train_data" || $accuracy_epochs -le 0 ]]; then
