@@ -347,19 +347,27 @@ void expect_zero_matches_unsharded(TrainConfig c) {
   EXPECT_LE(two.grads, two.params + two.params / static_cast<uint64_t>(P));
 }
 
+// A gpt: model with AdamW, global batch 12, on `train_rows` (and 12 test) random byte sequences of
+// 16 tokens that rank 0 writes to a file named after `name`.
+TrainConfig gpt_on_random_bytes(const std::string& spec, int64_t steps, int train_rows,
+                                const std::string& name) {
+  TrainConfig c = base_config(spec, OptimizerKind::adamw, 12, steps);
+  c.train.path = testing_util::shared_temp_dir("trainer") + "/" + name + "_tokens.h5";
+  if (world_rank_is_zero()) {
+    testing_util::write_tokens<uint8_t>(c.train.path, train_rows, 16, 256, "train");
+    testing_util::write_tokens<uint8_t>(c.train.path, 12, 16, 256, "test");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return c;
+}
+
 // Where no layer dominates, --zero 2 keeps less of the gradients than a whole buffer: each rank
 // its 1/P of the sums and a ring of two buckets (the tied embedding's apart). Eight blocks of a
 // small GPT, buckets of one block.
 TEST(Zero, StageTwoKeepsLessThanAWholeGradient) {
   auto world = make_mpi_communicator();
   const int P = world->size();
-  TrainConfig c = base_config("gpt:layers=8,heads=2,dim=64,ctx=16", OptimizerKind::adamw, 12, 1);
-  c.train.path = testing_util::shared_temp_dir("trainer") + "/zero_memory_tokens.h5";
-  if (world_rank_is_zero()) {
-    testing_util::write_tokens<uint8_t>(c.train.path, 24, 16, 256, "train");
-    testing_util::write_tokens<uint8_t>(c.train.path, 12, 16, 256, "test");
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  TrainConfig c = gpt_on_random_bytes("gpt:layers=8,heads=2,dim=64,ctx=16", 1, 24, "zero_memory");
   c.bucket_mb = 0.2;
   c.zero = 2;
   Trainer t(*world, c);
@@ -402,13 +410,7 @@ TEST(Zero, CnnAdamWithClippingMatchesUnsharded) {
 }
 
 TEST(Zero, GptAdamWWithClippingMatchesUnsharded) {
-  TrainConfig c = base_config("gpt:layers=2,heads=2,dim=16,ctx=16", OptimizerKind::adamw, 12, 50);
-  c.train.path = testing_util::shared_temp_dir("trainer") + "/zero_tokens.h5";
-  if (world_rank_is_zero()) {
-    testing_util::write_tokens<uint8_t>(c.train.path, 90, 16, 256, "train");
-    testing_util::write_tokens<uint8_t>(c.train.path, 12, 16, 256, "test");
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  TrainConfig c = gpt_on_random_bytes("gpt:layers=2,heads=2,dim=16,ctx=16", 50, 90, "zero");
   c.optimizer.weight_decay = 0.1f;
   c.lr = 3e-3;
   c.clip_norm = 1.0;
