@@ -62,7 +62,12 @@ void dense_backward_cpu(const DenseShape& s, const float* x, const float* w, con
 void dense_forward_onednn(const DenseShape& s, const float* x, const float* w, const float* b,
                           float* y) {
   check_dense_shape(s, "dense_forward_onednn");
-  forward(gemm_onednn, s, x, w, b, y);
+  if (b == nullptr || s.batch == 0) {
+    forward(gemm_onednn, s, x, w, b, y);
+    return;
+  }
+  // The bias as the matmul's own operand: no seeding pass over y, and y is not read.
+  gemm_bias_onednn({.m = s.batch, .n = s.out, .k = s.in}, x, w, b, y);
 }
 
 void dense_backward_onednn(const DenseShape& s, const float* x, const float* w, const float* dy,

@@ -20,6 +20,10 @@ struct GemmShape {
 void gemm_cpu(const GemmShape& s, const float* a, const float* b, float* c);
 // The oneDNN twin (onednn/gemm_onednn.cpp, a matmul primitive per shape; onednn.h), same contract.
 void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c);
+// C = op(A) op(B) + bias, bias[n] added to every row of C by the matmul itself (no pass over C
+// before or after it); alpha must be 1, beta 0 and k > 0 (std::invalid_argument otherwise).
+void gemm_bias_onednn(const GemmShape& s, const float* a, const float* b, const float* bias,
+                      float* c);
 
 // CUDA twins (gemm.cu, through cuBLAS): device pointers, enqueued on `stream`, not waited for.
 void gemm_cuda(const GemmShape& s, const float* a, const float* b, float* c, cudaStream_t stream);

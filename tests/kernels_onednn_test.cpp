@@ -235,6 +235,34 @@ TEST(OnednnGemm, MatchesOpenBlasForEveryTransposeAlphaAndBeta) {
                std::invalid_argument);
 }
 
+// The bias as the matmul's own operand: the product plus the bias row on every row, as OpenBLAS
+// gives it from C seeded with the bias rows and beta 1.
+TEST(OnednnGemm, BiasIsAddedToEveryRow) {
+  SKIP_WITHOUT_ONEDNN();
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const GemmShape s{.m = 13, .n = 7, .k = 33, .trans_a = ta, .trans_b = tb};
+      const std::vector<float> a = random_floats(13 * 33, 1), b = random_floats(33 * 7, 2),
+                               bias = random_floats(7, 3);
+      std::vector<float> want(13 * 7), got(13 * 7, 9.0f);
+      for (int i = 0; i < 13; ++i) std::copy(bias.begin(), bias.end(), want.begin() + i * 7);
+      GemmShape seeded = s;
+      seeded.beta = 1.0f;
+      gemm_cpu(seeded, a.data(), b.data(), want.data());
+      gemm_bias_onednn(s, a.data(), b.data(), bias.data(), got.data());
+      EXPECT_LT(max_rel_error(got, want), kTolerance) << "trans_a " << ta << " trans_b " << tb;
+    }
+  std::vector<float> v(4);
+  EXPECT_THROW(gemm_bias_onednn({.m = 1, .n = 1, .k = 1, .beta = 1.0f}, v.data(), v.data(),
+                                v.data(), v.data()),
+               std::invalid_argument)
+      << "a bias with beta: the sum post-op and the bias together are not offered";
+  EXPECT_THROW(gemm_bias_onednn({.m = 1, .n = 1, .k = 1, .alpha = 2.0f}, v.data(), v.data(),
+                                v.data(), v.data()),
+               std::invalid_argument)
+      << "oneDNN would scale the bias too";
+}
+
 TEST(OnednnDense, MatchesOpenBlasAndAccumulates) {
   SKIP_WITHOUT_ONEDNN();
   for (DenseShape s : {DenseShape{64, 3136, 10}, DenseShape{1, 5, 3}, DenseShape{7, 33, 17}}) {

@@ -2,6 +2,7 @@
 #include <array>
 #include <cstring>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "kernels/gemm.h"
 #include "kernels/onednn/util.h"
@@ -9,6 +10,7 @@
 // The oneDNN twin of gemm_cpu: one matmul primitive per shape, with the transposes as strides of
 // the operands' memory descriptors (no copies), alpha as the output scale and beta as a sum
 // post-op (C = alpha op(A) op(B) + beta C). beta == 0 leaves the post-op out, so C is not read.
+// gemm_bias_onednn gives the matmul a bias operand (a row added to every row of C).
 
 namespace lockstep::kernels {
 
@@ -19,7 +21,7 @@ constexpr auto f32 = memory::data_type::f32;
 
 struct Matmul {
   dnnl::matmul prim;
-  memory a, b, c, scratch;
+  memory a, b, c, bias, scratch;
 };
 
 long bits(float v) {
@@ -28,7 +30,7 @@ long bits(float v) {
   return i;
 }
 
-Matmul make_matmul(const GemmShape& s) {
+Matmul make_matmul(const GemmShape& s, bool with_bias) {
   const memory::dim m = s.m, n = s.n, k = s.k;
   // Row-major storage: A is m x k (k x m when transposed), B is k x n (n x k), C is m x n.
   memory::desc a({m, k}, f32, s.trans_a ? memory::dims{1, m} : memory::dims{k, 1});
@@ -41,11 +43,46 @@ Matmul make_matmul(const GemmShape& s) {
     add.append_sum(s.beta);
     attr.set_post_ops(add);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), onednn::user_scratchpad(attr),
-                                  onednn::engine());
+  memory::desc bias({1, n}, f32, memory::dims{n, 1});
+  dnnl::matmul::primitive_desc pd(
+      with_bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c),
+      onednn::user_scratchpad(attr), onednn::engine());
   const dnnl::engine& e = onednn::engine();
-  return {dnnl::matmul(pd), memory(a, e, DNNL_MEMORY_NONE), memory(b, e, DNNL_MEMORY_NONE),
-          memory(c, e, DNNL_MEMORY_NONE), memory(pd.scratchpad_desc(), e)};
+  return {dnnl::matmul(pd),
+          memory(a, e, DNNL_MEMORY_NONE),
+          memory(b, e, DNNL_MEMORY_NONE),
+          memory(c, e, DNNL_MEMORY_NONE),
+          memory(bias, e, DNNL_MEMORY_NONE),
+          memory(pd.scratchpad_desc(), e)};
+}
+
+}  // namespace
+
+namespace {
+
+void run(const GemmShape& s, const float* a, const float* b, const float* bias, float* c,
+         const char* who) {
+  try {
+    const std::array<long, 8> key{s.m,       s.n,           s.k,          s.trans_a,
+                                  s.trans_b, bits(s.alpha), bits(s.beta), bias != nullptr};
+    Matmul& mm = onednn::cached<Matmul>(key, [&] { return make_matmul(s, bias != nullptr); });
+    mm.a.set_data_handle(const_cast<float*>(a));
+    mm.b.set_data_handle(const_cast<float*>(b));
+    mm.c.set_data_handle(c);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mm.a},
+                                         {DNNL_ARG_WEIGHTS, mm.b},
+                                         {DNNL_ARG_DST, mm.c},
+                                         {DNNL_ARG_SCRATCHPAD, mm.scratch}};
+    if (bias != nullptr) {
+      mm.bias.set_data_handle(const_cast<float*>(bias));
+      args.emplace(DNNL_ARG_BIAS, mm.bias);
+    }
+    dnnl::stream& st = onednn::stream();
+    mm.prim.execute(st, args);
+    st.wait();
+  } catch (const dnnl::error& e) {
+    onednn::rethrow(who, e);
+  }
 }
 
 }  // namespace
@@ -61,21 +98,17 @@ void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
       std::transform(c, c + count, c, [&](float v) { return s.beta * v; });
     return;
   }
-  try {
-    const std::array<long, 7> key{s.m, s.n, s.k, s.trans_a, s.trans_b, bits(s.alpha), bits(s.beta)};
-    Matmul& mm = onednn::cached<Matmul>(key, [&] { return make_matmul(s); });
-    mm.a.set_data_handle(const_cast<float*>(a));
-    mm.b.set_data_handle(const_cast<float*>(b));
-    mm.c.set_data_handle(c);
-    dnnl::stream& st = onednn::stream();
-    mm.prim.execute(st, {{DNNL_ARG_SRC, mm.a},
-                         {DNNL_ARG_WEIGHTS, mm.b},
-                         {DNNL_ARG_DST, mm.c},
-                         {DNNL_ARG_SCRATCHPAD, mm.scratch}});
-    st.wait();
-  } catch (const dnnl::error& e) {
-    onednn::rethrow("gemm_onednn", e);
-  }
+  run(s, a, b, nullptr, c, "gemm_onednn");
+}
+
+void gemm_bias_onednn(const GemmShape& s, const float* a, const float* b, const float* bias,
+                      float* c) {
+  // oneDNN scales the bias with the product (dst = alpha (A B + bias)): only alpha 1 is the
+  // contract's.
+  if (s.m < 0 || s.n < 0 || s.k <= 0 || s.alpha != 1.0f || s.beta != 0.0f)
+    throw std::invalid_argument("gemm_bias_onednn: needs m, n >= 0, k > 0, alpha 1 and beta 0");
+  if (s.m == 0 || s.n == 0) return;
+  run(s, a, b, bias, c, "gemm_bias_onednn");
 }
 
 }  // namespace lockstep::kernels

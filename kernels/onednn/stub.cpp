@@ -32,5 +32,8 @@ void conv2d_backward_onednn(const Conv2dShape&, const float*, const float*, cons
 }
 bool conv2d_onednn_blocked16(const Conv2dShape&, Conv2dIo) { return false; }
 void gemm_onednn(const GemmShape&, const float*, const float*, float*) { missing("gemm_onednn"); }
+void gemm_bias_onednn(const GemmShape&, const float*, const float*, const float*, float*) {
+  missing("gemm_bias_onednn");
+}
 
 }  // namespace lockstep::kernels
