@@ -14,6 +14,26 @@ void check_layernorm_shape(const LayerNormShape& s, const char* who) {
     throw std::invalid_argument(std::string(who) + ": rows must be >= 0 and dim > 0");
 }
 
+namespace {
+
+// A row's sum in double, f(j) for j < n, in kLanes interleaved partial sums added in lane order:
+// independent chains the compiler vectorises instead of one add waiting on the last, in an order
+// fixed by the code (the same bits on every CPU and at any thread count).
+constexpr int kLanes = 8;
+template <class F>
+double lane_sum(int n, F f) {
+  double part[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += f(j + l);
+  for (int l = 0; j < n; ++j, ++l) part[l] += f(j);
+  double sum = 0;
+  for (double p : part) sum += p;
+  return sum;
+}
+
+}  // namespace
+
 void layernorm_forward_cpu(const LayerNormShape& s, const float* x, const float* gamma,
                            const float* beta, float* y, float* mean, float* rstd) {
   check_layernorm_shape(s, "layernorm_forward_cpu");
@@ -22,14 +42,12 @@ void layernorm_forward_cpu(const LayerNormShape& s, const float* x, const float*
     const float* xr = x + static_cast<size_t>(r) * s.dim;
     float* yr = y + static_cast<size_t>(r) * s.dim;
     // Two passes (mean, then squared deviations): no cancellation as in E[x^2] - E[x]^2.
-    double sum = 0;
-    for (int j = 0; j < s.dim; ++j) sum += xr[j];
+    const double sum = lane_sum(s.dim, [&](int j) { return static_cast<double>(xr[j]); });
     const float m = static_cast<float>(sum / s.dim);
-    double var = 0;
-    for (int j = 0; j < s.dim; ++j) {
+    const double var = lane_sum(s.dim, [&](int j) {
       const double d = xr[j] - m;
-      var += d * d;
-    }
+      return d * d;
+    });
     const float rs = static_cast<float>(1.0 / std::sqrt(var / s.dim + kLayerNormEps));
     for (int j = 0; j < s.dim; ++j) yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
     mean[r] = m;
@@ -50,13 +68,14 @@ void layernorm_backward_cpu(const LayerNormShape& s, const float* x, const float
       const float* xr = x + off;
       const float* dyr = dy + off;
       const float m = mean[r], rs = rstd[r];
-      double g_sum = 0, gx_sum = 0;  // sum_j g, sum_j g * xhat
-      for (int j = 0; j < s.dim; ++j) {
+      // sum_j g and sum_j g * xhat
+      const double g_sum =
+          lane_sum(s.dim, [&](int j) { return static_cast<double>(dyr[j] * gamma[j]); });
+      const double gx_sum = lane_sum(s.dim, [&](int j) {
         const float xhat = (xr[j] - m) * rs;
         const float g = dyr[j] * gamma[j];
-        g_sum += g;
-        gx_sum += static_cast<double>(g) * xhat;
-      }
+        return static_cast<double>(g) * xhat;
+      });
       const float g_mean = static_cast<float>(g_sum / s.dim);
       const float gx_mean = static_cast<float>(gx_sum / s.dim);
       for (int j = 0; j < s.dim; ++j) {

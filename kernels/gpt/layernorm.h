@@ -8,7 +8,8 @@
 //   dx[r, j] = rstd_r * (g[r, j] - mean_j g[r, :] - xhat[r, j] * mean_j (g[r, :] * xhat[r, :]))
 // overwritten (skipped when null), dgamma += sum_r dy * xhat and dbeta += sum_r dy (accumulated,
 // as dense.h; either may be null). No aliasing between inputs and outputs. Row statistics are
-// summed in double on the CPU and in fp32 in a fixed order on the GPU.
+// summed in double on the CPU (in 8 interleaved partial sums, added in order) and in fp32 in a
+// fixed order on the GPU.
 // Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
