@@ -3,7 +3,8 @@
 #  - a rank killed with kill -9 mid-training: the job ends non-zero within the bound (--timeout plus
 #    slack), and the output names the lost rank (mpiexec's notice or our own message);
 #  - a rank stalled inside a collective (SIGSTOP, which mpiexec does not notice): every other rank
-#    exits non-zero after --timeout with a message naming the collective it waited in;
+#    exits non-zero after --timeout with a message naming the collective it waited in, with
+#    --zero 2's reduce-scatters too;
 #  - a rank stopped (SIGSTOP) while checkpoints are written every step: the job ends within the
 #    checkpoint deadline; rank 0 stopped inside a save (test hook) makes rank 1 give up after
 #    --checkpoint-timeout, not --timeout, naming the file and the option;
@@ -101,6 +102,20 @@ if stop_rank1 "$job" stalled.log; then
   n=$(grep -Ec "\[rank [023]/4 .*did not complete within $timeout_s s" <<<"$out")
   [[ $n -ge 1 ]] || fail "no rank reported the stalled collective"$'\n'"$out"
   echo "ok: rank 1 stalled: job ended with exit $rc after ${took} ms; $n rank(s) said: $(grep -m1 'did not complete' <<<"$out" | cut -c1-150)"
+fi
+
+# --- the same with --zero 2, buckets of a layer each: the others give up in a reduce-scatter (or
+# the all-gather after it) that the stalled rank never joins, after --timeout, naming it ---
+timeout_s=4
+start_long_run stalled_zero2 --timeout $timeout_s --zero 2 --bucket-mb 0.0001 ||
+  fail "the --zero 2 run to stall never wrote its first checkpoint"
+if stop_rank1 "$job" stalled_zero2.log; then
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "--zero 2, rank 1 stopped: the job exited $rc"$'\n'"$out"
+  [[ $took -le $(( (timeout_s + 15) * 1000 )) ]] ||
+    fail "--zero 2: the job ended ${took} ms after rank 1 stalled (timeout ${timeout_s} s)"
+  n=$(grep -Ec "\[rank [023]/4 .*did not complete within $timeout_s s" <<<"$out")
+  [[ $n -ge 1 ]] || fail "--zero 2: no rank reported the stalled collective"$'\n'"$out"
+  echo "ok: --zero 2, rank 1 stalled: exit $rc after ${took} ms; $(grep -m1 'did not complete' <<<"$out" | cut -c1-150)"
 fi
 
 # --- a rank stopped while checkpoints are written every step: bounded by the deadlines ---
