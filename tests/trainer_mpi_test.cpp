@@ -290,6 +290,10 @@ TEST(CollectiveSequenceCheck, ASequenceThatDiffersIsNamed) {
 void expect_zero_matches_unsharded(TrainConfig c) {
   auto world = make_mpi_communicator();
   const int P = world->size();
+  // Three trainings and a yardstick per test: at 6 ranks on a 2-core machine that alone took
+  // four minutes. The sizes are 2, 3 and 4 (3 for a world that is not a power of two);
+  // the collective sequence above runs every stage at 6.
+  if (P > 4) GTEST_SKIP() << "ZeRO's equivalence runs at 1-4 ranks, not " << P;
   // A loss that is not finite on the last rank at step 7: all skip exactly that step.
   setenv("LOCKSTEP_TEST_LOSS_INF", (std::to_string(P - 1) + ":7").c_str(), 1);
   c.guard.on_nan = NanPolicy::skip;

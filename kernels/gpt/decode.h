@@ -11,7 +11,8 @@
 //
 // Device pointers, enqueued on `stream`, not waited for; std::invalid_argument for a shape out of
 // range (dim not a multiple of heads, length < 1, a context over 12,288 positions). Deterministic:
-// each head's sums run in a fixed order. Stateless; no collective calls.
+// each head's sums run in a fixed order. Stateless functions: threads may call them on separate
+// buffers. No collective calls.
 #pragma once
 
 #include "kernels/cuda/stream.h"
