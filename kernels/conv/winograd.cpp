@@ -53,6 +53,17 @@ float* sized(int which, size_t floats) {
   return v.data();
 }
 
+// One build's entry points (winograd_isa.inc's kBuild): the per-image passes, for NHWC [0] and
+// blocked [1] activations, and the kernel's transform and gradient.
+struct Build {
+  void (*convolve[2])(const Tiles& t, int ci, int co, const float* x, const float* u,
+                      const float* b, bool relu, float* y, size_t i0, size_t i1);
+  void (*gradient[2])(const Tiles& t, int ci, int co, const float* x, const float* dy, float* du,
+                      size_t i0, size_t i1);
+  void (*kernel_transform)(const float* g, int ci, int co, float* u);
+  void (*kernel_gradient)(const float* du, int ci, int co, float* dw);
+};
+
 // The transforms and products, once for AVX-512 and once for AVX2 (winograd_isa.inc).
 #define LS_WINO_NS avx512
 #define LS_WINO_ISA "avx512f"
@@ -69,38 +80,8 @@ float* sized(int which, size_t floats) {
 #undef LS_WINO_ISA
 #undef LS_WINO_WIDE
 
-// The passes' per-image work in this CPU's build (winograd_fast() is true), for the activations'
-// layout.
-void convolve(const Tiles& t, int ci, int co, const float* x, const float* u, const float* b,
-              bool relu, float* y, size_t i0, size_t i1, bool blocked) {
-  if (cpu_avx512f())
-    blocked ? avx512::convolve_images<true>(t, ci, co, x, u, b, relu, y, i0, i1)
-            : avx512::convolve_images<false>(t, ci, co, x, u, b, relu, y, i0, i1);
-  else
-    blocked ? avx2::convolve_images<true>(t, ci, co, x, u, b, relu, y, i0, i1)
-            : avx2::convolve_images<false>(t, ci, co, x, u, b, relu, y, i0, i1);
-}
-void gradient(const Tiles& t, int ci, int co, const float* x, const float* dy, float* du, size_t i0,
-              size_t i1, bool blocked) {
-  if (cpu_avx512f())
-    blocked ? avx512::gradient_chunk<true>(t, ci, co, x, dy, du, i0, i1)
-            : avx512::gradient_chunk<false>(t, ci, co, x, dy, du, i0, i1);
-  else
-    blocked ? avx2::gradient_chunk<true>(t, ci, co, x, dy, du, i0, i1)
-            : avx2::gradient_chunk<false>(t, ci, co, x, dy, du, i0, i1);
-}
-void kernel_transform(const float* g, int ci, int co, float* u) {
-  if (cpu_avx512f())
-    avx512::transform_kernel(g, ci, co, u);
-  else
-    avx2::transform_kernel(g, ci, co, u);
-}
-void kernel_gradient(const float* du, int ci, int co, float* dw) {
-  if (cpu_avx512f())
-    avx512::add_kernel_gradient(du, ci, co, dw);
-  else
-    avx2::add_kernel_gradient(du, ci, co, dw);
-}
+// This CPU's build (winograd_fast() is true).
+const Build& build() { return cpu_avx512f() ? avx512::kBuild : avx2::kBuild; }
 
 void check(const Conv2dShape& s, const char* who) {
   conv2d_geometry(s, who);
@@ -137,9 +118,10 @@ void winograd_forward_cpu(const Conv2dShape& s, const float* x, const float* w, 
   thread_local std::vector<float> u;
   u.resize(static_cast<size_t>(kE) * s.c_in * s.c_out);
   const float* kernel = u.data();  // the worker threads' `u` would be their own
-  kernel_transform(w, s.c_in, s.c_out, u.data());
+  const Build& here = build();
+  here.kernel_transform(w, s.c_in, s.c_out, u.data());
   parallel_chunks(static_cast<size_t>(s.n), 1, [&](size_t i0, size_t i1) {
-    convolve(t, s.c_in, s.c_out, x, kernel, b, s.relu, y, i0, i1, blocked);
+    here.convolve[blocked](t, s.c_in, s.c_out, x, kernel, b, s.relu, y, i0, i1);
   });
 }
 
@@ -148,6 +130,7 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
   check(s, "winograd_backward_cpu");
   const Tiles t(s);
   const int ci = s.c_in, co = s.c_out;
+  const Build& here = build();
   if (dx != nullptr) {
     // dx = dy convolved with the kernel rotated by 180 degrees, its channels swapped:
     // rotated[ky][kx][o][i] = w[2 - ky][2 - kx][i][o].
@@ -159,10 +142,10 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
           rotated[(static_cast<size_t>(tap) * co + o) * ci + i] =
               w[(static_cast<size_t>(8 - tap) * ci + i) * co + o];
     u.resize(static_cast<size_t>(kE) * ci * co);
-    kernel_transform(rotated.data(), co, ci, u.data());
+    here.kernel_transform(rotated.data(), co, ci, u.data());
     const float* kernel = u.data();
     parallel_chunks(static_cast<size_t>(s.n), 1, [&](size_t i0, size_t i1) {
-      convolve(t, co, ci, dy, kernel, nullptr, false, dx, i0, i1, blocked);
+      here.convolve[blocked](t, co, ci, dy, kernel, nullptr, false, dx, i0, i1);
     });
   }
   // The weight and bias gradients: one partial sum per chunk of kChunk images, added in order.
@@ -173,8 +156,8 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
   float* parts = partial.data();
   parallel_chunks(chunks, 1, [&](size_t c0, size_t c1) {
     for (size_t c = c0; c < c1; ++c)
-      gradient(t, ci, co, x, dy, parts + c * per_chunk, c * kChunk,
-               std::min<size_t>(s.n, (c + 1) * kChunk), blocked);
+      here.gradient[blocked](t, ci, co, x, dy, parts + c * per_chunk, c * kChunk,
+                             std::min<size_t>(s.n, (c + 1) * kChunk));
   });
   // The chunks in order into the first, spread over the threads by element: the same bits.
   float* total = parts;
@@ -184,7 +167,7 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
       for (size_t i = i0; i < i1; ++i) total[i] += part[i];
     }
   });
-  kernel_gradient(total, ci, co, dw);
+  here.kernel_gradient(total, ci, co, dw);
   if (db != nullptr)
     for (int o = 0; o < co; ++o) db[o] += total[static_cast<size_t>(kE) * ci * co + o];
 }

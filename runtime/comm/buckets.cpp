@@ -145,9 +145,9 @@ size_t BucketReducer::wire_bytes() const {
   return wire_ == Precision::bf16 ? sizeof(uint16_t) : sizeof(float);
 }
 
-void* BucketReducer::wire_ptr(size_t b) {
-  if (wire_ == Precision::bf16) return wire_copy_.data() + at_[b];
-  return grads_ + at_[b];
+void* BucketReducer::wire_at(size_t at) {
+  if (wire_ == Precision::bf16) return wire_copy_.data() + at;
+  return grads_ + at;
 }
 
 std::pair<size_t, size_t> BucketReducer::own_block(size_t b) const {
@@ -216,7 +216,7 @@ void BucketReducer::launch(size_t b) {
   // the rank's own values, already in place.
   if (captured_ && !comm_.capturable()) return;
   const DType type = wire_ == Precision::bf16 ? DType::bf16 : DType::f32;
-  void* buf = wire_ptr(b);
+  void* buf = wire_at(at_[b]);
   if (staged_) {
     // A synchronous copy through the legacy default stream: after the kernels that wrote it.
     unsigned char* host = host_mirror_.data() + at_[b] * wire_bytes();
@@ -280,18 +280,14 @@ void BucketReducer::retire(size_t b) {
   if (!work_[b]) return;
   work_[b]->wait(comm_.timeout());
   work_[b].reset();
+  land(b);
   const auto [offset, count] = own_block(b);
   float* own = grads_ + at_[b] + offset;
   float* into = shard_.data() + shard_at_[b];
-  if (grads_on_ == DeviceKind::cuda) {
-    if (wire_ == Precision::bf16)
-      kernels::cast_bf16_to_f32_cuda(wire_copy_.data() + at_[b] + offset, own, count, stream_);
+  if (grads_on_ == DeviceKind::cuda)
     kernels::residual_accumulate_cuda(own, into, count, stream_);
-  } else {
-    if (wire_ == Precision::bf16)
-      kernels::cast_bf16_to_f32_cpu(wire_copy_.data() + at_[b] + offset, own, count);
+  else
     kernels::residual_accumulate_cpu(own, into, count);
-  }
 }
 
 void BucketReducer::drain() noexcept {
@@ -345,21 +341,20 @@ void BucketReducer::join() {
 }
 
 void BucketReducer::cast_back() {
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const auto [offset, count] = own_block(b);
-    const size_t at = at_[b] + offset;
-    if (staged_ && !captured_) {
-      void* wire = wire_ == Precision::bf16 ? static_cast<void*>(wire_copy_.data() + at)
-                                            : static_cast<void*>(grads_ + at);
-      kernels::cuda_copy_to_device(wire, host_mirror_.data() + at * wire_bytes(),
-                                   count * wire_bytes());
-    }
-    if (wire_ != Precision::bf16) continue;
-    if (grads_on_ == DeviceKind::cuda)
-      kernels::cast_bf16_to_f32_cuda(wire_copy_.data() + at, grads_ + at, count, stream_);
-    else
-      kernels::cast_bf16_to_f32_cpu(wire_copy_.data() + at, grads_ + at, count);
-  }
+  for (size_t b = 0; b < buckets_.size(); ++b) land(b);
+}
+
+void BucketReducer::land(size_t b) {
+  const auto [offset, count] = own_block(b);
+  const size_t at = at_[b] + offset;
+  if (staged_ && !captured_)
+    kernels::cuda_copy_to_device(wire_at(at), host_mirror_.data() + at * wire_bytes(),
+                                 count * wire_bytes());
+  if (wire_ != Precision::bf16) return;
+  if (grads_on_ == DeviceKind::cuda)
+    kernels::cast_bf16_to_f32_cuda(wire_copy_.data() + at, grads_ + at, count, stream_);
+  else
+    kernels::cast_bf16_to_f32_cpu(wire_copy_.data() + at, grads_ + at, count);
 }
 
 }  // namespace lockstep

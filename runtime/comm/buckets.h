@@ -123,17 +123,21 @@ class BucketReducer {
 
  private:
   void launch(size_t b);
-  // Stage 2: bucket b's reduction (if one is in flight) waited for and its own block added into
-  // shard_.
+  // Stage 2: bucket b's reduction (if one is in flight) waited for, landed and its own block
+  // added into shard_.
   void retire(size_t b);
   // Stage 2: bucket b's region made ready for its layers' writes: the bucket that used it last
   // retired, then the region zeroed.
   void make_ready(size_t b);
-  // After the reductions: a staged bucket's copy back up, a bf16 wire's cast back to fp32.
+  // After the reductions: every bucket landed.
   void cast_back();
+  // Bucket b's reduced block, its reduction done: a staged block copied back up, a bf16 wire's
+  // values cast back to fp32 in the gradients.
+  void land(size_t b);
 
-  // Where bucket b's reduction reads and writes (grads or the bf16 copy), and its element size.
-  void* wire_ptr(size_t b);
+  // Where the reductions read and write offset `at` of grads_ (grads_ itself or the bf16 copy),
+  // and their element size.
+  void* wire_at(size_t at);
   size_t wire_bytes() const;
   // This rank's block of bucket b when sharded ({0, count} otherwise), relative to the bucket.
   std::pair<size_t, size_t> own_block(size_t b) const;
