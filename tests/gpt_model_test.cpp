@@ -24,6 +24,8 @@ namespace {
 
 constexpr int kVocab = 11, kSeq = 5, kBatch = 3;
 const char* kSpec = "gpt:layers=2,heads=2,dim=8,ctx=6";
+// Heads 16 wide: the best CPU kernels take the flash-style attention (attention_flash_cpu.h).
+const char* kFlashSpec = "gpt:layers=2,heads=2,dim=32,ctx=6";
 
 std::vector<float> random_tokens(size_t n, uint64_t seed) {
   std::mt19937_64 gen(seed);
@@ -39,8 +41,9 @@ std::vector<int32_t> random_targets(size_t n, uint64_t seed) {
   return v;
 }
 
-std::unique_ptr<Model> make(CpuKernels k = CpuKernels::openblas, int batch = kBatch) {
-  auto m = std::make_unique<Model>(parse_model_spec(kSpec), SampleShape{kSeq}, kVocab, batch,
+std::unique_ptr<Model> make(CpuKernels k = CpuKernels::openblas, int batch = kBatch,
+                            const char* spec = kSpec) {
+  auto m = std::make_unique<Model>(parse_model_spec(spec), SampleShape{kSeq}, kVocab, batch,
                                    ModelPlacement{.cpu_kernels = k}, kSeq);
   m->init_params(7);
   return m;
@@ -160,21 +163,26 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   }
 }
 
-TEST(GptModel, OnednnMatchesOpenblas) {
+// The best CPU kernels (oneDNN's products; the flash-style attention where the heads are 16 wide)
+// give the oracle's loss and gradients within rounding.
+TEST(GptModel, BestKernelsMatchTheOracle) {
   if (!kernels::onednn_built()) GTEST_SKIP() << "this build has no oneDNN";
   const auto x = random_tokens(kBatch * kSeq, 3);
   const auto y = random_targets(kBatch * kSeq, 4);
-  auto pa = make(CpuKernels::openblas), pb = make(CpuKernels::best);
-  Model &a = *pa, &b = *pb;
-  a.zero_grads();
-  b.zero_grads();
-  EXPECT_NEAR(mean_loss(a, x, y, true), mean_loss(b, x, y, true), 1e-5);
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < a.param_count(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(a.grads()[i]) - b.grads()[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(a.grads()[i])));
+  for (const char* spec : {kSpec, kFlashSpec}) {
+    SCOPED_TRACE(spec);
+    auto pa = make(CpuKernels::openblas, kBatch, spec), pb = make(CpuKernels::best, kBatch, spec);
+    Model &a = *pa, &b = *pb;
+    a.zero_grads();
+    b.zero_grads();
+    EXPECT_NEAR(mean_loss(a, x, y, true), mean_loss(b, x, y, true), 1e-5);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a.param_count(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(a.grads()[i]) - b.grads()[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(a.grads()[i])));
+    }
+    EXPECT_LT(worst, 1e-4 * scale);
   }
-  EXPECT_LT(worst, 1e-4 * scale);
 }
 
 TEST(GptModel, LogitsDependOnlyOnTheSampleAndTheTokensSoFar) {
@@ -209,34 +217,37 @@ TEST(GptModel, ATokenOutsideTheVocabularyIsRefused) {
 }
 
 // The key/value-cache decoder (generation) computes the model's logits one position at a time:
-// the same values at every position within float rounding, for both kernel sets, and it refuses
+// the same values at every position within float rounding, for both kernel sets (the best ones
+// with the materialised and the flash-style attention), and it refuses
 // a position past the context.
 TEST(GptModel, CacheDecoderGivesTheModelsLogitsPositionByPosition) {
-  for (CpuKernels k : {CpuKernels::openblas, CpuKernels::best}) {
-    const auto m = make(k, 1);
-    // GPT-2's initial weights (0.02) leave the attention nearly uniform: larger ones make every
-    // part of the function count.
-    std::vector<float> p = m->params_to_host();
-    for (float& v : p) v *= 5.0f;
-    m->write_params(0, p.data(), p.size());
-    const std::vector<float> x = random_tokens(kSeq, 21);
-    const float* out = m->forward(x.data(), 1);
-    const std::vector<float> want(out, out + static_cast<size_t>(kSeq) * kVocab);
-    GptDecoder decoder(*m);
-    EXPECT_EQ(6, decoder.context());
-    EXPECT_EQ(kVocab, decoder.vocab());
-    for (int t = 0; t < kSeq; ++t) {
-      const float* got = decoder.step(static_cast<int>(x[t]));
-      float scale = 0, diff = 0;
-      for (int v = 0; v < kVocab; ++v) {
-        scale = std::max(scale, std::abs(want[t * kVocab + v]));
-        diff = std::max(diff, std::abs(got[v] - want[t * kVocab + v]));
+  for (const char* spec : {kSpec, kFlashSpec})
+    for (CpuKernels k : {CpuKernels::openblas, CpuKernels::best}) {
+      SCOPED_TRACE(spec);
+      const auto m = make(k, 1, spec);
+      // GPT-2's initial weights (0.02) leave the attention nearly uniform: larger ones make every
+      // part of the function count.
+      std::vector<float> p = m->params_to_host();
+      for (float& v : p) v *= 5.0f;
+      m->write_params(0, p.data(), p.size());
+      const std::vector<float> x = random_tokens(kSeq, 21);
+      const float* out = m->forward(x.data(), 1);
+      const std::vector<float> want(out, out + static_cast<size_t>(kSeq) * kVocab);
+      GptDecoder decoder(*m);
+      EXPECT_EQ(6, decoder.context());
+      EXPECT_EQ(kVocab, decoder.vocab());
+      for (int t = 0; t < kSeq; ++t) {
+        const float* got = decoder.step(static_cast<int>(x[t]));
+        float scale = 0, diff = 0;
+        for (int v = 0; v < kVocab; ++v) {
+          scale = std::max(scale, std::abs(want[t * kVocab + v]));
+          diff = std::max(diff, std::abs(got[v] - want[t * kVocab + v]));
+        }
+        EXPECT_LT(diff, 1e-5f * scale) << "position " << t;
       }
-      EXPECT_LT(diff, 1e-5f * scale) << "position " << t;
+      decoder.step(0);  // position 5, the last of the context
+      EXPECT_THROW(decoder.step(0), Error);
+      decoder.reset();
+      EXPECT_EQ(0, decoder.position());
     }
-    decoder.step(0);  // position 5, the last of the context
-    EXPECT_THROW(decoder.step(0), Error);
-    decoder.reset();
-    EXPECT_EQ(0, decoder.position());
-  }
 }

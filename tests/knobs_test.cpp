@@ -18,9 +18,9 @@
 namespace lockstep {
 namespace {
 
-const char* const kNames[] = {"LOCKSTEP_CPU_CONV", "LOCKSTEP_CUDA_CONV",
-                              "LOCKSTEP_CUDNN_DETERMINISTIC", "LOCKSTEP_CPU_ISA",
-                              "LOCKSTEP_CUDA_ATTENTION"};
+const char* const kNames[] = {
+    "LOCKSTEP_CPU_CONV", "LOCKSTEP_CUDA_CONV",      "LOCKSTEP_CUDNN_DETERMINISTIC",
+    "LOCKSTEP_CPU_ISA",  "LOCKSTEP_CUDA_ATTENTION", "LOCKSTEP_CPU_ATTENTION"};
 
 // Clears the knobs' variables for a test and puts back what the process had.
 class KnobsTest : public testing::Test {
@@ -53,11 +53,12 @@ TEST_F(KnobsTest, UnsetOrEmptyIsTheDefault) {
   EXPECT_TRUE(k.cudnn_deterministic);
   EXPECT_EQ(k.cpu_isa, CpuIsaKnob::native);
   EXPECT_EQ(k.cuda_attention, AttentionKnob::flash);
+  EXPECT_EQ(k.cpu_attention, AttentionKnob::flash);
   for (const char* n : kNames) setenv(n, "", 1);
   EXPECT_EQ(knobs_text(knobs_from_environment()), knobs_text(k));
   EXPECT_EQ(knobs_text(k),
             "LOCKSTEP_CPU_CONV=auto LOCKSTEP_CUDA_CONV=any LOCKSTEP_CUDNN_DETERMINISTIC=1 "
-            "LOCKSTEP_CPU_ISA=native LOCKSTEP_CUDA_ATTENTION=flash");
+            "LOCKSTEP_CPU_ISA=native LOCKSTEP_CUDA_ATTENTION=flash LOCKSTEP_CPU_ATTENTION=flash");
 }
 
 TEST_F(KnobsTest, EveryValueIsRead) {
@@ -66,15 +67,18 @@ TEST_F(KnobsTest, EveryValueIsRead) {
   setenv("LOCKSTEP_CUDNN_DETERMINISTIC", "0", 1);
   setenv("LOCKSTEP_CPU_ISA", "baseline", 1);
   setenv("LOCKSTEP_CUDA_ATTENTION", "materialised", 1);
+  setenv("LOCKSTEP_CPU_ATTENTION", "materialised", 1);
   Knobs k = knobs_from_environment();
   EXPECT_EQ(k.cpu_conv, CpuConvKnob::direct);
   EXPECT_EQ(k.cuda_conv, CudaConvKnob::im2col);
   EXPECT_FALSE(k.cudnn_deterministic);
   EXPECT_EQ(k.cpu_isa, CpuIsaKnob::baseline);
   EXPECT_EQ(k.cuda_attention, AttentionKnob::materialised);
+  EXPECT_EQ(k.cpu_attention, AttentionKnob::materialised);
   EXPECT_EQ(knobs_text(k),
             "LOCKSTEP_CPU_CONV=direct LOCKSTEP_CUDA_CONV=im2col LOCKSTEP_CUDNN_DETERMINISTIC=0 "
-            "LOCKSTEP_CPU_ISA=baseline LOCKSTEP_CUDA_ATTENTION=materialised");
+            "LOCKSTEP_CPU_ISA=baseline LOCKSTEP_CUDA_ATTENTION=materialised "
+            "LOCKSTEP_CPU_ATTENTION=materialised");
   setenv("LOCKSTEP_CPU_CONV", "onednn", 1);
   setenv("LOCKSTEP_CUDA_CONV", "cudnn", 1);
   k = knobs_from_environment();
@@ -90,7 +94,8 @@ TEST_F(KnobsTest, AValueNotTakenIsRefusedInWords) {
       {"LOCKSTEP_CUDA_CONV", "expected cudnn or im2col"},
       {"LOCKSTEP_CUDNN_DETERMINISTIC", "expected 0 or 1"},
       {"LOCKSTEP_CPU_ISA", "expected native, avx2 or baseline"},
-      {"LOCKSTEP_CUDA_ATTENTION", "expected flash or materialised"}};
+      {"LOCKSTEP_CUDA_ATTENTION", "expected flash or materialised"},
+      {"LOCKSTEP_CPU_ATTENTION", "expected flash or materialised"}};
   for (const auto& [name, expected] : cases) {
     SCOPED_TRACE(name);
     setenv(name, "Winograd", 1);

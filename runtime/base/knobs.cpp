@@ -71,6 +71,12 @@ Knobs knobs_from_environment() {
     k.cuda_attention = AttentionKnob::materialised;
   else if (!attention.empty() && attention != "flash")
     refuse("LOCKSTEP_CUDA_ATTENTION", attention, "flash or materialised");
+
+  const std::string cpu_attention = env("LOCKSTEP_CPU_ATTENTION");
+  if (cpu_attention == "materialised")
+    k.cpu_attention = AttentionKnob::materialised;
+  else if (!cpu_attention.empty() && cpu_attention != "flash")
+    refuse("LOCKSTEP_CPU_ATTENTION", cpu_attention, "flash or materialised");
   return k;
 }
 
@@ -88,7 +94,9 @@ std::string knobs_text(const Knobs& k) {
           : k.cpu_isa == CpuIsaKnob::avx2   ? "avx2"
                                             : "native") +
          " LOCKSTEP_CUDA_ATTENTION=" +
-         (k.cuda_attention == AttentionKnob::materialised ? "materialised" : "flash");
+         (k.cuda_attention == AttentionKnob::materialised ? "materialised" : "flash") +
+         " LOCKSTEP_CPU_ATTENTION=" +
+         (k.cpu_attention == AttentionKnob::materialised ? "materialised" : "flash");
 }
 
 const Knobs& configured_knobs() {

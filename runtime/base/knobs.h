@@ -10,6 +10,7 @@
 //   LOCKSTEP_CUDNN_DETERMINISTIC 1 (default) | 0                    cuDNN's deterministic first
 //   LOCKSTEP_CPU_ISA             (unset: native) | avx2 | baseline  widest CPU vector builds
 //   LOCKSTEP_CUDA_ATTENTION      flash (default) | materialised      bf16 GPT attention
+//   LOCKSTEP_CPU_ATTENTION       flash (default) | materialised      CPU GPT attention
 //
 // configured_knobs() is thread-safe; configure_knobs() is for start-up and tests (not while
 // layers are being built). No collective calls.
@@ -30,6 +31,7 @@ struct Knobs {
   bool cudnn_deterministic = true;
   CpuIsaKnob cpu_isa = CpuIsaKnob::native;
   AttentionKnob cuda_attention = AttentionKnob::flash;
+  AttentionKnob cpu_attention = AttentionKnob::flash;
 };
 
 // The knobs the environment sets now; UsageError naming the variable, its value and what it takes

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/gpt/attention_flash_cpu.h"
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/residual.h"
 #include "kernels/onednn/onednn.h"
+#include "runtime/base/knobs.h"
 #include "runtime/model/layers/gpt_layers.h"
 
 namespace lockstep {
@@ -17,6 +19,7 @@ constexpr float kInitStd = 0.02f;  // GPT-2's
 // the project's loops for the rest.
 struct CpuGptOps {
   bool onednn = false;
+  bool flash = false;
 
   DeviceKind device() const { return DeviceKind::cpu; }
   void reserve_dense(int, size_t, int, int) {}
@@ -45,26 +48,35 @@ struct CpuGptOps {
     if (dx_add != nullptr && dx != nullptr)
       kernels::residual_accumulate_cpu(dx_add, dx, static_cast<size_t>(s.rows) * s.dim);
   }
-  // The materialised attention: the heads rearranged and the probabilities kept for backward.
+  // The attention: flash-style (attention_flash_cpu.h) where the head width allows and
+  // LOCKSTEP_CPU_ATTENTION does not ask for the materialised kernels (attention.h). The flash
+  // kernels keep qkv itself for backward (the layer writes it into `heads`:
+  // attention_keeps_qkv) and one log-sum-exp per row in `probs`, and need no workspace; the
+  // materialised ones keep the heads rearranged and the T x T probabilities.
+  bool attention_keeps_qkv() const { return flash; }
   size_t attention_heads_floats(const kernels::AttentionShape& s) const {
-    return kernels::attention_heads_floats(s);
+    return kernels::attention_heads_floats(s);  // 3 B T C either way
   }
   size_t attention_probs_floats(const kernels::AttentionShape& s) const {
-    return kernels::attention_probs_floats(s);
+    return flash ? kernels::attention_flash_cpu_lse_floats(s) : kernels::attention_probs_floats(s);
   }
   size_t attention_workspace_floats(const kernels::AttentionShape& s) const {
-    return kernels::attention_workspace_floats(s);
+    return flash ? 0 : kernels::attention_workspace_floats(s);
   }
   void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
                          float* heads, float* probs, float* ws) {
-    if (onednn)
+    if (flash)
+      kernels::attention_flash_forward_cpu(s, qkv, out, probs);
+    else if (onednn)
       kernels::attention_forward_onednn(s, qkv, out, heads, probs, ws);
     else
       kernels::attention_forward_cpu(s, qkv, out, heads, probs, ws);
   }
-  void attention_backward(const kernels::AttentionShape& s, const float*, const float* dout,
+  void attention_backward(const kernels::AttentionShape& s, const float* out, const float* dout,
                           const float* heads, const float* probs, float* dqkv, float* ws) {
-    if (onednn)
+    if (flash)
+      kernels::attention_flash_backward_cpu(s, heads, out, dout, probs, dqkv);
+    else if (onednn)
       kernels::attention_backward_onednn(s, dout, heads, probs, dqkv, ws);
     else
       kernels::attention_backward_cpu(s, dout, heads, probs, dqkv, ws);
@@ -116,7 +128,21 @@ struct CpuGptOps {
   }
 };
 
-CpuGptOps cpu_ops(CpuKernels k) { return {k == CpuKernels::best && kernels::onednn_built()}; }
+// Whether a block whose heads are head_dim wide takes the flash-style attention with the best CPU
+// kernels (the oracle kernels, CpuKernels::openblas, keep the materialised one).
+bool cpu_flash_attention(int head_dim) {
+  return configured_knobs().cpu_attention == AttentionKnob::flash &&
+         kernels::attention_flash_cpu_supported({.head_dim = head_dim});
+}
+
+// head_dim: the block's attention head width (0 for the layers without attention).
+CpuGptOps cpu_ops(CpuKernels k, int head_dim = 0) {
+  const bool best = k == CpuKernels::best;
+  return {.onednn = best && kernels::onednn_built(),
+          .flash = best && cpu_flash_attention(head_dim)};
+}
+
+int head_dim(const LayerPlan& block) { return block.in[1] / block.spec.args[0]; }
 
 void need_sequence(const LayerPlan& p, const LayerCheck& check) {
   if (p.in.size() != 2)
@@ -226,19 +252,20 @@ LayerType block_layer_type() {
   };
   t.tensors = [](const LayerPlan& p) { return block_tensors(p.in[1]); };
   t.make_cpu = [](const LayerPlan& p, CpuKernels k) -> std::unique_ptr<Layer> {
-    return std::make_unique<BlockLayer<CpuGptOps>>(p, cpu_ops(k));
+    return std::make_unique<BlockLayer<CpuGptOps>>(p, cpu_ops(k, head_dim(p)));
   };
   t.make_cuda = make_block_cuda;
   // The dense products (12 D^2 per token) and the two attention products (T^2 D each, the masked
-  // half included: the kernels compute it).
+  // half included, as llm.c and PyTorch's counts do: the flash kernels skip most of it).
   t.forward_flops = [](const LayerPlan& p) {
     const double tt = p.in[0], d = p.in[1];
     return 2.0 * tt * 12.0 * d * d + 4.0 * tt * tt * d;
   };
-  // What the block keeps for its backward pass (gpt_layers.h).
+  // What the block keeps for its backward pass (gpt_layers.h) on the CPU: the attention's T x T
+  // probabilities per head, or with the flash kernels one log-sum-exp per position and head.
   t.scratch_floats = [](const LayerPlan& p) {
     const double tt = p.in[0], d = p.in[1], h = p.spec.args[0];
-    return 15.0 * tt * d + h * tt * tt + 4.0 * tt;
+    return 15.0 * tt * d + h * tt * (cpu_flash_attention(head_dim(p)) ? 1.0 : tt) + 4.0 * tt;
   };
   return t;
 }

@@ -72,6 +72,7 @@ class CudaGptOps {
   // bf16 runs take the flash kernels where the head width allows (attention_flash.h): Q, K and V
   // kept in bf16 for backward with one log-sum-exp per row; fp32 runs keep the exact materialised
   // path (attention.h).
+  bool attention_keeps_qkv() const { return false; }
   size_t attention_heads_floats(const kernels::AttentionShape& s) const {
     return flash_ ? kernels::attention_flash_heads_floats(s) : kernels::attention_heads_floats(s);
   }
