@@ -14,6 +14,7 @@
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/layernorm.h"
 #include "kernels/gpt/residual.h"
+#include "kernels/onednn/onednn.h"
 #include "kernels/step/loss.h"
 
 namespace lockstep::kernels {
@@ -62,7 +63,9 @@ struct LnCase {
   const char* name;
   LayerNormShape s;
 };
-const LnCase kLnCases[] = {{"one", {1, 1}}, {"odd", {5, 7}}, {"gpt_small", {6, 64}}};
+// Column sums run in blocks of 32 columns: a tail narrower than one, whole blocks, and both.
+const LnCase kLnCases[] = {
+    {"one", {1, 1}}, {"odd", {5, 7}}, {"gpt_small", {6, 64}}, {"blocks_and_tail", {9, 80}}};
 class LayerNormCase : public ::testing::TestWithParam<LnCase> {};
 
 TEST_P(LayerNormCase, UnitGammaZeroBetaGivesMeanZeroVarianceOnePerRow) {
@@ -118,6 +121,40 @@ TEST_P(LayerNormCase, BackwardMatchesFiniteDifferencesAndAccumulates) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LayerNormCase, ::testing::ValuesIn(kLnCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Rows and column blocks spread over the threads, each computed alone: the same bits at any
+// thread count, and dgamma / dbeta alone the bits they have beside each other and dx.
+TEST(LayerNorm, SameBitsAtAnyThreadCountAndWithEitherGradientAlone) {
+  if (!onednn_built()) GTEST_SKIP() << "a build without oneDNN has no OpenMP threads to compare";
+  const LayerNormShape s{300, 112};
+  const auto x = random_floats(size_t(s.rows) * s.dim, 21, -2.0f, 3.0f);
+  const auto gamma = random_floats(s.dim, 22, 0.5f, 1.5f), beta = random_floats(s.dim, 23);
+  const auto dy = random_floats(x.size(), 24), dg0 = random_floats(s.dim, 25);
+  std::vector<float> y[2], mean[2], rstd[2], dx[2], dgamma[2], dbeta[2];
+  for (int threads : {1, 2}) {
+    onednn_set_threads(threads);
+    const int i = threads - 1;
+    y[i].resize(x.size()), mean[i].resize(s.rows), rstd[i].resize(s.rows), dx[i].resize(x.size());
+    dgamma[i] = dg0, dbeta[i] = dg0;
+    layernorm_forward_cpu(s, x.data(), gamma.data(), beta.data(), y[i].data(), mean[i].data(),
+                          rstd[i].data());
+    layernorm_backward_cpu(s, x.data(), gamma.data(), mean[i].data(), rstd[i].data(), dy.data(),
+                           dx[i].data(), dgamma[i].data(), dbeta[i].data());
+  }
+  onednn_set_threads(1);
+  EXPECT_EQ(y[0], y[1]);
+  EXPECT_EQ(rstd[0], rstd[1]);
+  EXPECT_EQ(dx[0], dx[1]);
+  EXPECT_EQ(dgamma[0], dgamma[1]);
+  EXPECT_EQ(dbeta[0], dbeta[1]);
+  std::vector<float> only_gamma = dg0, only_beta = dg0;
+  layernorm_backward_cpu(s, x.data(), gamma.data(), mean[0].data(), rstd[0].data(), dy.data(),
+                         nullptr, only_gamma.data(), nullptr);
+  layernorm_backward_cpu(s, x.data(), gamma.data(), mean[0].data(), rstd[0].data(), dy.data(),
+                         nullptr, nullptr, only_beta.data());
+  EXPECT_EQ(only_gamma, dgamma[0]);
+  EXPECT_EQ(only_beta, dbeta[0]);
+}
 
 TEST(Embedding, ForwardAddsTokenAndPositionRows) {
   const EmbeddingShape s{.batch = 2, .seq = 3, .vocab = 5, .max_seq = 4, .dim = 2};
