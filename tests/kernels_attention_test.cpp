@@ -180,7 +180,8 @@ TEST(Attention, RejectsBadShapes) {
 }
 
 // The flash-style kernels, in every vector build this CPU can run (the cap of LOCKSTEP_CPU_ISA
-// set in turn), on shapes that cross the 64-position tiles and the head widths GPT models use.
+// set in turn), on shapes that cross the 32-position tiles (and the 64 ones of an earlier tile
+// size) and the head widths GPT models use.
 const Case kFlashCases[] = {
     {"one_position", {2, 1, 1, 16}},  {"partial_tile", {2, 37, 2, 16}},
     {"one_tile", {1, 64, 2, 32}},     {"tile_edge", {2, 65, 1, 48}},
@@ -261,7 +262,7 @@ TEST_P(FlashAttentionCpu, OutputAtTDependsOnlyOnPositionsUpToT) {
   std::vector<float> before(n), after(n), lse(attention_flash_cpu_lse_floats(s));
   attention_flash_forward_cpu(s, qkv.data(), before.data(), lse.data());
   const int C = s.channels();
-  for (int t : {0, s.seq / 2, 62, 63, 64, s.seq - 2}) {
+  for (int t : {0, 30, 31, 32, s.seq / 2, 62, 63, 64, s.seq - 2}) {
     if (t < 0 || t + 1 >= s.seq) continue;
     auto changed = qkv;
     for (int b = 0; b < s.batch; ++b)

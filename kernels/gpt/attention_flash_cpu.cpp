@@ -19,7 +19,7 @@ namespace lockstep::kernels {
 
 namespace {
 
-constexpr int kTile = 64;  // queries and keys per tile
+constexpr int kTile = 32;  // queries and keys per tile
 
 // Per-thread scratch, kept between calls (no allocation a step once grown).
 float* sized(size_t floats) {

@@ -1,7 +1,7 @@
 // Causal multi-head self-attention on the CPU without the T x T matrix: attention.h's contract
 // (the packed qkv [batch, seq, 3C] in, out [batch, seq, C] the heads side by side, exact causal
-// softmax, no dropout), computed flash-style in fp32. Per (batch entry, head, tile of 64 queries)
-// the keys stream past in tiles of 64: scores of the tile, an online softmax (running maximum and
+// softmax, no dropout), computed flash-style in fp32. Per (batch entry, head, tile of 32 queries)
+// the keys stream past in tiles of 32: scores of the tile, an online softmax (running maximum and
 // sum per query row, the partial output rescaled as the maximum grows), tiles wholly above the
 // diagonal skipped. Q, K and V are read in place from qkv by strides (no rearranged copies), and
 // what the backward pass keeps is qkv itself, the output and one log-sum-exp per row: lse
