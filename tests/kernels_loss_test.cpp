@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernel_reference.h"
+#include "kernels/onednn/onednn.h"
 #include "kernels/step/loss.h"
 
 namespace lockstep::kernels {
@@ -76,6 +77,34 @@ TEST(SoftmaxCrossEntropy, MatchesReferenceWithWeightsAndScale) {
   EXPECT_NEAR(r1.loss_sum, ref1.loss_sum, 1e-5 * ref1.loss_sum);
   EXPECT_EQ(r1.correct, ref1.correct);
   EXPECT_LT(kernel_test::max_rel_error(d, ref1.grad), 1e-6);
+}
+
+// Rows spread over the threads (GPT batches: thousands of positions), the totals added in row
+// order: the same bits at 1 and 2 threads, and the reference's figures, padding rows included.
+TEST(SoftmaxCrossEntropy, SameBitsAtAnyThreadCount) {
+  if (!onednn_built()) GTEST_SKIP() << "a build without oneDNN has no OpenMP threads to compare";
+  const int batch = 3001, classes = 37;
+  const auto logits = random_floats(size_t(batch) * classes, 31, -4.0f, 4.0f);
+  const auto labels = random_labels(batch, classes, 32);
+  std::vector<float> weights(batch, 1.0f);
+  for (int i = 0; i < batch; i += 7) weights[i] = 0.0f;
+  const Reference want = reference_softmax_ce(logits, labels, weights, classes, 0.5);
+  LossTotals got[2];
+  std::vector<float> grad[2];
+  for (int threads : {1, 2}) {
+    onednn_set_threads(threads);
+    const int i = threads - 1;
+    grad[i].assign(logits.size(), std::nanf(""));
+    got[i] = softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(), batch, classes,
+                                       0.5f, grad[i].data());
+  }
+  onednn_set_threads(1);
+  EXPECT_EQ(got[0].loss_sum, got[1].loss_sum);
+  EXPECT_EQ(got[0].correct, got[1].correct);
+  EXPECT_EQ(grad[0], grad[1]);
+  EXPECT_NEAR(got[0].loss_sum, want.loss_sum, 1e-6 * want.loss_sum);
+  EXPECT_EQ(got[0].correct, want.correct);
+  EXPECT_LT(kernel_test::max_rel_error(grad[0], want.grad), 1e-5);
 }
 
 TEST(SoftmaxCrossEntropy, ZeroWeightRowsContributeNothing) {

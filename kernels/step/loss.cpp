@@ -4,10 +4,15 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "kernels/parallel.h"
 
 namespace lockstep::kernels {
 
 namespace {
+
+constexpr size_t kLossRowGrain = 256;  // rows per thread, at least
 
 void check_sizes(int batch, int width, const char* who) {
   if (batch < 0 || width <= 0)
@@ -27,37 +32,52 @@ LossTotals softmax_cross_entropy_cpu(const float* logits, const int32_t* labels,
                               " of sample " + std::to_string(i) + " is outside [0, " +
                               std::to_string(classes) + ")");
   }
+  // Rows spread over the threads, each row's loss kept; the totals then add them in row order
+  // (the same bits at any thread count).
+  thread_local std::vector<double> row_loss;
+  thread_local std::vector<char> row_correct;
+  row_loss.resize(static_cast<size_t>(batch));
+  row_correct.resize(static_cast<size_t>(batch));
+  double* losses = row_loss.data();
+  char* correct = row_correct.data();
+  parallel_chunks(static_cast<size_t>(batch), kLossRowGrain, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      const float wt = weights != nullptr ? weights[i] : 1.0f;
+      const float* l = logits + i * classes;
+      float* d = dlogits != nullptr ? dlogits + i * classes : nullptr;
+      // A zero-weight row (padding of a partial batch) may hold anything, even non-finite logits:
+      // it is skipped rather than multiplied by 0, which would turn inf into NaN.
+      if (wt == 0.0f) {
+        if (d != nullptr) std::fill_n(d, classes, 0.0f);
+        continue;  // not counted
+      }
+      int best = 0;
+      for (int j = 1; j < classes; ++j) best = l[j] > l[best] ? j : best;
+      const float top = l[best];
+      // With the row max subtracted every exponent is <= 0: exp cannot overflow, and the max term
+      // contributes exactly 1, so the log below is of a number in [1, classes].
+      double sum = 0.0;
+      for (int j = 0; j < classes; ++j) {
+        const float e = std::exp(l[j] - top);
+        if (d != nullptr) d[j] = e;
+        sum += e;
+      }
+      const int label = labels[i];
+      losses[i] = std::log(sum) - (static_cast<double>(l[label]) - top);
+      correct[i] = best == label;
+      if (d != nullptr) {
+        const float c = static_cast<float>(scale * wt / sum);
+        for (int j = 0; j < classes; ++j) d[j] *= c;
+        d[label] -= scale * wt;
+      }
+    }
+  });
   LossTotals r;
   for (int i = 0; i < batch; ++i) {
     const float wt = weights != nullptr ? weights[i] : 1.0f;
-    const float* l = logits + static_cast<size_t>(i) * classes;
-    float* d = dlogits != nullptr ? dlogits + static_cast<size_t>(i) * classes : nullptr;
-    // A zero-weight row (padding of a partial batch) may hold anything, even non-finite logits:
-    // it is skipped rather than multiplied by 0, which would turn inf into NaN.
-    if (wt == 0.0f) {
-      if (d != nullptr) std::fill_n(d, classes, 0.0f);
-      continue;
-    }
-    int best = 0;
-    for (int j = 1; j < classes; ++j) best = l[j] > l[best] ? j : best;
-    const float top = l[best];
-    // With the row max subtracted every exponent is <= 0: exp cannot overflow, and the max term
-    // contributes exactly 1, so the log below is of a number in [1, classes].
-    double sum = 0.0;
-    for (int j = 0; j < classes; ++j) {
-      const float e = std::exp(l[j] - top);
-      if (d != nullptr) d[j] = e;
-      sum += e;
-    }
-    const int label = labels[i];
-    const double loss = std::log(sum) - (static_cast<double>(l[label]) - top);
-    r.loss_sum += wt * loss;
-    if (best == label) r.correct += wt;
-    if (d != nullptr) {
-      const float c = static_cast<float>(scale * wt / sum);
-      for (int j = 0; j < classes; ++j) d[j] *= c;
-      d[label] -= scale * wt;
-    }
+    if (wt == 0.0f) continue;
+    r.loss_sum += wt * losses[i];
+    if (correct[i]) r.correct += wt;
   }
   return r;
 }
