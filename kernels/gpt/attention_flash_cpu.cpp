@@ -76,6 +76,17 @@ void check(const AttentionShape& s, const char* who) {
                                 std::to_string(s.head_dim));
 }
 
+// fn(b, h) for every head of every batch entry, spread over the rank's threads as they come free
+// (a head's work writes its own rows and columns only).
+template <class Fn>
+void for_each_head(const AttentionShape& s, Fn&& fn) {
+  const long heads = static_cast<long>(s.batch) * s.heads;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+  for (long i = 0; i < heads; ++i) fn(static_cast<int>(i / s.heads), static_cast<int>(i % s.heads));
+}
+
 }  // namespace
 
 bool attention_flash_cpu_supported(const AttentionShape& s) {
@@ -90,25 +101,14 @@ void attention_flash_forward_cpu(const AttentionShape& s, const float* qkv, floa
                                  float* lse) {
   check(s, "attention_flash_forward_cpu");
   const Build& k = build();
-  const long heads = static_cast<long>(s.batch) * s.heads;
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1)
-#endif
-  for (long i = 0; i < heads; ++i)
-    k.forward_head(s, qkv, out, lse, static_cast<int>(i / s.heads), static_cast<int>(i % s.heads));
+  for_each_head(s, [&](int b, int h) { k.forward_head(s, qkv, out, lse, b, h); });
 }
 
 void attention_flash_backward_cpu(const AttentionShape& s, const float* qkv, const float* out,
                                   const float* dout, const float* lse, float* dqkv) {
   check(s, "attention_flash_backward_cpu");
   const Build& k = build();
-  const long heads = static_cast<long>(s.batch) * s.heads;
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1)
-#endif
-  for (long i = 0; i < heads; ++i)
-    k.backward_head(s, qkv, out, dout, lse, dqkv, static_cast<int>(i / s.heads),
-                    static_cast<int>(i % s.heads));
+  for_each_head(s, [&](int b, int h) { k.backward_head(s, qkv, out, dout, lse, dqkv, b, h); });
 }
 
 }  // namespace lockstep::kernels
