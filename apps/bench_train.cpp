@@ -16,6 +16,7 @@
 // with the rank's threads, named in the output;
 // on a GPU (--device cuda) a cuBLAS 8192^3 GEMM in the step's precision (--precision: fp32, or
 // bf16 with fp32 accumulation, then the fp32 rate is printed too), timed by CUDA events.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -262,6 +263,15 @@ int run_train_bench(int argc, char** argv, const World& world) {
   const bool gpu = ctx.device == DeviceKind::cuda;
   // The training's peak, read before the GEMM rate measurement below allocates its own matrices.
   const size_t train_peak_bytes = gpu ? kernels::cuda_peak_allocated_bytes() : 0;
+  // On the CPU, the largest resident set of any rank so far (getrusage: everything the process
+  // holds, the data and MPI's buffers included), read before the peak's matrices too.
+  double host_peak_mb = 0;
+  if (!gpu) {
+    rusage use{};
+    getrusage(RUSAGE_SELF, &use);
+    host_peak_mb = static_cast<double>(use.ru_maxrss) / 1024;  // Linux: KiB
+    host.all_reduce(&host_peak_mb, &host_peak_mb, 1, DType::f64, ReduceOp::max);
+  }
   const int peak_size = o.peak_size > 0 ? o.peak_size : gpu ? kDevicePeakSize : kHostPeakSize;
   // On the GPU: [0] the rate in the step's precision (the MFU's peak), [1] the fp32 rate.
   double rank_peak[2] = {0, 0};
@@ -338,6 +348,8 @@ int run_train_bench(int argc, char** argv, const World& world) {
     if (gpu)
       std::printf("peak_device_memory_mb=%.0f\n",
                   static_cast<double>(train_peak_bytes) / (1 << 20));
+    else
+      std::printf("peak_host_memory_mb=%.0f\n", host_peak_mb);
     // The mean counts every stall; the median's rate is what a quiet machine sustains.
     std::printf("samples_per_second=%.1f samples_per_second_at_median=%.1f\n", sps,
                 static_cast<double>(global_batch) / median(step));

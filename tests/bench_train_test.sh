@@ -3,7 +3,7 @@
 # time median/min/max (min <= median <= max), a breakdown whose shares add up to 100%, the FLOPs
 # per sample counted from the layer shapes (checked against the formula for a one-layer model and
 # for the CNN, and the same count in the PyTorch/JAX reference scripts), the achieved GFLOP/s and
-# the measured peak, named by the kernel it came from; bad options, and bf16 compute on the CPU, are refused. ctest sets
+# the measured peak, named by the kernel it came from, and the peak resident memory; bad options, and bf16 compute on the CPU, are refused. ctest sets
 # LOCKSTEP_BIN, LOCKSTEP_SRC, MPIEXEC.
 set -u
 
@@ -47,6 +47,9 @@ if not num("achieved_gflops") > 0 or not num("peak_gflops") > 0: problems.append
 if not re.search(r"peak_gflops=[\d.]+ \((OpenBLAS sgemm|oneDNN matmul|oneDNN convolution|Lockstep Winograd convolution|cuBLAS)", text):
     problems.append("the peak does not name the kernel it came from")
 if f"{ranks} rank(s)" not in text: problems.append(f"header does not say {ranks} rank(s)")
+# The host's peak resident memory holds at least the parameters, gradients and optimizer state.
+held = (num("param_bytes") + num("grad_bytes") + num("optimizer_state_bytes")) / 2**20
+if not num("peak_host_memory_mb") >= held: problems.append(f"peak_host_memory_mb below {held} MB")
 for p in problems:
     print(f"FAIL ({sys.argv[1]}):", p)
 sys.exit(1 if problems else 0)
