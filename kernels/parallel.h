@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <vector>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -51,6 +52,17 @@ inline bool cpu_avx512f() {
 inline bool cpu_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has && cpu_isa_cap().load(std::memory_order_relaxed) != CpuIsa::baseline;
+}
+
+// Per-thread scratch: at least `floats` floats in the calling thread's buffer `slot` (0-3), kept
+// between calls, so a step allocates nothing once the buffers have grown. Valid until the same
+// thread asks for the same slot again. Slots in use: 0, 1 the Winograd kernels, 2 the flash
+// attention.
+inline float* thread_scratch(int slot, size_t floats) {
+  thread_local std::vector<float> buffers[4];
+  std::vector<float>& v = buffers[slot];
+  if (v.size() < floats) v.resize(floats);
+  return v.data();
 }
 
 template <class Fn>

@@ -42,17 +42,6 @@ struct Layout {
   float* at(float* base, int k, int e) const { return base + e * e_stride + k * k_stride; }
 };
 
-// Per-thread scratch, kept between calls (no allocation a step once grown).
-std::vector<float>& scratch(int which) {
-  thread_local std::vector<float> buffers[2];
-  return buffers[which];
-}
-float* sized(int which, size_t floats) {
-  std::vector<float>& v = scratch(which);
-  if (v.size() < floats) v.resize(floats);
-  return v.data();
-}
-
 // One build's entry points (winograd_isa.inc's kBuild): the per-image passes, for NHWC [0] and
 // blocked [1] activations, and the kernel's transform and gradient.
 struct Build {

@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "kernels/parallel.h"
 
@@ -20,13 +19,6 @@ namespace lockstep::kernels {
 namespace {
 
 constexpr int kTile = 32;  // queries and keys per tile
-
-// Per-thread scratch, kept between calls (no allocation a step once grown).
-float* sized(size_t floats) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < floats) buffer.resize(floats);
-  return buffer.data();
-}
 
 // One build's entry points (attention_flash_cpu_isa.inc's kBuild).
 struct Build {

@@ -22,6 +22,17 @@ std::string env(const char* name) {
   throw UsageError(std::string(name) + "='" + value + "': expected " + expected);
 }
 
+// LOCKSTEP_CUDA_ATTENTION and LOCKSTEP_CPU_ATTENTION take the same values.
+AttentionKnob attention_knob(const char* name) {
+  const std::string value = env(name);
+  if (value == "materialised") return AttentionKnob::materialised;
+  if (!value.empty() && value != "flash") refuse(name, value, "flash or materialised");
+  return AttentionKnob::flash;
+}
+const char* attention_text(AttentionKnob k) {
+  return k == AttentionKnob::materialised ? "materialised" : "flash";
+}
+
 std::mutex knobs_mutex;
 std::optional<Knobs> knobs_now;  // guarded by knobs_mutex; never reset once set
 
@@ -66,17 +77,8 @@ Knobs knobs_from_environment() {
   else if (!isa.empty() && isa != "native")
     refuse("LOCKSTEP_CPU_ISA", isa, "native, avx2 or baseline");
 
-  const std::string attention = env("LOCKSTEP_CUDA_ATTENTION");
-  if (attention == "materialised")
-    k.cuda_attention = AttentionKnob::materialised;
-  else if (!attention.empty() && attention != "flash")
-    refuse("LOCKSTEP_CUDA_ATTENTION", attention, "flash or materialised");
-
-  const std::string cpu_attention = env("LOCKSTEP_CPU_ATTENTION");
-  if (cpu_attention == "materialised")
-    k.cpu_attention = AttentionKnob::materialised;
-  else if (!cpu_attention.empty() && cpu_attention != "flash")
-    refuse("LOCKSTEP_CPU_ATTENTION", cpu_attention, "flash or materialised");
+  k.cuda_attention = attention_knob("LOCKSTEP_CUDA_ATTENTION");
+  k.cpu_attention = attention_knob("LOCKSTEP_CPU_ATTENTION");
   return k;
 }
 
@@ -93,10 +95,8 @@ std::string knobs_text(const Knobs& k) {
          (k.cpu_isa == CpuIsaKnob::baseline ? "baseline"
           : k.cpu_isa == CpuIsaKnob::avx2   ? "avx2"
                                             : "native") +
-         " LOCKSTEP_CUDA_ATTENTION=" +
-         (k.cuda_attention == AttentionKnob::materialised ? "materialised" : "flash") +
-         " LOCKSTEP_CPU_ATTENTION=" +
-         (k.cpu_attention == AttentionKnob::materialised ? "materialised" : "flash");
+         " LOCKSTEP_CUDA_ATTENTION=" + attention_text(k.cuda_attention) +
+         " LOCKSTEP_CPU_ATTENTION=" + attention_text(k.cpu_attention);
 }
 
 const Knobs& configured_knobs() {
