@@ -56,8 +56,8 @@ inline bool cpu_avx2() {
 
 // Per-thread scratch: at least `floats` floats in the calling thread's buffer `slot` (0-3), kept
 // between calls, so a step allocates nothing once the buffers have grown. Valid until the same
-// thread asks for the same slot again. Slots in use: 0, 1 the Winograd kernels, 2 the flash
-// attention.
+// thread asks for the same slot again. Slots in use: 0, 1 the Winograd kernels (3 their fused
+// pool's expanded gradient), 2 the flash attention.
 inline float* thread_scratch(int slot, size_t floats) {
   thread_local std::vector<float> buffers[4];
   std::vector<float>& v = buffers[slot];

@@ -112,7 +112,8 @@ std::vector<float> to_blocked16(const std::vector<float>& x, const PoolShape& s)
 
 // The blocked pair gives the NHWC pair's maxima and gradients exactly, ties included (few
 // distinct values), with the gradient in the blocked layout, and with the output (and dy) blocked
-// too; channels not a multiple of 16 are refused.
+// too; channels not a multiple of 16 are refused. Each kernel's fused ReLU gives the pool then
+// the ReLU.
 TEST(MaxPool, Blocked16MatchesNhwcExactly) {
   const PoolShape shapes[] = {{3, 28, 28, 32, 2}, {2, 7, 9, 16, 3}, {1, 4, 4, 48, 2}};
   std::mt19937 rng(7);
@@ -155,6 +156,14 @@ TEST(MaxPool, Blocked16MatchesNhwcExactly) {
     EXPECT_EQ(yf, r);
     EXPECT_EQ(dxf, to_blocked16(dxs, s));
     EXPECT_TRUE(std::count(r.begin(), r.end(), 0.0f) > 0) << "no window was cut by the ReLU";
+    // The same ReLU fused into the NHWC pool: -1 where it cut, skipped backward.
+    std::vector<float> yn(out_n), dxn(in_n, 9.0f);
+    std::vector<int32_t> argn(out_n);
+    maxpool_forward_cpu(s, xs.data(), yn.data(), argn.data(), true);
+    maxpool_backward_cpu(s, dy.data(), argn.data(), dxn.data());
+    EXPECT_EQ(yn, r);
+    EXPECT_EQ(dxn, dxs);
+    EXPECT_EQ(std::count(argn.begin(), argn.end(), -1), std::count(r.begin(), r.end(), 0.0f));
   }
   EXPECT_THROW(maxpool_forward_blocked16_cpu({1, 4, 4, 8, 2}, nullptr, nullptr, nullptr),
                std::invalid_argument);

@@ -14,6 +14,7 @@
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv_pool.h"
 #include "kernels/conv/pool.h"
+#include "kernels/conv/winograd.h"
 #include "kernels/dense.h"
 #include "kernels/onednn/onednn.h"
 #include "kernels/step/loss.h"
@@ -172,22 +173,37 @@ TEST_P(ModelOnednn, LayersMatchTheOpenBlasOracle) {
   // so from the first convolution to the second max-pool's input, ReLU included (the path this
   // comparison then covers); the oracle never does. The plan: conv, maxpool, relu, conv, maxpool,
   // relu, flatten, dense.
+  // With Lockstep's Winograd (AVX-512 or AVX2), the second convolution runs the second pool and
+  // its ReLU in its own passes; on AVX2 the activations stay NHWC throughout (LOCKSTEP_CPU_ISA=avx2
+  // runs this test so on any machine: model_avx2_test).
   const auto& plan = fast.plan();
   ASSERT_EQ("maxpool", plan[4].spec.type);
-  if (kernels::onednn_avx512()) {
-    for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(plan[i].out_blocked16) << "layer " << i;
-    for (size_t i = 1; i < 5; ++i) EXPECT_TRUE(plan[i].in_blocked16) << "layer " << i;
-    // The blocked pools run the ReLUs after them, and the first convolution runs the first pool
-    // (cpu_plan.h, through the layer types' hooks): the layers they absorb become views.
-    EXPECT_TRUE(plan[1].fused_relu && plan[4].fused_relu);
-    EXPECT_TRUE(plan[2].absorbed && plan[5].absorbed);
-    if (kernels::conv_pool_fast()) {
-      ASSERT_EQ(1u, plan[0].fused_next.size());
-      EXPECT_EQ("maxpool", plan[0].fused_next[0].spec.type);
-      EXPECT_TRUE(plan[1].absorbed);
-    }
+  // The pools run the ReLUs after them (cpu_plan.h, through the layer types' hooks): the layers
+  // they absorb become views.
+  EXPECT_TRUE(plan[1].fused_relu && plan[4].fused_relu);
+  EXPECT_TRUE(plan[2].absorbed && plan[5].absorbed);
+  if (kernels::conv_pool_fast()) {
+    // The first convolution runs the first pool.
+    ASSERT_EQ(1u, plan[0].fused_next.size());
+    EXPECT_EQ("maxpool", plan[0].fused_next[0].spec.type);
+    EXPECT_TRUE(plan[1].absorbed);
   }
-  for (size_t i = 3; i < plan.size(); ++i) EXPECT_TRUE(plan[i].fused_next.empty()) << "layer " << i;
+  const bool second_fused =
+      kernels::winograd_fast() && (kernels::onednn_avx512() || kernels::winograd_on_nhwc());
+  if (second_fused) {
+    ASSERT_EQ(1u, plan[3].fused_next.size());
+    EXPECT_EQ("maxpool", plan[3].fused_next[0].spec.type);
+    EXPECT_TRUE(plan[4].absorbed);
+  }
+  if (kernels::onednn_avx512()) {
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(plan[i].out_blocked16) << "layer " << i;
+    for (size_t i = 1; i < 5; ++i) EXPECT_TRUE(plan[i].in_blocked16) << "layer " << i;
+    EXPECT_EQ(!second_fused, plan[3].out_blocked16) << "a fused pool writes the dense layer's NHWC";
+  }
+  if (kernels::winograd_on_nhwc()) {
+    for (const LayerPlan& p : plan) EXPECT_FALSE(p.in_blocked16 || p.out_blocked16);
+  }
+  for (size_t i = 4; i < plan.size(); ++i) EXPECT_TRUE(plan[i].fused_next.empty()) << "layer " << i;
   for (size_t i = 4; i < plan.size(); ++i) EXPECT_FALSE(plan[i].out_blocked16) << "layer " << i;
   EXPECT_FALSE(plan[0].in_blocked16) << "the data is NHWC";
   for (const LayerPlan& p : oracle.plan()) EXPECT_FALSE(p.in_blocked16 || p.out_blocked16);

@@ -23,7 +23,7 @@ size_t maxpool_input_elements(const PoolShape& s, const char* who) {
   return elems;
 }
 
-void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
+void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax, bool relu) {
   maxpool_input_elements(s, "maxpool_forward_cpu");
   const int oh = s.out_h(), ow = s.out_w(), c = s.c;
   // One image per iteration, spread over the threads (parallel.h).
@@ -58,6 +58,12 @@ void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* 
             }
           }
         }
+        if (relu)
+          for (int ch = 0; ch < c; ++ch) {
+            const int32_t positive = -static_cast<int32_t>(yo[ch] > 0.0f);
+            ao[ch] = (ao[ch] & positive) | ~positive;  // -1 where the ReLU gives 0
+            yo[ch] = yo[ch] < 0.0f ? 0.0f : yo[ch];    // as relu_forward_cpu: a NaN passes
+          }
       }
     }
   }
@@ -237,7 +243,8 @@ void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* ar
   for (int img = 0; img < s.n; ++img) {
     std::fill_n(dx + img * in_image, in_image, 0.0f);
     const size_t first = img * out_image;
-    for (size_t i = first; i < first + out_image; ++i) dx[argmax[i]] += dy[i];
+    for (size_t i = first; i < first + out_image; ++i)
+      if (argmax[i] >= 0) dx[argmax[i]] += dy[i];
   }
 }
 

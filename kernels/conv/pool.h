@@ -1,7 +1,7 @@
 // Max pooling, NHWC, window k x k with stride k (no padding; a trailing row/column that does not
 // fill a window is dropped, as in floor mode). argmax records, per output element, the flat input
 // index of the maximum, for the backward pass. Backward overwrites dx (zeros, then scatters dy);
-// its argmax must be one the forward pass wrote (each index inside its own image's input).
+// its argmax must be one the forward pass wrote (each index inside its own image's input, or -1).
 // Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
@@ -22,7 +22,10 @@ struct PoolShape {
 // count.
 size_t maxpool_input_elements(const PoolShape& s, const char* who);
 
-void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax);
+// With `relu` the forward pass writes max(0, maximum) (a NaN passes) and argmax -1 where that is
+// not positive, which the backward pass skips: a ReLU after the pool, fused.
+void maxpool_forward_cpu(const PoolShape& s, const float* x, float* y, int32_t* argmax,
+                         bool relu = false);
 void maxpool_backward_cpu(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx);
 
 // The same over an input laid out in 16-channel blocks (oneDNN's aBcd16b, as

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/lanes16.h"
 #include "kernels/parallel.h"
 
 // GCC reports the AVX2 copy's 16-float vectors (winograd_isa.inc) at the end of the file: they
@@ -42,13 +43,25 @@ struct Layout {
   float* at(float* base, int k, int e) const { return base + e * e_stride + k * k_stride; }
 };
 
+// A 2x2 max-pool of stride 2 fused with the convolution (winograd_pool_*_cpu): where a pooled
+// position's 16 channels lie (its size, blocks or NHWC), a ReLU after the pool, and, forward, the
+// pooled output and the windows' winning taps written, or, backward, the pooled gradient and those
+// taps read.
+struct Pool2 {
+  lanes16::OutIndex at;
+  bool relu = false;
+  float* y = nullptr;
+  const float* dy = nullptr;
+  int8_t* argmax = nullptr;
+};
+
 // One build's entry points (winograd_isa.inc's kBuild): the per-image passes, for NHWC [0] and
-// blocked [1] activations, and the kernel's transform and gradient.
+// blocked [1] activations (a fused pool's, or none), and the kernel's transform and gradient.
 struct Build {
   void (*convolve[2])(const Tiles& t, int ci, int co, const float* x, const float* u,
-                      const float* b, bool relu, float* y, size_t i0, size_t i1);
-  void (*gradient[2])(const Tiles& t, int ci, int co, const float* x, const float* dy, float* du,
-                      size_t i0, size_t i1);
+                      const float* b, bool relu, float* y, const Pool2* pool, size_t i0, size_t i1);
+  void (*gradient[2])(const Tiles& t, int ci, int co, const float* x, const float* dy,
+                      const Pool2* pool, float* du, size_t i0, size_t i1);
   void (*kernel_transform)(const float* g, int ci, int co, float* u);
   void (*kernel_gradient)(const float* du, int ci, int co, float* dw);
 };
@@ -100,9 +113,11 @@ bool winograd_preferred(const Conv2dShape& s) {
   return bytes <= 1024.0 * 1024.0;
 }
 
-void winograd_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
-                          float* y, bool blocked) {
-  check(s, "winograd_forward_cpu");
+namespace {
+
+// The forward pass, into y or (pool) the pooled output.
+void forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
+             const Pool2* pool, bool blocked) {
   const Tiles t(s);
   thread_local std::vector<float> u;
   u.resize(static_cast<size_t>(kE) * s.c_in * s.c_out);
@@ -110,13 +125,13 @@ void winograd_forward_cpu(const Conv2dShape& s, const float* x, const float* w, 
   const Build& here = build();
   here.kernel_transform(w, s.c_in, s.c_out, u.data());
   parallel_chunks(static_cast<size_t>(s.n), 1, [&](size_t i0, size_t i1) {
-    here.convolve[blocked](t, s.c_in, s.c_out, x, kernel, b, s.relu, y, i0, i1);
+    here.convolve[blocked](t, s.c_in, s.c_out, x, kernel, b, s.relu, y, pool, i0, i1);
   });
 }
 
-void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
-                           float* dx, float* dw, float* db, bool blocked) {
-  check(s, "winograd_backward_cpu");
+// The backward pass, from dy or (pool) the pooled gradient.
+void backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+              const Pool2* pool, float* dx, float* dw, float* db, bool blocked) {
   const Tiles t(s);
   const int ci = s.c_in, co = s.c_out;
   const Build& here = build();
@@ -134,7 +149,7 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
     here.kernel_transform(rotated.data(), co, ci, u.data());
     const float* kernel = u.data();
     parallel_chunks(static_cast<size_t>(s.n), 1, [&](size_t i0, size_t i1) {
-      here.convolve[blocked](t, co, ci, dy, kernel, nullptr, false, dx, i0, i1);
+      here.convolve[blocked](t, co, ci, dy, kernel, nullptr, false, dx, pool, i0, i1);
     });
   }
   // The weight and bias gradients: one partial sum per chunk of kChunk images, added in order.
@@ -145,7 +160,7 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
   float* parts = partial.data();
   parallel_chunks(chunks, 1, [&](size_t c0, size_t c1) {
     for (size_t c = c0; c < c1; ++c)
-      here.gradient[blocked](t, ci, co, x, dy, parts + c * per_chunk, c * kChunk,
+      here.gradient[blocked](t, ci, co, x, dy, pool, parts + c * per_chunk, c * kChunk,
                              std::min<size_t>(s.n, (c + 1) * kChunk));
   });
   // The chunks in order into the first, spread over the threads by element: the same bits.
@@ -159,6 +174,52 @@ void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
   here.kernel_gradient(total, ci, co, dw);
   if (db != nullptr)
     for (int o = 0; o < co; ++o) db[o] += total[static_cast<size_t>(kE) * ci * co + o];
+}
+
+Pool2 pool_of(const Conv2dShape& s, bool relu, bool pooled_blocked16, const char* who) {
+  check(s, who);
+  if (s.relu)
+    throw std::invalid_argument(std::string(who) +
+                                ": a ReLU before the pool is not fused (pass relu: after it)");
+  if (s.h < 2 || s.w < 2)
+    throw std::invalid_argument(std::string(who) + ": the image (" + std::to_string(s.h) + "x" +
+                                std::to_string(s.w) + ") is smaller than the 2x2 window");
+  Pool2 p;
+  p.at = {s.h / 2, s.w / 2, s.c_out / 16, s.c_out, pooled_blocked16};
+  p.relu = relu;
+  return p;
+}
+
+}  // namespace
+
+void winograd_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                          float* y, bool blocked) {
+  check(s, "winograd_forward_cpu");
+  forward(s, x, w, b, y, nullptr, blocked);
+}
+
+void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                           float* dx, float* dw, float* db, bool blocked) {
+  check(s, "winograd_backward_cpu");
+  backward(s, x, w, dy, nullptr, dx, dw, db, blocked);
+}
+
+void winograd_pool_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                               float* y, int8_t* argmax, bool relu, bool blocked,
+                               bool y_blocked16) {
+  Pool2 p = pool_of(s, relu, y_blocked16, "winograd_pool_forward_cpu");
+  p.y = y;
+  p.argmax = argmax;
+  forward(s, x, w, b, nullptr, &p, blocked);
+}
+
+void winograd_pool_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
+                                const float* dy, const int8_t* argmax, float* dx, float* dw,
+                                float* db, bool blocked, bool dy_blocked16) {
+  Pool2 p = pool_of(s, false, dy_blocked16, "winograd_pool_backward_cpu");
+  p.dy = dy;
+  p.argmax = const_cast<int8_t*>(argmax);  // read only: Pool2 serves both passes
+  backward(s, x, w, nullptr, &p, dx, dw, db, blocked);
 }
 
 }  // namespace lockstep::kernels

@@ -19,6 +19,8 @@
 // threads may call them on separate buffers (their scratch is per thread). No collective calls.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/conv/conv2d.h"
 
 namespace lockstep::kernels {
@@ -46,5 +48,24 @@ void winograd_forward_cpu(const Conv2dShape& s, const float* x, const float* w, 
 // when null.
 void winograd_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                            float* dx, float* dw, float* db, bool blocked = true);
+
+// The convolution and the 2x2 max-pool of stride 2 after it (floor: a trailing odd row or column
+// dropped) in one pass over the tiles, with a ReLU after the pool when `relu`: the pooled output
+// y (n x h/2 x w/2 x c_out, in 16-channel blocks when y_blocked16, else NHWC) is written from each
+// tile's outputs while they are in registers, and the full-size output never is. argmax, a byte
+// per value of y in y's order (as conv_pool.h's): its window's winning tap (ky * 2 + kx; the first
+// maximum keeps a tie), -1 where the ReLU gave 0. The same values, ties and gradients, bit for bit,
+// as winograd_forward_cpu then maxpool_forward_cpu (NHWC) or maxpool_forward_blocked16_cpu
+// (blocked) with its ReLU, and their backward passes. s.relu must be false; x's and the (unwritten)
+// convolution output's layout is `blocked`, as above. Throws std::invalid_argument as
+// winograd_forward_cpu, and for an image under 2x2.
+void winograd_pool_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                               float* y, int8_t* argmax, bool relu, bool blocked, bool y_blocked16);
+// From the pooled gradient dy (y's layout) and the forward's argmax: dx as winograd_backward_cpu
+// (skipped when null), dw and db accumulated. Each image's gradient before the pool is expanded in
+// a per-thread buffer as the passes reach it, never in full.
+void winograd_pool_backward_cpu(const Conv2dShape& s, const float* x, const float* w,
+                                const float* dy, const int8_t* argmax, float* dx, float* dw,
+                                float* db, bool blocked, bool dy_blocked16);
 
 }  // namespace lockstep::kernels

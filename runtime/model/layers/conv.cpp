@@ -71,12 +71,26 @@ FusedPool fused_pool(const LayerPlan& p) {
   return {find_layer_type(pool.spec.type).max_pool_window(pool), pool.fused_relu};
 }
 
+// The layout of the convolution's own output: a fused pool's input's (the layer's output is then
+// the pool's), else the layer's.
+bool conv_out_blocked16(const LayerPlan& p) {
+  return p.fused_next.empty() ? p.out_blocked16 : p.fused_next.front().in_blocked16;
+}
+
 // The activations Lockstep's Winograd takes a layer on: blocked on both sides (oneDNN chose
 // 16-channel blocks: AVX-512), or NHWC on both sides where the CPU has no AVX-512 (oneDNN's AVX2
 // kernels block by 8 channels, so the plan keeps NHWC there, and oneDNN has no Winograd for AVX2).
 bool winograd_layouts(const LayerPlan& p) {
-  if (p.in_blocked16 != p.out_blocked16) return false;
+  if (p.in_blocked16 != conv_out_blocked16(p)) return false;
   return p.in_blocked16 || kernels::winograd_on_nhwc();
+}
+
+// Whether the layer of the best CPU kernels runs on Lockstep's Winograd: oneDNN built and suited
+// to both passes (the other kernel families of the set), the layouts above, LOCKSTEP_CPU_CONV
+// automatic, and a shape winograd_preferred.
+bool takes_winograd(const LayerPlan& p) {
+  return kernels::onednn_built() && onednn_backward_suits(p) && winograd_layouts(p) &&
+         cpu_conv() == CpuConv::automatic && kernels::winograd_preferred(conv2d_cpu_shape(p, 1));
 }
 
 // The algorithm of each pass is chosen once, here, from the plan and the build (member pointers to
@@ -90,11 +104,14 @@ class Conv2dLayer : public Layer {
     const bool onednn_backward = onednn && onednn_backward_suits(plan);
     blas_workspace_ = !(onednn && onednn_backward);
     if (onednn) io_ = conv2d_io(plan);
-    if (pool_.k > 0) {
+    const bool winograd = onednn && takes_winograd(plan);
+    if (pool_.k > 0 && winograd) {
+      forward_ = &Conv2dLayer::forward_winograd_pool;
+      backward_ = &Conv2dLayer::backward_winograd_pool;
+    } else if (pool_.k > 0) {
       forward_ = &Conv2dLayer::forward_conv_pool;
       backward_ = &Conv2dLayer::backward_conv_pool;
-    } else if (onednn && onednn_backward && winograd_layouts(plan) &&
-               cpu_conv() == CpuConv::automatic && kernels::winograd_preferred(shape(1))) {
+    } else if (winograd) {
       forward_ = &Conv2dLayer::forward_winograd;
       backward_ = &Conv2dLayer::backward_winograd;
     } else {
@@ -105,6 +122,7 @@ class Conv2dLayer : public Layer {
   // The OpenBLAS passes' im2col matrix, then, with a fused ReLU, the gradient before it; with a
   // fused pool, the per-image partial gradients.
   size_t workspace_floats(int batch) const override {
+    if (pool_.k > 0 && forward_ == &Conv2dLayer::forward_winograd_pool) return 0;  // per thread
     if (pool_.k > 0) return kernels::conv_pool_scratch_floats(pool_shape(batch));
     return blas_workspace(batch) + (plan_.fused_relu ? static_cast<size_t>(batch) * out_size() : 0);
   }
@@ -139,6 +157,16 @@ class Conv2dLayer : public Layer {
     if (dx != nullptr) throw Error("conv: a fused max-pool is only planned for a first layer");
     kernels::conv_pool_backward_cpu(pool_shape(batch), x, dy, argmax_.data(), grads_, bias(grads_),
                                     workspace);
+  }
+  // A fused 2x2 pool on Winograd (any layer: the input gradient too); the convolution's own
+  // output keeps the input's layout, the pooled one the layer's.
+  void forward_winograd_pool(int batch, const float* x, float* y, float*) {
+    kernels::winograd_pool_forward_cpu(shape(batch), x, params_, bias(params_), y, argmax_.data(),
+                                       pool_.relu, plan_.in_blocked16, plan_.out_blocked16);
+  }
+  void backward_winograd_pool(int batch, const float* x, const float* dy, float* dx, float*) {
+    kernels::winograd_pool_backward_cpu(shape(batch), x, params_, dy, argmax_.data(), dx, grads_,
+                                        bias(grads_), plan_.in_blocked16, plan_.out_blocked16);
   }
   void forward_winograd(int batch, const float* x, float* y, float*) {
     kernels::winograd_forward_cpu(shape(batch), x, params_, bias(params_), y, plan_.in_blocked16);
@@ -238,15 +266,23 @@ LayerType conv_layer_type() {
   // a 3x3 convolution.
   t.hands_on_blocked16 = conv2d_keeps_blocked16;
   t.takes_blocked16 = conv2d_keeps_blocked16;
-  // On AVX-512 a first convolution over one input channel and the max-pool after it run as one
+  // A first convolution over one input channel and the max-pool after it run as one
   // kernel (kernels/conv/conv_pool.h: the convolution's full-resolution output, 64 x 28x28x32
   // floats a rank-step in the CNN, is never written), the pool's fused ReLU with them. The kernel
   // computes no input gradient, hence `first`; a convolution that fused a ReLU itself keeps it.
+  // Any convolution on Lockstep's Winograd runs a 2x2 max-pool after it (and the pool's ReLU) in
+  // its output transform, each 4x4 tile's four windows while the tile is in registers, and expands
+  // the pooled gradient per image in its backward passes (kernels/conv/winograd.h): the full-size
+  // output and its gradient are never written, the pool's two passes are spared.
   t.fuses_next = [](const LayerPlan& p, const LayerPlan& next, bool first) {
-    if (!first || p.fused_relu || !kernels::conv_pool_fast()) return false;
+    if (p.fused_relu) return false;
     const LayerType& next_type = find_layer_type(next.spec.type);
     const int k = next_type.max_pool_window ? next_type.max_pool_window(next) : 0;
-    return k > 0 && kernels::conv_pool_supported(conv2d_cpu_shape(p, 1), k);
+    if (k == 0) return false;
+    if (first && kernels::conv_pool_fast() &&
+        kernels::conv_pool_supported(conv2d_cpu_shape(p, 1), k))
+      return true;
+    return k == 2 && takes_winograd(p);
   };
   t.forward_flops = [](const LayerPlan& p) {
     const double k = p.spec.args[0];

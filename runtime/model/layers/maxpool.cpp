@@ -27,7 +27,7 @@ class MaxPoolLayer : public Layer {
 
  private:
   void forward_nhwc(const kernels::PoolShape& s, const float* x, float* y) {
-    kernels::maxpool_forward_cpu(s, x, y, argmax_.data());
+    kernels::maxpool_forward_cpu(s, x, y, argmax_.data(), plan_.fused_relu);
   }
   void forward_blocked16(const kernels::PoolShape& s, const float* x, float* y) {
     kernels::maxpool_forward_blocked16_cpu(s, x, y, argmax_.data(), plan_.out_blocked16,
@@ -74,12 +74,10 @@ LayerType maxpool_layer_type() {
   // a full-size pass is saved forward and backward.
   t.max_pool_window = [](const LayerPlan& p) { return p.spec.args[0]; };
   t.commutes_with = [](const LayerPlan&, Activation a) { return a == Activation::relu; };
-  // On blocked activations the pool applies the ReLU after it as it writes each window's maximum
-  // (no gradient where the result is 0): a pass over its output less forward and backward (the
-  // CNN's two ReLUs, 0.42 ms of a 10.5 ms step at batch 64 a rank). Its NHWC kernel has no ReLU.
-  t.fuses_activation = [](const LayerPlan& p, Activation a) {
-    return a == Activation::relu && p.in_blocked16;
-  };
+  // The pool applies the ReLU after it as it writes each window's maximum (no gradient where the
+  // result is 0), on either layout: a pass over its output less forward and backward (the CNN's
+  // two ReLUs, 0.42 ms of a 10.5 ms step at batch 64 a rank, blocked).
+  t.fuses_activation = [](const LayerPlan&, Activation a) { return a == Activation::relu; };
   // It reads blocks of 16 channels, and writes them only when it read them (the blocked kernel
   // writes either layout; the NHWC one only NHWC).
   t.takes_blocked16 = [](const LayerPlan& p, int) { return p.in[2] % 16 == 0; };
