@@ -147,41 +147,41 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
   for (size_t img = i0; img < i1; ++img) {
     const float* p = pad.load(x + img * c.h * c.w, c);
     float* mine = partial + img * static_cast<size_t>(taps + 1) * cout;
+    // One vector of W lanes of a 16-channel block at a time over the whole image: the taps'
+    // accumulators stay in a 16-register ISA's registers (AVX2: both halves at once spilled), and
+    // each lane's sums run in the same order either way.
     for (int cb = 0; cb < at.blocks; ++cb) {
-      F acc[kMaxTaps][G] = {};
-      F acc_b[G] = {};
-      for (int py = 0; py < oh; ++py) {
-        for (int px = 0; px < ow; ++px) {
-          const size_t o = at(img, cb, py, px);
-          F g_dy[G];
-          std::memcpy(g_dy, dy + o, sizeof(g_dy));
-          int32_t widened[16];
-          for (int l = 0; l < 16; ++l) widened[l] = argmax[o + l];
-          I arg[G];
-          std::memcpy(arg, widened, sizeof(arg));
-          const F zero = {};
-          for (int g = 0; g < G; ++g) {
-            g_dy[g] = arg[g] >= 0 ? g_dy[g] : zero;  // the fused ReLU's cut windows
-            acc_b[g] += g_dy[g];
-          }
-          for (int wy = 0; wy < k; ++wy) {
-            for (int wx = 0; wx < k; ++wx) {
-              const int32_t pos = wy * k + wx;
-              F masked[G];
-              for (int g = 0; g < G; ++g) masked[g] = arg[g] == pos ? g_dy[g] : zero;
-              const float* row = p + static_cast<size_t>(py * k + wy) * pad.w + px * k + wx;
-              for (int ky = 0; ky < K; ++ky)
-                for (int kx = 0; kx < K; ++kx) {
-                  const float v = row[ky * pad.w + kx];
-                  for (int g = 0; g < G; ++g) acc[ky * K + kx][g] += v * masked[g];
-                }
+      for (int g = 0; g < G; ++g) {
+        const int lane0 = cb * 16 + g * W;
+        F acc[kMaxTaps] = {};
+        F acc_b = {};
+        for (int py = 0; py < oh; ++py) {
+          for (int px = 0; px < ow; ++px) {
+            const size_t o = at(img, cb, py, px) + g * W;
+            F g_dy;
+            std::memcpy(&g_dy, dy + o, sizeof(g_dy));
+            int32_t widened[W];
+            for (int l = 0; l < W; ++l) widened[l] = argmax[o + l];
+            I arg;
+            std::memcpy(&arg, widened, sizeof(arg));
+            const F zero = {};
+            g_dy = arg >= 0 ? g_dy : zero;  // the fused ReLU's cut windows
+            acc_b += g_dy;
+            for (int wy = 0; wy < k; ++wy) {
+              for (int wx = 0; wx < k; ++wx) {
+                const int32_t pos = wy * k + wx;
+                const F masked = arg == pos ? g_dy : zero;
+                const float* row = p + static_cast<size_t>(py * k + wy) * pad.w + px * k + wx;
+                for (int ky = 0; ky < K; ++ky)
+                  for (int kx = 0; kx < K; ++kx) acc[ky * K + kx] += row[ky * pad.w + kx] * masked;
+              }
             }
           }
         }
+        for (int t = 0; t < taps; ++t)
+          std::memcpy(mine + static_cast<size_t>(t) * cout + lane0, &acc[t], sizeof(F));
+        std::memcpy(mine + static_cast<size_t>(taps) * cout + lane0, &acc_b, sizeof(F));
       }
-      for (int t = 0; t < taps; ++t)
-        std::memcpy(mine + static_cast<size_t>(t) * cout + cb * 16, acc[t], sizeof(acc[t]));
-      std::memcpy(mine + static_cast<size_t>(taps) * cout + cb * 16, acc_b, sizeof(acc_b));
     }
   }
 }
