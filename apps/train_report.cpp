@@ -8,6 +8,7 @@
 #include "runtime/base/log.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
+#include "runtime/model/layer_registry.h"
 #include "runtime/observe/progress.h"
 #include "runtime/train/train_checkpoint.h"
 
@@ -48,6 +49,19 @@ double ms_per_step(double seconds, int64_t steps) {
   return steps > 0 ? 1e3 * seconds / static_cast<double>(steps) : 0.0;
 }
 
+// What --recompute does for this model, for the header's model line ("" when none).
+const char* recompute_text(Recompute r, const Model& m) {
+  if (r == Recompute::none) return "";
+  const bool any = std::any_of(m.plan().begin(), m.plan().end(), [](const LayerPlan& p) {
+    return find_layer_type(p.spec.type).recomputes;
+  });
+  if (!any) return " (--recompute: no layer of this model keeps activations it could recompute)";
+  return r == Recompute::gelu
+             ? " (--recompute gelu: the GELU outputs computed again in the backward pass)"
+             : " (--recompute blocks: each block's activations computed again in the backward "
+               "pass)";
+}
+
 }  // namespace
 
 void print_run_header(Trainer& t, int world_size, const char* device, const char* comm,
@@ -58,7 +72,7 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
       stderr,
       "lockstep-train: %d rank(s) on %s, %s communicator, %d BLAS thread(s) per rank\n"
       "data: %s, %lld training samples of shape %s, %s%s\n"
-      "model: %s\n%s\n"
+      "model: %s%s\n%s\n"
       "global batch %lld (%lld per rank x %d micro-batch(es)), %lld steps per epoch, "
       "%lld steps in all; optimizer %s, peak lr %g, schedule %s\n",
       world_size, device, comm, blas_threads, info.path.c_str(), static_cast<long long>(info.rows),
@@ -69,7 +83,8 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
                             (byte_level_tokens(info) ? ", and in bits per byte" : "") + ")")
                                .c_str()
                          : "",
-      c.model.c_str(), t.model().summary().c_str(), static_cast<long long>(c.global_batch),
+      c.model.c_str(), recompute_text(c.recompute, t.model()), t.model().summary().c_str(),
+      static_cast<long long>(c.global_batch),
       static_cast<long long>(c.global_batch / c.grad_accum / world_size), c.grad_accum,
       static_cast<long long>(t.steps_per_epoch()), static_cast<long long>(t.total_steps()),
       optimizer_name(c.optimizer.kind), t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),

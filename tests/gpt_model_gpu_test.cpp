@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -14,6 +15,7 @@
 #include "kernels/step/loss.h"
 #include "runtime/base/buffer.h"
 #include "runtime/base/error.h"
+#include "runtime/base/precision.h"
 #include "runtime/model/gpt_decoder.h"
 #include "runtime/model/model.h"
 
@@ -31,11 +33,12 @@ struct Pass {
 
 // One forward and backward pass of the mean per-token loss on `where`.
 Pass run(DeviceKind where, Precision precision, const std::vector<float>& x,
-         const std::vector<int32_t>& y) {
+         const std::vector<int32_t>& y, Recompute recompute = Recompute::none) {
   ModelPlacement place;
   place.device = where;
   place.precision = precision;
   place.cpu_kernels = CpuKernels::openblas;
+  place.recompute = recompute;
   Model m(parse_model_spec(kSpec), {kSeq}, kVocab, kBatch, place, kSeq);
   m.init_params(3);
   m.zero_grads();
@@ -101,6 +104,26 @@ TEST_F(GptOnGpu, Fp32MatchesTheCpuLayers) { compare(Precision::fp32, 1e-5, 1e-4)
 
 // bf16 operands (8 bits of mantissa) in the blocks' products and the tied head: near, not equal.
 TEST_F(GptOnGpu, Bf16StaysNearTheCpuLayers) { compare(Precision::bf16, 3e-2, 8e-2); }
+
+// --recompute on the GPU: the GELU outputs, or a block's activations, computed again in the
+// backward pass give the logits and gradients of keeping them, bit for bit, in fp32 and in bf16
+// (where the twin's bf16 copies of the dense inputs are written again by the recomputation).
+TEST_F(GptOnGpu, RecomputingGivesTheSameBits) {
+  std::mt19937_64 gen(12);
+  std::vector<float> x(static_cast<size_t>(kBatch) * kSeq);
+  std::vector<int32_t> y(x.size());
+  for (float& t : x) t = static_cast<float>(gen() % kVocab);
+  for (int32_t& t : y) t = static_cast<int32_t>(gen() % kVocab);
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    const Pass kept = run(DeviceKind::cuda, precision, x, y);
+    for (Recompute r : {Recompute::gelu, Recompute::blocks}) {
+      SCOPED_TRACE(std::string(precision_name(precision)) + ", --recompute " + recompute_name(r));
+      const Pass again = run(DeviceKind::cuda, precision, x, y, r);
+      EXPECT_EQ(again.logits, kept.logits);
+      EXPECT_EQ(again.grads, kept.grads);
+    }
+  }
+}
 
 // lockstep-generate --device cuda: the key/value-cache decoder on the GPU (gpt_decoder.h: the
 // cache in device memory, kernels/gpt/decode.h's single-query attention) gives, at every position

@@ -185,6 +185,44 @@ TEST(GptModel, BestKernelsMatchTheOracle) {
   }
 }
 
+// --recompute: the GELU outputs, or everything a block keeps but its input, computed again in
+// the backward pass give the same logits and gradients, bit for bit, as keeping them - on either
+// kernel set, with the materialised and the flash attention, at the model's largest batch and a
+// smaller one (the shared workspace's regions follow the batch).
+TEST(GptModel, RecomputingGivesTheSameBits) {
+  const auto x = random_tokens(kBatch * kSeq, 3);
+  const auto y = random_targets(kBatch * kSeq, 4);
+  std::vector<CpuKernels> sets = {CpuKernels::openblas};
+  if (kernels::onednn_built()) sets.push_back(CpuKernels::best);
+  for (CpuKernels k : sets)
+    for (const char* spec : {kSpec, kFlashSpec})
+      for (int batch : {kBatch, kBatch - 1}) {
+        std::vector<float> logits[3], grads[3];
+        for (Recompute r : {Recompute::none, Recompute::gelu, Recompute::blocks}) {
+          SCOPED_TRACE(std::string(spec) + " batch " + std::to_string(batch) + " recompute " +
+                       recompute_name(r));
+          Model m(parse_model_spec(spec), SampleShape{kSeq}, kVocab, kBatch,
+                  ModelPlacement{.cpu_kernels = k, .recompute = r}, kSeq);
+          m.init_params(7);
+          m.zero_grads();
+          const int rows = batch * kSeq;
+          const float* out = m.forward(x.data(), batch);
+          const int i = static_cast<int>(r);
+          logits[i].assign(out, out + static_cast<size_t>(rows) * kVocab);
+          kernels::softmax_cross_entropy_cpu(out, y.data(), nullptr, rows, kVocab, 1.0f / rows,
+                                             m.output_grad());
+          m.backward(batch);
+          grads[i].assign(m.grads(), m.grads() + m.param_count());
+          if (i == 0) continue;
+          EXPECT_EQ(logits[i], logits[0]);
+          EXPECT_EQ(grads[i], grads[0]);
+        }
+        EXPECT_GT(std::count_if(grads[0].begin(), grads[0].end(), [](float g) { return g != 0; }),
+                  static_cast<long>(grads[0].size() / 2))
+            << "most gradients are non-zero";
+      }
+}
+
 TEST(GptModel, LogitsDependOnlyOnTheSampleAndTheTokensSoFar) {
   const auto x = random_tokens(kBatch * kSeq, 5);
   auto owned = make();

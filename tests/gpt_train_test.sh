@@ -59,6 +59,18 @@ grep -q "/params/lmhead3.ln.weight *Dataset {32}" <<<"$params" ||
 [[ $(grep "^/params/" <<<"$params" | grep -c "Dataset {256, 32}") -eq 1 ]] ||
   fail "the tied matrix is stored more than once"$'\n'"$params"
 
+# ---- --recompute gelu and blocks: the same losses at every logged step and the same test
+# figure as keeping the activations (gpt_layers.h: the same kernels on the same values) ----
+strip_rates() { grep -E 'step [0-9]+/[0-9]+ loss|^test_' | sed -E 's/ [0-9.]+ (tokens|samples)\/s.*//'; }
+kept=$(timeout 300 "$mpiexec" -n 2 "$train" "${args[@]}" --steps 10 2>&1 | strip_rates)
+[[ -n $kept ]] || fail "the 10-step run logged nothing"
+for r in gelu blocks; do
+  again=$(timeout 300 "$mpiexec" -n 2 "$train" "${args[@]}" --steps 10 --recompute $r 2>&1 |
+          strip_rates)
+  [[ $again == "$kept" ]] ||
+    fail "--recompute $r changed the losses"$'\n'"$kept"$'\n'"---"$'\n'"$again"
+done
+
 # ---- resumed at 1 rank with gradient accumulation, metrics and trace ----
 out=$(timeout 300 "$mpiexec" -n 1 "$train" "${args[@]}" --steps 50 --grad-accum 2 \
       --checkpoint-dir ckpt --resume ckpt --metrics m.jsonl --trace trace.json 2>&1)

@@ -34,7 +34,8 @@ rc=$?
 grep -q -- "--data arg" <<<"$help" || fail "--help does not list --data"
 for opt in config model loss optimizer lr momentum beta1 beta2 eps weight-decay lr-schedule \
            warmup-steps min-lr lr-scaling base-batch global-batch epochs steps grad-accum seed \
-           remainder log-every metrics device comm timeout check-every threads checkpoint-timeout; do
+           remainder log-every metrics device comm timeout check-every threads checkpoint-timeout \
+           recompute; do
   grep -qE -- "--$opt arg +\(=" <<<"$help" || fail "--help does not list --$opt with a default"
 done
 grep -q -- '--global-batch arg (=128)' <<<"$help" || fail "--help does not show --global-batch's default"
@@ -74,6 +75,7 @@ refuse --model --data fmnist.h5 --model dense:12
 refuse "needs image samples" --data reg.h5 --model cnn
 refuse --optimizer --data fmnist.h5 --optimizer rmsprop
 refuse --zero --data fmnist.h5 --zero 3
+refuse "--recompute must be none, gelu or blocks" --data fmnist.h5 --recompute all
 refuse --loss --data fmnist.h5 --loss mse
 refuse --data --data nowhere.h5
 refuse --epochs --data fmnist.h5 --epochs -1

@@ -78,6 +78,9 @@ struct LayerType {
   // CPU layer builds beyond its output (conv's im2col matrix; for the memory estimate). Unset: 0.
   std::function<double(const LayerPlan&)> forward_flops;
   std::function<double(const LayerPlan&)> scratch_floats;
+  // Whether its layers follow LayerPlan::recompute: under Recompute::blocks what scratch_floats
+  // counts then lives in the model's shared workspace, one layer's at a time.
+  bool recomputes = false;
 
   // Plan hooks: how a layer of this type takes part in the model's rewrites of its plan
   // (runtime/model/cpu_plan.h). All optional: a type that sets none runs as written. The planner

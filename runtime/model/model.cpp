@@ -63,6 +63,7 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   const DeviceKind where = placement_.device;
   if (where == DeviceKind::cuda) check_cuda_layers(plan_);
   if (where == DeviceKind::cpu) plan_cpu(plan_, max_batch, placement_.cpu_kernels);
+  for (LayerPlan& p : plan_) p.recompute = placement_.recompute;
   // Layer ranges start at multiples of `align`: 256 bytes, times the ranks when sharded (ZeRO),
   // so that every bucket (whole layers) divides into the ranks' equal blocks of whole cache lines.
   const size_t align = kParamAlignFloats * static_cast<size_t>(std::max(placement_.shard_ranks, 1));

@@ -83,6 +83,9 @@ struct ModelPlacement {
   // ZeRO stage 2: false, the model allocates no gradient buffer (grads() is null) and
   // bind_gradients() places each layer's gradients before the first backward pass.
   bool own_gradients = true;
+  // What the layers recompute in their backward passes instead of keeping it (--recompute: the
+  // GPT blocks' activations, gpt_layers.h), trading a second forward pass for memory.
+  Recompute recompute = Recompute::none;
   // The environment knobs its layers follow (knobs.h), the process's by default: a test may set
   // another value for one model.
   Knobs knobs = configured_knobs();

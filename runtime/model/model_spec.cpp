@@ -221,6 +221,22 @@ std::vector<LayerPlan> plan_layers(const ModelSpec& spec, const SampleShape& inp
 
 }  // namespace
 
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::gelu: return "gelu";
+    case Recompute::blocks: return "blocks";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& text) {
+  if (text == "none") return Recompute::none;
+  if (text == "gelu") return Recompute::gelu;
+  if (text == "blocks") return Recompute::blocks;
+  throw UsageError("--recompute must be none, gelu or blocks, not '" + text + "'");
+}
+
 std::vector<LayerPlan> plan_model(const ModelSpec& spec, const SampleShape& input, int outputs,
                                   int positions) {
   try {

@@ -73,6 +73,13 @@ size_t shape_size(const SampleShape& shape);
 // shapes are int.
 constexpr size_t kMaxLayerSize = size_t{1} << 31;
 
+// What a layer that keeps activations for its backward pass recomputes there instead
+// (--recompute; a GPT block's is the only such layer, gpt_layers.h): nothing; the GELU's output
+// from its kept input; or the whole block from its input, which the model keeps anyway.
+enum class Recompute { none, gelu, blocks };
+const char* recompute_name(Recompute r);
+Recompute parse_recompute(const std::string& text);  // throws UsageError naming --recompute
+
 // One layer with its shapes resolved.
 struct LayerPlan {
   LayerSpec spec;
@@ -102,6 +109,9 @@ struct LayerPlan {
   // An earlier layer does this one's work (its activation was fused there, or the layer is in that
   // one's fused_next): the model gives it a PassThroughLayer.
   bool absorbed = false;
+  // What the layer recomputes in its backward pass instead of keeping it from the forward pass
+  // (ModelPlacement::recompute, every layer alike; layers that keep nothing ignore it).
+  Recompute recompute = Recompute::none;
 };
 
 // Resolves shapes through the layers for an input sample shape and the data's output width;

@@ -267,6 +267,13 @@ std::vector<Row> build() {
       "its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered); 2 also "
       "only its 1/P of the reduced gradients",
       "zero", +[](TrainConfig & c) -> auto& { return c.zero; }, between(0, 2)));
+  t.push_back(choice<Recompute>(
+      "recompute", G::runtime,
+      "none | gelu | blocks: what the GPT blocks compute again in the backward pass instead of "
+      "keeping it from the forward pass (the GELU outputs; or everything but each block's "
+      "input: about one more forward pass for a fraction of the activation memory)",
+      "recompute", +[](TrainConfig & c) -> auto& { return c.recompute; }, parse_recompute,
+      recompute_name));
   t.push_back(number<uint64_t>(
       "seed", G::loop, "seed of the initial parameters and the shuffles", "seed",
       +[](TrainConfig & c) -> auto& { return c.seed; }, at_least(0)));

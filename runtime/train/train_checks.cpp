@@ -48,12 +48,21 @@ ModelFloats model_floats(const DatasetInfo& info, const TrainConfig& c, int outp
     return {};
   }
   ModelFloats f;
+  // With --recompute blocks, what a recomputing layer (a GPT block) keeps exists for one layer at a
+  // time (in the shared workspace), not for every one: the largest counts once. (gelu: counted
+  // whole, an upper bound.)
+  double largest_block = 0;
   for (const LayerPlan& p : plan) {
     f.per_row += 2.0 * static_cast<double>(shape_size(p.out));
     const LayerType& type = find_layer_type(p.spec.type);
-    if (type.scratch_floats) f.per_row += type.scratch_floats(p);
+    const double scratch = type.scratch_floats ? type.scratch_floats(p) : 0.0;
+    if (c.recompute == Recompute::blocks && type.recomputes)
+      largest_block = std::max(largest_block, scratch);
+    else
+      f.per_row += scratch;
     f.params += static_cast<double>(p.params);
   }
+  f.per_row += largest_block;
   return f;
 }
 

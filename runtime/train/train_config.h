@@ -12,6 +12,7 @@
 #include "runtime/base/precision.h"
 #include "runtime/data/dataset.h"
 #include "runtime/model/lr_schedule.h"
+#include "runtime/model/model_spec.h"
 #include "runtime/model/optimizer.h"
 #include "runtime/train/step_guard.h"
 
@@ -44,6 +45,9 @@ struct TrainConfig {
   // the state of its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered).
   int zero = 0;
   double bucket_mb = 25;  // gradient bucket size in MiB (0: one all-reduce after backward)
+  // What the layers recompute in the backward pass instead of keeping it (model_spec.h: the GPT
+  // blocks' GELU outputs, or their whole activations).
+  Recompute recompute = Recompute::none;
   DeviceKind device = DeviceKind::cpu;            // where the layers compute
   Precision precision = Precision::fp32;          // compute dtype; bf16 needs device cuda
   Precision grad_reduce_dtype = Precision::fp32;  // dtype of the gradient all-reduce on the wire

@@ -88,6 +88,7 @@ void Trainer::build() {
   place.graphs = graphs;
   place.shard_ranks = config_.zero > 0 ? comm_.size() : 1;
   place.own_gradients = config_.zero < 2;  // stage 2: the reducer's staging holds them
+  place.recompute = config_.recompute;
   m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
   model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place, positions);
   m.reducer = std::make_unique<BucketReducer>(

@@ -263,6 +263,7 @@ LayerType block_layer_type() {
   };
   // What the block keeps for its backward pass (gpt_layers.h) on the CPU: the attention's T x T
   // probabilities per head, or with the flash kernels one log-sum-exp per position and head.
+  t.recomputes = true;
   t.scratch_floats = [](const LayerPlan& p) {
     const double tt = p.in[0], d = p.in[1], h = p.spec.args[0];
     return 15.0 * tt * d + h * tt * (cpu_flash_attention(head_dim(p)) ? 1.0 : tt) + 4.0 * tt;

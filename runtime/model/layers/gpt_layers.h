@@ -25,8 +25,12 @@
 // A block keeps what its backward pass reads (layer-norm outputs and statistics, attention heads
 // and probabilities, the MLP's pre- and post-GELU values, the residual stream between its halves)
 // in its own buffers, sized by reserve(); the model's shared workspace holds only what one pass
-// needs (BlockLayer::workspace_floats lays it out). Used by one thread at a time. No collective
-// calls.
+// needs (BlockLayer::workspace_floats lays it out). With LayerPlan::recompute it keeps less: gelu,
+// the GELU's output (4 N D floats) is computed again from its input at the start of the backward
+// pass; blocks, nothing of its own: the backward pass runs the forward pass again from the
+// block's input (which the model keeps) into the front of the shared workspace, so one block's
+// activations exist at a time instead of every block's, for about one more forward pass of
+// compute. Used by one thread at a time. No collective calls.
 #pragma once
 
 #include <cstddef>
@@ -106,27 +110,31 @@ class BlockLayer : public Layer {
         heads_(plan.spec.args[0]),
         at_(static_cast<size_t>(d_)) {}
 
-  // Workspace: the backward pass's gradients R1 [N, 4D] (MLP hidden, then qkv), R2 [N, D] and
-  // R3 [N, D] (the residual stream's gradient between the halves), the attention's scratch, and
-  // one dense backward's scratch; the forward pass uses less (qkv [N, 3D] and the attention's).
+  // Workspace: what the forward pass keeps for the backward one where it is recomputed there
+  // (kept_in_workspace), then one pass's: the backward pass's gradients R1 [N, 4D] (MLP hidden,
+  // then qkv), R2 [N, D] and R3 [N, D] (the residual stream's gradient between the halves), the
+  // attention's scratch, and one dense backward's scratch; the forward pass uses less (qkv
+  // [N, 3D] and the attention's).
   size_t workspace_floats(int batch) const override {
     const size_t nd = rows(batch) * static_cast<size_t>(d_);
-    return 6 * nd + ops_.attention_workspace_floats(attention(batch)) +
+    return kept_in_workspace(batch) + 6 * nd + ops_.attention_workspace_floats(attention(batch)) +
            ops_.dense_scratch_floats(rows(batch), 4 * d_);
   }
   void reserve(int max_batch) override {
     const size_t n = rows(max_batch), nd = n * static_cast<size_t>(d_);
     const DeviceKind where = ops_.device();
-    const size_t kept = ops_.keeps_fp32_dense_inputs() ? nd : 0;
-    ln1_ = Buffer<float>(where, kept);
-    ln2_ = Buffer<float>(where, kept);
-    stats_ = Buffer<float>(where, 4 * n);
-    heads_buf_ = Buffer<float>(where, ops_.attention_heads_floats(attention(max_batch)));
-    probs_ = Buffer<float>(where, ops_.attention_probs_floats(attention(max_batch)));
-    att_ = Buffer<float>(where, nd);
-    x2_ = Buffer<float>(where, nd);
-    h_ = Buffer<float>(where, 4 * nd);
-    g_ = Buffer<float>(where, 4 * kept);
+    const KeptSizes k = kept_sizes(max_batch);
+    if (plan_.recompute != Recompute::blocks) {
+      ln1_ = Buffer<float>(where, k.ln);
+      ln2_ = Buffer<float>(where, k.ln);
+      stats_ = Buffer<float>(where, 4 * n);
+      heads_buf_ = Buffer<float>(where, k.heads);
+      probs_ = Buffer<float>(where, k.probs);
+      att_ = Buffer<float>(where, nd);
+      x2_ = Buffer<float>(where, nd);
+      h_ = Buffer<float>(where, 4 * nd);
+      if (plan_.recompute == Recompute::none) g_ = Buffer<float>(where, k.g);
+    }
     ops_.reserve_dense(0, n, d_, 3 * d_);
     ops_.reserve_dense(1, n, d_, d_);
     ops_.reserve_dense(2, n, d_, 4 * d_);
@@ -134,30 +142,21 @@ class BlockLayer : public Layer {
   }
 
   void forward(int batch, const float* x, float* y, float* ws) override {
-    const int n = static_cast<int>(rows(batch));
-    const size_t nd = rows(batch) * static_cast<size_t>(d_);
-    const float* p = params_;
-    float* qkv = ops_.attention_keeps_qkv() ? heads_buf_.data() : ws;
-    float* scratch = ws + 3 * nd;
-    ops_.layernorm_to_dense(0, {n, d_}, x, p + at_.ln1_w, p + at_.ln1_b, ln1_.data(), mean(0),
-                            rstd(0));
-    ops_.dense_forward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, p + at_.qkv_b, qkv);
-    ops_.attention_forward(attention(batch), qkv, att_.data(), heads_buf_.data(), probs_.data(),
-                           scratch);
-    ops_.dense_forward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, p + at_.proj_b, x2_.data(),
-                       x);  // x2 = x + proj(att)
-    ops_.layernorm_to_dense(2, {n, d_}, x2_.data(), p + at_.ln2_w, p + at_.ln2_b, ln2_.data(),
-                            mean(1), rstd(1));
-    ops_.dense_forward(2, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, p + at_.fc_b, h_.data());
-    ops_.gelu_to_dense(3, h_.data(), g_.data(), 4 * nd);
-    ops_.dense_forward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, p + at_.mproj_b, y,
-                       x2_.data());  // y = x2 + mproj(g)
+    run_forward(batch, x, y, kept(batch, ws), ws + kept_in_workspace(batch));
   }
 
   void backward(int batch, const float* x, const float*, const float* dy, float* dx,
                 float* ws) override {
     const int n = static_cast<int>(rows(batch));
     const size_t nd = rows(batch) * static_cast<size_t>(d_);
+    const Kept k = kept(batch, ws);
+    ws += kept_in_workspace(batch);
+    // What the forward pass did not keep, computed again from what it did (the block's input
+    // alone, or the GELU's input): the same kernels on the same values, so the same bits.
+    if (plan_.recompute == Recompute::blocks)
+      run_forward(batch, x, nullptr, k, ws);
+    else if (plan_.recompute == Recompute::gelu)
+      ops_.gelu_to_dense(3, k.h, k.g, 4 * nd);
     const float* p = params_;
     float* g = grads_;
     float* r1 = ws;           // [N, 4D]: the MLP hidden gradient, later dqkv
@@ -165,30 +164,102 @@ class BlockLayer : public Layer {
     float* r3 = ws + 5 * nd;  // [N, D]: the residual stream's gradient between the halves
     float* att_ws = ws + 6 * nd;
     float* dense_ws = att_ws + ops_.attention_workspace_floats(attention(batch));
-    ops_.dense_backward(3, {n, 4 * d_, d_}, g_.data(), p + at_.mproj_w, dy, r1, g + at_.mproj_w,
+    ops_.dense_backward(3, {n, 4 * d_, d_}, k.g, p + at_.mproj_w, dy, r1, g + at_.mproj_w,
                         g + at_.mproj_b, dense_ws);
-    ops_.gelu_dense_backward(2, h_.data(), r1, {n, d_, 4 * d_}, ln2_.data(), p + at_.fc_w, r2,
-                             g + at_.fc_w, g + at_.fc_b, dense_ws);
-    ops_.layernorm_backward({n, d_}, x2_.data(), p + at_.ln2_w, mean(1), rstd(1), r2, r3,
+    ops_.gelu_dense_backward(2, k.h, r1, {n, d_, 4 * d_}, k.ln2, p + at_.fc_w, r2, g + at_.fc_w,
+                             g + at_.fc_b, dense_ws);
+    ops_.layernorm_backward({n, d_}, k.x2, p + at_.ln2_w, k.mean[1], k.rstd[1], r2, r3,
                             g + at_.ln2_w, g + at_.ln2_b, dy);  // r3 = dln2 + dy
-    ops_.dense_backward(1, {n, d_, d_}, att_.data(), p + at_.proj_w, r3, r2, g + at_.proj_w,
+    ops_.dense_backward(1, {n, d_, d_}, k.att, p + at_.proj_w, r3, r2, g + at_.proj_w,
                         g + at_.proj_b, dense_ws);
-    ops_.attention_backward(attention(batch), att_.data(), r2, heads_buf_.data(), probs_.data(), r1,
-                            att_ws);
-    ops_.dense_backward(0, {n, d_, 3 * d_}, ln1_.data(), p + at_.qkv_w, r1, r2, g + at_.qkv_w,
+    ops_.attention_backward(attention(batch), k.att, r2, k.heads, k.probs, r1, att_ws);
+    ops_.dense_backward(0, {n, d_, 3 * d_}, k.ln1, p + at_.qkv_w, r1, r2, g + at_.qkv_w,
                         g + at_.qkv_b, dense_ws);
-    ops_.layernorm_backward({n, d_}, x, p + at_.ln1_w, mean(0), rstd(0), r2, dx, g + at_.ln1_w,
+    ops_.layernorm_backward({n, d_}, x, p + at_.ln1_w, k.mean[0], k.rstd[0], r2, dx, g + at_.ln1_w,
                             g + at_.ln1_b, r3);  // dx = dln1 + r3
   }
 
  private:
+  // What the forward pass keeps for the backward pass: layer-norm outputs and statistics, the
+  // attention's heads (or qkv) and probabilities (or log-sum-exps), its output, the residual
+  // stream between the halves, the MLP's pre- and post-GELU values.
+  struct Kept {
+    float *ln1, *ln2, *mean[2], *rstd[2], *heads, *probs, *att, *x2, *h, *g;
+  };
+  struct KeptSizes {
+    size_t ln, heads, probs, g;  // the fp32 dense inputs (ln, g) only where the Ops read them
+  };
+  KeptSizes kept_sizes(int batch) const {
+    const size_t nd = rows(batch) * static_cast<size_t>(d_);
+    const size_t fp32 = ops_.keeps_fp32_dense_inputs() ? nd : 0;
+    return {fp32, ops_.attention_heads_floats(attention(batch)),
+            ops_.attention_probs_floats(attention(batch)), 4 * fp32};
+  }
+  // The floats at the front of the workspace that hold what is recomputed: the GELU's output, or
+  // (blocks) everything the block keeps.
+  size_t kept_in_workspace(int batch) const {
+    const size_t n = rows(batch), nd = n * static_cast<size_t>(d_);
+    const KeptSizes k = kept_sizes(batch);
+    if (plan_.recompute == Recompute::gelu) return k.g;
+    if (plan_.recompute == Recompute::blocks)
+      return 2 * k.ln + 4 * n + k.heads + k.probs + 2 * nd + 4 * nd + k.g;
+    return 0;
+  }
+  Kept kept(int batch, float* ws) {
+    const size_t n = rows(batch), nd = n * static_cast<size_t>(d_);
+    Kept k{};
+    if (plan_.recompute == Recompute::blocks) {
+      const KeptSizes s = kept_sizes(batch);
+      // A region the Ops do not keep (count 0: bf16 twins' fp32 dense inputs) is null, as the
+      // block's own empty buffers are.
+      auto take = [&ws](size_t count) {
+        return count == 0 ? nullptr : std::exchange(ws, ws + count);
+      };
+      k.ln1 = take(s.ln), k.ln2 = take(s.ln);
+      for (int j = 0; j < 2; ++j) k.mean[j] = take(n), k.rstd[j] = take(n);
+      k.heads = take(s.heads), k.probs = take(s.probs), k.att = take(nd), k.x2 = take(nd);
+      k.h = take(4 * nd), k.g = take(s.g);
+      return k;
+    }
+    // Layer norm j's statistics at stats_[2j] and [2j + 1] quarters (sized for the largest batch).
+    const size_t quarter = stats_.size() / 4;
+    k.ln1 = ln1_.data(), k.ln2 = ln2_.data();
+    for (int j = 0; j < 2; ++j)
+      k.mean[j] = stats_.data() + 2 * j * quarter,
+      k.rstd[j] = stats_.data() + (2 * j + 1) * quarter;
+    k.heads = heads_buf_.data(), k.probs = probs_.data(), k.att = att_.data(), k.x2 = x2_.data();
+    k.h = h_.data();
+    k.g = plan_.recompute != Recompute::gelu ? g_.data()
+          : kept_in_workspace(batch) > 0     ? ws
+                                             : nullptr;
+    return k;
+  }
+
+  // The forward pass into `k` with `ws` as its scratch; y null (a recomputation): the last
+  // product, whose output only the next layer reads, is skipped.
+  void run_forward(int batch, const float* x, float* y, const Kept& k, float* ws) {
+    const int n = static_cast<int>(rows(batch));
+    const size_t nd = rows(batch) * static_cast<size_t>(d_);
+    const float* p = params_;
+    float* qkv = ops_.attention_keeps_qkv() ? k.heads : ws;
+    float* scratch = ws + 3 * nd;
+    ops_.layernorm_to_dense(0, {n, d_}, x, p + at_.ln1_w, p + at_.ln1_b, k.ln1, k.mean[0],
+                            k.rstd[0]);
+    ops_.dense_forward(0, {n, d_, 3 * d_}, k.ln1, p + at_.qkv_w, p + at_.qkv_b, qkv);
+    ops_.attention_forward(attention(batch), qkv, k.att, k.heads, k.probs, scratch);
+    ops_.dense_forward(1, {n, d_, d_}, k.att, p + at_.proj_w, p + at_.proj_b, k.x2,
+                       x);  // x2 = x + proj(att)
+    ops_.layernorm_to_dense(2, {n, d_}, k.x2, p + at_.ln2_w, p + at_.ln2_b, k.ln2, k.mean[1],
+                            k.rstd[1]);
+    ops_.dense_forward(2, {n, d_, 4 * d_}, k.ln2, p + at_.fc_w, p + at_.fc_b, k.h);
+    ops_.gelu_to_dense(3, k.h, k.g, 4 * nd);
+    if (y == nullptr) return;
+    ops_.dense_forward(3, {n, 4 * d_, d_}, k.g, p + at_.mproj_w, p + at_.mproj_b, y,
+                       k.x2);  // y = x2 + mproj(g)
+  }
+
   size_t rows(int batch) const { return static_cast<size_t>(batch) * static_cast<size_t>(t_); }
   kernels::AttentionShape attention(int batch) const { return {batch, t_, heads_, d_ / heads_}; }
-  // Layer norm k's statistics (k = 0, 1) for the rows of the current batch.
-  float* mean(int k) { return stats_.data() + static_cast<size_t>(2 * k) * (stats_.size() / 4); }
-  float* rstd(int k) {
-    return stats_.data() + static_cast<size_t>(2 * k + 1) * (stats_.size() / 4);
-  }
 
   Ops ops_;
   int t_, d_, heads_;
