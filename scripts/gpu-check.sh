@@ -323,7 +323,9 @@ peer() {
 #   peers-bf16  the same in bf16
 #   gpt         GPT-2 small's shape (gpt:small), bf16 and fp32, on random bytes, Lockstep and
 #               PyTorch (torch.compile; LOCKSTEP_GPU_GPT_PEERS: its precisions, default bf16 fp32 tf32),
-#               at each global batch in LOCKSTEP_GPU_GPT_BATCHES (default 8; beyond 8, bf16 only)
+#               at each global batch in LOCKSTEP_GPU_GPT_BATCHES (default 8; beyond 8, bf16 only),
+#               and Lockstep bf16 with each --recompute in LOCKSTEP_GPU_GPT_RECOMPUTE (default
+#               blocks; empty: none) for its tokens/s and peak device memory
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both)
@@ -411,7 +413,7 @@ long_peers_bf16() { long_peers bf16; }
 # torch.compile, flash SDPA, bf16 autocast, fused AdamW) in the precisions LOCKSTEP_GPU_GPT_PEERS
 # names (default "bf16 fp32 tf32"; tf32 is PyTorch with TF32 on, labelled so).
 long_gpt() {
-  local precision log batch
+  local precision log batch recompute
   for batch in ${LOCKSTEP_GPU_GPT_BATCHES:-8}; do
     for precision in bf16 fp32; do
       [[ $precision == fp32 && $batch != 8 ]] && continue
@@ -421,6 +423,15 @@ long_gpt() {
         --steps 30 --warmup 5
       gpu_step "lockstep gpt:small $precision, batch $batch x 1024" $? "$log" \
         "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log")"
+      cat "$log"
+    done
+    for recompute in ${LOCKSTEP_GPU_GPT_RECOMPUTE-blocks}; do
+      log="$logs/bench_gpt_small_bf16_b${batch}_recompute_$recompute.log"
+      step "$step_timeout" "$log" "$bench" train --device cuda --precision bf16 \
+        --model gpt:small --global-batch "$batch" --optimizer adamw --weight-decay 0.1 --clip-norm 1 \
+        --steps 20 --warmup 5 --recompute "$recompute"
+      gpu_step "lockstep gpt:small bf16 --recompute $recompute, batch $batch x 1024" $? "$log" \
+        "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log")"
       cat "$log"
     done
     for precision in ${LOCKSTEP_GPU_GPT_PEERS-bf16 fp32 tf32}; do

@@ -272,7 +272,7 @@ std::vector<Row> build() {
       "none | gelu | blocks: what the GPT blocks compute again in the backward pass instead of "
       "keeping it from the forward pass (the GELU outputs; or everything but each block's "
       "input: about one more forward pass for a fraction of the activation memory)",
-      "recompute", +[](TrainConfig & c) -> auto& { return c.recompute; }, parse_recompute,
+      nullptr, +[](TrainConfig & c) -> auto& { return c.recompute; }, parse_recompute,
       recompute_name));
   t.push_back(number<uint64_t>(
       "seed", G::loop, "seed of the initial parameters and the shuffles", "seed",
