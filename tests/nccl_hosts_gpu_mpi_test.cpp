@@ -398,12 +398,14 @@ TEST_F(NcclPeers, ALossNotFiniteOnOneRankSkipsTheStepOnEveryRank) {
 
 TEST_F(NcclPeers, ZeroStagesOneAndTwoMatchUnshardedOverNccl) {
   // --zero 1 over NCCL: in-place reduce-scatters into each rank's blocks, the norm over the
-  // shards, the update of this rank's blocks, in-place all-gathers (such steps run uncaptured).
-  // --zero 2: the same from the reducer's device staging ring (small buckets, so the ring takes
-  // turns), its blocks added into the compact sums on the stream; the bits of --zero 1.
+  // shards, the update of this rank's blocks, in-place all-gathers; uncaptured here (the captured
+  // steps: the next test). --zero 2: the same from the reducer's device staging ring (small
+  // buckets, so the ring takes turns), its blocks added into the compact sums on the stream; the
+  // bits of --zero 1.
   TrainConfig c = cnn(1);
   c.clip_norm = 0.5;
   c.bucket_mb = 0.02;
+  c.cuda_graphs = false;
   c.zero = 0;
   const Trained want = train(host(), nccl(), c);
   std::vector<float> unsharded;
@@ -434,6 +436,29 @@ TEST_F(NcclPeers, ZeroStagesOneAndTwoMatchUnshardedOverNccl) {
     if (stage == 2) {
       EXPECT_EQ(0u, differing(got, stage_one)) << "--zero 2 differs from --zero 1";
     }
+  }
+}
+
+TEST_F(NcclPeers, ZeroStageOneCapturedMatchesUncaptured) {
+  // --zero 1 in the step's CUDA graph: the reduce-scatters, the norm over the shards (each rank's
+  // blocks' norms, all-reduced in the graph), the clipping, the gated update and the all-gathers
+  // replayed as one launch. Against the same run uncaptured: the same bits at 1 and 2 ranks; at 3
+  // the norm's cross-rank sum runs in NCCL's order instead of MPI's (a last-bit difference in the
+  // clipping factor at most), so within 1e-6. Every rank holds the same parameters.
+  Trained runs[2];
+  for (bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "captured" : "uncaptured");
+    TrainConfig c = cnn_graphs(graphs);  // Adam, warm-up and cosine schedule, clipping
+    c.bucket_mb = 0.02;
+    c.zero = 1;
+    const Trained& r = runs[graphs] = train(host(), nccl(), c);
+    EXPECT_EQ(graphs ? 18 : 0, r.captured);
+    EXPECT_EQ(0u, differing_from_rank0(host(), r.params)) << "the ranks' parameters differ";
+  }
+  if (nccl().size() <= 2) {
+    EXPECT_EQ(0u, differing(runs[1].params, runs[0].params));
+  } else {
+    EXPECT_LT(relative_difference(runs[1].params, runs[0].params), 1e-6);
   }
 }
 

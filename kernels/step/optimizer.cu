@@ -96,6 +96,16 @@ __global__ void clip_kernel(float* __restrict__ g, size_t n, const double* __res
   for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) g[i] *= s;
 }
 
+// One thread: the host loop's order and roundings (products and sums rounded apart).
+__global__ void sum_of_squares_kernel(const double* __restrict__ norms, int count,
+                                      double* squares) {
+  double acc = 0.0;
+  for (int i = 0; i < count; ++i) acc = __dadd_rn(acc, __dmul_rn(norms[i], norms[i]));
+  *squares = acc;
+}
+
+__global__ void sqrt_kernel(double* x) { *x = sqrt(*x); }
+
 double read_norm(const double* device, cudaStream_t stream) {
   double host = 0;
   LS_CHECK_CUDA(cudaMemcpyAsync(&host, device, sizeof host, cudaMemcpyDeviceToHost, stream));
@@ -160,6 +170,17 @@ void clip_by_device_norm_cuda(float* g, size_t n, const double* norm, double max
   if (n == 0 || !(max_norm > 0)) return;
   clip_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(g, n, norm, max_norm);
   LS_CHECK_LAUNCH("clip_kernel");
+}
+
+void sum_of_squares_device_cuda(const double* norms, int count, double* squares,
+                                cudaStream_t stream) {
+  sum_of_squares_kernel<<<1, 1, 0, stream>>>(norms, count, squares);
+  LS_CHECK_LAUNCH("sum_of_squares_kernel");
+}
+
+void sqrt_device_cuda(double* x, cudaStream_t stream) {
+  sqrt_kernel<<<1, 1, 0, stream>>>(x);
+  LS_CHECK_LAUNCH("sqrt_kernel");
 }
 
 double clip_by_global_norm_cuda(float* g, size_t n, double max_norm, cudaStream_t stream) {

@@ -58,6 +58,12 @@ double clip_by_global_norm_cuda(float* g, size_t n, double max_norm, cudaStream_
 void global_norm_device_cuda(const float* g, size_t n, double* norm, cudaStream_t stream);
 void clip_by_device_norm_cuda(float* g, size_t n, const double* norm, double max_norm,
                               cudaStream_t stream);
+// A norm over pieces on the device (ZeRO's shards, runtime/train/zero.h): *squares = the sum of
+// norms[i]^2 for i in [0, count) in order, each product and sum rounded as a host loop rounds
+// them (no fused multiply-add); then sqrt_device_cuda takes its square root in place.
+void sum_of_squares_device_cuda(const double* norms, int count, double* squares,
+                                cudaStream_t stream);
+void sqrt_device_cuda(double* x, cudaStream_t stream);
 
 // Updates captured in a CUDA graph (the training step replayed as one launch): a graph replays its
 // kernels with the arguments they were captured with, so the values that change from step to step

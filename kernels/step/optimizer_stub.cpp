@@ -22,6 +22,10 @@ void global_norm_device_cuda(const float*, size_t, double*, cudaStream_t) {
 void clip_by_device_norm_cuda(float*, size_t, const double*, double, cudaStream_t) {
   cuda_not_built("clip_by_device_norm_cuda");
 }
+void sum_of_squares_device_cuda(const double*, int, double*, cudaStream_t) {
+  cuda_not_built("sum_of_squares_device_cuda");
+}
+void sqrt_device_cuda(double*, cudaStream_t) { cuda_not_built("sqrt_device_cuda"); }
 void gated_update_cuda(const UpdateCoefficients*, const double*, int, float*, const float*, float*,
                        float*, size_t, cudaStream_t) {
   cuda_not_built("gated_update_cuda");

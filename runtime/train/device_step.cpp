@@ -179,8 +179,9 @@ class DeviceStep::Impl::Graphs final : public StepGraphs {
   }
 
   void gradient_norm(const float* grads, size_t n) override {
-    kernels::global_norm_device_cuda(grads, n, m_.scalars.data() + kNorm, m_.compute.get());
+    kernels::global_norm_device_cuda(grads, n, norm_slot(), m_.compute.get());
   }
+  double* norm_slot() override { return m_.scalars.data() + kNorm; }
 
   // [norm, loss over the ranks] once shared; else [this rank's totals, norm].
   const double* gate() const override {

@@ -124,6 +124,9 @@ class StepGraphs {
   virtual void share_loss(Communicator& grads) = 0;
   // Inside the capture: the L2 norm of grads[0, n) into the gate, as finish() computes it.
   virtual void gradient_norm(const float* grads, size_t n) = 0;
+  // The device double gradient_norm writes (one of the gates): a step whose gradient is sharded
+  // (ZeRO, zero.h: record_norm) writes its norm there itself.
+  virtual double* norm_slot() = 0;
   // Device memory, gates() doubles: a step whose loss or gradient is not finite leaves the update
   // out (Optimizer::step_captured).
   virtual const double* gate() const = 0;

@@ -81,8 +81,10 @@ void Trainer::build() {
   m.step =
       make_step(config_.device, {shape_size(input), m.outputs, rows, m.classification, positions});
   // CUDA graphs: the options and the backend decide, so every rank reaches the same answer.
+  // ZeRO stage 1 is captured too (its norm, clipping, update and all-gathers on the device:
+  // zero.h); stage 2's reducer waits on the host for each slot's reduction and is not.
   const bool graphs = config_.device == DeviceKind::cuda && config_.cuda_graphs &&
-                      config_.grad_accum == 1 && config_.zero == 0 &&
+                      config_.grad_accum == 1 && config_.zero < 2 &&
                       (grad_comm_.capturable() || grad_comm_.size() == 1);
   ModelPlacement place = m.step->placement(config_.precision);
   place.graphs = graphs;

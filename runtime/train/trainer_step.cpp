@@ -137,6 +137,8 @@ bool Trainer::take_batch() {
 
 bool Trainer::graph_step(float scale, NvtxPhases& phases, Step::Outcome& o) {
   Impl& m = *impl_;
+  // An eager step's all-gathers (ZeRO) are waited for on the host here, not inside a capture.
+  sync_params();
   const float* x = m.step->upload(m.batch);  // outside the graph: the copy stream's event
   m.timer->data_ready();
   // Read by the graph's update: the coefficients of this step's update (the last replay is done).
@@ -170,7 +172,10 @@ void Trainer::record_step(const float* x, float scale) {
   m.timer->backward_end();
   m.reducer->join();
   m.timer->reduced();
-  m.graphs->graphs().gradient_norm(model_->grads(), model_->param_count());
+  if (m.zero)  // this rank's blocks' norms, all-reduced in the graph
+    m.zero->record_norm(reduced_grads(), m.graphs->graphs().norm_slot());
+  else
+    m.graphs->graphs().gradient_norm(model_->grads(), model_->param_count());
   apply_update(StepMode::recording);
   m.timer->updated();
 }
@@ -212,6 +217,16 @@ void Trainer::micro_batch_work(const float* x, float scale, bool last, StepMode 
 
 void Trainer::apply_update(StepMode mode) {
   Impl& m = *impl_;
+  if (m.zero && mode == StepMode::recording) {
+    // As below, on the device: clipped by the graph's norm, the update gated as unsharded, and
+    // the all-gathers part of the graph.
+    StepGraphs& g = m.graphs->graphs();
+    m.zero->clip_on_device(reduced_grads(), g.norm_slot(), config_.clip_norm);
+    optimizer_->step_captured(model_->params(), reduced_grads(), g.gate(), g.gates());
+    m.zero->publish(model_->params());
+    m.zero->join();
+    return;
+  }
   if (m.zero) {
     // This rank's blocks only, then every bucket's parameters gathered from their owners.
     m.zero->clip(reduced_grads(), m.zero_norm, config_.clip_norm);

@@ -63,8 +63,39 @@ void ZeroShard::clip(float* grads, double norm, double max_norm) {
   }
 }
 
+void ZeroShard::record_norm(const float* grads, double* norm) {
+  if (device_ != DeviceKind::cuda)
+    throw Error("ZeroShard::record_norm: a captured step is a GPU's");
+  for (size_t i = 0; i < segments_.size(); ++i)
+    kernels::global_norm_device_cuda(grads + at(segments_[i]), segments_[i].count,
+                                     norms_.data() + i, stream_);
+  kernels::sum_of_squares_device_cuda(norms_.data(), static_cast<int>(segments_.size()), norm,
+                                      stream_);
+  if (grads_comm_.size() > 1) {
+    // Part of the capture: its handle is dropped and its stream joined back before the root.
+    grads_comm_.all_reduce_async(norm, norm, 1, DType::f64, ReduceOp::sum);
+    grads_comm_.join_stream(stream_);
+  }
+  kernels::sqrt_device_cuda(norm, stream_);
+}
+
+void ZeroShard::clip_on_device(float* grads, const double* norm, double max_norm) {
+  for (const Optimizer::Segment& s : segments_)
+    kernels::clip_by_device_norm_cuda(grads + at(s), s.count, norm, max_norm, stream_);
+}
+
+void ZeroShard::join() {
+  if (pending_.empty()) return;
+  for (WorkHandle& w : pending_) w.reset();  // their completion is part of the capture
+  pending_.clear();
+  grads_comm_.join_stream(stream_);
+}
+
 void ZeroShard::publish(float* params) {
   wait();
+  // One rank's block is its whole bucket, already in place: nothing to gather (nor, in a captured
+  // step, a host-staged collective to issue).
+  if (grads_comm_.size() == 1) return;
   // Every bucket in place: this rank's block is its send buffer (segments_ follow buckets_).
   for (size_t b = 0; b < buckets_.size(); ++b)
     pending_.push_back(grads_comm_.all_gather_async(

@@ -58,6 +58,17 @@ class ZeroShard {
   // Waits for the all-gathers publish() started; nothing when none is pending.
   void wait();
 
+  // The same step inside a captured one (a CUDA graph being recorded on the model's stream,
+  // DESIGN.md decision 18; stage 1: the reducer's sharded buckets are capturable), all on the
+  // device with no host wait. record_norm: the whole reduced gradient's norm into `norm` (device
+  // memory: the graph's gate), from this rank's blocks' norms summed as global_norm sums them,
+  // all-reduced over grads in the capture; collective. clip_on_device: clip() by that norm.
+  // join: the all-gathers publish() started joined into the stream (nothing left pending: a
+  // replay completes them before its end).
+  void record_norm(const float* grads, double* norm);
+  void clip_on_device(float* grads, const double* norm, double max_norm);
+  void join();
+
   // Collective over host: the whole (flat-length) buffer whose blocks the ranks' `compact` hold,
   // on every rank.
   std::vector<float> full(const Buffer<float>& compact, size_t flat_count);
