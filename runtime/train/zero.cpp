@@ -72,7 +72,8 @@ void ZeroShard::record_norm(const float* grads, double* norm) {
   kernels::sum_of_squares_device_cuda(norms_.data(), static_cast<int>(segments_.size()), norm,
                                       stream_);
   if (grads_comm_.size() > 1) {
-    // Part of the capture: its handle is dropped and its stream joined back before the root.
+    // Part of the capture: its handle is dropped, and its stream joined back into the capture
+    // before the square root reads the sum.
     grads_comm_.all_reduce_async(norm, norm, 1, DType::f64, ReduceOp::sum);
     grads_comm_.join_stream(stream_);
   }
