@@ -50,9 +50,10 @@ struct Layout {
 struct Pool2 {
   lanes16::OutIndex at;
   bool relu = false;
-  float* y = nullptr;
-  const float* dy = nullptr;
+  float* y = nullptr;  // forward: written, with the winning taps into argmax
   int8_t* argmax = nullptr;
+  const float* dy = nullptr;  // backward: read, with the forward's taps from taps
+  const int8_t* taps = nullptr;
 };
 
 // One build's entry points (winograd_isa.inc's kBuild): the per-image passes, for NHWC [0] and
@@ -218,7 +219,7 @@ void winograd_pool_backward_cpu(const Conv2dShape& s, const float* x, const floa
                                 float* db, bool blocked, bool dy_blocked16) {
   Pool2 p = pool_of(s, false, dy_blocked16, "winograd_pool_backward_cpu");
   p.dy = dy;
-  p.argmax = const_cast<int8_t*>(argmax);  // read only: Pool2 serves both passes
+  p.taps = argmax;
   backward(s, x, w, nullptr, &p, dx, dw, db, blocked);
 }
 

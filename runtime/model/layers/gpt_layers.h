@@ -198,27 +198,33 @@ class BlockLayer : public Layer {
   // The floats at the front of the workspace that hold what is recomputed: the GELU's output, or
   // (blocks) everything the block keeps.
   size_t kept_in_workspace(int batch) const {
-    const size_t n = rows(batch), nd = n * static_cast<size_t>(d_);
-    const KeptSizes k = kept_sizes(batch);
-    if (plan_.recompute == Recompute::gelu) return k.g;
-    if (plan_.recompute == Recompute::blocks)
-      return 2 * k.ln + 4 * n + k.heads + k.probs + 2 * nd + 4 * nd + k.g;
+    if (plan_.recompute == Recompute::gelu) return kept_sizes(batch).g;
+    if (plan_.recompute == Recompute::blocks) return carve(batch, nullptr, nullptr);
     return 0;
   }
-  Kept kept(int batch, float* ws) {
+  // The regions a block recomputed whole keeps at the front of the workspace, in this one order:
+  // their total floats, and with `k`, each pointed into `ws` (a region the Ops do not keep,
+  // count 0 - bf16 twins' fp32 dense inputs - is null, as the block's own empty buffers are).
+  size_t carve(int batch, float* ws, Kept* k) const {
     const size_t n = rows(batch), nd = n * static_cast<size_t>(d_);
+    const KeptSizes s = kept_sizes(batch);
+    Kept sizes_only{};
+    Kept& d = k != nullptr ? *k : sizes_only;
+    size_t at = 0;
+    auto take = [&](float*& region, size_t count) {
+      if (k != nullptr) region = count == 0 ? nullptr : ws + at;
+      at += count;
+    };
+    take(d.ln1, s.ln), take(d.ln2, s.ln);
+    for (int j = 0; j < 2; ++j) take(d.mean[j], n), take(d.rstd[j], n);
+    take(d.heads, s.heads), take(d.probs, s.probs), take(d.att, nd), take(d.x2, nd);
+    take(d.h, 4 * nd), take(d.g, s.g);
+    return at;
+  }
+  Kept kept(int batch, float* ws) {
     Kept k{};
     if (plan_.recompute == Recompute::blocks) {
-      const KeptSizes s = kept_sizes(batch);
-      // A region the Ops do not keep (count 0: bf16 twins' fp32 dense inputs) is null, as the
-      // block's own empty buffers are.
-      auto take = [&ws](size_t count) {
-        return count == 0 ? nullptr : std::exchange(ws, ws + count);
-      };
-      k.ln1 = take(s.ln), k.ln2 = take(s.ln);
-      for (int j = 0; j < 2; ++j) k.mean[j] = take(n), k.rstd[j] = take(n);
-      k.heads = take(s.heads), k.probs = take(s.probs), k.att = take(nd), k.x2 = take(nd);
-      k.h = take(4 * nd), k.g = take(s.g);
+      carve(batch, ws, &k);
       return k;
     }
     // Layer norm j's statistics at stats_[2j] and [2j + 1] quarters (sized for the largest batch).
