@@ -343,8 +343,12 @@ std::string resolve_data_path(const std::string& data) {
     if (std::filesystem::exists(p, ec)) return p;
   std::string where;
   for (const std::string& p : tried) where += (where.empty() ? "" : " or ") + p;
+  // Only lockstep-data's generators and converters make a file from a name alone.
+  const bool made_by_lockstep_data = data == "fashion-mnist" || data == "regression";
   throw UsageError("--data " + data + ": neither a file nor found as " + where +
-                   " (create it with: lockstep-data " + data + " --out " + tried.back() + ")");
+                   (made_by_lockstep_data
+                        ? " (create it with: lockstep-data " + data + " --out " + tried.back() + ")"
+                        : " (lockstep-data --help lists the files it can create)"));
 }
 
 }  // namespace lockstep

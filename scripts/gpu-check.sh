@@ -219,10 +219,13 @@ bench_train() {
 # the device's time went (scripts/trace-summary.py: per layer, and the compute stream's idle share).
 trace_train() {
   local log="$logs/trace_$1_$2.log" trace="$logs/trace_$1_$2.json"
-  local data=("${data_args[@]}")
-  [[ ${#data[@]} -gt 0 ]] || data=(--data "$train_data_or_synthetic")
+  # lockstep-train reads a file; only lockstep-bench makes synthetic rows of its own.
+  if [[ ${#data_args[@]} -eq 0 ]]; then
+    record "trace cnn $2, batch $1" absent "needs $train_data (gpu-pack.sh --with-data)"
+    return
+  fi
   step "$step_timeout" "$log" "$build/apps/lockstep-train" --device cuda --precision "$2" \
-    --model cnn --global-batch "$1" --steps 60 --progress none --trace "$trace" "${data[@]}"
+    --model cnn --global-batch "$1" --steps 60 --progress none --trace "$trace" "${data_args[@]}"
   local rc=$?
   if [[ $rc -eq 0 ]]; then
     LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
@@ -511,8 +514,9 @@ long_llmc() {
 }
 # Accuracy on the real data in fp32 and bf16, Lockstep and PyTorch with the same settings.
 long_generate() {
-  local dir="$logs/generate" log rc gpu_text cpu_text
-  mkdir -p "$dir"
+  # The corpus and checkpoints (1.4 GB) outside the logs, which are packed after every step.
+  local dir log rc gpu_text cpu_text
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-generate-XXXXXX")
   log="$logs/generate_prepare.log"
   step "$step_timeout" "$log" bash -c '"$1/apps/lockstep-data" text --in "$2"/README.md "$2"/docs/*.md \
       --out "$3/text.h5" --seq-len 1024 &&
@@ -535,6 +539,7 @@ long_generate() {
   step "$step_timeout" "$log" bash -c '"$1/apps/lockstep-generate" --checkpoint "$2" --prompt "The " \
     --tokens 64 --temperature 0 --device cpu >"$3/cpu.txt"' _ "$build" "$ck" "$dir"
   rc=$?
+  cp "$dir/gpu.txt" "$logs/generate_gpu.txt" 2>/dev/null
   gpu_text=$(head -c 64 "$dir/gpu.txt" 2>/dev/null | od -An -v -tx1 | tr -d ' \n')
   cpu_text=$(head -c 64 "$dir/cpu.txt" 2>/dev/null | od -An -v -tx1 | tr -d ' \n')
   if [[ $rc -ne 0 ]]; then

@@ -68,6 +68,17 @@ ModelFloats model_floats(const DatasetInfo& info, const TrainConfig& c, int outp
 
 }  // namespace
 
+std::vector<int> sample_shape_of(const DatasetInfo& info) {
+  std::vector<int> shape;
+  for (int64_t d : info.sample_shape) {
+    if (d <= 0 || d > INT32_MAX / 2)
+      throw UsageError(info.path + ": sample dimension " + std::to_string(d) + " of " +
+                       info.x_name + " is out of range");
+    shape.push_back(static_cast<int>(d));
+  }
+  return shape;
+}
+
 DatasetInfo inspect_training_data(TrainConfig& c) {
   c.train.targets = c.loss == LossKind::cross_entropy ? TargetKind::labels
                     : c.loss == LossKind::mse         ? TargetKind::values

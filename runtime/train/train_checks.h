@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/data/dataset.h"
 
@@ -18,6 +19,10 @@ struct TrainConfig;
 // integer labels and splits whose samples or targets differ in kind or shape. Returns the
 // training split.
 DatasetInfo inspect_training_data(TrainConfig& c);
+
+// The split's sample shape as the model's input shape (SampleShape), refusing a dimension that
+// does not fit an int.
+std::vector<int> sample_shape_of(const DatasetInfo& info);
 
 // The memory this process may still use, in bytes: MemAvailable in /proc/meminfo, or less where
 // the process's memory cgroup (a Slurm job's, a container's) leaves less below its limit; 0 when

@@ -3,7 +3,6 @@
 #include "runtime/train/trainer.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -22,17 +21,6 @@
 #include "runtime/train/trainer_impl.h"
 
 namespace lockstep {
-
-namespace {
-
-int to_int_dim(int64_t d, const DatasetInfo& info) {
-  if (d <= 0 || d > INT32_MAX / 2)
-    throw UsageError(info.path + ": sample dimension " + std::to_string(d) + " of " + info.x_name +
-                     " is out of range");
-  return static_cast<int>(d);
-}
-
-}  // namespace
 
 Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& config)
     : comm_(host), grad_comm_(grads), config_(config), impl_(std::make_unique<Impl>()) {
@@ -74,8 +62,7 @@ void Trainer::build() {
   if (const uint64_t held = m.train->held_bytes() + m.test->held_bytes(); held > 0)
     check_batch_fits(config_, m.info, m.outputs, m.micro_rows, held);
 
-  SampleShape input;
-  for (int64_t d : m.info.sample_shape) input.push_back(to_int_dim(d, m.info));
+  const SampleShape input = sample_shape_of(m.info);
   const int rows = static_cast<int>(m.micro_rows);
   const int positions = m.info.positions;
   m.step =
