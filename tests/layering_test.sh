@@ -5,7 +5,9 @@
 # and of kernels/ only, and every runtime header it names exists; kernels/ (its top level and its
 # family folders, conv/, gpt/, ...) includes nothing from runtime/. A break names the file, the line
 # and both wings. The check first runs on a fixture tree holding each kind of break (one in a family
-# folder of kernels/ too) and must refuse it, so a broken pattern cannot pass silently.
+# folder of kernels/ too) and must refuse it, so a broken pattern cannot pass silently. Then the size
+# limits of issue 32 (files of runtime/ and kernels/, the trainer, kernels/' top level), likewise
+# first on a fixture.
 # ctest sets LOCKSTEP_SRC (the source tree).
 set -u
 
@@ -84,5 +86,36 @@ check_layering "$src" >"$work/src.out" || fail "runtime/ breaks its layering:
 $(cat "$work/src.out")"
 [[ $checked -gt 100 ]] || fail "only $checked runtime includes found under $src: the pattern no longer matches the code's"
 
-[[ $failures -eq 0 ]] && echo "layering_test: $checked runtime includes, all downwards"
+# check_sizes ROOT: the house's size limits (issue 32): no source under runtime/ or kernels/ over 500
+# lines, the trainer's file at most 400, at most 25 entries at kernels/' top level. One line per
+# break; non-zero when any.
+check_sizes() {
+  local root=$1 file n bad=0
+  while IFS= read -r file; do
+    n=$(wc -l <"$file")
+    if [[ $n -gt 500 ]]; then echo "${file#"$root"/}: $n lines, over 500"; bad=1; fi
+  done < <(find "$root/runtime" "$root/kernels" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \))
+  if [[ -f $root/runtime/train/trainer.cpp ]]; then
+    n=$(wc -l <"$root/runtime/train/trainer.cpp")
+    if [[ $n -gt 400 ]]; then echo "runtime/train/trainer.cpp: $n lines, over 400"; bad=1; fi
+  fi
+  n=$(find "$root/kernels" -mindepth 1 -maxdepth 1 | wc -l)
+  if [[ $n -gt 25 ]]; then echo "kernels/: $n entries at its top level, over 25"; bad=1; fi
+  return $bad
+}
+sized=$work/sized
+mkdir -p "$sized/runtime/train" "$sized/kernels"
+seq 501 | sed 's|^|// |' >"$sized/kernels/long.h"
+seq 401 | sed 's|^|// |' >"$sized/runtime/train/trainer.cpp"
+for i in $(seq 25); do touch "$sized/kernels/k$i.h"; done
+out=$(check_sizes "$sized")
+[[ $? -ne 0 ]] || fail "the oversized fixture was not refused: $out"
+for want in "kernels/long.h: 501 lines, over 500" "runtime/train/trainer.cpp: 401 lines, over 400" \
+            "kernels/: 26 entries at its top level, over 25"; do
+  grep -qF "$want" <<<"$out" || fail "the size break '$want' was not named: $out"
+done
+check_sizes "$src" >"$work/sizes.out" || fail "runtime/ or kernels/ over the house's size limits:
+$(cat "$work/sizes.out")"
+
+[[ $failures -eq 0 ]] && echo "layering_test: $checked runtime includes, all downwards; sizes within the limits"
 exit $((failures > 0))
