@@ -53,7 +53,7 @@ namespace po = boost::program_options;
 const std::vector<std::string> kTrainOptions = {
     "model",   "global-batch", "device",       "precision", "data-in-memory-mb",
     "threads", "optimizer",    "weight-decay", "clip-norm", "cuda-graphs",
-    "zero",    "recompute"};
+    "zero",    "gather-dtype", "recompute"};
 
 struct Options {
   TrainOptions train;  // kTrainOptions

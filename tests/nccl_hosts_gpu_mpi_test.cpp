@@ -462,4 +462,43 @@ TEST_F(NcclPeers, ZeroStageOneCapturedMatchesUncaptured) {
   }
 }
 
+TEST_F(NcclPeers, ZeroBf16GatherCapturedMatchesUncaptured) {
+  // --precision bf16 --zero 1: the all-gather's wire is bf16 (--gather-dtype auto), each rank's
+  // fp32 masters cast into the bf16 buffer on the stream, gathered over NCCL and widened into the
+  // parameters, in the graph and out of it. Every rank computes with the same parameters, each
+  // the bf16 rounding of its saved fp32 master; captured equals uncaptured (bits at 1-2 ranks; at
+  // 3 the norm's sum in NCCL's order may move a master by its last bit and, rarely, a rounding).
+  std::vector<float> params[2], masters[2];
+  for (bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "captured" : "uncaptured");
+    TrainConfig c = cnn_graphs(graphs);
+    c.precision = Precision::bf16;
+    c.bucket_mb = 0.02;
+    c.zero = 1;
+    Trainer t(host(), nccl(), c);
+    t.run();
+    EXPECT_EQ(graphs ? 18 : 0, t.captured_steps());
+    params[graphs] = t.model().params_to_host();
+    masters[graphs] = t.params_to_save();
+    EXPECT_GT(t.memory_use().masters, 0u) << "bf16 runs gather in bf16 by default";
+    EXPECT_EQ(0u, differing_from_rank0(host(), params[graphs])) << "the ranks' parameters differ";
+    size_t unrounded = 0, wrong = 0;
+    for (size_t i = 0; i < params[graphs].size(); ++i) {
+      uint32_t u, m;
+      std::memcpy(&u, &params[graphs][i], 4);
+      std::memcpy(&m, &masters[graphs][i], 4);
+      if ((m & 0xffffu) != 0) ++unrounded;
+      if (((m + 0x7fffu + ((m >> 16) & 1u)) & 0xffff0000u) != u) ++wrong;
+    }
+    EXPECT_EQ(0u, wrong) << "parameters that are not the bf16 rounding of their masters";
+    EXPECT_GT(unrounded, masters[graphs].size() / 2) << "the masters look rounded";
+  }
+  if (nccl().size() <= 2) {
+    EXPECT_EQ(0u, differing(masters[1], masters[0]));
+    EXPECT_EQ(0u, differing(params[1], params[0]));
+  } else {
+    EXPECT_LT(relative_difference(masters[1], masters[0]), 1e-4);
+  }
+}
+
 }  // namespace

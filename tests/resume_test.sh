@@ -175,6 +175,28 @@ done
 [[ $failures -eq $before ]] &&
   echo "ok: --zero 1 and 2 checkpoints resume at 1-4 ranks at any stage (and back), within 1e-5; bitwise at the same size"
 
+# --- --gather-dtype bf16: the checkpoints hold the fp32 masters; a resume rounds them again ---
+# Saved at step 10 by a 2-rank run, resumed at 2 ranks: the bits of the uninterrupted run (the
+# masters, the state, and so the parameters computed with). Resumed at 3 ranks with --zero 2, and
+# unsharded at 1 rank: they train on from it.
+before=$failures
+train 2 "${zargs[@]}" --zero 1 --gather-dtype bf16 --checkpoint-dir zbfull
+[[ $rc -eq 0 && -f zbfull/$zfinal ]] || fail "uninterrupted --gather-dtype bf16 run: exit $rc"$'\n'"$out"
+export LOCKSTEP_TEST_CRASH_IN_SAVE=20
+train 2 "${zargs[@]}" --zero 1 --gather-dtype bf16 --checkpoint-dir zbsave
+unset LOCKSTEP_TEST_CRASH_IN_SAVE
+[[ -f zbsave/ckpt-000000010.h5 ]] || fail "no ckpt-10 saved by the bf16-gather run: $(ls zbsave)"
+for run in "2 1" "3 2" "1 0"; do
+  read -r np zero <<<"$run"
+  dir="zb_${np}_$zero" && rm -rf "$dir" && mkdir "$dir" && cp zbsave/ckpt-000000010.h5 "$dir/"
+  gather=(--gather-dtype bf16)
+  [[ $zero == 0 ]] && gather=()
+  train "$np" "${zargs[@]}" --zero "$zero" "${gather[@]}" --checkpoint-dir "$dir" --resume "$dir"
+  [[ $rc -eq 0 && -f $dir/$zfinal ]] || fail "bf16 gather at 2 -> --zero $zero at $np: exit $rc"$'\n'"$out"
+done
+same_bits zbfull/$zfinal zb_2_1/$zfinal || fail "--gather-dtype bf16 resumed at 2 ranks differs from its uninterrupted run"
+[[ $failures -eq $before ]] && echo "ok: --gather-dtype bf16 resumes bit for bit at its size, and at others"
+
 # --- --eval-only: the figures the run printed at its end, from its last checkpoint, at any P ---
 before=$failures
 for np in 1 2 3; do

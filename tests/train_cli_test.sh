@@ -75,6 +75,8 @@ refuse --model --data fmnist.h5 --model dense:12
 refuse "needs image samples" --data reg.h5 --model cnn
 refuse --optimizer --data fmnist.h5 --optimizer rmsprop
 refuse --zero --data fmnist.h5 --zero 3
+refuse "--gather-dtype bf16 needs --zero 1 or 2" --data fmnist.h5 --gather-dtype bf16
+refuse "--gather-dtype must be auto, fp32 or bf16" --data fmnist.h5 --zero 1 --gather-dtype fp16
 refuse "--recompute must be none, gelu or blocks" --data fmnist.h5 --recompute all
 refuse --loss --data fmnist.h5 --loss mse
 refuse --data --data nowhere.h5

@@ -420,3 +420,83 @@ TEST(Zero, GptAdamWWithClippingMatchesUnsharded) {
   c.clip_norm = 1.0;
   expect_zero_matches_unsharded(c);
 }
+
+// --gather-dtype bf16: each rank keeps the fp32 master weights of its blocks and the all-gather
+// sends them as bf16, so every rank computes with the masters rounded to bf16. What a user relies
+// on: the replicas hold the same parameters, each exactly a bf16 value and exactly the rounding of
+// the saved masters (which are fp32, not rounded); a step skipped for a non-finite loss on one rank
+// is skipped by all; and the training stays near the fp32 run's (rounding the weights perturbs
+// each forward pass by about 2^-9 relative, so the bound is a share of how far the fp32 run moved
+// the parameters, not a rounding bound). The per-rank memory names the masters and the bf16 copy.
+TEST(Zero, Bf16GatherKeepsFp32MastersAndComputesWithTheirRounding) {
+  auto world = make_mpi_communicator();
+  const int P = world->size();
+  TrainConfig c = gpt_on_random_bytes("gpt:layers=2,heads=2,dim=16,ctx=16", 30, 90, "zero_bf16");
+  c.optimizer.weight_decay = 0.1f;
+  c.lr = 3e-3;
+  c.clip_norm = 1.0;
+  c.bucket_mb = 0.02;
+  c.guard.on_nan = NanPolicy::skip;
+  std::vector<float> init;
+  {
+    Trainer t(*world, c);
+    t.init_params();
+    init = params_by_tensor(t);
+  }
+  setenv("LOCKSTEP_TEST_LOSS_INF", (std::to_string(P - 1) + ":7").c_str(), 1);
+  Trainer fp32(*world, c);
+  fp32.run();
+  auto in_tensor_order = [](Trainer& t, const std::vector<float>& flat) {
+    std::vector<float> out;
+    for (const ParamTensorInfo& p : t.model().param_tensors())
+      out.insert(out.end(), flat.begin() + static_cast<ptrdiff_t>(p.offset),
+                 flat.begin() + static_cast<ptrdiff_t>(p.offset + p.count));
+    return out;
+  };
+  for (int stage = 1; stage <= 2; ++stage) {
+    SCOPED_TRACE("--zero " + std::to_string(stage));
+    c.zero = stage;
+    c.gather_dtype = GatherDtype::bf16;
+    Trainer t(*world, c);
+    t.run();
+    EXPECT_EQ(1, t.guard().skipped_steps());
+    const std::vector<float> used = params_by_tensor(t);
+    const std::vector<float> masters = in_tensor_order(t, t.params_to_save());
+    ASSERT_EQ(used.size(), masters.size());
+    size_t not_bf16 = 0, unrounded_masters = 0;
+    for (size_t i = 0; i < used.size(); ++i) {
+      uint32_t u, m;
+      std::memcpy(&u, &used[i], 4);
+      std::memcpy(&m, &masters[i], 4);
+      if ((u & 0xffffu) != 0) ++not_bf16;
+      if ((m & 0xffffu) != 0) ++unrounded_masters;
+      // Round to nearest, ties to even, as the casts do.
+      const uint32_t rounded = (m + 0x7fffu + ((m >> 16) & 1u)) & 0xffff0000u;
+      if (rounded != u) {
+        ADD_FAILURE() << "parameter " << i << ": " << used[i]
+                      << " is not the rounding of its master " << masters[i];
+        break;
+      }
+    }
+    EXPECT_EQ(0u, not_bf16) << "parameters the model computes with that are not bf16 values";
+    EXPECT_GT(unrounded_masters, masters.size() / 2) << "the saved masters look rounded to bf16";
+    // The same parameters on every rank: rank 0's, broadcast, against this rank's.
+    std::vector<float> rank0 = used;
+    world->broadcast(rank0.data(), rank0.size(), DType::f32, 0);
+    EXPECT_EQ(0, std::memcmp(rank0.data(), used.data(), used.size() * sizeof(float)));
+    const double moved = relative_difference(params_by_tensor(fp32), init);
+    const double rel = relative_difference(masters, params_by_tensor(fp32));
+    const Trainer::MemoryUse mem = t.memory_use();
+    if (world->rank() == 0)
+      std::printf(
+          "--zero %d --gather-dtype bf16 at %d rank(s), 30 steps: masters vs the fp32 run "
+          "%.2g relative L2 (the fp32 run moved %.2g); masters and bf16 copy %llu bytes "
+          "per rank\n",
+          stage, P, rel, moved, static_cast<unsigned long long>(mem.masters));
+    EXPECT_LT(rel, 0.1 * moved);
+    EXPECT_EQ(mem.masters, t.memory_use().state / 2 + t.model().param_count() * sizeof(uint16_t))
+        << "AdamW's two state buffers and the masters are each this rank's share";
+    EXPECT_NE(std::string::npos, t.memory_text().find("master weights"));
+  }
+  unsetenv("LOCKSTEP_TEST_LOSS_INF");
+}

@@ -69,8 +69,10 @@ Optimizer::Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKi
   build_runs();
 }
 
-void Optimizer::set_segments(std::vector<Segment> segments, bool compact_grads) {
+void Optimizer::set_segments(std::vector<Segment> segments, bool compact_grads,
+                             bool compact_params) {
   compact_grads_ = compact_grads;
+  compact_params_ = compact_params;
   size_t at = 0;
   for (const Segment& s : segments) {
     if (s.state != at)
@@ -163,24 +165,24 @@ void Optimizer::step(float* params, const float* grads, float lr) {
   for (const Run& r : runs_) {
     float* a = a_.empty() ? nullptr : a_.data() + r.state;
     const float* g = grads + (compact_grads_ ? r.state : r.flat);
+    float* w = params + (compact_params_ ? r.state : r.flat);
     switch (config_.kind) {
       case OptimizerKind::sgd:
       case OptimizerKind::momentum: {
         const kernels::SgdOptions o = sgd_options(config_, lr);
         if (device_ == DeviceKind::cuda)
-          kernels::sgd_update_cuda(o, params + r.flat, g, a, r.count, stream_);
+          kernels::sgd_update_cuda(o, w, g, a, r.count, stream_);
         else
-          kernels::sgd_update_cpu(o, params + r.flat, g, a, r.count);
+          kernels::sgd_update_cpu(o, w, g, a, r.count);
         break;
       }
       case OptimizerKind::adam:
       case OptimizerKind::adamw: {
         const kernels::AdamOptions o = adam_options(config_, lr, steps_, r.decay);
         if (device_ == DeviceKind::cuda)
-          kernels::adam_update_cuda(o, params + r.flat, g, a, b_.data() + r.state, r.count,
-                                    stream_);
+          kernels::adam_update_cuda(o, w, g, a, b_.data() + r.state, r.count, stream_);
         else
-          kernels::adam_update_cpu(o, params + r.flat, g, a, b_.data() + r.state, r.count);
+          kernels::adam_update_cpu(o, w, g, a, b_.data() + r.state, r.count);
         break;
       }
     }
@@ -210,7 +212,7 @@ void Optimizer::step_captured(float* params, const float* grads, const double* g
   const auto* c = reinterpret_cast<const kernels::UpdateCoefficients*>(captured_device_.data());
   for (size_t k = 0; k < runs_.size(); ++k) {
     const Run& r = runs_[k];
-    kernels::gated_update_cuda(c + k, gate, gates, params + r.flat,
+    kernels::gated_update_cuda(c + k, gate, gates, params + (compact_params_ ? r.state : r.flat),
                                grads + (compact_grads_ ? r.state : r.flat),
                                a_.empty() ? nullptr : a_.data() + r.state,
                                b_.empty() ? nullptr : b_.data() + r.state, r.count, stream_);

@@ -75,11 +75,13 @@ class Optimizer {
   // segments cover the state once, in order. Without segments the state and the buffers share
   // offsets. Throws std::invalid_argument when the segments do not cover [0, param_count).
   // compact_grads: step()'s gradients are laid out as the state, not as the parameters (ZeRO
-  // stage 2: this rank's blocks of the reduced gradient alone).
+  // stage 2: this rank's blocks of the reduced gradient alone). compact_params: likewise step()'s
+  // parameters (ZeRO's fp32 master weights of this rank's blocks, under a bf16 all-gather).
   struct Segment {
     size_t flat, state, count;
   };
-  void set_segments(std::vector<Segment> segments, bool compact_grads = false);
+  void set_segments(std::vector<Segment> segments, bool compact_grads = false,
+                    bool compact_params = false);
 
   // One update with learning rate lr; counts it once, whatever the number of ranges. params and
   // grads are in the optimizer's memory.
@@ -124,6 +126,7 @@ class Optimizer {
   };
   std::vector<Segment> segments_;
   bool compact_grads_ = false;
+  bool compact_params_ = false;
   std::vector<Run> runs_;
   void build_runs();
   Buffer<float> a_, b_;  // velocity (momentum) or m and v (adam, adamw)

@@ -267,6 +267,13 @@ std::vector<Row> build() {
       "its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered); 2 also "
       "only its 1/P of the reduced gradients",
       "zero", +[](TrainConfig & c) -> auto& { return c.zero; }, between(0, 2)));
+  t.push_back(choice<GatherDtype>(
+      "gather-dtype", G::runtime,
+      "auto | fp32 | bf16: dtype of --zero's parameter all-gather (auto: --precision's). bf16 "
+      "halves its bytes: every rank then computes with the parameters rounded to bf16, the fp32 "
+      "master weights kept in the ranks' shards and saved in checkpoints",
+      nullptr, +[](TrainConfig & c) -> auto& { return c.gather_dtype; }, parse_gather_dtype,
+      gather_dtype_name));
   t.push_back(choice<Recompute>(
       "recompute", G::runtime,
       "none | gelu | blocks: what the GPT blocks compute again in the backward pass instead of "

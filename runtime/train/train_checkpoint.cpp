@@ -117,7 +117,7 @@ CheckpointState capture_checkpoint(const TrainingParts& t, int world_size) {
   s.seed = c.seed;
   s.rng_state = {c.seed, static_cast<uint64_t>(s.epoch)};  // the next shuffle's inputs
   // Host copies of the parameters and optimizer state (copied down when they live on a GPU).
-  const std::vector<float> params = t.model.params_to_host();
+  const std::vector<float> params = t.whole_params ? *t.whole_params : t.model.params_to_host();
   for (const ParamTensorInfo& p : t.model.param_tensors())
     s.params.push_back(
         {p.name, p.shape,
@@ -140,8 +140,10 @@ CheckpointState capture_checkpoint(const TrainingParts& t, int world_size) {
 
 CheckpointState capture_checkpoint(Trainer& t, int world_size) {
   const std::vector<std::vector<float>> whole = t.optimizer_state();
+  const std::vector<float> params = t.params_to_save();
   TrainingParts parts = parts_of(t);
   parts.whole_state = &whole;
+  parts.whole_params = &params;
   return capture_checkpoint(parts, world_size);
 }
 

@@ -47,6 +47,8 @@ struct TrainingParts {
   // The optimizer's buffers whole (Trainer::optimizer_state), in state() order; null: read from
   // the optimizer, whose buffers must then be whole (not sharded by --zero).
   const std::vector<std::vector<float>>* whole_state = nullptr;
+  // The parameters to save (Trainer::params_to_save); null: the model's.
+  const std::vector<float>* whole_params = nullptr;
 };
 
 // The run's state now (rank-local; parameters are the same on every rank).

@@ -29,6 +29,28 @@ const char* loss_name(LossKind k) {
   return "?";
 }
 
+GatherDtype parse_gather_dtype(const std::string& text) {
+  if (text == "auto") return GatherDtype::automatic;
+  if (text == "fp32") return GatherDtype::fp32;
+  if (text == "bf16") return GatherDtype::bf16;
+  throw UsageError("--gather-dtype must be auto, fp32 or bf16, not '" + text + "'");
+}
+
+const char* gather_dtype_name(GatherDtype d) {
+  switch (d) {
+    case GatherDtype::automatic: return "auto";
+    case GatherDtype::fp32: return "fp32";
+    case GatherDtype::bf16: return "bf16";
+  }
+  return "?";
+}
+
+Precision gather_precision(const TrainConfig& c) {
+  if (c.zero == 0) return Precision::fp32;
+  if (c.gather_dtype == GatherDtype::automatic) return c.precision;
+  return c.gather_dtype == GatherDtype::bf16 ? Precision::bf16 : Precision::fp32;
+}
+
 void validate(const TrainConfig& c, int world_size) {
   check_config_options(c);  // each option's own rule (config_table.h); then those across options
   if (c.global_batch % c.grad_accum != 0)
@@ -48,6 +70,9 @@ void validate(const TrainConfig& c, int world_size) {
                      std::to_string(int64_t{c.grad_accum} * world_size));
   }
   if (c.zero > 2) throw UsageError("--zero must be 0, 1 or 2, not " + std::to_string(c.zero));
+  if (c.zero == 0 && c.gather_dtype == GatherDtype::bf16)
+    throw UsageError(
+        "--gather-dtype bf16 needs --zero 1 or 2 (without ZeRO no parameters are gathered)");
   if (c.steps == 0 && c.epochs < 1)
     throw UsageError("--epochs must be >= 1 (or set --steps), not " + std::to_string(c.epochs));
   if (c.precision == Precision::bf16 && c.device != DeviceKind::cuda)

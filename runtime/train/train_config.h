@@ -23,8 +23,20 @@ LossKind parse_loss(
     const std::string& text);  // auto | cross-entropy | mse; UsageError naming --loss
 const char* loss_name(LossKind k);
 
+// The dtype of --zero's parameter all-gather on the wire (zero.h): automatic is the compute
+// precision. With bf16 (half the bytes) every rank computes with the parameters rounded to bf16,
+// and the fp32 master weights live in the ranks' shards, whence the checkpoints take them.
+enum class GatherDtype { automatic, fp32, bf16 };
+GatherDtype parse_gather_dtype(const std::string& text);  // UsageError naming --gather-dtype
+const char* gather_dtype_name(GatherDtype d);
+
 // A run's settings. These member initialisers are the options' defaults: lockstep-train --help
 // shows them through the option table (config_table.h), which names each option's member.
+struct TrainConfig;
+// What --zero's all-gather sends: fp32 without ZeRO (nothing is gathered), else --gather-dtype,
+// automatic taking --precision.
+Precision gather_precision(const TrainConfig& c);
+
 struct TrainConfig {
   DatasetSpec train;                // group "train" by default
   std::string test_group = "test";  // the same file's split that evaluate() scores
@@ -44,6 +56,7 @@ struct TrainConfig {
   // ZeRO stage (DESIGN.md decision 19): 0 every rank holds the whole optimizer state; 1 each rank
   // the state of its 1/P of the parameters (gradients reduce-scattered, parameters all-gathered).
   int zero = 0;
+  GatherDtype gather_dtype = GatherDtype::automatic;  // resolved by gather_precision()
   double bucket_mb = 25;  // gradient bucket size in MiB (0: one all-reduce after backward)
   // What the layers recompute in the backward pass instead of keeping it (model_spec.h: the GPT
   // blocks' GELU outputs, or their whole activations).

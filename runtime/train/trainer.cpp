@@ -1,5 +1,5 @@
 // Trainer (trainer.h): construction, the run, evaluation, checkpoints and deadlines; one training
-// step is trainer_step.cpp's.
+// step is trainer_step.cpp's, the memory it holds trainer_memory.cpp's.
 #include "runtime/train/trainer.h"
 
 #include <algorithm>
@@ -87,10 +87,11 @@ void Trainer::build() {
     model_->bind_gradients([&m](size_t offset) { return m.reducer->gradient_at(offset); });
   const ParamRanges decayed = matrix_ranges(model_->param_tensors());  // adamw: matrices only
   if (config_.zero > 0) {
-    m.zero = std::make_unique<ZeroShard>(grad_comm_, comm_, *m.reducer, place.device, place.stream);
+    m.zero = std::make_unique<ZeroShard>(grad_comm_, comm_, *m.reducer, place.device, place.stream,
+                                         gather_precision(config_));
     optimizer_ =
         std::make_unique<Optimizer>(config_.optimizer, m.zero->owned(), place.device, place.stream);
-    optimizer_->set_segments(m.zero->segments(), m.zero->compact_grads());
+    optimizer_->set_segments(m.zero->segments(), m.zero->compact_grads(), m.zero->rounds());
     optimizer_->set_decay_ranges(m.zero->to_compact(decayed));
   } else {
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(), place.device,
@@ -191,11 +192,13 @@ void Trainer::init_params() {
   std::vector<float> host = model_->params_to_host();
   comm_.broadcast(host.data(), host.size(), DType::f32, 0);
   model_->write_params(0, host.data(), host.size());
+  if (impl_->zero) impl_->zero->adopt(*model_);  // a bf16 all-gather: masters, rounded params
   initialized_ = true;
   verify_replicas("after the initial broadcast");
 }
 
 void Trainer::restore(const TrainState& state) {
+  if (impl_->zero) impl_->zero->adopt(*model_);  // the checkpoint's parameters are the masters
   state_ = state;
   initialized_ = true;
 }
@@ -213,6 +216,13 @@ std::vector<std::vector<float>> Trainer::optimizer_state() {
   return out;
 }
 
+std::vector<float> Trainer::params_to_save() {
+  sync_params();
+  if (impl_->zero && impl_->zero->rounds())
+    return impl_->zero->full(impl_->zero->masters(), model_->param_count());
+  return model_->params_to_host();
+}
+
 void Trainer::load_optimizer_state(size_t index, const std::vector<float>& whole) {
   std::vector<StateBuffer> state = optimizer_->state();
   if (index >= state.size() || whole.size() != model_->param_count())
@@ -222,32 +232,6 @@ void Trainer::load_optimizer_state(size_t index, const std::vector<float>& whole
     impl_->zero->take(whole, *state[index].data);
   else
     state[index].data->write(whole.data(), 0, whole.size());
-}
-
-Trainer::MemoryUse Trainer::memory_use() {
-  MemoryUse u;
-  u.params = model_->param_count() * sizeof(float);
-  // Stage 2: the reducer's staging ring and this rank's blocks, in place of a whole buffer.
-  u.grads = config_.zero == 2 ? impl_->reducer->gradient_floats() * sizeof(float) : u.params;
-  const size_t state_floats = impl_->zero ? impl_->zero->owned() : model_->param_count();
-  u.state = state_floats * sizeof(float) * optimizer_->state().size();
-  return u;
-}
-
-std::string Trainer::memory_text() {
-  const MemoryUse u = memory_use();
-  auto mb = [](uint64_t b) {
-    char t[32];
-    std::snprintf(t, sizeof t, "%.2f MB", static_cast<double>(b) / 1e6);
-    return std::string(t);
-  };
-  const std::string share = "this rank's 1/" + std::to_string(comm_.size());
-  std::string text =
-      "parameters " + mb(u.params) + " (fp32, the master weights), gradients " + mb(u.grads);
-  if (config_.zero == 2) text += " (a staging ring of two buckets and " + share + " of the sums)";
-  text += ", optimizer state " + mb(u.state);
-  if (impl_->zero) text += " (" + share + ", --zero " + std::to_string(config_.zero) + ")";
-  return text;
 }
 
 void Trainer::verify_replicas(const std::string& when) {
@@ -331,8 +315,10 @@ void Trainer::save_checkpoint() {
   const int64_t step = state_.global_step;
   verify_replicas("before the checkpoint at step " + std::to_string(step));
   const std::vector<std::vector<float>> whole = optimizer_state();  // collective under --zero
+  const std::vector<float> params = params_to_save();               // likewise
   TrainingParts parts{config_, state_, *model_, *optimizer_, steps_per_epoch(), impl_->info.rows};
   parts.whole_state = &whole;
+  parts.whole_params = &params;
   impl_->guard->saved(step, write_checkpoint(parts, comm_, config_.guard));
 }
 

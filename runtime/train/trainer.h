@@ -97,10 +97,14 @@ class Trainer {
   // rank keeping its blocks under --zero 1).
   std::vector<std::vector<float>> optimizer_state();
   void load_optimizer_state(size_t index, const std::vector<float>& whole);
+  // The parameters a checkpoint holds, whole: the model's, or under a bf16 all-gather
+  // (--gather-dtype) the fp32 master weights of every rank's blocks (collective then).
+  std::vector<float> params_to_save();
   // Per rank, in bytes: the flat parameters (fp32: the master weights; bf16 runs cast per layer),
   // the flat gradients and the optimizer state (1/P of it under --zero 1).
   struct MemoryUse {
     uint64_t params = 0, grads = 0, state = 0;
+    uint64_t masters = 0;  // --gather-dtype bf16: this rank's fp32 masters and the bf16 wire buffer
   };
   MemoryUse memory_use();
   // "parameters 0.20 MB, gradients 0.20 MB, optimizer state 0.40 MB (...)": memory_use() in words.

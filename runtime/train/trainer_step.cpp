@@ -222,7 +222,8 @@ void Trainer::apply_update(StepMode mode) {
     // the all-gathers part of the graph.
     StepGraphs& g = m.graphs->graphs();
     m.zero->clip_on_device(reduced_grads(), g.norm_slot(), config_.clip_norm);
-    optimizer_->step_captured(model_->params(), reduced_grads(), g.gate(), g.gates());
+    optimizer_->step_captured(m.zero->update_target(model_->params()), reduced_grads(), g.gate(),
+                              g.gates());
     m.zero->publish(model_->params());
     m.zero->join();
     return;
@@ -231,7 +232,7 @@ void Trainer::apply_update(StepMode mode) {
     // This rank's blocks only, then every bucket's parameters gathered from their owners.
     m.zero->clip(reduced_grads(), m.zero_norm, config_.clip_norm);
     GpuSpan span(m.step->trace(), "optimizer update", "optimizer");
-    optimizer_->step(model_->params(), reduced_grads(),
+    optimizer_->step(m.zero->update_target(model_->params()), reduced_grads(),
                      static_cast<float>(lr_at_step(state_.global_step)));
     m.zero->publish(model_->params());
     return;

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cast.h"
 #include "kernels/step/optimizer.h"
 #include "runtime/base/error.h"
 
 namespace lockstep {
 
 ZeroShard::ZeroShard(Communicator& grads, Communicator& host, const BucketReducer& reducer,
-                     DeviceKind device, cudaStream_t stream)
+                     DeviceKind device, cudaStream_t stream, Precision wire)
     : grads_comm_(grads),
       host_(host),
       buckets_(reducer.buckets()),
@@ -22,6 +23,24 @@ ZeroShard::ZeroShard(Communicator& grads, Communicator& host, const BucketReduce
     owned_ += count;
   }
   if (device_ == DeviceKind::cuda) norms_ = Buffer<double>(device_, segments_.size());
+  if (wire == Precision::bf16) {
+    size_t flat = 0;
+    for (const Bucket& b : buckets_) flat = std::max(flat, b.offset + b.count);
+    masters_ = Buffer<float>(device_, owned_);
+    wire_ = Buffer<uint16_t>(device_, flat);
+  }
+}
+
+void ZeroShard::adopt(Model& model) {
+  if (!rounds()) return;
+  wait();
+  std::vector<float> whole = model.params_to_host();
+  take(whole, masters_);
+  // Rounded on the host, once: the same bits as the device's casts (kernels/cast.h).
+  std::vector<uint16_t> words(whole.size());
+  kernels::cast_f32_to_bf16_cpu(whole.data(), words.data(), whole.size());
+  kernels::cast_bf16_to_f32_cpu(words.data(), whole.data(), whole.size());
+  model.write_params(0, whole.data(), whole.size());
 }
 
 ParamRanges ZeroShard::to_compact(const ParamRanges& flat) const {
@@ -86,26 +105,57 @@ void ZeroShard::clip_on_device(float* grads, const double* norm, double max_norm
 }
 
 void ZeroShard::join() {
-  if (pending_.empty()) return;
-  for (WorkHandle& w : pending_) w.reset();  // their completion is part of the capture
-  pending_.clear();
-  grads_comm_.join_stream(stream_);
+  if (!pending_.empty()) {
+    for (WorkHandle& w : pending_) w.reset();  // their completion is part of the capture
+    pending_.clear();
+    grads_comm_.join_stream(stream_);
+  }
+  widen();
 }
 
 void ZeroShard::publish(float* params) {
   wait();
+  if (rounds()) {
+    // This rank's masters into its blocks of the bf16 buffer, which is gathered instead.
+    for (const Optimizer::Segment& s : segments_) {
+      if (device_ == DeviceKind::cuda)
+        kernels::cast_f32_to_bf16_cuda(masters_.data() + s.state, wire_.data() + s.flat, s.count,
+                                       stream_);
+      else
+        kernels::cast_f32_to_bf16_cpu(masters_.data() + s.state, wire_.data() + s.flat, s.count);
+    }
+    unwidened_ = params;
+  }
   // One rank's block is its whole bucket, already in place: nothing to gather (nor, in a captured
   // step, a host-staged collective to issue).
   if (grads_comm_.size() == 1) return;
   // Every bucket in place: this rank's block is its send buffer (segments_ follow buckets_).
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    pending_.push_back(grads_comm_.all_gather_async(
-        params + segments_[b].flat, params + buckets_[b].offset, segments_[b].count, DType::f32));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Optimizer::Segment& s = segments_[b];
+    const size_t at = buckets_[b].offset;
+    pending_.push_back(
+        rounds() ? grads_comm_.all_gather_async(wire_.data() + s.flat, wire_.data() + at, s.count,
+                                                DType::bf16)
+                 : grads_comm_.all_gather_async(params + s.flat, params + at, s.count, DType::f32));
+  }
 }
 
 void ZeroShard::wait() {
   for (WorkHandle& w : pending_) w->wait(grads_comm_.timeout());
   pending_.clear();
+  widen();
+}
+
+void ZeroShard::widen() {
+  if (unwidened_ == nullptr) return;
+  for (const Bucket& b : buckets_) {
+    if (device_ == DeviceKind::cuda)
+      kernels::cast_bf16_to_f32_cuda(wire_.data() + b.offset, unwidened_ + b.offset, b.count,
+                                     stream_);
+    else
+      kernels::cast_bf16_to_f32_cpu(wire_.data() + b.offset, unwidened_ + b.offset, b.count);
+  }
+  unwidened_ = nullptr;
 }
 
 std::vector<float> ZeroShard::full(const Buffer<float>& compact, size_t flat_count) {

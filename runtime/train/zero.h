@@ -12,6 +12,13 @@
 // (ModelPlacement:: shard_ranks), so every bucket divides by P at any world size; nothing falls
 // back silently.
 //
+// The all-gather's wire (--gather-dtype): fp32 gathers the parameters themselves. bf16 halves the
+// bytes: rank r then keeps the fp32 master weights of its blocks (masters()), the optimizer
+// updates those, and publish() casts them to bf16 into a flat bf16 buffer, gathers it and widens
+// it into the parameters, so every rank computes with the same parameters, rounded to bf16 (as
+// llm.c's -z 1 does). adopt() takes the masters from whole parameters (the initial ones, a
+// checkpoint's) and rounds the model's. Checkpoints save the masters (full()).
+//
 // Work on a device is queued on the model's stream. Checkpoints keep the unsharded format:
 // full() assembles a whole state buffer on every rank, take() keeps this rank's blocks of one.
 // Used by the training thread; global_norm, publish, wait and full are collective, in the order
@@ -19,13 +26,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "kernels/cuda/stream.h"
 #include "runtime/base/buffer.h"
 #include "runtime/base/communicator.h"
+#include "runtime/base/precision.h"
 #include "runtime/comm/buckets.h"
+#include "runtime/model/model.h"
 #include "runtime/model/optimizer.h"
 
 namespace lockstep {
@@ -33,15 +43,26 @@ namespace lockstep {
 class ZeroShard {
  public:
   // grads: the gradient communicator (the all-gathers, in the model's memory); host: host values
-  // (the norm, checkpoints); reducer: its sharded buckets decide the blocks.
+  // (the norm, checkpoints); reducer: its sharded buckets decide the blocks; wire: the
+  // all-gather's dtype.
   ZeroShard(Communicator& grads, Communicator& host, const BucketReducer& reducer,
-            DeviceKind device, cudaStream_t stream);
+            DeviceKind device, cudaStream_t stream, Precision wire = Precision::fp32);
 
   size_t owned() const { return owned_; }
   // This rank's blocks: where each lies in the flat buffers and in the compact state.
   const std::vector<Optimizer::Segment>& segments() const { return segments_; }
   // Flat (offset, count) ranges, such as the decay ranges, as ranges of the compact state.
   ParamRanges to_compact(const ParamRanges& flat) const;
+
+  // A bf16 wire: the fp32 master weights of this rank's blocks, laid out as the state; what the
+  // optimizer updates (Optimizer::set_segments' compact_params).
+  bool rounds() const { return !masters_.empty(); }
+  Buffer<float>& masters() { return masters_; }
+  // What the optimizer's step updates: the masters under a bf16 wire, else `params`.
+  float* update_target(float* params) { return rounds() ? masters_.data() : params; }
+  // A bf16 wire: this rank's masters from the model's whole parameters (every rank holds the
+  // same), and the model's parameters rounded to bf16 as a gather leaves them. Nothing otherwise.
+  void adopt(Model& model);
 
   // Whether the reduced gradients given to global_norm and clip (and the optimizer's step) are
   // compact, in the state's layout (stage 2: the reducer's sharded_grads()), or the flat buffer.
@@ -53,9 +74,10 @@ class ZeroShard {
   // exceeds max_norm.
   void clip(float* grads, double norm, double max_norm);
   // Collective over grads: every bucket's all-gather of `params` started, in place (each rank's
-  // updated blocks to every rank).
+  // updated blocks to every rank); under a bf16 wire, of the bf16 copy of the masters.
   void publish(float* params);
-  // Waits for the all-gathers publish() started; nothing when none is pending.
+  // Waits for the all-gathers publish() started (a bf16 wire: then widens them into the
+  // parameters); nothing when none is pending.
   void wait();
 
   // The same step inside a captured one (a CUDA graph being recorded on the model's stream,
@@ -87,6 +109,12 @@ class ZeroShard {
   size_t at(const Optimizer::Segment& s) const { return compact_ ? s.state : s.flat; }
   Buffer<double> norms_;  // a device's per-block norms (global_norm)
   std::vector<WorkHandle> pending_;
+  // A bf16 wire: the masters, the flat bf16 buffer the buckets are gathered in, and the
+  // parameters a publish() has still to widen into (null: none).
+  Buffer<float> masters_;
+  Buffer<uint16_t> wire_;
+  float* unwidened_ = nullptr;
+  void widen();
 };
 
 }  // namespace lockstep
