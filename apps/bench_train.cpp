@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,7 +35,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/knobs.h"
 #include "runtime/base/precision.h"
-#include "runtime/data/h5_writer.h"
+#include "runtime/data/synthetic.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/process/blas_threads.h"
 #include "runtime/process/context.h"
@@ -92,27 +91,6 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
   return true;
 }
 
-// Deterministic noise images; labels depend on the image so the loss can fall, which keeps the
-// run honest (the same kernels, no NaNs) though speed does not depend on it.
-void write_synthetic(const std::string& path, int64_t train_rows, int64_t test_rows) {
-  H5Id file = create_h5_file(path);
-  std::mt19937 gen(7);
-  for (auto [group, n] :
-       {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
-    std::vector<uint8_t> images(static_cast<size_t>(n) * 28 * 28), labels(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      labels[i] = static_cast<uint8_t>(gen() % 10);
-      for (int p = 0; p < 28 * 28; ++p)
-        images[i * 784 + p] = static_cast<uint8_t>((gen() % 128) + (p % 10 == labels[i] ? 127 : 0));
-    }
-    write_h5_dataset(file.get(), group + "/images", {n, 28, 28, 1}, images);
-    write_h5_dataset(file.get(), group + "/labels", {n}, labels);
-  }
-  write_h5_attr_int(file.get(), "num_classes", 10);
-  write_h5_attr_double(file.get(), "norm_mean", 0.5);
-  write_h5_attr_double(file.get(), "norm_std", 0.25);
-}
-
 // For a language model (a spec starting with 'embed', as the gpt preset does): sequences of T + 1
 // random tokens (lockstep-data text's layout), T the model's context: bytes, or ids below the
 // vocabulary the spec pins (gpt:...,vocab=V; int32 then). Random text cannot be learnt past
@@ -126,29 +104,6 @@ LanguageModel language_model(const std::string& model) {
   if (spec.layers.empty() || spec.layers[0].type != "embed") return {};
   const std::vector<int>& a = spec.layers[0].args;
   return {a[1], a.size() > 2 ? a[2] : 256};
-}
-
-void write_synthetic_text(const std::string& path, int64_t train_rows, int64_t test_rows,
-                          LanguageModel lm) {
-  H5Id file = create_h5_file(path);
-  std::mt19937 gen(7);
-  const int T = lm.ctx;
-  for (auto [group, n] :
-       {std::pair<std::string, int64_t>{"train", train_rows}, {"test", test_rows}}) {
-    const size_t count = static_cast<size_t>(n) * (T + 1);
-    if (lm.vocab <= 256) {
-      std::vector<uint8_t> tokens(count);
-      for (uint8_t& t : tokens) t = static_cast<uint8_t>(gen() % lm.vocab);
-      write_h5_dataset(file.get(), group + "/tokens", {n, T + 1}, tokens);
-    } else {
-      std::vector<int32_t> tokens(count);
-      for (int32_t& t : tokens) t = static_cast<int32_t>(gen() % static_cast<unsigned>(lm.vocab));
-      write_h5_dataset(file.get(), group + "/tokens", {n, T + 1}, tokens);
-    }
-    H5Id d(LS_CHECK_HDF5(H5Dopen2(file.get(), (group + "/tokens").c_str(), H5P_DEFAULT)));
-    write_h5_attr_int(d.get(), "vocab_size", lm.vocab);
-    write_h5_attr_int(d.get(), "seq_len", T);
-  }
 }
 
 // Forward FLOPs per sample of the matrix work (conv, dense); relu and pooling are left out.
@@ -218,9 +173,9 @@ int run_train_bench(int argc, char** argv, const World& world) {
                .string();
     const int64_t rows = std::max<int64_t>(global_batch, 1) * std::min<int64_t>(total_steps, 8);
     if (const LanguageModel lm = language_model(given.model); lm.ctx > 0)
-      write_synthetic_text(temp, rows, std::max<int64_t>(global_batch, 1), lm);
+      write_synthetic_tokens(temp, rows, std::max<int64_t>(global_batch, 1), lm.ctx, lm.vocab);
     else
-      write_synthetic(temp, rows, std::max<int64_t>(global_batch, 1));
+      write_synthetic_images(temp, rows, std::max<int64_t>(global_batch, 1));
     path = temp;
   }
   struct Cleanup {

@@ -23,6 +23,9 @@ int run_fashion_mnist(int argc, char** argv, const World& world);
 // (data_regression.cpp).
 int run_regression(int argc, char** argv, const World& world);
 
+// A synthetic dataset: Fashion-MNIST-shaped images or random token sequences (data_synthetic.cpp).
+int run_synthetic(int argc, char** argv, const World& world);
+
 // Text files -> byte-level sequences (tokens uint8 (N, T + 1)) in train/ and test/
 // (data_text.cpp).
 int run_text(int argc, char** argv, const World& world);

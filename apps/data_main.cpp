@@ -93,6 +93,8 @@ constexpr lockstep::apps::Subcommand kCommands[] = {
      &lockstep::data::run_fashion_mnist},
     {"regression", "generate y = Xw + b + noise (train/ and test/), true w and b as attributes",
      &lockstep::data::run_regression},
+    {"synthetic", "a dataset without a download: 28x28x1 images in 10 classes, or random tokens",
+     &lockstep::data::run_synthetic},
     {"text", "byte-level language-model corpus: text files -> sequences of seq_len + 1 bytes",
      &lockstep::data::run_text},
     {"inspect", "groups, datasets, shapes, types, chunking, attributes; what the loader sees",

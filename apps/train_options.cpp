@@ -344,7 +344,8 @@ std::string resolve_data_path(const std::string& data) {
   std::string where;
   for (const std::string& p : tried) where += (where.empty() ? "" : " or ") + p;
   // Only lockstep-data's generators and converters make a file from a name alone.
-  const bool made_by_lockstep_data = data == "fashion-mnist" || data == "regression";
+  const bool made_by_lockstep_data =
+      data == "fashion-mnist" || data == "regression" || data == "synthetic";
   throw UsageError("--data " + data + ": neither a file nor found as " + where +
                    (made_by_lockstep_data
                         ? " (create it with: lockstep-data " + data + " --out " + tried.back() + ")"

@@ -61,6 +61,8 @@ mpiexec=${MPIEXEC:-mpiexec}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_hwloc_base_binding_policy=none
 logs=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-logs-XXXXXX")
+# Data and checkpoints the steps make, kept out of the logs (which are packed after every step).
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-work-XXXXXX")
 [[ -n $out ]] || out=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-XXXXXX")
 mkdir -p "$out" || usage "cannot make the output folder $out"
 out=$(cd "$out" && pwd)
@@ -219,13 +221,18 @@ bench_train() {
 # the device's time went (scripts/trace-summary.py: per layer, and the compute stream's idle share).
 trace_train() {
   local log="$logs/trace_$1_$2.log" trace="$logs/trace_$1_$2.json"
-  # lockstep-train reads a file; only lockstep-bench makes synthetic rows of its own.
-  if [[ ${#data_args[@]} -eq 0 ]]; then
-    record "trace cnn $2, batch $1" absent "needs $train_data (gpu-pack.sh --with-data)"
-    return
+  # lockstep-train reads a file: without the data set, Fashion-MNIST's shape made here.
+  local data=("${data_args[@]}")
+  if [[ ${#data[@]} -eq 0 ]]; then
+    data=(--data "$work/synthetic.h5")
+    if [[ ! -f $work/synthetic.h5 ]] &&
+       ! "$build/apps/lockstep-data" synthetic --out "$work/synthetic.h5" --samples 16384 >"$log" 2>&1; then
+      record "trace cnn $2, batch $1" failed "lockstep-data synthetic: $(first_error "$log")"
+      return
+    fi
   fi
   step "$step_timeout" "$log" "$build/apps/lockstep-train" --device cuda --precision "$2" \
-    --model cnn --global-batch "$1" --steps 60 --progress none --trace "$trace" "${data_args[@]}"
+    --model cnn --global-batch "$1" --steps 60 --progress none --trace "$trace" "${data[@]}"
   local rc=$?
   if [[ $rc -eq 0 ]]; then
     LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
@@ -514,9 +521,9 @@ long_llmc() {
 }
 # Accuracy on the real data in fp32 and bf16, Lockstep and PyTorch with the same settings.
 long_generate() {
-  # The corpus and checkpoints (1.4 GB) outside the logs, which are packed after every step.
-  local dir log rc gpu_text cpu_text
-  dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-generate-XXXXXX")
+  # The corpus and checkpoints (1.4 GB) in the work folder, not the logs.
+  local dir="$work/generate" log rc gpu_text cpu_text
+  mkdir -p "$dir"
   log="$logs/generate_prepare.log"
   step "$step_timeout" "$log" bash -c '"$1/apps/lockstep-data" text --in "$2"/README.md "$2"/docs/*.md \
       --out "$3/text.h5" --seq-len 1024 &&

@@ -48,6 +48,32 @@ w() { run inspect "$1" 2>/dev/null | grep '@true_w'; }
 cmp -s <(h5dump -d /train/y "$work/reg.h5" | tail -n +3) <(h5dump -d /train/y "$work/reg2.h5" | tail -n +3) ||
   fail "--seed 7 twice gave different targets"
 
+# --- synthetic: a dataset without a download that lockstep-train learns from ---
+out=$(run synthetic --out "$work/syn.h5" --samples 512 2>&1)
+[[ $? -eq 0 ]] || fail "synthetic exited non-zero"$'\n'"$out"
+out=$(run inspect "$work/syn.h5" 2>&1)
+for want in '/train/images  uint8 (512, 28, 28, 1)' '/test/images  uint8 (102, 28, 28, 1)' \
+            '@num_classes = 10'; do
+  grep -qF -- "$want" <<<"$out" || fail "inspect syn.h5 lacks '$want'"$'\n'"$out"
+done
+run synthetic --out "$work/syn2.h5" --samples 512 >/dev/null 2>&1
+cmp -s <(h5dump -d /train/images "$work/syn.h5" | tail -n +3) \
+  <(h5dump -d /train/images "$work/syn2.h5" | tail -n +3) || fail "synthetic twice gave other images"
+# The class is in the images: a few epochs of the CNN's smaller cousin beat chance by far.
+out=$(timeout 300 "$(dirname "$bin")/lockstep-train" --data "$work/syn.h5" --model mlp:32 \
+      --global-batch 64 --epochs 3 --progress none 2>&1)
+acc=$(grep -oE '^test_accuracy=[0-9.]+' <<<"$out" | cut -d= -f2)
+awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }' || fail "synthetic images: test accuracy ${acc:-none}, not above 0.5"$'\n'"$out"
+out=$(run synthetic --out "$work/tok.h5" --kind tokens --samples 64 --seq-len 16 --vocab 1000 2>&1)
+[[ $? -eq 0 ]] || fail "synthetic tokens exited non-zero"$'\n'"$out"
+out=$(run inspect "$work/tok.h5" 2>&1)
+for want in '/train/tokens  int32 (64, 17)' '@vocab_size = 1000' '@seq_len = 16'; do
+  grep -qF -- "$want" <<<"$out" || fail "inspect tok.h5 lacks '$want'"$'\n'"$out"
+done
+expect_error "--kind must be images or tokens" synthetic --out "$work/x.h5" --kind audio
+expect_error "--vocab must be 2 to 2^24" synthetic --out "$work/x.h5" --kind tokens --vocab 1
+[[ ! -e $work/x.h5 ]] || fail "a refused synthetic run left $work/x.h5"
+
 # --- bench at 2 ranks: each rank reads half of the split ---
 out=$(timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" bench "$work/reg.h5" --global-batch 64 --epochs 2 2>&1)
 [[ $? -eq 0 ]] || fail "bench at 2 ranks exited non-zero"$'\n'"$out"

@@ -82,7 +82,7 @@ refuse --loss --data fmnist.h5 --loss mse
 refuse --data --data nowhere.h5
 LOCKSTEP_DATA_DIR= refuse "create it with: lockstep-data fashion-mnist --out data/fashion-mnist.h5" --data fashion-mnist
 # A name that no lockstep-data command makes gets no command line that would fail.
-LOCKSTEP_DATA_DIR= refuse "lockstep-data --help lists" --data synthetic
+LOCKSTEP_DATA_DIR= refuse "lockstep-data --help lists" --data mnist
 refuse --epochs --data fmnist.h5 --epochs -1
 refuse --lr-schedule --data fmnist.h5 --lr-schedule steps
 refuse --remainder --data fmnist.h5 --remainder keep
