@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -121,18 +122,22 @@ __device__ __forceinline__ float operand(float v) {
 }
 
 // One thread per output (img, oy, ox, co): consecutive threads write consecutive channels of one
-// pixel and read the same inputs (a broadcast) and consecutive weights.
-template <bool kBf16>
+// pixel and read the same inputs (a broadcast) and consecutive weights. Index: the type of the
+// output's flat index and the divisions that take it apart, 32-bit where the outputs allow (a
+// 64-bit division is a long software sequence on the GPU; at batch 1024 of the CNN's first layer
+// four of them per output made the pass three times cuDNN's). The sums are the same either way.
+template <bool kBf16, class Index>
 __global__ void direct_forward_kernel(ConvDims d, int c_out, const float* __restrict__ x,
                                       const float* __restrict__ w, const float* __restrict__ b,
-                                      float* __restrict__ y, bool relu, size_t total) {
-  for (size_t i = cuda::thread_index(); i < total; i += cuda::thread_stride()) {
-    const int co = static_cast<int>(i % c_out);
-    const size_t m = i / c_out;
-    const int ox = static_cast<int>(m % d.out_w);
-    const size_t rest = m / d.out_w;
-    const int oy = static_cast<int>(rest % d.out_h);
-    const size_t img = rest / d.out_h;
+                                      float* __restrict__ y, bool relu, Index total) {
+  const Index stride = Index(gridDim.x) * blockDim.x;
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int co = static_cast<int>(i % Index(c_out));
+    const Index m = i / Index(c_out);
+    const int ox = static_cast<int>(m % Index(d.out_w));
+    const Index rest = m / Index(d.out_w);
+    const int oy = static_cast<int>(rest % Index(d.out_h));
+    const size_t img = rest / Index(d.out_h);
     float acc = 0.0f;
     for (int ky = 0; ky < d.kh; ++ky) {
       const int iy = oy * d.stride - d.pad_h + ky;
@@ -155,10 +160,10 @@ __global__ void direct_forward_kernel(ConvDims d, int c_out, const float* __rest
 // im2col view: its threads form groups of c_out, group g taking rows g, g + groups, ...; each
 // thread keeps taps + 1 sums (the last the bias's) for its channel, the groups' sums are added in
 // group order through shared memory, and the block writes part[blk][k][co].
-template <bool kBf16>
+template <bool kBf16, class Index>
 __global__ void direct_filter_partial_kernel(ConvDims d, int c_out, const float* __restrict__ x,
                                              const float* __restrict__ dy, float* __restrict__ part,
-                                             size_t rows, size_t chunk) {
+                                             Index rows, Index chunk) {
   extern __shared__ float shared[];
   const int taps = d.kh * d.kw * d.c_in;
   const int groups = blockDim.x / c_out;
@@ -166,13 +171,13 @@ __global__ void direct_filter_partial_kernel(ConvDims d, int c_out, const float*
   float acc[kConv2dDirectMaxTaps + 1];
 #pragma unroll
   for (int k = 0; k <= kConv2dDirectMaxTaps; ++k) acc[k] = 0.0f;
-  const size_t first = blockIdx.x * chunk, last = min(rows, first + chunk);
-  for (size_t m = first + g; m < last; m += groups) {
-    const float grad = operand<kBf16>(dy[m * c_out + co]);
-    const int ox = static_cast<int>(m % d.out_w);
-    const size_t rest = m / d.out_w;
-    const int oy = static_cast<int>(rest % d.out_h);
-    const size_t img = rest / d.out_h;
+  const Index first = Index(blockIdx.x) * chunk, last = min(rows, first + chunk);
+  for (Index m = first + g; m < last; m += groups) {
+    const float grad = operand<kBf16>(dy[size_t(m) * c_out + co]);
+    const int ox = static_cast<int>(m % Index(d.out_w));
+    const Index rest = m / Index(d.out_w);
+    const int oy = static_cast<int>(rest % Index(d.out_h));
+    const size_t img = rest / Index(d.out_h);
 #pragma unroll
     for (int k = 0; k < kConv2dDirectMaxTaps; ++k) {
       if (k >= taps) break;
@@ -181,7 +186,7 @@ __global__ void direct_filter_partial_kernel(ConvDims d, int c_out, const float*
       if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
         acc[k] += operand<kBf16>(x[((img * d.h + iy) * d.w + ix) * d.c_in + ci]) * grad;
     }
-    acc[kConv2dDirectMaxTaps] += dy[m * c_out + co];  // the bias sums the fp32 dy
+    acc[kConv2dDirectMaxTaps] += dy[size_t(m) * c_out + co];  // the bias sums the fp32 dy
   }
   // shared[g][k][co], k = taps for the bias
   const int width = (taps + 1) * c_out;
@@ -229,12 +234,20 @@ void conv2d_forward_direct_cuda(const Conv2dShape& s, const float* x, const floa
   if (g.rows == 0) return;
   const size_t total = g.rows * static_cast<size_t>(s.c_out);
   const ConvDims d = dims_of(s, g);
-  if (bf16)
-    direct_forward_kernel<true><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
-        d, s.c_out, x, w, b, y, s.relu, total);
+  const unsigned grid = cuda::grid_for(total);
+  const bool narrow = total <= UINT32_MAX;
+  if (bf16 && narrow)
+    direct_forward_kernel<true, uint32_t><<<grid, cuda::kThreads, 0, stream>>>(
+        d, s.c_out, x, w, b, y, s.relu, static_cast<uint32_t>(total));
+  else if (bf16)
+    direct_forward_kernel<true, size_t>
+        <<<grid, cuda::kThreads, 0, stream>>>(d, s.c_out, x, w, b, y, s.relu, total);
+  else if (narrow)
+    direct_forward_kernel<false, uint32_t><<<grid, cuda::kThreads, 0, stream>>>(
+        d, s.c_out, x, w, b, y, s.relu, static_cast<uint32_t>(total));
   else
-    direct_forward_kernel<false><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
-        d, s.c_out, x, w, b, y, s.relu, total);
+    direct_forward_kernel<false, size_t>
+        <<<grid, cuda::kThreads, 0, stream>>>(d, s.c_out, x, w, b, y, s.relu, total);
   LS_CHECK_LAUNCH("direct_forward_kernel");
 }
 
@@ -250,11 +263,20 @@ void conv2d_filter_direct_cuda(const Conv2dShape& s, const float* x, const float
   const int threads = groups * s.c_out;
   const size_t shared = size_t(groups) * (taps + 1) * s.c_out * sizeof(float);
   const ConvDims d = dims_of(s, g);
-  if (bf16)
-    direct_filter_partial_kernel<true>
+  // 32-bit row indices where the rows allow (as the forward pass); the same sums.
+  const bool narrow = g.rows + chunk <= UINT32_MAX;
+  const auto rows32 = static_cast<uint32_t>(g.rows), chunk32 = static_cast<uint32_t>(chunk);
+  if (bf16 && narrow)
+    direct_filter_partial_kernel<true, uint32_t>
+        <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, rows32, chunk32);
+  else if (bf16)
+    direct_filter_partial_kernel<true, size_t>
         <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, g.rows, chunk);
+  else if (narrow)
+    direct_filter_partial_kernel<false, uint32_t>
+        <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, rows32, chunk32);
   else
-    direct_filter_partial_kernel<false>
+    direct_filter_partial_kernel<false, size_t>
         <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, g.rows, chunk);
   LS_CHECK_LAUNCH("direct_filter_partial_kernel");
   const size_t width = size_t(taps + 1) * s.c_out;
