@@ -482,16 +482,9 @@ TEST_F(NcclPeers, ZeroBf16GatherCapturedMatchesUncaptured) {
     masters[graphs] = t.params_to_save();
     EXPECT_GT(t.memory_use().masters, 0u) << "bf16 runs gather in bf16 by default";
     EXPECT_EQ(0u, differing_from_rank0(host(), params[graphs])) << "the ranks' parameters differ";
-    size_t unrounded = 0, wrong = 0;
-    for (size_t i = 0; i < params[graphs].size(); ++i) {
-      uint32_t u, m;
-      std::memcpy(&u, &params[graphs][i], 4);
-      std::memcpy(&m, &masters[graphs][i], 4);
-      if ((m & 0xffffu) != 0) ++unrounded;
-      if (((m + 0x7fffu + ((m >> 16) & 1u)) & 0xffff0000u) != u) ++wrong;
-    }
-    EXPECT_EQ(0u, wrong) << "parameters that are not the bf16 rounding of their masters";
-    EXPECT_GT(unrounded, masters[graphs].size() / 2) << "the masters look rounded";
+    const Bf16Rounding r = bf16_rounding(params[graphs], masters[graphs]);
+    EXPECT_EQ(0u, r.not_rounding) << "parameters that are not the bf16 rounding of their masters";
+    EXPECT_GT(r.unrounded_masters, masters[graphs].size() / 2) << "the masters look rounded";
   }
   if (nccl().size() <= 2) {
     EXPECT_EQ(0u, differing(masters[1], masters[0]));

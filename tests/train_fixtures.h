@@ -111,6 +111,27 @@ inline size_t differing(const std::vector<float>& a, const std::vector<float>& b
 
 // A trainer's parameters tensor by tensor, without the layout's gaps: comparable between layouts
 // (--zero 1 pads each layer to the ranks).
+// --gather-dtype bf16's contract (zero.h), element by element: how many of `used` (the parameters
+// a model computes with) are not the bf16 rounding, to nearest with ties to even, of the same
+// element of `masters`; and how many masters are not bf16 values themselves (fp32 masters kept,
+// not rounded ones).
+struct Bf16Rounding {
+  size_t not_rounding = 0, unrounded_masters = 0;
+};
+inline Bf16Rounding bf16_rounding(const std::vector<float>& used,
+                                  const std::vector<float>& masters) {
+  Bf16Rounding r;
+  for (size_t i = 0; i < used.size() && i < masters.size(); ++i) {
+    uint32_t u, m;
+    std::memcpy(&u, &used[i], 4);
+    std::memcpy(&m, &masters[i], 4);
+    if ((m & 0xffffu) != 0) ++r.unrounded_masters;
+    if (((m + 0x7fffu + ((m >> 16) & 1u)) & 0xffff0000u) != u) ++r.not_rounding;
+  }
+  if (used.size() != masters.size()) r.not_rounding += 1;
+  return r;
+}
+
 inline std::vector<float> params_by_tensor(Trainer& t) {
   const std::vector<float> flat = t.model().params_to_host();
   std::vector<float> out;

@@ -26,6 +26,8 @@
 #include "train_fixtures.h"
 
 using namespace lockstep;
+using lockstep::testing_util::bf16_rounding;
+using lockstep::testing_util::Bf16Rounding;
 using lockstep::testing_util::params_by_tensor;
 using lockstep::testing_util::relative_difference;
 using lockstep::testing_util::SoloCommunicator;
@@ -462,24 +464,9 @@ TEST(Zero, Bf16GatherKeepsFp32MastersAndComputesWithTheirRounding) {
     EXPECT_EQ(1, t.guard().skipped_steps());
     const std::vector<float> used = params_by_tensor(t);
     const std::vector<float> masters = in_tensor_order(t, t.params_to_save());
-    ASSERT_EQ(used.size(), masters.size());
-    size_t not_bf16 = 0, unrounded_masters = 0;
-    for (size_t i = 0; i < used.size(); ++i) {
-      uint32_t u, m;
-      std::memcpy(&u, &used[i], 4);
-      std::memcpy(&m, &masters[i], 4);
-      if ((u & 0xffffu) != 0) ++not_bf16;
-      if ((m & 0xffffu) != 0) ++unrounded_masters;
-      // Round to nearest, ties to even, as the casts do.
-      const uint32_t rounded = (m + 0x7fffu + ((m >> 16) & 1u)) & 0xffff0000u;
-      if (rounded != u) {
-        ADD_FAILURE() << "parameter " << i << ": " << used[i]
-                      << " is not the rounding of its master " << masters[i];
-        break;
-      }
-    }
-    EXPECT_EQ(0u, not_bf16) << "parameters the model computes with that are not bf16 values";
-    EXPECT_GT(unrounded_masters, masters.size() / 2) << "the saved masters look rounded to bf16";
+    const Bf16Rounding r = bf16_rounding(used, masters);
+    EXPECT_EQ(0u, r.not_rounding) << "parameters that are not the bf16 rounding of their masters";
+    EXPECT_GT(r.unrounded_masters, masters.size() / 2) << "the saved masters look rounded to bf16";
     // The same parameters on every rank: rank 0's, broadcast, against this rank's.
     std::vector<float> rank0 = used;
     world->broadcast(rank0.data(), rank0.size(), DType::f32, 0);
