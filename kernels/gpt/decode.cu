@@ -11,10 +11,20 @@ namespace {
 
 constexpr int kMaxLength = 12288;  // 48 KiB of scores: the default shared-memory limit
 
-__global__ void decode_embedding_kernel(int token, int position, const float* wte, const float* wpe,
-                                        float* x, int dim) {
+__global__ void decode_embedding_kernel(const int* at, const float* wte, const float* wpe, float* x,
+                                        int dim) {
+  const size_t position = static_cast<size_t>(at[0]), token = static_cast<size_t>(at[1]);
   for (size_t j = cuda::thread_index(); j < static_cast<size_t>(dim); j += cuda::thread_stride())
-    x[j] = wte[static_cast<size_t>(token) * dim + j] + wpe[static_cast<size_t>(position) * dim + j];
+    x[j] = wte[token * dim + j] + wpe[position * dim + j];
+}
+
+__global__ void decode_store_kv_kernel(const int* at, const float* qkv, float* keys, float* values,
+                                       int dim) {
+  const size_t row = static_cast<size_t>(at[0]) * dim;
+  for (size_t j = cuda::thread_index(); j < static_cast<size_t>(dim); j += cuda::thread_stride()) {
+    keys[row + j] = qkv[dim + j];
+    values[row + j] = qkv[2 * static_cast<size_t>(dim) + j];
+  }
 }
 
 __device__ float block_max(float v) {
@@ -36,9 +46,10 @@ __device__ float block_max(float v) {
 // sum over the block, then each thread one output value (a column of the values, summed in
 // position order).
 __global__ void decode_attention_kernel(const float* q, const float* keys, const float* values,
-                                        int length, int dim, int head_dim, float scale,
+                                        const int* at, int dim, int head_dim, float scale,
                                         float* out) {
   extern __shared__ float scores[];
+  const int length = at[0] + 1;
   const int h = blockIdx.x;
   const float* qh = q + static_cast<size_t>(h) * head_dim;
   float top = -INFINITY;
@@ -68,28 +79,35 @@ __global__ void decode_attention_kernel(const float* q, const float* keys, const
 
 }  // namespace
 
-void decode_embedding_cuda(int token, int position, const float* wte, const float* wpe, float* x,
-                           int dim, cudaStream_t stream) {
-  if (dim <= 0 || token < 0 || position < 0)
-    throw std::invalid_argument("decode_embedding_cuda: token " + std::to_string(token) +
-                                ", position " + std::to_string(position) + ", dim " +
-                                std::to_string(dim));
+void decode_embedding_cuda(const int* at, const float* wte, const float* wpe, float* x, int dim,
+                           cudaStream_t stream) {
+  if (dim <= 0) throw std::invalid_argument("decode_embedding_cuda: dim " + std::to_string(dim));
   decode_embedding_kernel<<<cuda::grid_for(static_cast<size_t>(dim)), cuda::kThreads, 0, stream>>>(
-      token, position, wte, wpe, x, dim);
+      at, wte, wpe, x, dim);
   LS_CHECK_LAUNCH("decode_embedding_kernel");
 }
 
-void decode_attention_cuda(const float* q, const float* keys, const float* values, int length,
-                           int dim, int heads, float* out, cudaStream_t stream) {
-  if (heads <= 0 || dim <= 0 || dim % heads != 0 || length < 1 || length > kMaxLength)
-    throw std::invalid_argument(
-        "decode_attention_cuda: " + std::to_string(heads) + " heads of dim " + std::to_string(dim) +
-        ", length " + std::to_string(length) + " (at most " + std::to_string(kMaxLength) + ")");
+void decode_store_kv_cuda(const int* at, const float* qkv, float* keys, float* values, int dim,
+                          cudaStream_t stream) {
+  if (dim <= 0) throw std::invalid_argument("decode_store_kv_cuda: dim " + std::to_string(dim));
+  decode_store_kv_kernel<<<cuda::grid_for(static_cast<size_t>(dim)), cuda::kThreads, 0, stream>>>(
+      at, qkv, keys, values, dim);
+  LS_CHECK_LAUNCH("decode_store_kv_kernel");
+}
+
+void decode_attention_cuda(const float* q, const float* keys, const float* values, const int* at,
+                           int max_length, int dim, int heads, float* out, cudaStream_t stream) {
+  if (heads <= 0 || dim <= 0 || dim % heads != 0 || max_length < 1 || max_length > kMaxLength)
+    throw std::invalid_argument("decode_attention_cuda: " + std::to_string(heads) +
+                                " heads of dim " + std::to_string(dim) + ", max_length " +
+                                std::to_string(max_length) + " (at most " +
+                                std::to_string(kMaxLength) + ")");
   const int head_dim = dim / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int threads = cuda::threads_for_row(std::max(head_dim, std::min(length, cuda::kThreads)));
-  decode_attention_kernel<<<heads, threads, static_cast<size_t>(length) * sizeof(float), stream>>>(
-      q, keys, values, length, dim, head_dim, scale, out);
+  const int threads =
+      cuda::threads_for_row(std::max(head_dim, std::min(max_length, cuda::kThreads)));
+  decode_attention_kernel<<<heads, threads, static_cast<size_t>(max_length) * sizeof(float),
+                            stream>>>(q, keys, values, at, dim, head_dim, scale, out);
   LS_CHECK_LAUNCH("decode_attention_kernel");
 }
 

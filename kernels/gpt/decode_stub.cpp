@@ -5,11 +5,14 @@
 
 namespace lockstep::kernels {
 
-void decode_embedding_cuda(int, int, const float*, const float*, float*, int, cudaStream_t) {
+void decode_embedding_cuda(const int*, const float*, const float*, float*, int, cudaStream_t) {
   cuda_not_built("decode_embedding_cuda");
 }
-void decode_attention_cuda(const float*, const float*, const float*, int, int, int, float*,
-                           cudaStream_t) {
+void decode_store_kv_cuda(const int*, const float*, float*, float*, int, cudaStream_t) {
+  cuda_not_built("decode_store_kv_cuda");
+}
+void decode_attention_cuda(const float*, const float*, const float*, const int*, int, int, int,
+                           float*, cudaStream_t) {
   cuda_not_built("decode_attention_cuda");
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "kernels/gpt/layernorm.h"
 #include "kernels/gpt/residual.h"
 #include "runtime/base/error.h"
+#include "runtime/base/log.h"
 
 namespace lockstep {
 
@@ -75,6 +77,15 @@ GptDecoder::GptDecoder(const Model& model) : device_(model.device()), stream_(mo
   stats_ = Buffer<float>(device_, 2);  // a layer norm's mean and 1/std
   scores_.resize(static_cast<size_t>(ctx_));
   host_logits_.resize(static_cast<size_t>(vocab_));
+  if (device_ == DeviceKind::cuda) {
+    at_ = Buffer<int>(device_, 2);
+    at_host_ = static_cast<int*>(kernels::cuda_host_alloc(2 * sizeof(int)));
+  }
+}
+
+GptDecoder::~GptDecoder() {
+  kernels::cuda_graph_destroy(graph_);
+  kernels::cuda_host_free(at_host_);
 }
 
 const float* GptDecoder::step(int token) {
@@ -146,21 +157,53 @@ void GptDecoder::step_cpu(int token) {
 }
 
 void GptDecoder::step_cuda(int token) {
+  // The previous step's copy has finished (the stream was synchronised): at_host_ is free.
+  at_host_[0] = pos_;
+  at_host_[1] = token;
+  kernels::cuda_copy_to_device_async(at_.data(), at_host_, 2 * sizeof(int), stream_);
+  // The first step launches its kernels one by one (cuBLAS sets itself up outside a capture); the
+  // second records them once, and every step from then on replays the record.
+  if (graph_ == nullptr && !graph_tried_ && eager_steps_ >= 1) {
+    graph_tried_ = true;
+    std::string why;
+    kernels::cuda_capture_begin(stream_);
+    try {
+      enqueue_cuda();
+      graph_ = kernels::cuda_capture_end(stream_, &why);
+    } catch (const std::exception& e) {
+      kernels::cuda_capture_discard(stream_);
+      why = e.what();
+    }
+    if (graph_ == nullptr) {
+      LS_LOG(debug) << "the decoder's step could not be captured in a CUDA graph (" << why
+                    << "); its kernels are launched one by one";
+    }
+  }
+  if (graph_ != nullptr) {
+    kernels::cuda_graph_launch(graph_, stream_);
+  } else {
+    enqueue_cuda();
+    ++eager_steps_;
+  }
+  kernels::cuda_stream_synchronize(stream_);
+  kernels::cuda_copy_to_host(host_logits_.data(), logits_.data(),
+                             host_logits_.size() * sizeof(float));
+}
+
+void GptDecoder::enqueue_cuda() {
   const int D = dim_;
   const size_t d = static_cast<size_t>(D);
   float* mean = stats_.data();
   float* rstd = stats_.data() + 1;
-  kernels::decode_embedding_cuda(token, pos_, wte_, wpe_, x_.data(), D, stream_);
+  kernels::decode_embedding_cuda(at_.data(), wte_, wpe_, x_.data(), D, stream_);
   for (Block& b : blocks_) {
     kernels::layernorm_forward_cuda({1, D}, x_.data(), b.ln1_w, b.ln1_b, h_.data(), mean, rstd,
                                     stream_);
     kernels::dense_forward_cuda({1, D, 3 * D}, h_.data(), b.qkv_w, b.qkv_b, qkv_.data(), stream_);
-    kernels::cuda_copy_on_device_async(b.keys.data() + pos_ * d, qkv_.data() + d, d * sizeof(float),
-                                       stream_);
-    kernels::cuda_copy_on_device_async(b.values.data() + pos_ * d, qkv_.data() + 2 * d,
-                                       d * sizeof(float), stream_);
-    kernels::decode_attention_cuda(qkv_.data(), b.keys.data(), b.values.data(), pos_ + 1, D, heads_,
-                                   att_.data(), stream_);
+    kernels::decode_store_kv_cuda(at_.data(), qkv_.data(), b.keys.data(), b.values.data(), D,
+                                  stream_);
+    kernels::decode_attention_cuda(qkv_.data(), b.keys.data(), b.values.data(), at_.data(), ctx_, D,
+                                   heads_, att_.data(), stream_);
     kernels::dense_forward_cuda({1, D, D}, att_.data(), b.proj_w, b.proj_b, tmp_.data(), stream_);
     kernels::residual_accumulate_cuda(tmp_.data(), x_.data(), d, stream_);
     kernels::layernorm_forward_cuda({1, D}, x_.data(), b.ln2_w, b.ln2_b, h_.data(), mean, rstd,
@@ -180,9 +223,6 @@ void GptDecoder::step_cuda(int token) {
   g.k = D;
   g.trans_b = true;
   kernels::gemm_cuda(g, h_.data(), wte_, logits_.data(), stream_);
-  kernels::cuda_stream_synchronize(stream_);
-  kernels::cuda_copy_to_host(host_logits_.data(), logits_.data(),
-                             host_logits_.size() * sizeof(float));
 }
 
 }  // namespace lockstep

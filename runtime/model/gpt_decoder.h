@@ -10,15 +10,19 @@
 // copied to the host once and the step runs the CPU kernels (dense, layer norm, GELU); on a GPU it
 // reads the model's device parameters in place (the model must outlive the decoder and not change
 // them while it decodes), keeps the cache in device memory and runs the CUDA twins with
-// kernels/gpt/decode.h's embedding and single-query attention, on the model's stream; the logits
-// come back to the host once per step. step(token) appends the token at the next position
-// (positions 0 .. ctx - 1) and returns its logits (host memory); reset() starts a new text. The
-// results agree with the model's to float rounding (sums of another length and order), not bit for
-// bit. Used by one thread. No collective calls.
+// kernels/gpt/decode.h's embedding, cache write and single-query attention, on the model's stream,
+// the position and the token read from device memory: after a first step launched kernel by
+// kernel, the step is captured once as a CUDA graph and replayed for every later token (one launch
+// instead of some 200; a capture that fails leaves the decoder launching kernel by kernel, the same
+// kernels and so the same bits); the logits come back to the host once per step. step(token)
+// appends the token at the next position (positions 0 .. ctx - 1) and returns its logits (host
+// memory); reset() starts a new text. The results agree with the model's to float rounding (sums of
+// another length and order), not bit for bit. Used by one thread. No collective calls.
 #pragma once
 
 #include <vector>
 
+#include "kernels/cuda/memory.h"
 #include "runtime/model/model.h"
 
 namespace lockstep {
@@ -27,6 +31,9 @@ class GptDecoder {
  public:
   // Throws UsageError when `model` is not a gpt: model (an embed, blocks, an lmhead).
   explicit GptDecoder(const Model& model);
+  ~GptDecoder();
+  GptDecoder(const GptDecoder&) = delete;
+  GptDecoder& operator=(const GptDecoder&) = delete;
 
   int context() const { return ctx_; }
   int vocab() const { return vocab_; }
@@ -44,6 +51,7 @@ class GptDecoder {
   };
   void step_cpu(int token);
   void step_cuda(int token);
+  void enqueue_cuda();  // the device step's kernels, at the position and token in at_
 
   DeviceKind device_;
   cudaStream_t stream_ = nullptr;
@@ -54,6 +62,13 @@ class GptDecoder {
   // Scratch of one row, where the model computes; `scores_` (CPU) and the host logits.
   Buffer<float> x_, h_, qkv_, att_, tmp_, hidden_, act_, logits_, stats_;
   std::vector<float> scores_, host_logits_;
+  // A GPU's position and token: at_ on the device, written from page-locked at_host_ before each
+  // step; the step's CUDA graph once captured (graph_tried_: captured or given up).
+  Buffer<int> at_;
+  int* at_host_ = nullptr;
+  cudaGraphExec_t graph_ = nullptr;
+  bool graph_tried_ = false;
+  int eager_steps_ = 0;
 };
 
 }  // namespace lockstep
