@@ -14,7 +14,8 @@
 # The build: BUILD_DIR, else $LOCKSTEP_BUILD_DIR, else the pack's (scripts/gpu-pack.sh), else
 # build-gpu/; a folder without the GPU test binaries is built with LOCKSTEP_CUDA=ON. .device/env.sh
 # (the pack's run-time libraries: MPI, HDF5, ...) is sourced first when it exists.
-# Results: a line per step as it ends, then a table. DIR (--out, else $LOCKSTEP_GPU_OUT, else $OUT
+# Results: a line per step as it ends, then a table (each row ending with the seconds the step
+# took, to plan a GPU window by). DIR (--out, else $LOCKSTEP_GPU_OUT, else $OUT
 # where set, else a new folder under /tmp) receives gpu-check-PASS.txt (the table) and
 # gpu-check-PASS-logs.tar.gz (each step's log), rewritten after every step so that a run cut short
 # still leaves them. Each step is stopped after S seconds (--step-timeout, else
@@ -74,19 +75,23 @@ failed=0
 write_summary() {
   {
     printf '%-40s %-8s %s\n' "step" "result" "detail"
-    local row step result detail
+    local row step result detail took
     for row in "${rows[@]}"; do
-      IFS=$'\t' read -r step result detail <<<"$row"
-      printf '%-40s %-8s %s\n' "$step" "$result" "${detail:0:300}"
+      IFS=$'\t' read -r step result took detail <<<"$row"
+      printf '%-40s %-8s %s [%s s]\n' "$step" "$result" "${detail:0:300}" "$took"
     done
   } >"$summary"
   tar -C "$logs" -czf "$out/gpu-check-$pass-logs.tar.gz" . 2>/dev/null
 }
-# record STEP RESULT DETAIL: one row of the table; RESULT "failed" makes the exit 1.
+# record STEP RESULT DETAIL: one row of the table, with the seconds since the row before (what the
+# step took: a GPU window is planned by them); RESULT "failed" makes the exit 1.
+last_record=$SECONDS
 record() {
-  rows+=("$1"$'\t'"$2"$'\t'"$3")
+  local took=$((SECONDS - last_record))
+  last_record=$SECONDS
+  rows+=("$1"$'\t'"$2"$'\t'"$took"$'\t'"$3")
   [[ "$2" == failed ]] && failed=1
-  printf '== %s: %s %s\n' "$1" "$2" "$3"
+  printf '== %s: %s %s [%s s]\n' "$1" "$2" "$3" "$took"
   write_summary
 }
 

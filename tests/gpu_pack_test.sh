@@ -126,7 +126,9 @@ grep -q '^gpu-check exit 3$' "$work/gpu-check.log" || fail "gpu-check.sh without
 summary="$work/out/gpu-check-quick.txt"
 [[ -s $summary ]] || fail "no table in LOCKSTEP_GPU_OUT ($summary)"
 [[ -s "$work/out/gpu-check-quick-logs.tar.gz" ]] || fail "no logs in LOCKSTEP_GPU_OUT"
-grep -qE "^build +reused +.*/lockstep-pack-[^/]+/build$" "$summary" || fail "gpu-check did not take the pack's build"
+grep -qE "^build +reused +.*/lockstep-pack-[^/]+/build \[[0-9]+ s\]$" "$summary" || fail "gpu-check did not take the pack's build"
+# Every row says what its step took.
+[[ $(grep -cvE ' \[[0-9]+ s\]$' "$summary") -eq 1 ]] || fail "rows without their seconds: $(grep -vE ' \[[0-9]+ s\]$' "$summary")"
 for t in "$build"/tests/*_gpu_test "$build"/tests/*_gpu_mpi_test; do
   name=$(basename "$t")
   # NCCL with peers needs ranks of their own NCCL_HOSTID: the long pass's part multi-rank runs it.
