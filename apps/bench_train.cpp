@@ -293,10 +293,10 @@ int run_train_bench(int argc, char** argv, const World& world) {
                   static_cast<long long>(total_steps));
     const Trainer::MemoryUse mem = trainer.memory_use();
     std::printf("# memory per rank: %s\n", trainer.memory_text().c_str());
-    std::printf("param_bytes=%llu grad_bytes=%llu optimizer_state_bytes=%llu\n",
-                static_cast<unsigned long long>(mem.params),
-                static_cast<unsigned long long>(mem.grads),
-                static_cast<unsigned long long>(mem.state));
+    std::printf(
+        "param_bytes=%llu grad_bytes=%llu optimizer_state_bytes=%llu master_bytes=%llu\n",
+        static_cast<unsigned long long>(mem.params), static_cast<unsigned long long>(mem.grads),
+        static_cast<unsigned long long>(mem.state), static_cast<unsigned long long>(mem.masters));
     // Everything Lockstep allocated on the device at its peak while training (buffers,
     // activations, workspaces; kernels/cuda/memory.h), PyTorch's max_memory_allocated's
     // counterpart; the peak GEMM's matrices, allocated later, are not counted.

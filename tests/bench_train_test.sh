@@ -48,7 +48,7 @@ if not re.search(r"peak_gflops=[\d.]+ \((OpenBLAS sgemm|oneDNN matmul|oneDNN con
     problems.append("the peak does not name the kernel it came from")
 if f"{ranks} rank(s)" not in text: problems.append(f"header does not say {ranks} rank(s)")
 # The host's peak resident memory holds at least the parameters, gradients and optimizer state.
-held = (num("param_bytes") + num("grad_bytes") + num("optimizer_state_bytes")) / 2**20
+held = (num("param_bytes") + num("grad_bytes") + num("optimizer_state_bytes") + num("master_bytes")) / 2**20
 if not num("peak_host_memory_mb") >= held: problems.append(f"peak_host_memory_mb below {held} MB")
 for p in problems:
     print(f"FAIL ({sys.argv[1]}):", p)
@@ -61,6 +61,11 @@ cnn=$((2 * 28 * 28 * 32 * 9 * 1 + 2 * 14 * 14 * 64 * 9 * 32 + 2 * 7 * 7 * 64 * 1
 "$bin/lockstep-bench" train --model cnn --global-batch 16 --steps 4 --warmup 1 --peak-size 256 \
   >one.txt 2>&1 || fail "1 rank exits $?: $(cat one.txt)"
 check one.txt 1 "$cnn" compute || failures=$((failures + 1))
+# --zero 1 with a bf16 all-gather keeps fp32 masters and a bf16 copy: they are counted and named.
+"$bin/lockstep-bench" train --model cnn --global-batch 16 --steps 2 --warmup 1 --peak-size 64 \
+  --zero 1 --gather-dtype bf16 >zb.txt 2>&1 || fail "--gather-dtype bf16 exits $?: $(cat zb.txt)"
+grep -qE '^param_bytes=[0-9]+ .* master_bytes=[1-9][0-9]*$' zb.txt || fail "no master_bytes above 0: $(grep bytes= zb.txt)"
+grep -q 'master weights' zb.txt || fail "the memory line does not name the master weights: $(cat zb.txt)"
 
 # The PyTorch and JAX reference scripts (scripts/reference, run on a GPU machine for the side-by-side
 # figures) must count the CNN's FLOPs as lockstep-bench does, so their GFLOP/s compare directly;
