@@ -235,7 +235,8 @@ void conv2d_forward_direct_cuda(const Conv2dShape& s, const float* x, const floa
   const size_t total = g.rows * static_cast<size_t>(s.c_out);
   const ConvDims d = dims_of(s, g);
   const unsigned grid = cuda::grid_for(total);
-  const bool narrow = total <= UINT32_MAX;
+  // The loop's last index plus its stride must not wrap around in 32 bits.
+  const bool narrow = total + size_t(grid) * cuda::kThreads <= UINT32_MAX;
   if (bf16 && narrow)
     direct_forward_kernel<true, uint32_t><<<grid, cuda::kThreads, 0, stream>>>(
         d, s.c_out, x, w, b, y, s.relu, static_cast<uint32_t>(total));
@@ -264,7 +265,7 @@ void conv2d_filter_direct_cuda(const Conv2dShape& s, const float* x, const float
   const size_t shared = size_t(groups) * (taps + 1) * s.c_out * sizeof(float);
   const ConvDims d = dims_of(s, g);
   // 32-bit row indices where the rows allow (as the forward pass); the same sums.
-  const bool narrow = g.rows + chunk <= UINT32_MAX;
+  const bool narrow = g.rows + chunk + size_t(threads) <= UINT32_MAX;  // no index wraps around
   const auto rows32 = static_cast<uint32_t>(g.rows), chunk32 = static_cast<uint32_t>(chunk);
   if (bf16 && narrow)
     direct_filter_partial_kernel<true, uint32_t>
