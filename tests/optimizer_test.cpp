@@ -51,6 +51,39 @@ void expect_decay_only_in(const ParamRanges& ranges, size_t n) {
   }
 }
 
+// A sharded optimizer (ZeRO): its state's segments update the flat buffers' blocks in place, or,
+// with compact_grads and compact_params (a bf16 all-gather's fp32 masters), buffers laid out as the
+// state: the same values either way, and nothing outside the segments moves.
+TEST(OptimizerSegments, CompactBuffersGetTheUpdatesOfTheFlatBlocks) {
+  const size_t flat = 12;
+  // State [0, 3) is flat [7, 10); state [3, 7) is flat [1, 5); flat 0, 5, 6, 10, 11 belong to
+  // other ranks.
+  const std::vector<Optimizer::Segment> segments = {{7, 0, 3}, {1, 3, 4}};
+  Optimizer in_place(adamw(0.1f), 7), compact(adamw(0.1f), 7);
+  in_place.set_segments(segments);
+  compact.set_segments(segments, /*compact_grads=*/true, /*compact_params=*/true);
+  const ParamRanges decay = {{2, 3}};  // the state's offsets: part of both segments
+  in_place.set_decay_ranges(decay);
+  compact.set_decay_ranges(decay);
+  std::vector<float> p = random_floats(flat, 3), before = p;
+  auto gather = [&](const std::vector<float>& whole) {
+    std::vector<float> out;
+    for (const Optimizer::Segment& s : segments)
+      out.insert(out.end(), whole.begin() + static_cast<ptrdiff_t>(s.flat),
+                 whole.begin() + static_cast<ptrdiff_t>(s.flat + s.count));
+    return out;
+  };
+  std::vector<float> masters = gather(p);
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<float> g = random_floats(flat, 20 + t, -1.0f, 1.0f);
+    in_place.step(p.data(), g.data(), 0.01f);
+    compact.step(masters.data(), gather(g).data(), 0.01f);
+  }
+  EXPECT_EQ(gather(p), masters);
+  for (size_t i : {0, 5, 6, 10, 11}) EXPECT_EQ(p[i], before[i]) << "element " << i << " moved";
+  EXPECT_NE(gather(p), gather(before));
+}
+
 TEST(OptimizerDecay, AdamwDecaysOnlyTheGivenRanges) {
   expect_decay_only_in({{3, 10}, {40, 7}}, 64);
 }
