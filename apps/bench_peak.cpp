@@ -75,9 +75,14 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n, bool convol
   s.m = s.n = s.k = n;
   const std::string cube = std::to_string(n) + "^3";
   std::vector<KernelRate> rates;
-  rates.push_back({"OpenBLAS sgemm " + cube, flops(n) / best_seconds(comm, [&] {
-                                               kernels::gemm_cpu(s, a.data(), b.data(), c.data());
-                                             })});
+  // OpenBLAS last: its pthreads spin for a while after a product (an OpenMP kernel timed then
+  // shares the cores with them: the Winograd rate at 2 threads came out at a fifth of itself).
+  const auto openblas_last = [&] {
+    rates.push_back({"OpenBLAS sgemm " + cube, flops(n) / best_seconds(comm, [&] {
+                                                 kernels::gemm_cpu(s, a.data(), b.data(), c.data());
+                                               })});
+    return rates;
+  };
   const std::string conv = "convolution 64x14x14x32->64 3x3";
   if (convolutions && kernels::winograd_fast())
     rates.push_back({"Lockstep Winograd " + conv + " blocked (counted as direct)",
@@ -85,19 +90,19 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n, bool convol
                                              const float* w, const float* b, float* y) {
                        kernels::winograd_forward_cpu(cs, x, w, b, y);
                      })});
-  if (!kernels::onednn_built()) return rates;
+  if (!kernels::onednn_built()) return openblas_last();
   rates.push_back({"oneDNN matmul " + cube, flops(n) / best_seconds(comm, [&] {
                                               kernels::gemm_onednn(s, a.data(), b.data(), c.data());
                                             })});
-  if (!convolutions) return rates;
-  for (const bool blocked : {false, true})
-    rates.push_back(
-        {"oneDNN " + conv + (blocked ? " blocked (oneDNN's algorithm, counted as direct)" : ""),
-         host_conv_rate(comm, [blocked](const kernels::Conv2dShape& cs, const float* x,
-                                        const float* w, const float* b, float* y) {
-           kernels::conv2d_forward_onednn(cs, x, w, b, y, {blocked, blocked});
-         })});
-  return rates;
+  if (convolutions)
+    for (const bool blocked : {false, true})
+      rates.push_back(
+          {"oneDNN " + conv + (blocked ? " blocked (oneDNN's algorithm, counted as direct)" : ""),
+           host_conv_rate(comm, [blocked](const kernels::Conv2dShape& cs, const float* x,
+                                          const float* w, const float* b, float* y) {
+             kernels::conv2d_forward_onednn(cs, x, w, b, y, {blocked, blocked});
+           })});
+  return openblas_last();
 }
 
 double device_gemm_rate(Communicator& comm, int n, Precision precision) {

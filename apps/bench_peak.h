@@ -22,9 +22,9 @@ struct KernelRate {
   double rate = 0;   // FLOP/s of this rank, the best of a few timed repetitions
 };
 
-// The CPU kernels above, in that order (FLOPs: 2 n^3 per product, 2 per multiply-add of the
-// convolution); the convolutions only with `convolutions` (a model that has convolution layers:
-// a transformer's or an MLP's peak is the GEMMs').
+// The CPU kernels above, OpenBLAS's sgemm timed last (FLOPs: 2 n^3 per product, 2 per
+// multiply-add of the convolution); the convolutions only with `convolutions` (a model that has
+// convolution layers: a transformer's or an MLP's peak is the GEMMs').
 std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n, bool convolutions = true);
 // FLOP/s (2 n^3 per product), the best of a few timed repetitions.
 double device_gemm_rate(Communicator& comm, int n, Precision precision);

@@ -14,9 +14,18 @@
 # weight decay 0.1 and clipping at 1, global batch 32 sequences of 128 bytes, against
 # gpt_torch_ddp.py, on DATA (default: a corpus of /usr/share/common-licenses made with
 # lockstep-data text in a temporary folder); its figures are tokens/s.
+# ISA=avx2 makes an AVX-512 machine behave as an AVX2 one on both sides, every library capped
+# alike (our kernels, oneDNN and OpenBLAS; PyTorch's ATen kernels and MKL, whose GEMMs would
+# otherwise keep AVX-512 and run twice as fast): emulated figures, which the machine line labels.
 #   bash scripts/reference/side_by_side_cpu.sh [build-dir] [rounds]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+case ${ISA:-} in
+  avx2) export LOCKSTEP_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=HASWELL \
+          ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ;;
+  "") ;;
+  *) echo "side_by_side_cpu: ISA=${ISA} (only avx2, or unset for the machine's own)" >&2; exit 2 ;;
+esac
 build=${1:-$root/build}
 rounds=${2:-3}
 steps=${STEPS:-40}
