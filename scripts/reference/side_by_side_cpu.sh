@@ -6,7 +6,8 @@
 # samples/s and their ratios. Load averages before and after are printed: other work on the
 # machine shows up directly in these figures. The environment reaches both frameworks alike (both
 # run on libgomp: OMP_WAIT_POLICY=passive helps on a loaded machine, docs/PERFORMANCE.md); STEPS
-# sets the timed steps per run (default 40), PYTHON the interpreter that has torch: by default the
+# sets the timed steps per run (default 100 for the CNN, whose 40 steps of 10 ms were short
+# enough for one hiccup of a shared VM to move a median; 40 for the GPT), PYTHON the interpreter that has torch: by default the
 # peers venv of today's PyPI releases (scripts/peers-venv.sh, build/peers-venv), else Debian's
 # python3 with PyTorch 1.13, which the report then labels an old release. The report's first
 # lines name the machine (CPU model, vector ISA, date) and the peer's version.
@@ -28,7 +29,8 @@ case ${ISA:-} in
 esac
 build=${1:-$root/build}
 rounds=${2:-3}
-steps=${STEPS:-40}
+model=${MODEL:-cnn}
+steps=${STEPS:-$([[ $model == gpt ]] && echo 40 || echo 100)}
 peers_python=$build/peers-venv/bin/python
 if [[ -z ${PYTHON:-} && -x $peers_python ]] && "$peers_python" -c "import torch" 2>/dev/null; then
   python=$peers_python
@@ -48,7 +50,6 @@ echo "peer: PyTorch $peer ($python)"
 [[ $python == "$peers_python" ]] ||
   echo "peer: not the current release (make one with scripts/peers-venv.sh): label these ratios 'against PyTorch $peer'"
 
-model=${MODEL:-cnn}
 if [[ $model == gpt ]]; then
   unit=tokens_per_second
   data=${DATA:-}
