@@ -27,7 +27,7 @@
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
 # LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: multi-rank bf16 im2col
-# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc generate accuracy),
+# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc generate gpt-loss accuracy),
 # LOCKSTEP_GPU_PEERS (which
 # peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -347,10 +347,15 @@ peer() {
 #   generate    lockstep-generate through the key/value cache on the GPU: gpt:small trained 30 steps
 #               (bf16) on this repository's Markdown as bytes, then 512 greedy bytes on the GPU
 #               (bytes/s) and 64 on the CPU from the same checkpoint, whose first 64 must agree
+#   gpt-loss    lockstep-train's loss step by step against PyTorch's on the same bytes, fp32 (TF32
+#               off on both sides) and bf16 (PyTorch under autocast): gpt:small from the same initial
+#               parameters (tests/gpt_reference_dump), 20 AdamW steps on one global batch of 8 x
+#               1,024 random bytes; scripts/reference/gpt_loss_torch.py prints the largest relative
+#               difference (within 1e-4 in fp32, 2e-2 in bf16 to pass)
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc generate accuracy"
+  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc generate gpt-loss accuracy"
   for part in ${LOCKSTEP_GPU_PARTS:-$all}; do
     if [[ " $all " == *" $part "* ]]; then "long_${part/-/_}"; else record "part $part" failed "unknown part ($all)"; fi
   done
@@ -561,6 +566,40 @@ long_generate() {
   else
     record "generate: the same 64 bytes on the CPU" failed "GPU $gpu_text, CPU $cpu_text"
   fi
+}
+long_gpt_loss() {
+  local dir="$work/gpt-loss" log rc precision spec=gpt:small seed=11
+  local hyper=(--lr 1e-3 --warmup 2 --min-lr 1e-4 --schedule cosine --weight-decay 0.1 --beta2 0.95
+               --clip-norm 1)
+  mkdir -p "$dir"
+  log="$logs/gpt_loss_prepare.log"
+  step "$step_timeout" "$log" bash -c '"$1/tests/gpt_reference_dump" "$2/init.h5" --spec "$3" \
+      --seed "$4" --steps 0 --batch 1 --seq 32 &&
+    "$1/apps/lockstep-data" synthetic --kind tokens --samples 8 --test-samples 1 --seq-len 1024 \
+      -o "$2/rows.h5"' _ "$build" "$dir" "$spec" "$seed"
+  rc=$?
+  gpu_step "gpt-loss: initial parameters, 8 rows" $rc "$log" ""
+  [[ $rc -eq 0 ]] || return 0
+  for precision in fp32 bf16; do
+    log="$logs/gpt_loss_train_$precision.log"
+    step "$step_timeout" "$log" "$build/apps/lockstep-train" --device cuda --precision "$precision" \
+      --model "$spec" --data "$dir/rows.h5" --global-batch 8 --steps 20 --seed "$seed" \
+      --optimizer adamw --lr 1e-3 --weight-decay 0.1 --clip-norm 1 --lr-schedule cosine \
+      --warmup-steps 2 --min-lr 1e-4 --beta2 0.95 --log-every 1 --progress none \
+      --metrics "$dir/$precision.jsonl"
+    rc=$?
+    gpu_step "gpt-loss: Lockstep $precision, 20 steps" $rc "$log" ""
+    [[ $rc -eq 0 ]] || continue
+    log="$logs/gpt_loss_torch_$precision.log"
+    LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} PYTHONUNBUFFERED=1 \
+      step "$step_timeout" "$log" python3 "$root/scripts/reference/gpt_loss_torch.py" \
+      --device cuda --precision "$precision" --init "$dir/init.h5" --data "$dir/rows.h5" \
+      --metrics "$dir/$precision.jsonl" "${hyper[@]}"
+    rc=$?
+    gpu_step "gpt-loss: $precision against PyTorch" $rc "$log" \
+      "$(grep -aE '^(loss after|max relative)' "$log" | tr '\n' ' ')"
+    cat "$log"
+  done
 }
 long_accuracy() {
   local train="$build/apps/lockstep-train" precision log

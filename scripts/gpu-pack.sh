@@ -70,6 +70,9 @@ mkdir -p "$tree/build/apps" "$tree/build/tests" "$tree/closure"
 # ---- the programs, stripped (the CUDA fat binaries are loaded sections and survive) ----
 for f in "${apps[@]}"; do strip --strip-all -o "$tree/build/apps/$(basename "$f")" "$f"; done
 for f in "${gpu_tests[@]}"; do strip --strip-all -o "$tree/build/tests/$(basename "$f")" "$f"; done
+# The CPU helper that writes a GPT's initial parameters for PyTorch (gpu-check part gpt-loss).
+[[ -x "$build/tests/gpt_reference_dump" ]] &&
+  strip --strip-all -o "$tree/build/tests/gpt_reference_dump" "$build/tests/gpt_reference_dump"
 
 # ---- Open MPI and PMIx, every file of their run-time packages at its Debian path ----
 # Debian's defaults (/etc/openmpi/openmpi-mca-params.conf: no UCX, OFI or openib) come along and

@@ -10,10 +10,17 @@
 # where built: "best"). PyTorch is Debian's (python3-torch and python3-h5py for /usr/bin/python3, from
 # scripts/setup.sh --test); without it the test is skipped, saying so. ctest sets LOCKSTEP_SRC and
 # LOCKSTEP_GPT_REFERENCE_DUMP.
+# Then the trainer itself: lockstep-train on 1 and 2 ranks, 12 AdamW steps of a tiny GPT on one
+# global batch of 8 random rows, from the dump's initial parameters for its seed, against
+# scripts/reference/gpt_loss_torch.py training gpt_torch.Gpt on the same rows: every step's loss
+# within 1e-4 (relative); a run from another seed must fail that comparison. (The GPU pack runs
+# the same comparison on a GPU, fp32 and bf16: scripts/gpu-check.sh part gpt-loss.)
 set -u
 
 src="${LOCKSTEP_SRC:?LOCKSTEP_SRC must name the source tree}"
 dump="${LOCKSTEP_GPT_REFERENCE_DUMP:?LOCKSTEP_GPT_REFERENCE_DUMP must name the gpt_reference_dump program}"
+bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
+mpiexec="${MPIEXEC:-mpiexec}"
 . "$(dirname "$0")/helpers/e2e.sh"
 
 e2e_require_torch_and "$dump"
@@ -32,8 +39,42 @@ for kernels in openblas best; do
     grep -qF -- "$want" <<<"$out" || fail "the comparison ($kernels) lacks '$want'"
   done
 done
+# The trainer's losses against PyTorch's, step by step.
+spec=gpt:layers=2,heads=2,dim=32,ctx=32
+train=(--model "$spec" --global-batch 8 --steps 12 --optimizer adamw --lr 3e-3 --weight-decay 0.1
+       --clip-norm 1 --lr-schedule cosine --warmup-steps 2 --min-lr 1e-4 --beta2 0.95
+       --log-every 1 --threads 1 --progress none)
+compare=(--lr 3e-3 --warmup 2 --min-lr 1e-4 --schedule cosine --weight-decay 0.1 --beta2 0.95
+         --clip-norm 1 --tol 1e-4)
+if ! timeout 60 "$dump" "$work/init.h5" --spec "$spec" --seed 7 --steps 0 --batch 1 --seq 32 \
+       >/dev/null 2>&1 ||
+   ! timeout 60 "$bin/lockstep-data" synthetic --kind tokens --samples 8 --test-samples 2 \
+       --seq-len 32 -o "$work/rows.h5" >/dev/null 2>&1; then
+  fail "could not write the initial parameters or the rows"
+else
+  for run in "1 7" "2 7" "1 8"; do
+    read -r ranks seed <<<"$run"
+    metrics=$work/run-$ranks-$seed.jsonl
+    out=$(timeout 120 "$mpiexec" -n "$ranks" --oversubscribe --bind-to none "$bin/lockstep-train" \
+          "${train[@]}" --data "$work/rows.h5" --seed "$seed" --metrics "$metrics" 2>&1) ||
+      { fail "lockstep-train on $ranks rank(s) exited non-zero: $out"; continue; }
+    out=$(timeout 300 /usr/bin/python3 "$src/scripts/reference/gpt_loss_torch.py" \
+          --init "$work/init.h5" --data "$work/rows.h5" --metrics "$metrics" "${compare[@]}" 2>&1)
+    rc=$?
+    echo "$out"
+    if [[ $seed == 7 ]]; then
+      [[ $rc -eq 0 ]] || fail "lockstep-train on $ranks rank(s): losses differ from PyTorch's"
+      grep -q '^max relative loss difference over the steps' <<<"$out" ||
+        fail "the loss comparison printed no summary"
+    else
+      [[ $rc -eq 1 ]] ||
+        fail "a run from another seed passed the comparison (exit $rc): it cannot tell runs apart"
+    fi
+  done
+fi
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
   exit 1
 fi
-echo "Lockstep's GPT matches PyTorch: loss and gradients within 1e-5, parameters after 20 AdamW steps within 1e-4"
+echo "Lockstep's GPT matches PyTorch: loss and gradients within 1e-5, parameters after 20 AdamW steps within 1e-4, lockstep-train's losses on 1 and 2 ranks within 1e-4"

@@ -116,6 +116,10 @@ echo "singleton exit $?" >>singleton.log
 timeout 120 orterun -n 2 "$LOCKSTEP_PACK_BUILD/apps/lockstep-train" --data reg.h5 --model mlp:16 \
   --global-batch 64 --steps 4 --device cpu --progress none >orterun.log 2>&1
 echo "orterun exit $?" >>orterun.log
+# gpu-check's gpt-loss part writes a GPT's initial parameters with the pack's dump helper.
+"$LOCKSTEP_PACK_BUILD/tests/gpt_reference_dump" init.h5 --spec gpt:layers=1,heads=1,dim=8,ctx=8 \
+  --steps 0 --batch 1 --seq 8 >dump.log 2>&1
+echo "dump exit $?" >>dump.log
 INSIDE
 
 unshare -m --propagation private bash "$work/inside.sh" "$work" 2>&1 || fail "the namespace script"
@@ -163,5 +167,7 @@ fi
 cat "$work/singleton.log" "$work/orterun.log"
 grep -q '^singleton exit 0$' "$work/singleton.log" || fail "an MPI singleton (lockstep-data) fails"
 grep -q '^orterun exit 0$' "$work/orterun.log" || fail "orterun -n 2 lockstep-train fails"
+cat "$work/dump.log"
+grep -q '^dump exit 0$' "$work/dump.log" || fail "the pack's gpt_reference_dump (gpu-check gpt-loss) fails"
 [[ $failures -eq 0 ]] || exit 1
 echo "PASS: the pack runs with this machine's MPI, HDF5, Boost and OpenBLAS hidden"
