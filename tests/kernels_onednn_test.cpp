@@ -235,6 +235,39 @@ TEST(OnednnGemm, MatchesOpenBlasForEveryTransposeAlphaAndBeta) {
                std::invalid_argument);
 }
 
+// Outputs whose rows are a multiple of 1 KiB go through a staging copy with longer rows (the L1
+// aliasing gemm_onednn.cpp describes): the same products, beta's C read back in, nothing written
+// past C.
+TEST(OnednnGemm, WideOutputsStagedMatchOpenBlas) {
+  SKIP_WITHOUT_ONEDNN();
+  const int m = 256, n = 1280, k = 24;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f, 0.75f}) {
+        const GemmShape s{.m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb, .beta = beta};
+        const std::vector<float> a = random_floats(m * k, 1), b = random_floats(k * n, 2);
+        std::vector<float> want = random_floats(m * n, 3), got = want;
+        got.resize(want.size() + 64, 7.0f);  // a guard past C
+        gemm_cpu(s, a.data(), b.data(), want.data());
+        gemm_onednn(s, a.data(), b.data(), got.data());
+        EXPECT_EQ(std::vector<float>(got.begin() + m * n, got.end()), std::vector<float>(64, 7.0f))
+            << "written past C";
+        got.resize(want.size());
+        EXPECT_LT(max_rel_error(got, want), kTolerance)
+            << "trans_a " << ta << " trans_b " << tb << " beta " << beta;
+      }
+  const GemmShape s{.m = m, .n = n, .k = k};
+  const std::vector<float> a = random_floats(m * k, 1), b = random_floats(k * n, 2),
+                           bias = random_floats(n, 3);
+  std::vector<float> want(static_cast<size_t>(m) * n), got(want.size(), 9.0f);
+  for (int i = 0; i < m; ++i) std::copy(bias.begin(), bias.end(), want.begin() + i * n);
+  GemmShape seeded = s;
+  seeded.beta = 1.0f;
+  gemm_cpu(seeded, a.data(), b.data(), want.data());
+  gemm_bias_onednn(s, a.data(), b.data(), bias.data(), got.data());
+  EXPECT_LT(max_rel_error(got, want), kTolerance) << "with the bias operand";
+}
+
 // The bias as the matmul's own operand: the product plus the bias row on every row, as OpenBLAS
 // gives it from C seeded with the bias rows and beta 1.
 TEST(OnednnGemm, BiasIsAddedToEveryRow) {

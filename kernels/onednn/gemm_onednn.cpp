@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/onednn/util.h"
@@ -30,12 +31,20 @@ long bits(float v) {
   return i;
 }
 
+// Whether C goes through a staging copy whose rows are kPad floats longer than n. Rows of a
+// multiple of 1 KiB (n = 2304, 3072: GPT-2 small's qkv and MLP widths) put every few rows of A, B
+// and C into the same L1 sets, and oneDNN 2.6's brgemm matmul then ran at a third of its rate
+// (2048 x 768 x 3072 at two threads: 87-110 GFLOP/s, 240-270 with any one operand's rows padded;
+// docs/PERFORMANCE.md). The copy in (beta != 0) and out costs a few percent of such a product.
+constexpr long kPad = 16;
+bool stage_c(const GemmShape& s) { return s.n >= 1024 && s.n % 256 == 0 && s.m >= 256; }
+
 Matmul make_matmul(const GemmShape& s, bool with_bias) {
-  const memory::dim m = s.m, n = s.n, k = s.k;
+  const memory::dim m = s.m, n = s.n, k = s.k, ldc = stage_c(s) ? n + kPad : n;
   // Row-major storage: A is m x k (k x m when transposed), B is k x n (n x k), C is m x n.
   memory::desc a({m, k}, f32, s.trans_a ? memory::dims{1, m} : memory::dims{k, 1});
   memory::desc b({k, n}, f32, s.trans_b ? memory::dims{1, k} : memory::dims{n, 1});
-  memory::desc c({m, n}, f32, memory::dims{n, 1});
+  memory::desc c({m, n}, f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
   if (s.beta != 0.0f) {
@@ -68,7 +77,16 @@ void run(const GemmShape& s, const float* a, const float* b, const float* bias, 
     Matmul& mm = onednn::cached<Matmul>(key, [&] { return make_matmul(s, bias != nullptr); });
     mm.a.set_data_handle(const_cast<float*>(a));
     mm.b.set_data_handle(const_cast<float*>(b));
-    mm.c.set_data_handle(c);
+    const bool staged = stage_c(s);
+    const size_t rows = static_cast<size_t>(s.m), n = static_cast<size_t>(s.n), ldc = n + kPad;
+    thread_local std::vector<float> staging;
+    if (staged) {
+      staging.resize(rows * ldc);
+      if (s.beta != 0.0f)
+        for (size_t r = 0; r < rows; ++r)
+          std::memcpy(&staging[r * ldc], c + r * n, n * sizeof(float));
+    }
+    mm.c.set_data_handle(staged ? staging.data() : c);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mm.a},
                                          {DNNL_ARG_WEIGHTS, mm.b},
                                          {DNNL_ARG_DST, mm.c},
@@ -80,6 +98,9 @@ void run(const GemmShape& s, const float* a, const float* b, const float* bias, 
     dnnl::stream& st = onednn::stream();
     mm.prim.execute(st, args);
     st.wait();
+    if (staged)
+      for (size_t r = 0; r < rows; ++r)
+        std::memcpy(c + r * n, &staging[r * ldc], n * sizeof(float));
   } catch (const dnnl::error& e) {
     onednn::rethrow(who, e);
   }
