@@ -9,8 +9,9 @@
 #include "kernels/onednn/util.h"
 
 // The oneDNN twin of gemm_cpu: one matmul primitive per shape, with the transposes as strides of
-// the operands' memory descriptors (no copies), alpha as the output scale and beta as a sum
-// post-op (C = alpha op(A) op(B) + beta C). beta == 0 leaves the post-op out, so C is not read.
+// the operands' memory descriptors (no copies of A and B; C is copied only where stage_c says),
+// alpha as the output scale and beta as a sum post-op (C = alpha op(A) op(B) + beta C). beta == 0
+// leaves the post-op out, so C is not read.
 // gemm_bias_onednn gives the matmul a bias operand (a row added to every row of C).
 
 namespace lockstep::kernels {
@@ -35,7 +36,8 @@ long bits(float v) {
 // multiple of 1 KiB (n = 2304, 3072: GPT-2 small's qkv and MLP widths) put every few rows of A, B
 // and C into the same L1 sets, and oneDNN 2.6's brgemm matmul then ran at a third of its rate
 // (2048 x 768 x 3072 at two threads: 87-110 GFLOP/s, 240-270 with any one operand's rows padded;
-// docs/PERFORMANCE.md). The copy in (beta != 0) and out costs a few percent of such a product.
+// docs/PERFORMANCE.md). The copy in (beta != 0) and out costs a few percent of such a product;
+// the staging buffer (m x (n + kPad) floats) is kept per thread for the next call.
 constexpr long kPad = 16;
 bool stage_c(const GemmShape& s) { return s.n >= 1024 && s.n % 256 == 0 && s.m >= 256; }
 
