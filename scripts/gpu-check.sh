@@ -340,7 +340,9 @@ peer() {
 #               PyTorch (torch.compile; LOCKSTEP_GPU_GPT_PEERS: its precisions, default bf16 fp32 tf32),
 #               at each global batch in LOCKSTEP_GPU_GPT_BATCHES (default 8; beyond 8, bf16 only),
 #               and Lockstep bf16 with each --recompute in LOCKSTEP_GPU_GPT_RECOMPUTE (default
-#               blocks; empty: none) for its tokens/s and peak device memory
+#               blocks; empty: none) for its tokens/s and peak device memory; the bf16 run again
+#               with cuDNN's fused attention (LOCKSTEP_CUDA_ATTENTION=cudnn) unless
+#               LOCKSTEP_GPU_GPT_ATTENTION (default "flash cudnn") leaves cudnn out
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both)
@@ -433,16 +435,18 @@ long_peers_bf16() { long_peers bf16; }
 # torch.compile, flash SDPA, bf16 autocast, fused AdamW) in the precisions LOCKSTEP_GPU_GPT_PEERS
 # names (default "bf16 fp32 tf32"; tf32 is PyTorch with TF32 on, labelled so).
 long_gpt() {
-  local precision log batch recompute
+  local precision log batch recompute attention run
   for batch in ${LOCKSTEP_GPU_GPT_BATCHES:-8}; do
-    for precision in bf16 fp32; do
+    for run in "bf16 flash" "bf16 cudnn" "fp32 flash"; do
+      read -r precision attention <<<"$run"
       [[ $precision == fp32 && $batch != 8 ]] && continue
-      log="$logs/bench_gpt_small_${precision}_b$batch.log"
-      step "$step_timeout" "$log" "$bench" train --device cuda --precision "$precision" \
-        --model gpt:small --global-batch "$batch" --optimizer adamw --weight-decay 0.1 --clip-norm 1 \
-        --steps 30 --warmup 5
-      gpu_step "lockstep gpt:small $precision, batch $batch x 1024" $? "$log" \
-        "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log")"
+      [[ $attention == cudnn && " ${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn} " != *" cudnn "* ]] && continue
+      log="$logs/bench_gpt_small_${precision}_b$batch${attention/flash/}.log"
+      LOCKSTEP_CUDA_ATTENTION=$attention step "$step_timeout" "$log" "$bench" train --device cuda \
+        --precision "$precision" --model gpt:small --global-batch "$batch" --optimizer adamw \
+        --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
+      gpu_step "lockstep gpt:small $precision${attention/flash/}, batch $batch x 1024" $? "$log" \
+        "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log") $(grep -aoE "cuDNN's attention is not usable" "$log")"
       cat "$log"
     done
     for recompute in ${LOCKSTEP_GPU_GPT_RECOMPUTE-blocks}; do

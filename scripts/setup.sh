@@ -38,12 +38,36 @@ reference_venv() {
   fi
 }
 
+# cuDNN's fused attention (kernels/gpt/attention_cudnn.h) is built from NVIDIA's header-only
+# cudnn-frontend, which PyPI carries as nvidia-cudnn-frontend: its headers go under
+# /usr/local/lib/cudnn-frontend (CMakeLists.txt looks there) where cuDNN 9 is installed beside
+# CUDA. Not fatal: without PyPI the bf16 attention keeps its own flash kernels only.
+cudnn_frontend_version=1.32.0
+cudnn_frontend() {
+  local target=/usr/local/lib/cudnn-frontend
+  grep -qs '#define CUDNN_MAJOR 9' /usr/local/cuda/include/cudnn_version.h || return 0
+  [[ -f $target/include/cudnn_frontend.h ]] && return 0
+  local python
+  python=$(command -v python3 || true)
+  [[ -n $python ]] && "$python" -m pip --version >/dev/null 2>&1 || {
+    echo "setup: no pip to install cudnn-frontend; the cuDNN attention will not be built" >&2
+    return 0
+  }
+  echo "setup: installing nvidia-cudnn-frontend $cudnn_frontend_version (headers) into $target"
+  local run=()
+  [[ $(id -u) -ne 0 ]] && run=(sudo)
+  PIP_ROOT_USER_ACTION=ignore "${run[@]}" "$python" -m pip install -q --disable-pip-version-check --no-deps --target "$target" \
+      "nvidia-cudnn-frontend==$cudnn_frontend_version" ||
+    echo "setup: could not install cudnn-frontend; the cuDNN attention will not be built" >&2
+}
+
 missing=()
 for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
+  cudnn_frontend
   if [[ "${1:-}" == "--test" ]]; then reference_venv; fi
   exit 0
 fi
@@ -57,5 +81,6 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+cudnn_frontend
 if [[ "${1:-}" == "--test" ]]; then reference_venv; fi
 echo "setup: done"

@@ -11,13 +11,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iostream>
+#include <random>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "gpu_parity.h"
 #include "kernels/dense.h"
 #include "kernels/gpt/attention.h"
+#include "kernels/gpt/attention_cudnn.h"
 #include "kernels/gpt/attention_flash.h"
 #include "kernels/gpt/embedding.h"
 #include "kernels/gpt/gelu.h"
@@ -224,39 +228,91 @@ TEST_F(GpuParity, CausalAttentionForwardAndBackward) {
   }
 }
 
-// The flash kernels (bf16 runs) against the exact fp32 function of the CPU twin: bf16 operands give
-// about 3 significant digits, so the output and the gradients are judged at 2e-2 and 3e-2 of their
-// scale. Sequences that are not a multiple of the 64-row tile, every supported head width, the
-// 1024-token rows of GPT-2 small; dqkv starts as garbage (every element is overwritten) and a
-// second backward pass gives the same bits (no atomics).
-TEST_F(GpuParity, FlashAttentionNearTheExactFunctionAndDeterministic) {
+// A bf16 attention path (the flash kernels, cuDNN's fused attention): its buffers' sizes and its
+// two passes, run on device buffers.
+struct Bf16Attention {
+  size_t (*heads_floats)(const lk::AttentionShape&);
+  size_t (*lse_floats)(const lk::AttentionShape&);
+  size_t (*workspace_floats)(const lk::AttentionShape&);
+  void (*forward)(const lk::AttentionShape&, const float* qkv, float* out, uint16_t* heads,
+                  float* lse, cudaStream_t);
+  void (*backward)(const lk::AttentionShape&, const uint16_t* heads, const float* out,
+                   const float* lse, const float* dout, float* dqkv, float* workspace,
+                   cudaStream_t);
+  // Whether the path takes s (null: every shape here); a shape it refuses is skipped, saying why
+  // (the layer then runs the flash kernels).
+  bool (*takes)(const lk::AttentionShape&, std::string* why) = nullptr;
+};
+
+// A bf16 path against the exact fp32 function of the CPU twin: bf16 operands give about 3
+// significant digits, so the output and the gradients are judged at 2e-2 and 3e-2 of their scale.
+// Sequences that are not a multiple of the 64-row tile, every head width the flash kernels take,
+// the 1024-token rows of GPT-2 small; out and dqkv start as garbage (every element is overwritten)
+// and a second backward pass gives the same bits (no atomics).
+void expect_near_exact_and_deterministic(const Bf16Attention& path, std::mt19937& rng,
+                                         cudaStream_t stream) {
   const lk::AttentionShape shapes[] = {
       {1, 1, 1, 16}, {2, 70, 3, 32}, {2, 200, 2, 64}, {1, 130, 2, 128}, {1, 1024, 2, 64}};
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message()
                  << "B=" << s.batch << " T=" << s.seq << " H=" << s.heads << " Dh=" << s.head_dim);
-    ASSERT_TRUE(lk::attention_flash_supported(s));
-    const AttentionCase c(s, rng_);
+    std::string why;
+    if (path.takes != nullptr && !path.takes(s, &why)) {
+      std::cout << "[   NOTE   ] shape refused, skipped: " << why << "\n";
+      continue;
+    }
+    const AttentionCase c(s, rng);
     const size_t packed = c.out.size();
     const Floats &qkv = c.qkv, &dout = c.dout, &out = c.out, &dqkv = c.dqkv;
     DeviceArray<float> gqkv(qkv), gdout(dout), gout(Floats(packed, 5.0f)),
-        gheads(lk::attention_flash_heads_floats(s)), glse(lk::attention_flash_lse_floats(s)),
-        gwork(lk::attention_flash_workspace_floats(s)), gdqkv(Floats(dqkv.size(), 7.0f));
+        gheads(path.heads_floats(s)), glse(path.lse_floats(s)), gwork(path.workspace_floats(s)),
+        gdqkv(Floats(dqkv.size(), 7.0f));
     uint16_t* heads16 = reinterpret_cast<uint16_t*>(gheads.get());
-    lk::attention_flash_forward_cuda(s, gqkv.get(), gout.get(), heads16, glse.get(), stream_);
-    lk::attention_flash_backward_cuda(s, heads16, gout.get(), glse.get(), gdout.get(), gdqkv.get(),
-                                      gwork.get(), stream_);
-    sync();
+    auto backward = [&] {
+      path.backward(s, heads16, gout.get(), glse.get(), gdout.get(), gdqkv.get(), gwork.get(),
+                    stream);
+      lk::cuda_stream_synchronize(stream);
+    };
+    path.forward(s, gqkv.get(), gout.get(), heads16, glse.get(), stream);
+    backward();
     EXPECT_TRUE(close(gout.download(), out, 2e-2)) << "out";
     const Floats first = gdqkv.download();
     EXPECT_TRUE(close(first, dqkv, 3e-2)) << "dqkv";
-    lk::attention_flash_backward_cuda(s, heads16, gout.get(), glse.get(), gdout.get(), gdqkv.get(),
-                                      gwork.get(), stream_);
-    sync();
+    backward();
     EXPECT_EQ(gdqkv.download(), first) << "a second backward pass must give the same bits";
   }
+}
+
+TEST_F(GpuParity, FlashAttentionNearTheExactFunctionAndDeterministic) {
+  expect_near_exact_and_deterministic(
+      {lk::attention_flash_heads_floats, lk::attention_flash_lse_floats,
+       lk::attention_flash_workspace_floats, lk::attention_flash_forward_cuda,
+       lk::attention_flash_backward_cuda},
+      rng_, stream_);
   EXPECT_THROW(
       lk::attention_flash_forward_cuda({1, 4, 1, 8}, nullptr, nullptr, nullptr, nullptr, stream_),
+      std::invalid_argument);
+}
+
+// cuDNN's fused attention (LOCKSTEP_CUDA_ATTENTION=cudnn) to the same standard, its backward pass
+// on cuDNN's deterministic algorithm. Skips, saying why, where the build has no cuDNN frontend or
+// this device's cuDNN refuses the graphs.
+TEST_F(GpuParity, CudnnAttentionNearTheExactFunctionAndDeterministic) {
+  if (!lk::attention_cudnn_built()) GTEST_SKIP() << "this build has no cuDNN attention";
+  std::string why;
+  if (!lk::attention_cudnn_usable({2, 70, 3, 32}, &why))
+    GTEST_SKIP() << "cuDNN refused the attention graphs: " << why;
+  expect_near_exact_and_deterministic(
+      {lk::attention_cudnn_heads_floats, lk::attention_cudnn_lse_floats,
+       lk::attention_cudnn_workspace_floats, lk::attention_cudnn_forward_cuda,
+       [](const lk::AttentionShape& s, const uint16_t* heads, const float*, const float* lse,
+          const float* dout, float* dqkv, float* workspace, cudaStream_t stream) {
+         lk::attention_cudnn_backward_cuda(s, heads, lse, dout, dqkv, workspace, stream);
+       },
+       lk::attention_cudnn_usable},
+      rng_, stream_);
+  EXPECT_THROW(
+      lk::attention_cudnn_forward_cuda({1, 4, 1, 12}, nullptr, nullptr, nullptr, nullptr, stream_),
       std::invalid_argument);
 }
 

@@ -86,6 +86,13 @@ TEST_F(KnobsTest, EveryValueIsRead) {
   EXPECT_EQ(k.cuda_conv, CudaConvKnob::cudnn);
   setenv("LOCKSTEP_CPU_ISA", "avx2", 1);
   EXPECT_EQ(knobs_from_environment().cpu_isa, CpuIsaKnob::avx2);
+  // cuDNN's fused attention is a GPU choice only: the CPU knob refuses it.
+  setenv("LOCKSTEP_CUDA_ATTENTION", "cudnn", 1);
+  k = knobs_from_environment();
+  EXPECT_EQ(k.cuda_attention, AttentionKnob::cudnn);
+  EXPECT_NE(knobs_text(k).find("LOCKSTEP_CUDA_ATTENTION=cudnn "), std::string::npos);
+  setenv("LOCKSTEP_CPU_ATTENTION", "cudnn", 1);
+  EXPECT_THROW(knobs_from_environment(), UsageError);
 }
 
 TEST_F(KnobsTest, AValueNotTakenIsRefusedInWords) {
@@ -94,7 +101,7 @@ TEST_F(KnobsTest, AValueNotTakenIsRefusedInWords) {
       {"LOCKSTEP_CUDA_CONV", "expected cudnn or im2col"},
       {"LOCKSTEP_CUDNN_DETERMINISTIC", "expected 0 or 1"},
       {"LOCKSTEP_CPU_ISA", "expected native, avx2 or baseline"},
-      {"LOCKSTEP_CUDA_ATTENTION", "expected flash or materialised"},
+      {"LOCKSTEP_CUDA_ATTENTION", "expected flash, cudnn or materialised"},
       {"LOCKSTEP_CPU_ATTENTION", "expected flash or materialised"}};
   for (const auto& [name, expected] : cases) {
     SCOPED_TRACE(name);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/gemm.h"
+#include "kernels/gpt/attention_cudnn.h"
 #include "kernels/gpt/attention_flash.h"
 #include "kernels/parallel.h"
 
@@ -41,6 +42,16 @@ size_t attention_flash_lse_floats(const AttentionShape& s) {
 size_t attention_flash_workspace_floats(const AttentionShape& s) {
   return (attention_flash_lse_floats(s) + 3) / 4 * 4 +
          (static_cast<size_t>(s.batch) * s.seq * s.channels() + 1) / 2;
+}
+
+// The cuDNN attention's sizes (attention_cudnn.h), here for the same reason: Q, K, V and the
+// output in bf16; dout and dQ, dK, dV in bf16.
+size_t attention_cudnn_heads_floats(const AttentionShape& s) {
+  return 2 * static_cast<size_t>(s.batch) * s.seq * s.channels();
+}
+size_t attention_cudnn_lse_floats(const AttentionShape& s) { return attention_flash_lse_floats(s); }
+size_t attention_cudnn_workspace_floats(const AttentionShape& s) {
+  return 2 * static_cast<size_t>(s.batch) * s.seq * s.channels();
 }
 
 namespace {

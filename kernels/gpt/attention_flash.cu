@@ -151,13 +151,22 @@ void forward_dh(const AttentionShape& s, const uint16_t* heads, float* out, floa
 
 }  // namespace
 
-void attention_flash_forward_cuda(const AttentionShape& s, const float* qkv, float* out,
-                                  uint16_t* heads, float* lse, cudaStream_t stream) {
-  check_flash(s, qkv, heads, out, "attention_flash_forward_cuda");
+void attention_flash_heads_cuda(const AttentionShape& s, const float* qkv, uint16_t* heads,
+                                cudaStream_t stream) {
+  check_attention_shape(s, "attention_flash_heads_cuda");
+  if (s.channels() % 4 != 0)
+    throw std::invalid_argument("attention_flash_heads_cuda: channels not a multiple of 4");
   if (s.batch == 0) return;
   const size_t quads = 3 * static_cast<size_t>(s.batch) * s.seq * s.channels() / 4;
   to_heads_kernel<<<cuda::grid_for(quads), cuda::kThreads, 0, stream>>>(s, qkv, heads);
   LS_CHECK_LAUNCH("to_heads_kernel");
+}
+
+void attention_flash_forward_cuda(const AttentionShape& s, const float* qkv, float* out,
+                                  uint16_t* heads, float* lse, cudaStream_t stream) {
+  check_flash(s, qkv, heads, out, "attention_flash_forward_cuda");
+  if (s.batch == 0) return;
+  attention_flash_heads_cuda(s, qkv, heads, stream);
   switch (s.head_dim) {
     case 16: forward_dh<16>(s, heads, out, lse, stream); break;
     case 32: forward_dh<32>(s, heads, out, lse, stream); break;

@@ -40,6 +40,10 @@ size_t attention_flash_workspace_floats(
 // Throw std::invalid_argument for a shape attention_flash_supported refuses.
 void attention_flash_forward_cuda(const AttentionShape& s, const float* qkv, float* out,
                                   uint16_t* heads, float* lse, cudaStream_t stream);
+// The forward pass's first step alone: qkv rounded to bf16 into heads (attention_cudnn.h's inputs
+// too).
+void attention_flash_heads_cuda(const AttentionShape& s, const float* qkv, uint16_t* heads,
+                                cudaStream_t stream);
 // Overwrites dqkv [batch, seq, 3C] from dout [batch, seq, C] and the forward pass's heads, out,
 // lse.
 void attention_flash_backward_cuda(const AttentionShape& s, const uint16_t* heads, const float* out,

@@ -9,6 +9,9 @@ void attention_flash_forward_cuda(const AttentionShape&, const float*, float*, u
                                   cudaStream_t) {
   cuda_not_built("attention_flash_forward_cuda");
 }
+void attention_flash_heads_cuda(const AttentionShape&, const float*, uint16_t*, cudaStream_t) {
+  cuda_not_built("attention_flash_heads_cuda");
+}
 void attention_flash_backward_cuda(const AttentionShape&, const uint16_t*, const float*,
                                    const float*, const float*, float*, float*, cudaStream_t) {
   cuda_not_built("attention_flash_backward_cuda");

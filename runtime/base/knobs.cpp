@@ -22,15 +22,20 @@ std::string env(const char* name) {
   throw UsageError(std::string(name) + "='" + value + "': expected " + expected);
 }
 
-// LOCKSTEP_CUDA_ATTENTION and LOCKSTEP_CPU_ATTENTION take the same values.
-AttentionKnob attention_knob(const char* name) {
+// LOCKSTEP_CUDA_ATTENTION and LOCKSTEP_CPU_ATTENTION take flash and materialised; the GPU's also
+// cudnn.
+AttentionKnob attention_knob(const char* name, bool gpu) {
   const std::string value = env(name);
   if (value == "materialised") return AttentionKnob::materialised;
-  if (!value.empty() && value != "flash") refuse(name, value, "flash or materialised");
+  if (gpu && value == "cudnn") return AttentionKnob::cudnn;
+  if (!value.empty() && value != "flash")
+    refuse(name, value, gpu ? "flash, cudnn or materialised" : "flash or materialised");
   return AttentionKnob::flash;
 }
 const char* attention_text(AttentionKnob k) {
-  return k == AttentionKnob::materialised ? "materialised" : "flash";
+  return k == AttentionKnob::materialised ? "materialised"
+         : k == AttentionKnob::cudnn      ? "cudnn"
+                                          : "flash";
 }
 
 std::mutex knobs_mutex;
@@ -77,8 +82,8 @@ Knobs knobs_from_environment() {
   else if (!isa.empty() && isa != "native")
     refuse("LOCKSTEP_CPU_ISA", isa, "native, avx2 or baseline");
 
-  k.cuda_attention = attention_knob("LOCKSTEP_CUDA_ATTENTION");
-  k.cpu_attention = attention_knob("LOCKSTEP_CPU_ATTENTION");
+  k.cuda_attention = attention_knob("LOCKSTEP_CUDA_ATTENTION", true);
+  k.cpu_attention = attention_knob("LOCKSTEP_CPU_ATTENTION", false);
   return k;
 }
 

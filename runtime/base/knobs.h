@@ -9,7 +9,8 @@
 //   LOCKSTEP_CUDA_CONV           (unset: any) | im2col | cudnn      CUDA convolution families
 //   LOCKSTEP_CUDNN_DETERMINISTIC 1 (default) | 0                    cuDNN's deterministic first
 //   LOCKSTEP_CPU_ISA             (unset: native) | avx2 | baseline  widest CPU vector builds
-//   LOCKSTEP_CUDA_ATTENTION      flash (default) | materialised      bf16 GPT attention
+//   LOCKSTEP_CUDA_ATTENTION      flash (default) | cudnn |           bf16 GPT attention (cudnn:
+//                                materialised                        cuDNN's fused attention)
 //   LOCKSTEP_CPU_ATTENTION       flash (default) | materialised      CPU GPT attention
 //
 // configured_knobs() is thread-safe; configure_knobs() is for start-up and tests (not while
@@ -22,7 +23,7 @@ namespace lockstep {
 
 enum class CpuConvKnob { automatic, onednn, direct };
 enum class CudaConvKnob { any, im2col, cudnn };
-enum class AttentionKnob { flash, materialised };
+enum class AttentionKnob { flash, materialised, cudnn };  // cudnn: LOCKSTEP_CUDA_ATTENTION only
 enum class CpuIsaKnob { native, avx2, baseline };
 
 struct Knobs {

@@ -2,17 +2,22 @@
 // model's stream and in device memory. With Precision::bf16 a block's four dense products run as
 // bf16 GEMMs with fp32 accumulation (the weight copy cast at every forward, as cuda_layer.h
 // explains; each input's bf16 copy kept for its backward pass) and attention runs flash-style on
-// bf16 tensor-core tiles (attention_flash.h) where the head width allows, and the tied head's two
-// products are bf16 GEMMs too. The layer norms and GELU before a product write its bf16 input
-// directly (no fp32 copy, no cast pass); biases and residual additions ride in the GEMMs'
+// bf16 tensor-core tiles (attention_flash.h) where the head width allows (or, asked for with
+// LOCKSTEP_CUDA_ATTENTION=cudnn, through cuDNN's fused attention: attention_cudnn.h), and the tied
+// head's two products are bf16 GEMMs too. The layer norms and GELU before a product write its bf16
+// input directly (no fp32 copy, no cast pass); biases and residual additions ride in the GEMMs'
 // epilogues, the GELU's backward in the bias gradient's pass; the other activations, the embedding
 // and the statistics stay fp32. Plain C++ over the launchers: a .cu only so that it is
 // built with CUDA and gpt_cuda_stub.cpp without.
+#include <algorithm>
 #include <array>
+#include <cstdio>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "kernels/cast.h"
+#include "kernels/gpt/attention_cudnn.h"
 #include "kernels/gpt/attention_flash.h"
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/residual.h"
@@ -29,10 +34,13 @@ class CudaGptOps {
   explicit CudaGptOps(const CudaLayerPlacement& where, int head_dim = 0)
       : stream_(where.stream),
         bf16_(where.precision == Precision::bf16),
-        // LOCKSTEP_CUDA_ATTENTION (knobs.h): flash, the default in bf16 runs, or materialised
-        // (attention.h's exact path in both precisions, for comparison).
-        flash_(bf16_ && where.knobs.cuda_attention == AttentionKnob::flash &&
-               kernels::attention_flash_supported({.head_dim = head_dim})) {}
+        // LOCKSTEP_CUDA_ATTENTION (knobs.h): flash, the default in bf16 runs; cudnn, cuDNN's
+        // fused attention (attention_cudnn.h) where this build has it and cuDNN takes the shape,
+        // else the flash kernels (said once); or materialised (attention.h's exact path in both
+        // precisions, for comparison).
+        flash_(bf16_ && where.knobs.cuda_attention != AttentionKnob::materialised &&
+               kernels::attention_flash_supported({.head_dim = head_dim})),
+        cudnn_(flash_ && where.knobs.cuda_attention == AttentionKnob::cudnn) {}
 
   DeviceKind device() const { return DeviceKind::cuda; }
   // bf16 runs: the layer norms and GELU before a product write its bf16 input only.
@@ -73,19 +81,29 @@ class CudaGptOps {
   // kept in bf16 for backward with one log-sum-exp per row; fp32 runs keep the exact materialised
   // path (attention.h).
   bool attention_keeps_qkv() const { return false; }
+  // With cudnn the buffers fit both paths, so that a shape cuDNN refuses takes the flash kernels.
   size_t attention_heads_floats(const kernels::AttentionShape& s) const {
-    return flash_ ? kernels::attention_flash_heads_floats(s) : kernels::attention_heads_floats(s);
+    if (!flash_) return kernels::attention_heads_floats(s);
+    cudnn_for(s);  // builds cuDNN's graphs for the shape now, outside any capture
+    return std::max(kernels::attention_flash_heads_floats(s),
+                    cudnn_ ? kernels::attention_cudnn_heads_floats(s) : 0);
   }
   size_t attention_probs_floats(const kernels::AttentionShape& s) const {
-    return flash_ ? kernels::attention_flash_lse_floats(s) : kernels::attention_probs_floats(s);
+    if (!flash_) return kernels::attention_probs_floats(s);
+    return std::max(kernels::attention_flash_lse_floats(s),
+                    cudnn_ ? kernels::attention_cudnn_lse_floats(s) : 0);
   }
   size_t attention_workspace_floats(const kernels::AttentionShape& s) const {
-    return flash_ ? kernels::attention_flash_workspace_floats(s)
-                  : kernels::attention_workspace_floats(s);
+    if (!flash_) return kernels::attention_workspace_floats(s);
+    return std::max(kernels::attention_flash_workspace_floats(s),
+                    cudnn_ ? kernels::attention_cudnn_workspace_floats(s) : 0);
   }
   void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
                          float* heads, float* probs, float* ws) {
-    if (flash_)
+    if (cudnn_for(s))
+      kernels::attention_cudnn_forward_cuda(s, qkv, out, reinterpret_cast<uint16_t*>(heads), probs,
+                                            stream_);
+    else if (flash_)
       kernels::attention_flash_forward_cuda(s, qkv, out, reinterpret_cast<uint16_t*>(heads), probs,
                                             stream_);
     else
@@ -93,7 +111,10 @@ class CudaGptOps {
   }
   void attention_backward(const kernels::AttentionShape& s, const float* out, const float* dout,
                           const float* heads, const float* probs, float* dqkv, float* ws) {
-    if (flash_)
+    if (cudnn_for(s))
+      kernels::attention_cudnn_backward_cuda(s, reinterpret_cast<const uint16_t*>(heads), probs,
+                                             dout, dqkv, ws, stream_);
+    else if (flash_)
       kernels::attention_flash_backward_cuda(s, reinterpret_cast<const uint16_t*>(heads), out,
                                              probs, dout, dqkv, ws, stream_);
     else
@@ -192,8 +213,25 @@ class CudaGptOps {
     return x16_[static_cast<size_t>(slot)].data();
   }
 
+  // Whether shape s takes cuDNN's attention: asked for, and cuDNN took the shape (its graphs are
+  // built at the first question, from the buffers' sizing, before any capture). A refusal is
+  // said once per process and the flash kernels run.
+  bool cudnn_for(const kernels::AttentionShape& s) const {
+    if (!cudnn_) return false;
+    std::string why;
+    if (kernels::attention_cudnn_usable(s, &why)) return true;
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr,
+                   "lockstep: LOCKSTEP_CUDA_ATTENTION=cudnn: cuDNN's attention is not usable (%s); "
+                   "the flash kernels run instead\n",
+                   why.c_str());
+    });
+    return false;
+  }
+
   cudaStream_t stream_;
-  bool bf16_, flash_;
+  bool bf16_, flash_, cudnn_;
   std::array<Buffer<uint16_t>, 4> w16_, x16_;  // per dense slot of a block (bf16 only)
   Buffer<uint16_t> head_w16_, head_x16_;       // the tied head's (bf16 only)
   std::array<bool, 4> staged_{};               // x16_[slot] holds the next input already

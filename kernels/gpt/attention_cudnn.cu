@@ -1,0 +1,276 @@
+// cuDNN's fused attention (attention_cudnn.h), through the graph API of NVIDIA's cudnn-frontend
+// (header-only; its JSON serialisation left out; its library calls loaded at run time). Per
+// (thread, device): a cuDNN handle, bound to the caller's stream at every call, and per shape the
+// two graphs - the forward pass (its output and softmax statistics) and the backward pass (dQ, dK,
+// dV; cuDNN's deterministic algorithm) - each built once with heuristics mode A, with one device
+// workspace for both.
+//
+// The tensors as cuDNN sees them, dims [batch, heads, seq, head_dim]: Q, K and V in `heads`,
+// [3][B * H][T][Dh] bf16 (strides H T Dh, T Dh, Dh, 1; what attention_flash_heads_cuda writes); the
+// output and its gradient [B, T, H, Dh] bf16 (T C, Dh, C, 1): the layout of out and dout, so one
+// cast moves between them; dQ, dK, dV into [B, T, 3, H, Dh] bf16 (T 3C, Dh, 3C, 1, at 0, C and
+// 2C): the layout of dqkv. The statistics [B, H, T, 1] fp32.
+#include <cudnn.h>
+#include <dlfcn.h>
+
+#include <cstring>  // before the frontend, whose shim calls std::strlen without including it
+
+// The frontend's own calls into cuDNN, the CUDA runtime and driver, and NVRTC (which only its
+// Blackwell engines use) through dlopen of the libraries the process has already loaded: the
+// programs need no library at start-up that they did not need before.
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#define CUDNN_FRONTEND_SKIP_JSON_LIB
+#include <cudnn_frontend.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kernels/cast.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/memory.h"
+#include "kernels/gpt/attention_cudnn.h"
+#include "kernels/gpt/attention_flash.h"
+
+// Where the frontend's dynamic loading looks up cuDNN's functions: the process's global scope, in
+// which the programs' own link to libcudnn (for the convolutions) already put them.
+void* cudnn_frontend::cudnn_dlhandle = RTLD_DEFAULT;
+
+namespace lockstep::kernels {
+
+namespace {
+
+namespace fe = cudnn_frontend;
+
+// The tensors' ids in the graphs' variant packs.
+enum : int64_t { kQ = 1, kK, kV, kO, kStats, kDo, kDq, kDk, kDv };
+
+struct Graphs {
+  std::shared_ptr<fe::graph::Graph> forward, backward;
+  void* workspace = nullptr;  // the larger of the two graphs' needs; kept until the process exits
+  bool usable = false;
+  std::string why;  // cuDNN's message where it refused
+};
+
+// Per (thread, device). The handles and workspaces are kept until the process exits, as
+// cublas_handle.h explains for cuBLAS's.
+struct State {
+  cudnnHandle_t handle = nullptr;
+  std::map<std::array<int, 4>, Graphs> graphs;
+};
+
+State& state() {
+  thread_local std::map<int, State> states;
+  int device = 0;
+  LS_CHECK_CUDA(cudaGetDevice(&device));
+  State& st = states[device];
+  if (st.handle == nullptr) {
+    // The frontend's own CUDA runtime calls: the runtime this program links, not another major
+    // version that a machine's Python wheels may also put on the library path (the frontend would
+    // take the first it finds). A value the user set is kept.
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME",
+           ("libcudart.so." + std::to_string(CUDART_VERSION / 1000)).c_str(), 0);
+    const cudnnStatus_t rc = cudnnCreate(&st.handle);
+    if (rc != CUDNN_STATUS_SUCCESS)
+      throw std::runtime_error(std::string("cudnnCreate failed: ") + cudnnGetErrorString(rc));
+  }
+  return st;
+}
+
+struct Dims {
+  int64_t b, h, t, d, c;
+  explicit Dims(const AttentionShape& s)
+      : b(s.batch), h(s.heads), t(s.seq), d(s.head_dim), c(int64_t{s.heads} * s.head_dim) {}
+  std::vector<int64_t> dims() const { return {b, h, t, d}; }
+  std::vector<int64_t> by_head() const { return {h * t * d, t * d, d, 1}; }  // Q, K, V
+  std::vector<int64_t> by_row() const { return {t * c, d, c, 1}; }           // O, dO
+  std::vector<int64_t> packed() const { return {t * 3 * c, d, 3 * c, 1}; }   // dQ, dK, dV
+};
+
+std::shared_ptr<fe::graph::Graph> new_graph() {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const char* name,
+                                                    int64_t uid, const std::vector<int64_t>& dims,
+                                                    const std::vector<int64_t>& strides) {
+  return g.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides));
+}
+
+// Validates and builds g; the empty string where cuDNN took it, else what it said.
+std::string finish(fe::graph::Graph& g, cudnnHandle_t handle, int64_t& workspace) {
+  auto step = [&](const char* what, fe::error_t e) {
+    if (e.is_bad()) throw std::runtime_error(std::string(what) + ": " + e.get_message());
+  };
+  try {
+    step("validate", g.validate());
+    step("build_operation_graph", g.build_operation_graph(handle));
+    step("create_execution_plans", g.create_execution_plans({fe::HeurMode_t::A}));
+    step("check_support", g.check_support(handle));
+    step("build_plans", g.build_plans(handle));
+    int64_t bytes = 0;
+    step("get_workspace_size", g.get_workspace_size(bytes));
+    workspace = std::max(workspace, bytes);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
+Graphs build(cudnnHandle_t handle, const AttentionShape& s) {
+  const Dims d(s);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const std::vector<int64_t> stats_dims{d.b, d.h, d.t, 1}, stats_strides{d.h * d.t, d.t, 1, 1};
+  Graphs out;
+  int64_t workspace = 0;
+
+  out.forward = new_graph();
+  fe::graph::Graph& f = *out.forward;
+  auto [o, stats] =
+      f.sdpa(input(f, "Q", kQ, d.dims(), d.by_head()), input(f, "K", kK, d.dims(), d.by_head()),
+             input(f, "V", kV, d.dims(), d.by_head()),
+             fe::graph::SDPA_attributes()
+                 .set_name("attention")
+                 .set_generate_stats(true)
+                 .set_causal_mask(true)
+                 .set_attn_scale(scale));
+  o->set_output(true).set_uid(kO).set_dim(d.dims()).set_stride(d.by_row());
+  stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim(stats_dims)
+      .set_stride(stats_strides);
+  std::string why = finish(f, handle, workspace);
+
+  if (why.empty()) {
+    out.backward = new_graph();
+    fe::graph::Graph& b = *out.backward;
+    auto stats_in = input(b, "Stats", kStats, stats_dims, stats_strides);
+    stats_in->set_data_type(fe::DataType_t::FLOAT);
+    auto [dq, dk, dv] = b.sdpa_backward(
+        input(b, "Q", kQ, d.dims(), d.by_head()), input(b, "K", kK, d.dims(), d.by_head()),
+        input(b, "V", kV, d.dims(), d.by_head()), input(b, "O", kO, d.dims(), d.by_row()),
+        input(b, "dO", kDo, d.dims(), d.by_row()), stats_in,
+        fe::graph::SDPA_backward_attributes()
+            .set_name("attention_backward")
+            .set_causal_mask(true)
+            .set_attn_scale(scale)
+            .set_deterministic_algorithm(true));
+    for (auto [t, uid] : {std::pair{dq, kDq}, std::pair{dk, kDk}, std::pair{dv, kDv}})
+      t->set_output(true).set_uid(uid).set_dim(d.dims()).set_stride(d.packed());
+    why = finish(b, handle, workspace);
+    if (!why.empty()) why = "backward: " + why;
+  } else {
+    why = "forward: " + why;
+  }
+  out.usable = why.empty();
+  out.why = why;
+  if (out.usable) out.workspace = cuda_alloc(static_cast<size_t>(workspace));
+  return out;
+}
+
+Graphs& graphs_for(const AttentionShape& s) {
+  State& st = state();
+  const std::array<int, 4> key{s.batch, s.seq, s.heads, s.head_dim};
+  auto it = st.graphs.find(key);
+  if (it == st.graphs.end()) it = st.graphs.emplace(key, build(st.handle, s)).first;
+  return it->second;
+}
+
+void check(const AttentionShape& s, std::initializer_list<const void*> pointers, const char* who) {
+  check_attention_shape(s, who);
+  if (s.head_dim % 8 != 0)
+    throw std::invalid_argument(std::string(who) + ": head_dim " + std::to_string(s.head_dim) +
+                                " is not a multiple of 8");
+  for (const void* p : pointers)
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+      throw std::invalid_argument(std::string(who) + ": buffers must start on 16 bytes");
+}
+
+Graphs& usable_graphs(const AttentionShape& s, const char* who) {
+  Graphs& g = graphs_for(s);
+  if (!g.usable) throw std::runtime_error(std::string(who) + ": cuDNN refused the shape: " + g.why);
+  return g;
+}
+
+void run(const fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pointers, void* workspace,
+         cudaStream_t stream, const char* who) {
+  cudnnHandle_t handle = state().handle;
+  const cudnnStatus_t rc = cudnnSetStream(handle, stream);
+  if (rc != CUDNN_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(who) + ": cudnnSetStream: " + cudnnGetErrorString(rc));
+  fe::error_t e = g.execute(handle, pointers, workspace);
+  if (e.is_bad()) throw std::runtime_error(std::string(who) + ": " + e.get_message());
+}
+
+}  // namespace
+
+bool attention_cudnn_built() { return true; }
+
+bool attention_cudnn_usable(const AttentionShape& s, std::string* why) {
+  if (s.head_dim % 8 != 0) {
+    if (why != nullptr) *why = "head_dim " + std::to_string(s.head_dim) + " is not a multiple of 8";
+    return false;
+  }
+  const Graphs& g = graphs_for(s);
+  if (why != nullptr) *why = g.why;
+  return g.usable;
+}
+
+void attention_cudnn_forward_cuda(const AttentionShape& s, const float* qkv, float* out,
+                                  uint16_t* heads, float* lse, cudaStream_t stream) {
+  const char* who = "attention_cudnn_forward_cuda";
+  check(s, {qkv, out, heads, lse}, who);
+  if (s.batch == 0) return;
+  Graphs& g = usable_graphs(s, who);
+  const size_t n = static_cast<size_t>(s.batch) * s.seq * s.channels();
+  attention_flash_heads_cuda(s, qkv, heads, stream);
+  uint16_t* o = heads + 3 * n;
+  std::unordered_map<int64_t, void*> pointers{
+      {kQ, heads}, {kK, heads + n}, {kV, heads + 2 * n}, {kO, o}, {kStats, lse}};
+  run(*g.forward, pointers, g.workspace, stream, who);
+  cast_bf16_to_f32_cuda(o, out, n, stream);
+}
+
+void attention_cudnn_backward_cuda(const AttentionShape& s, const uint16_t* heads, const float* lse,
+                                   const float* dout, float* dqkv, float* workspace,
+                                   cudaStream_t stream) {
+  const char* who = "attention_cudnn_backward_cuda";
+  check(s, {heads, lse, dout, dqkv, workspace}, who);
+  if (s.batch == 0) return;
+  Graphs& g = usable_graphs(s, who);
+  const size_t n = static_cast<size_t>(s.batch) * s.seq * s.channels();
+  const size_t c = static_cast<size_t>(s.channels());
+  auto* d_o = reinterpret_cast<uint16_t*>(workspace);
+  uint16_t* d_qkv = d_o + n;
+  cast_f32_to_bf16_cuda(dout, d_o, n, stream);
+  auto* h = const_cast<uint16_t*>(heads);
+  std::unordered_map<int64_t, void*> pointers{{kQ, h},
+                                              {kK, h + n},
+                                              {kV, h + 2 * n},
+                                              {kO, h + 3 * n},
+                                              {kStats, const_cast<float*>(lse)},
+                                              {kDo, d_o},
+                                              {kDq, d_qkv},
+                                              {kDk, d_qkv + c},
+                                              {kDv, d_qkv + 2 * c}};
+  run(*g.backward, pointers, g.workspace, stream, who);
+  cast_bf16_to_f32_cuda(d_qkv, dqkv, 3 * n, stream);
+}
+
+}  // namespace lockstep::kernels
