@@ -227,9 +227,14 @@ bool attention_cudnn_usable(const AttentionShape& s, std::string* why) {
     if (why != nullptr) *why = "head_dim " + std::to_string(s.head_dim) + " is not a multiple of 8";
     return false;
   }
-  const Graphs& g = graphs_for(s);
-  if (why != nullptr) *why = g.why;
-  return g.usable;
+  try {
+    const Graphs& g = graphs_for(s);
+    if (why != nullptr) *why = g.why;
+    return g.usable;
+  } catch (const std::exception& e) {  // no handle (no device, no cuDNN), or no memory for it
+    if (why != nullptr) *why = e.what();
+    return false;
+  }
 }
 
 void attention_cudnn_forward_cuda(const AttentionShape& s, const float* qkv, float* out,

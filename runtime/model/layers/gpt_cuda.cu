@@ -217,7 +217,7 @@ class CudaGptOps {
   // built at the first question, from the buffers' sizing, before any capture). A refusal is
   // said once per process and the flash kernels run.
   bool cudnn_for(const kernels::AttentionShape& s) const {
-    if (!cudnn_) return false;
+    if (!cudnn_ || s.batch == 0) return false;
     std::string why;
     if (kernels::attention_cudnn_usable(s, &why)) return true;
     static std::once_flag said;
