@@ -435,17 +435,19 @@ long_peers_bf16() { long_peers bf16; }
 # torch.compile, flash SDPA, bf16 autocast, fused AdamW) in the precisions LOCKSTEP_GPU_GPT_PEERS
 # names (default "bf16 fp32 tf32"; tf32 is PyTorch with TF32 on, labelled so).
 long_gpt() {
-  local precision log batch recompute attention run
+  local precision log batch recompute attention run suffix
   for batch in ${LOCKSTEP_GPU_GPT_BATCHES:-8}; do
     for run in "bf16 flash" "bf16 cudnn" "fp32 flash"; do
       read -r precision attention <<<"$run"
       [[ $precision == fp32 && $batch != 8 ]] && continue
       [[ $attention == cudnn && " ${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn} " != *" cudnn "* ]] && continue
-      log="$logs/bench_gpt_small_${precision}_b$batch${attention/flash/}.log"
+      suffix=""
+      [[ $attention == cudnn ]] && suffix=_cudnn
+      log="$logs/bench_gpt_small_${precision}_b$batch$suffix.log"
       LOCKSTEP_CUDA_ATTENTION=$attention step "$step_timeout" "$log" "$bench" train --device cuda \
         --precision "$precision" --model gpt:small --global-batch "$batch" --optimizer adamw \
         --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
-      gpu_step "lockstep gpt:small $precision${attention/flash/}, batch $batch x 1024" $? "$log" \
+      gpu_step "lockstep gpt:small $precision${suffix/_cudnn/ cuDNN attention}, batch $batch x 1024" $? "$log" \
         "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log") $(grep -aoE "cuDNN's attention is not usable" "$log")"
       cat "$log"
     done
@@ -481,16 +483,22 @@ long_gpt() {
 # one call that CUDA 13 changed, cudaMemAdvise's location, patched; linked against the driver's
 # NVML), its -e d12 random initialisation on a token file in its format
 # (scripts/reference/llmc_tokens.py), and PyTorch on the same shape. llm.c's step time is the
-# median of its printed per-step milliseconds after 5 steps.
+# median of its printed per-step milliseconds after 5 steps. Lockstep runs once per attention in
+# LOCKSTEP_GPU_GPT_ATTENTION (default "flash cudnn").
 long_llmc() {
   local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms
-  local lockstep_model="gpt:small,vocab=50304"
-  log="$logs/bench_gpt2_124m_bf16.log"
-  step "$step_timeout" "$log" "$bench" train --device cuda --precision bf16 --model "$lockstep_model" \
-    --global-batch 8 --optimizer adamw --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
-  gpu_step "lockstep $lockstep_model bf16, batch 8 x 1024" $? "$log" \
-    "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^step_ms_median=[0-9.]+' "$log")"
-  cat "$log"
+  local lockstep_model="gpt:small,vocab=50304" attention suffix
+  for attention in ${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn}; do
+    suffix=""
+    [[ $attention == cudnn ]] && suffix=_cudnn
+    log="$logs/bench_gpt2_124m_bf16$suffix.log"
+    LOCKSTEP_CUDA_ATTENTION=$attention step "$step_timeout" "$log" "$bench" train --device cuda \
+      --precision bf16 --model "$lockstep_model" --global-batch 8 --optimizer adamw \
+      --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
+    gpu_step "lockstep $lockstep_model bf16${suffix/_cudnn/ cuDNN attention}, batch 8 x 1024" $? "$log" \
+      "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(grep -aoE "cuDNN's attention is not usable" "$log")"
+    cat "$log"
+  done
   if [[ " ${LOCKSTEP_GPU_LLMC_PEERS-llmc torch} " != *" llmc "* ]]; then
     :
   elif [[ ! -f $tar ]]; then
