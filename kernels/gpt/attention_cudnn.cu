@@ -147,7 +147,8 @@ Graphs build(cudnnHandle_t handle, const AttentionShape& s) {
              fe::graph::SDPA_attributes()
                  .set_name("attention")
                  .set_generate_stats(true)
-                 .set_causal_mask(true)
+                 .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                 .set_diagonal_band_right_bound(0)  // causal: key j <= query i
                  .set_attn_scale(scale));
   o->set_output(true).set_uid(kO).set_dim(d.dims()).set_stride(d.by_row());
   stats->set_output(true)
@@ -168,7 +169,8 @@ Graphs build(cudnnHandle_t handle, const AttentionShape& s) {
         input(b, "dO", kDo, d.dims(), d.by_row()), stats_in,
         fe::graph::SDPA_backward_attributes()
             .set_name("attention_backward")
-            .set_causal_mask(true)
+            .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+            .set_diagonal_band_right_bound(0)
             .set_attn_scale(scale)
             .set_deterministic_algorithm(true));
     for (auto [t, uid] : {std::pair{dq, kDq}, std::pair{dk, kDk}, std::pair{dv, kDv}})
