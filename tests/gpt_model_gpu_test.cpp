@@ -12,9 +12,11 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cuda/memory.h"
+#include "kernels/gpt/attention_cudnn.h"
 #include "kernels/step/loss.h"
 #include "runtime/base/buffer.h"
 #include "runtime/base/error.h"
+#include "runtime/base/knobs.h"
 #include "runtime/base/precision.h"
 #include "runtime/model/gpt_decoder.h"
 #include "runtime/model/model.h"
@@ -33,12 +35,14 @@ struct Pass {
 
 // One forward and backward pass of the mean per-token loss on `where`.
 Pass run(DeviceKind where, Precision precision, const std::vector<float>& x,
-         const std::vector<int32_t>& y, Recompute recompute = Recompute::none) {
+         const std::vector<int32_t>& y, Recompute recompute = Recompute::none,
+         AttentionKnob attention = AttentionKnob::flash) {
   ModelPlacement place;
   place.device = where;
   place.precision = precision;
   place.cpu_kernels = CpuKernels::openblas;
   place.recompute = recompute;
+  place.knobs.cuda_attention = attention;
   Model m(parse_model_spec(kSpec), {kSeq}, kVocab, kBatch, place, kSeq);
   m.init_params(3);
   m.zero_grads();
@@ -81,14 +85,15 @@ double relative(const std::vector<float>& a, const std::vector<float>& b, size_t
   return scale > 0 ? diff / scale : diff;
 }
 
-void compare(Precision precision, double logits_tol, double grads_tol) {
+void compare(Precision precision, double logits_tol, double grads_tol,
+             AttentionKnob attention = AttentionKnob::flash) {
   std::mt19937_64 gen(11);
   std::vector<float> x(static_cast<size_t>(kBatch) * kSeq);
   std::vector<int32_t> y(x.size());
   for (float& t : x) t = static_cast<float>(gen() % kVocab);
   for (int32_t& t : y) t = static_cast<int32_t>(gen() % kVocab);
   const Pass cpu = run(DeviceKind::cpu, Precision::fp32, x, y);
-  const Pass gpu = run(DeviceKind::cuda, precision, x, y);
+  const Pass gpu = run(DeviceKind::cuda, precision, x, y, Recompute::none, attention);
   EXPECT_NEAR(gpu.loss, cpu.loss, logits_tol * std::abs(cpu.loss));
   EXPECT_LT(relative(gpu.logits, cpu.logits, 0, cpu.logits.size()), logits_tol);
   Model shape(parse_model_spec(kSpec), {kSeq}, kVocab, 1, {}, kSeq);
@@ -104,6 +109,17 @@ TEST_F(GptOnGpu, Fp32MatchesTheCpuLayers) { compare(Precision::fp32, 1e-5, 1e-4)
 
 // bf16 operands (8 bits of mantissa) in the blocks' products and the tied head: near, not equal.
 TEST_F(GptOnGpu, Bf16StaysNearTheCpuLayers) { compare(Precision::bf16, 3e-2, 8e-2); }
+
+// LOCKSTEP_CUDA_ATTENTION=cudnn: the blocks' attention through cuDNN's fused attention, to the same
+// standard. Skipped, saying why, where the build has no cuDNN frontend or cuDNN refuses the shape
+// (the layers would then run the flash kernels, which the test above covers).
+TEST_F(GptOnGpu, Bf16WithCudnnAttentionStaysNearTheCpuLayers) {
+  if (!kernels::attention_cudnn_built()) GTEST_SKIP() << "this build has no cuDNN attention";
+  std::string why;
+  if (!kernels::attention_cudnn_usable({kBatch, kSeq, 4, 16}, &why))
+    GTEST_SKIP() << "cuDNN refused the blocks' attention: " << why;
+  compare(Precision::bf16, 3e-2, 8e-2, AttentionKnob::cudnn);
+}
 
 // --recompute on the GPU: the GELU outputs, or a block's activations, computed again in the
 // backward pass give the logits and gradients of keeping them, bit for bit, in fp32 and in bf16
