@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Lockstep needs to build, test and run, when they are missing.
-# Idempotent and quiet when everything is present. Run as root (or with sudo available).
+# Installs the Debian packages Lockstep needs to build, test and run, when they are missing, and,
+# where cuDNN 9 is beside CUDA, the cudnn-frontend headers from PyPI (below). Idempotent and quiet
+# when everything is present. Run as root (or with sudo available).
 #   scripts/setup.sh            build + run dependencies
 #   scripts/setup.sh --test     also what the test suite needs (Slurm daemons, munge, iproute2,
 #                               PyTorch for the reference scripts, clang-format 14), and JAX's CPU wheels, optax,
@@ -56,7 +57,8 @@ cudnn_frontend() {
   echo "setup: installing nvidia-cudnn-frontend $cudnn_frontend_version (headers) into $target"
   local run=()
   [[ $(id -u) -ne 0 ]] && run=(sudo)
-  PIP_ROOT_USER_ACTION=ignore "${run[@]}" "$python" -m pip install -q --disable-pip-version-check --no-deps --target "$target" \
+  "${run[@]}" env PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q \
+      --disable-pip-version-check --no-deps --target "$target" \
       "nvidia-cudnn-frontend==$cudnn_frontend_version" ||
     echo "setup: could not install cudnn-frontend; the cuDNN attention will not be built" >&2
 }
