@@ -341,8 +341,8 @@ peer() {
 #               at each global batch in LOCKSTEP_GPU_GPT_BATCHES (default 8; beyond 8, bf16 only),
 #               and Lockstep bf16 with each --recompute in LOCKSTEP_GPU_GPT_RECOMPUTE (default
 #               blocks; empty: none) for its tokens/s and peak device memory; the bf16 run again
-#               with cuDNN's fused attention (LOCKSTEP_CUDA_ATTENTION=cudnn) unless
-#               LOCKSTEP_GPU_GPT_ATTENTION (default "flash cudnn") leaves cudnn out
+#               with cuDNN's fused attention (LOCKSTEP_CUDA_ATTENTION=cudnn): the bf16 runs take
+#               each attention LOCKSTEP_GPU_GPT_ATTENTION names (default "flash cudnn")
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both)
@@ -427,6 +427,14 @@ long_peers() {
     done
   done
 }
+# The GPT runs' attentions (LOCKSTEP_CUDA_ATTENTION): those LOCKSTEP_GPU_GPT_ATTENTION names (default
+# both), and what a cuDNN run adds to its log's name and its label; whether cuDNN refused (the
+# flash kernels then ran).
+gpt_attentions() { echo "${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn}"; }
+attention_suffix() { [[ $1 == cudnn ]] && echo _cudnn || true; }
+attention_label() { [[ $1 == cudnn ]] && echo " cuDNN attention" || true; }
+cudnn_refused() { grep -aoE "cuDNN's attention is not usable" "$1" || true; }
+
 long_peers_fp32() { long_peers fp32; }
 long_peers_bf16() { long_peers bf16; }
 # GPT-2 small's shape (issue 20) on random bytes, 8 sequences of 1024 tokens a step, AdamW with
@@ -435,20 +443,20 @@ long_peers_bf16() { long_peers bf16; }
 # torch.compile, flash SDPA, bf16 autocast, fused AdamW) in the precisions LOCKSTEP_GPU_GPT_PEERS
 # names (default "bf16 fp32 tf32"; tf32 is PyTorch with TF32 on, labelled so).
 long_gpt() {
-  local precision log batch recompute attention run suffix
+  local precision log batch recompute attention run rc
   for batch in ${LOCKSTEP_GPU_GPT_BATCHES:-8}; do
-    for run in "bf16 flash" "bf16 cudnn" "fp32 flash"; do
-      read -r precision attention <<<"$run"
+    for run in $(printf 'bf16:%s ' $(gpt_attentions)) fp32:flash; do
+      precision=${run%:*} attention=${run#*:}
       [[ $precision == fp32 && $batch != 8 ]] && continue
-      [[ $attention == cudnn && " ${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn} " != *" cudnn "* ]] && continue
-      suffix=""
-      [[ $attention == cudnn ]] && suffix=_cudnn
-      log="$logs/bench_gpt_small_${precision}_b$batch$suffix.log"
+      log="$logs/bench_gpt_small_${precision}_b$batch$(attention_suffix "$attention").log"
       LOCKSTEP_CUDA_ATTENTION=$attention step "$step_timeout" "$log" "$bench" train --device cuda \
         --precision "$precision" --model gpt:small --global-batch "$batch" --optimizer adamw \
         --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
-      gpu_step "lockstep gpt:small $precision${suffix/_cudnn/ cuDNN attention}, batch $batch x 1024" $? "$log" \
-        "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log") $(grep -aoE "cuDNN's attention is not usable" "$log")"
+      rc=$?  # before the label's command substitution resets $?
+      gpu_step "lockstep gpt:small $precision$(attention_label "$attention"), batch $batch x 1024" \
+        $rc "$log" "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") \
+$(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log") \
+$(cudnn_refused "$log")"
       cat "$log"
     done
     for recompute in ${LOCKSTEP_GPU_GPT_RECOMPUTE-blocks}; do
@@ -487,16 +495,16 @@ long_gpt() {
 # LOCKSTEP_GPU_GPT_ATTENTION (default "flash cudnn").
 long_llmc() {
   local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms
-  local lockstep_model="gpt:small,vocab=50304" attention suffix
-  for attention in ${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn}; do
-    suffix=""
-    [[ $attention == cudnn ]] && suffix=_cudnn
-    log="$logs/bench_gpt2_124m_bf16$suffix.log"
+  local lockstep_model="gpt:small,vocab=50304" attention
+  for attention in $(gpt_attentions); do
+    log="$logs/bench_gpt2_124m_bf16$(attention_suffix "$attention").log"
     LOCKSTEP_CUDA_ATTENTION=$attention step "$step_timeout" "$log" "$bench" train --device cuda \
       --precision bf16 --model "$lockstep_model" --global-batch 8 --optimizer adamw \
       --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
-    gpu_step "lockstep $lockstep_model bf16${suffix/_cudnn/ cuDNN attention}, batch 8 x 1024" $? "$log" \
-      "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") $(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(grep -aoE "cuDNN's attention is not usable" "$log")"
+    rc=$?
+    gpu_step "lockstep $lockstep_model bf16$(attention_label "$attention"), batch 8 x 1024" $rc "$log" \
+      "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") \
+$(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(cudnn_refused "$log")"
     cat "$log"
   done
   if [[ " ${LOCKSTEP_GPU_LLMC_PEERS-llmc torch} " != *" llmc "* ]]; then

@@ -92,7 +92,8 @@ refuse "--cuda-graphs must be on or off" --data fmnist.h5 --cuda-graphs maybe
 LOCKSTEP_CPU_CONV=fastest refuse "LOCKSTEP_CPU_CONV='fastest': expected auto, onednn or direct" \
   --data fmnist.h5 --model cnn
 # Every environment knob is read at start-up, used by this model or not (runtime/base/knobs.h).
-LOCKSTEP_CUDA_ATTENTION=fast refuse "LOCKSTEP_CUDA_ATTENTION='fast': expected flash, cudnn or materialised" \
+LOCKSTEP_CUDA_ATTENTION=fast \
+  refuse "LOCKSTEP_CUDA_ATTENTION='fast': expected flash, cudnn or materialised" \
   --data reg.h5 --model linear
 refuse --beta2 --data fmnist.h5 --beta2 1.5
 refuse frobnicate --data fmnist.h5 --frobnicate 1

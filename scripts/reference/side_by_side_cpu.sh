@@ -8,8 +8,9 @@
 # run on libgomp: OMP_WAIT_POLICY=passive helps on a loaded machine, docs/PERFORMANCE.md); STEPS
 # sets the timed steps per run (default 100 for the CNN, whose 40 steps of 10 ms were short
 # enough for one hiccup of a shared VM to move a median; 40 for the GPT), PYTHON the interpreter
-# that has torch: by default the peers venv of today's PyPI releases (scripts/peers-venv.sh, build/peers-venv), else Debian's
-# python3 with PyTorch 1.13, which the report then labels an old release. The report's first
+# that has torch: by default the peers venv of today's PyPI releases (scripts/peers-venv.sh,
+# build/peers-venv), else Debian's python3 with PyTorch 1.13, which the report then labels an old
+# release. The report's first
 # lines name the machine (CPU model, vector ISA, date) and the peer's version.
 # MODEL=gpt compares the byte-level GPT instead (issue 20): `gpt` (the tiny preset), AdamW with
 # weight decay 0.1 and clipping at 1, global batch 32 sequences of 128 bytes, against
