@@ -71,8 +71,13 @@ uint32_t alignment(const void* p) {
   return bytes;
 }
 
-// One bf16 GEMM with a bias epilogue, described once per shape and alignment: its descriptors and
-// the algorithm cuBLASLt's heuristic picked (none: cuBLASLt offers nothing for it).
+// The epilogues the plans describe: the bias with an fp32 output (gemm_bf16_bias_cuda), or the
+// bias and GELU with a bf16 output and the bf16 pre-activation beside it
+// (gemm_bf16_bias_gelu_cuda).
+enum class LtEpilogue { bias, gelu };
+
+// One bf16 GEMM with an epilogue, described once per shape, epilogue and alignment: its descriptors
+// and the algorithm cuBLASLt's heuristic picked (none: cuBLASLt offers nothing for it).
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -85,7 +90,8 @@ struct LtPlan {
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  std::map<std::tuple<int, int, int, bool, bool, float, uint32_t, uint32_t, uint32_t>, LtPlan>
+  std::map<std::tuple<LtEpilogue, int, int, int, bool, bool, float, uint32_t, uint32_t, uint32_t>,
+           LtPlan>
       plans;
 };
 
@@ -103,13 +109,18 @@ LtState& lt_state() {
 }
 
 // Row-major C (m x n) = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as prepare() above:
-// cuBLASLt's first operand is our B, its second our A; the bias runs along C^T's rows (our n).
-LtPlan make_plan(LtState& st, const GemmShape& s, uint32_t align_a, uint32_t align_b,
-                 uint32_t align_c) {
+// cuBLASLt's first operand is our B, its second our A; the bias runs along C^T's rows (our n), and
+// so does the GELU's pre-activation matrix (aux, leading dimension n). aux: that matrix's pointer
+// (gelu), which the heuristic reads for its alignment.
+LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t align_a,
+                 uint32_t align_b, uint32_t align_c, void* aux = nullptr) {
   LtPlan p;
   const cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const bool gelu = kind == LtEpilogue::gelu;
+  const cublasLtEpilogue_t epilogue =
+      gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  const cudaDataType_t out_type = gelu ? CUDA_R_16BF : CUDA_R_32F;
   LS_CHECK_CUBLAS(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
                                                  sizeof(op_first)));
@@ -117,6 +128,16 @@ LtPlan make_plan(LtState& st, const GemmShape& s, uint32_t align_a, uint32_t ali
                                                  sizeof(op_second)));
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                  sizeof(epilogue)));
+  if (gelu) {
+    const int32_t bias_type = CUDA_R_16BF;
+    const int64_t aux_ld = s.n;
+    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_type, sizeof(bias_type)));
+    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &aux_ld, sizeof(aux_ld)));
+    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(
+        p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  }
   // Stored shapes (before op), column-major: our B is k x n row-major (n x k if trans_b).
   const uint64_t first_rows = s.trans_b ? s.k : s.n, first_cols = s.trans_b ? s.n : s.k;
   const uint64_t second_rows = s.trans_a ? s.m : s.k, second_cols = s.trans_a ? s.k : s.m;
@@ -124,7 +145,7 @@ LtPlan make_plan(LtState& st, const GemmShape& s, uint32_t align_a, uint32_t ali
                                              static_cast<int64_t>(first_rows)));
   LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, second_rows, second_cols,
                                              static_cast<int64_t>(second_rows)));
-  LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, s.n, s.m, s.n));
+  LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, out_type, s.n, s.m, s.n));
 
   cublasLtMatmulPreference_t pref = nullptr;
   LS_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -161,11 +182,11 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   if (c_in == nullptr) c_in = c;
   LtState& st = lt_state();
   const uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
-  const auto key =
-      std::make_tuple(s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta, align_a, align_b, align_c);
+  const auto key = std::make_tuple(LtEpilogue::bias, s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta,
+                                   align_a, align_b, align_c);
   auto it = st.plans.find(key);
   if (it == st.plans.end())
-    it = st.plans.emplace(key, make_plan(st, s, align_a, align_b, align_c)).first;
+    it = st.plans.emplace(key, make_plan(st, s, LtEpilogue::bias, align_a, align_b, align_c)).first;
   LtPlan& p = it->second;
   // cuBLASLt's bias epilogue wants 16-byte aligned operands (llm.c's matmul_cublaslt insists on it
   // too); anything less takes the fill.
@@ -192,6 +213,49 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   GemmShape with_bias = s;
   with_bias.beta = 1.0f;
   gemm_bf16_cuda(with_bias, a, b, c, stream);
+}
+
+bool gemm_bf16_bias_gelu_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                              const uint16_t* bias16, uint16_t* y16, uint16_t* pre16,
+                              cudaStream_t stream) {
+  const char* who = "gemm_bf16_bias_gelu_cuda";
+  prepare(s, who);
+  if (s.alpha != 1.0f || s.beta != 0.0f)
+    throw std::invalid_argument(std::string(who) + ": alpha must be 1 and beta 0");
+  if (s.m == 0 || s.n == 0) return true;
+  // The pre-activation's leading dimension must be a multiple of 8, and cuBLASLt's epilogues want
+  // 16-byte aligned operands (gemm_bf16_bias_cuda).
+  if (s.n % 8 != 0) return false;
+  for (const void* p :
+       {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(bias16),
+        static_cast<const void*>(y16), static_cast<const void*>(pre16)})
+    if (alignment(p) < 16) return false;
+  LtState& st = lt_state();
+  // The output's alignment stands for both matrices the epilogue writes.
+  const uint32_t align_a = alignment(a), align_b = alignment(b),
+                 align_c = std::min(alignment(y16), alignment(pre16));
+  const auto key = std::make_tuple(LtEpilogue::gelu, s.m, s.n, s.k, s.trans_a, s.trans_b, 0.0f,
+                                   align_a, align_b, align_c);
+  auto it = st.plans.find(key);
+  if (it == st.plans.end())
+    it = st.plans.emplace(key, make_plan(st, s, LtEpilogue::gelu, align_a, align_b, align_c, pre16))
+             .first;
+  LtPlan& p = it->second;
+  if (!p.usable) return false;
+  LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias16,
+                                                 sizeof(bias16)));
+  void* aux = pre16;
+  LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                 &aux, sizeof(aux)));
+  const float zero = 0.0f;
+  const cublasStatus_t rc =
+      cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &zero, y16, p.c, y16, p.c,
+                     &p.algo, st.workspace, kLtWorkspaceBytes, stream);
+  if (rc == CUBLAS_STATUS_SUCCESS) return true;
+  // A refusal of the algorithm the heuristic picked: the caller's way from now on.
+  if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_INVALID_VALUE) LS_CHECK_CUBLAS(rc);
+  p.usable = false;
+  return false;
 }
 
 }  // namespace lockstep::kernels

@@ -39,5 +39,16 @@ void gemm_bf16_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, fl
 void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
                          const float* bias, float* c, cudaStream_t stream,
                          const float* c_in = nullptr);
+// A bf16 product with the bias and GELU in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_GELU_AUX_BIAS),
+// for a transformer MLP's first product: with z = op(A) op(B) + bias summed in fp32, y16 = bf16 of
+// GELU(z) (cuBLASLt's tanh form, GPT-2's and gelu.h's function) and pre16 = bf16 of z, the
+// pre-activation its backward pass reads (gelu.h's bf16 column sums). The bias comes in bf16
+// (cuBLASLt takes a bias of the output's type). alpha 1 and beta 0, else std::invalid_argument.
+// Returns false, having enqueued nothing, where n is not a multiple of 8, a pointer does not start
+// on 16 bytes or cuBLASLt offers no algorithm for the shape; the caller then computes it another
+// way.
+bool gemm_bf16_bias_gelu_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                              const uint16_t* bias16, uint16_t* y16, uint16_t* pre16,
+                              cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -341,8 +341,10 @@ peer() {
 #               at each global batch in LOCKSTEP_GPU_GPT_BATCHES (default 8; beyond 8, bf16 only),
 #               and Lockstep bf16 with each --recompute in LOCKSTEP_GPU_GPT_RECOMPUTE (default
 #               blocks; empty: none) for its tokens/s and peak device memory; the bf16 run again
-#               with cuDNN's fused attention (LOCKSTEP_CUDA_ATTENTION=cudnn): the bf16 runs take
-#               each attention LOCKSTEP_GPU_GPT_ATTENTION names (default "flash cudnn")
+#               with cuDNN's fused attention (LOCKSTEP_CUDA_ATTENTION=cudnn) and with the GELU in
+#               cuBLASLt's epilogue (LOCKSTEP_CUDA_GELU=epilogue): the bf16 runs take each variant
+#               LOCKSTEP_GPU_GPT_ATTENTION names, an attention with +gelu for the epilogue
+#               (default "flash cudnn flash+gelu cudnn+gelu")
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both)
@@ -427,13 +429,31 @@ long_peers() {
     done
   done
 }
-# The GPT runs' attentions (LOCKSTEP_CUDA_ATTENTION): those LOCKSTEP_GPU_GPT_ATTENTION names (default
-# both), and what a cuDNN run adds to its log's name and its label; whether cuDNN refused (the
-# flash kernels then ran).
-gpt_attentions() { echo "${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn}"; }
-attention_suffix() { [[ $1 == cudnn ]] && echo _cudnn || true; }
-attention_label() { [[ $1 == cudnn ]] && echo " cuDNN attention" || true; }
-cudnn_refused() { grep -aoE "cuDNN's attention is not usable" "$1" || true; }
+# The GPT runs' variants: those LOCKSTEP_GPU_GPT_ATTENTION names, each an attention
+# (LOCKSTEP_CUDA_ATTENTION) with +gelu for the GELU in cuBLASLt's epilogue (LOCKSTEP_CUDA_GELU);
+# the environment a variant runs with, what it adds to its log's name and its label; whether cuDNN
+# or cuBLASLt refused (the flash kernels, or a GELU pass, then ran).
+gpt_variants() { echo "${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn flash+gelu cudnn+gelu}"; }
+variant_env() {
+  local gelu=kernel
+  [[ $1 == *+gelu ]] && gelu=epilogue
+  echo "LOCKSTEP_CUDA_ATTENTION=${1%%+*} LOCKSTEP_CUDA_GELU=$gelu"
+}
+variant_suffix() {
+  local s=""
+  [[ ${1%%+*} == cudnn ]] && s=_cudnn
+  [[ $1 == *+gelu ]] && s+=_gelu_epilogue
+  echo "$s"
+}
+variant_label() {
+  local s=""
+  [[ ${1%%+*} == cudnn ]] && s=" cuDNN attention"
+  [[ $1 == *+gelu ]] && s+=" GELU epilogue"
+  echo "$s"
+}
+refusals() {
+  grep -aoE "cuDNN's attention is not usable|GELU epilogue does not take" "$1" || true
+}
 
 long_peers_fp32() { long_peers fp32; }
 long_peers_bf16() { long_peers bf16; }
@@ -443,20 +463,20 @@ long_peers_bf16() { long_peers bf16; }
 # torch.compile, flash SDPA, bf16 autocast, fused AdamW) in the precisions LOCKSTEP_GPU_GPT_PEERS
 # names (default "bf16 fp32 tf32"; tf32 is PyTorch with TF32 on, labelled so).
 long_gpt() {
-  local precision log batch recompute attention run rc
+  local precision log batch recompute variant run rc
   for batch in ${LOCKSTEP_GPU_GPT_BATCHES:-8}; do
-    for run in $(printf 'bf16:%s ' $(gpt_attentions)) fp32:flash; do
-      precision=${run%:*} attention=${run#*:}
+    for run in $(printf 'bf16:%s ' $(gpt_variants)) fp32:flash; do
+      precision=${run%:*} variant=${run#*:}
       [[ $precision == fp32 && $batch != 8 ]] && continue
-      log="$logs/bench_gpt_small_${precision}_b$batch$(attention_suffix "$attention").log"
-      LOCKSTEP_CUDA_ATTENTION=$attention step "$step_timeout" "$log" "$bench" train --device cuda \
+      log="$logs/bench_gpt_small_${precision}_b$batch$(variant_suffix "$variant").log"
+      step "$step_timeout" "$log" env $(variant_env "$variant") "$bench" train --device cuda \
         --precision "$precision" --model gpt:small --global-batch "$batch" --optimizer adamw \
         --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
       rc=$?  # before the label's command substitution resets $?
-      gpu_step "lockstep gpt:small $precision$(attention_label "$attention"), batch $batch x 1024" \
+      gpu_step "lockstep gpt:small $precision$(variant_label "$variant"), batch $batch x 1024" \
         $rc "$log" "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") \
 $(grep -aoE '^peak_share=[0-9.]+%' "$log") $(grep -aoE '^peak_device_memory_mb=[0-9]+' "$log") \
-$(cudnn_refused "$log")"
+$(refusals "$log")"
       cat "$log"
     done
     for recompute in ${LOCKSTEP_GPU_GPT_RECOMPUTE-blocks}; do
@@ -491,20 +511,20 @@ $(cudnn_refused "$log")"
 # one call that CUDA 13 changed, cudaMemAdvise's location, patched; linked against the driver's
 # NVML), its -e d12 random initialisation on a token file in its format
 # (scripts/reference/llmc_tokens.py), and PyTorch on the same shape. llm.c's step time is the
-# median of its printed per-step milliseconds after 5 steps. Lockstep runs once per attention in
-# LOCKSTEP_GPU_GPT_ATTENTION (default "flash cudnn").
+# median of its printed per-step milliseconds after 5 steps. Lockstep runs once per variant in
+# LOCKSTEP_GPU_GPT_ATTENTION (default "flash cudnn flash+gelu cudnn+gelu", as part gpt).
 long_llmc() {
   local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms
-  local lockstep_model="gpt:small,vocab=50304" attention
-  for attention in $(gpt_attentions); do
-    log="$logs/bench_gpt2_124m_bf16$(attention_suffix "$attention").log"
-    LOCKSTEP_CUDA_ATTENTION=$attention step "$step_timeout" "$log" "$bench" train --device cuda \
+  local lockstep_model="gpt:small,vocab=50304" variant
+  for variant in $(gpt_variants); do
+    log="$logs/bench_gpt2_124m_bf16$(variant_suffix "$variant").log"
+    step "$step_timeout" "$log" env $(variant_env "$variant") "$bench" train --device cuda \
       --precision bf16 --model "$lockstep_model" --global-batch 8 --optimizer adamw \
       --weight-decay 0.1 --clip-norm 1 --steps 30 --warmup 5
     rc=$?
-    gpu_step "lockstep $lockstep_model bf16$(attention_label "$attention"), batch 8 x 1024" $rc "$log" \
+    gpu_step "lockstep $lockstep_model bf16$(variant_label "$variant"), batch 8 x 1024" $rc "$log" \
       "$(grep -aoE '^tokens_per_second=[0-9.]+' "$log") \
-$(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(cudnn_refused "$log")"
+$(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(refusals "$log")"
     cat "$log"
   done
   if [[ " ${LOCKSTEP_GPU_LLMC_PEERS-llmc torch} " != *" llmc "* ]]; then

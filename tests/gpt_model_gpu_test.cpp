@@ -36,13 +36,14 @@ struct Pass {
 // One forward and backward pass of the mean per-token loss on `where`.
 Pass run(DeviceKind where, Precision precision, const std::vector<float>& x,
          const std::vector<int32_t>& y, Recompute recompute = Recompute::none,
-         AttentionKnob attention = AttentionKnob::flash) {
+         AttentionKnob attention = AttentionKnob::flash, GeluKnob gelu = GeluKnob::kernel) {
   ModelPlacement place;
   place.device = where;
   place.precision = precision;
   place.cpu_kernels = CpuKernels::openblas;
   place.recompute = recompute;
   place.knobs.cuda_attention = attention;
+  place.knobs.cuda_gelu = gelu;
   Model m(parse_model_spec(kSpec), {kSeq}, kVocab, kBatch, place, kSeq);
   m.init_params(3);
   m.zero_grads();
@@ -86,14 +87,14 @@ double relative(const std::vector<float>& a, const std::vector<float>& b, size_t
 }
 
 void compare(Precision precision, double logits_tol, double grads_tol,
-             AttentionKnob attention = AttentionKnob::flash) {
+             AttentionKnob attention = AttentionKnob::flash, GeluKnob gelu = GeluKnob::kernel) {
   std::mt19937_64 gen(11);
   std::vector<float> x(static_cast<size_t>(kBatch) * kSeq);
   std::vector<int32_t> y(x.size());
   for (float& t : x) t = static_cast<float>(gen() % kVocab);
   for (int32_t& t : y) t = static_cast<int32_t>(gen() % kVocab);
   const Pass cpu = run(DeviceKind::cpu, Precision::fp32, x, y);
-  const Pass gpu = run(DeviceKind::cuda, precision, x, y, Recompute::none, attention);
+  const Pass gpu = run(DeviceKind::cuda, precision, x, y, Recompute::none, attention, gelu);
   EXPECT_NEAR(gpu.loss, cpu.loss, logits_tol * std::abs(cpu.loss));
   EXPECT_LT(relative(gpu.logits, cpu.logits, 0, cpu.logits.size()), logits_tol);
   Model shape(parse_model_spec(kSpec), {kSeq}, kVocab, 1, {}, kSeq);
@@ -167,6 +168,24 @@ TEST_F(GptOnGpu, CacheDecoderMatchesTheCpuDecoderAndTheWholeWindow) {
   EXPECT_THROW(gpu.step(0), Error) << "a position past the context";
   gpu.reset();
   EXPECT_EQ(0, gpu.position());
+}
+
+// LOCKSTEP_CUDA_GELU=epilogue: the MLP's GELU in cuBLASLt's epilogue of its first product, the
+// pre-activation kept in bf16 for the backward pass, to the same standard; --recompute blocks with
+// it (the block's forward pass run again, epilogue and all) gives the same bits.
+TEST_F(GptOnGpu, Bf16WithGeluEpilogueStaysNearTheCpuLayers) {
+  compare(Precision::bf16, 3e-2, 8e-2, AttentionKnob::flash, GeluKnob::epilogue);
+  std::mt19937_64 gen(13);
+  std::vector<float> x(static_cast<size_t>(kBatch) * kSeq);
+  std::vector<int32_t> y(x.size());
+  for (float& t : x) t = static_cast<float>(gen() % kVocab);
+  for (int32_t& t : y) t = static_cast<int32_t>(gen() % kVocab);
+  const Pass kept = run(DeviceKind::cuda, Precision::bf16, x, y, Recompute::none,
+                        AttentionKnob::flash, GeluKnob::epilogue);
+  const Pass again = run(DeviceKind::cuda, Precision::bf16, x, y, Recompute::blocks,
+                         AttentionKnob::flash, GeluKnob::epilogue);
+  EXPECT_EQ(again.logits, kept.logits);
+  EXPECT_EQ(again.grads, kept.grads);
 }
 
 // LOCKSTEP_CUDA_ATTENTION=cudnn: the blocks' attention through cuDNN's fused attention, to the same

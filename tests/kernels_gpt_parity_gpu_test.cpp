@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "gpu_parity.h"
+#include "kernels/cast.h"
 #include "kernels/dense.h"
+#include "kernels/gemm.h"
 #include "kernels/gpt/attention.h"
 #include "kernels/gpt/attention_cudnn.h"
 #include "kernels/gpt/attention_flash.h"
@@ -175,6 +177,62 @@ TEST_F(GpuParity, GeluAndResidualElementwise) {
     EXPECT_TRUE(close(gdx.download(), dx, 1e-6)) << "gelu dx, n=" << n;
     EXPECT_EQ(gsum.download(), sum) << "n=" << n;
     EXPECT_EQ(gacc.download(), acc) << "n=" << n;
+  }
+}
+
+// The MLP's first product with the bias and GELU in cuBLASLt's epilogue (LOCKSTEP_CUDA_GELU=
+// epilogue): the oracle is the fp32 product of the bf16-rounded operands plus the bf16-rounded bias
+// (z) and its GELU on the CPU, each within bf16's rounding; the backward pass from the kept bf16
+// pre-activation gives the bits of the fp32 kernel's on those values widened. Refused (false,
+// nothing written) where an output does not start on 16 bytes.
+TEST_F(GpuParity, GeluEpilogueProductNearTheCpuFunction) {
+  const lk::GemmShape shapes[] = {
+      {.m = 64, .n = 256, .k = 128}, {.m = 37, .n = 72, .k = 96}, {.m = 2048, .n = 3072, .k = 768}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
+    const size_t mn = size_t(s.m) * s.n;
+    const Floats a = random_floats(size_t(s.m) * s.k, rng_),
+                 b = random_floats(size_t(s.k) * s.n, rng_);
+    const Floats bias = random_floats(size_t(s.n), rng_);
+    const std::vector<uint16_t> a16 = bf16_words(a), b16 = bf16_words(b), bias16 = bf16_words(bias);
+    Floats ar(a.size()), br(b.size()), biasr(bias.size()), z(mn), y(mn);
+    lk::cast_bf16_to_f32_cpu(a16.data(), ar.data(), ar.size());
+    lk::cast_bf16_to_f32_cpu(b16.data(), br.data(), br.size());
+    lk::cast_bf16_to_f32_cpu(bias16.data(), biasr.data(), biasr.size());
+    lk::gemm_cpu(s, ar.data(), br.data(), z.data());
+    for (size_t r = 0; r < size_t(s.m); ++r)
+      for (size_t j = 0; j < size_t(s.n); ++j) z[r * s.n + j] += biasr[j];
+    lk::gelu_forward_cpu(z.data(), y.data(), mn);
+    DeviceArray<uint16_t> da(a16), db(b16), dbias(bias16), dy16(mn), dpre16(mn);
+    ASSERT_TRUE(lk::gemm_bf16_bias_gelu_cuda(s, da.get(), db.get(), dbias.get(), dy16.get(),
+                                             dpre16.get(), stream_))
+        << "cuBLASLt offered no GELU epilogue for the shape";
+    sync();
+    const std::vector<uint16_t> pre16 = dpre16.download(), out16 = dy16.download();
+    Floats pre(mn), out(mn);
+    lk::cast_bf16_to_f32_cpu(pre16.data(), pre.data(), mn);
+    lk::cast_bf16_to_f32_cpu(out16.data(), out.data(), mn);
+    EXPECT_TRUE(close(pre, z, 1e-2)) << "the pre-activation";
+    EXPECT_TRUE(close(out, y, 1e-2)) << "the GELU's output";
+
+    const Floats dg = random_floats(mn, rng_), db0 = random_floats(size_t(s.n), rng_);
+    DeviceArray<float> gdg(dg), gpre(pre), gdb(db0), gdb_from16(db0);
+    DeviceArray<uint16_t> g16(mn), g16_from16(mn);
+    lk::gelu_backward_bf16_column_sums_cuda(gpre.get(), gdg.get(), s.m, s.n, g16.get(), gdb.get(),
+                                            stream_);
+    lk::gelu_backward_bf16_column_sums_cuda(dpre16.get(), gdg.get(), s.m, s.n, g16_from16.get(),
+                                            gdb_from16.get(), stream_);
+    sync();
+    EXPECT_EQ(g16_from16.download(), g16.download()) << "dy in bf16 from the bf16 pre-activation";
+    EXPECT_EQ(gdb_from16.download(), gdb.download()) << "the bias gradient's column sums";
+
+    const std::vector<uint16_t> marked(mn + 8, 0x1234);
+    DeviceArray<uint16_t> off(marked);
+    EXPECT_FALSE(lk::gemm_bf16_bias_gelu_cuda(s, da.get(), db.get(), dbias.get(), off.get() + 1,
+                                              dpre16.get(), stream_))
+        << "an output off 16 bytes";
+    sync();
+    EXPECT_EQ(off.download(), marked) << "nothing written where refused";
   }
 }
 

@@ -4,7 +4,7 @@
 
 namespace lockstep::kernels {
 
-void gelu_forward_cuda(const float*, float*, size_t, cudaStream_t, uint16_t*) {
+void gelu_forward_cuda(const float*, float*, size_t, cudaStream_t, uint16_t*, uint16_t*) {
   cuda_not_built("gelu_forward_cuda");
 }
 void gelu_backward_cuda(const float*, const float*, float*, size_t, cudaStream_t) {
@@ -12,6 +12,10 @@ void gelu_backward_cuda(const float*, const float*, float*, size_t, cudaStream_t
 }
 void gelu_backward_bf16_column_sums_cuda(const float*, const float*, size_t, int, uint16_t*, float*,
                                          cudaStream_t) {
+  cuda_not_built("gelu_backward_bf16_column_sums_cuda");
+}
+void gelu_backward_bf16_column_sums_cuda(const uint16_t*, const float*, size_t, int, uint16_t*,
+                                         float*, cudaStream_t) {
   cuda_not_built("gelu_backward_bf16_column_sums_cuda");
 }
 

@@ -84,6 +84,12 @@ Knobs knobs_from_environment() {
 
   k.cuda_attention = attention_knob("LOCKSTEP_CUDA_ATTENTION", true);
   k.cpu_attention = attention_knob("LOCKSTEP_CPU_ATTENTION", false);
+
+  const std::string gelu = env("LOCKSTEP_CUDA_GELU");
+  if (gelu == "epilogue")
+    k.cuda_gelu = GeluKnob::epilogue;
+  else if (!gelu.empty() && gelu != "kernel")
+    refuse("LOCKSTEP_CUDA_GELU", gelu, "kernel or epilogue");
   return k;
 }
 
@@ -101,7 +107,8 @@ std::string knobs_text(const Knobs& k) {
           : k.cpu_isa == CpuIsaKnob::avx2   ? "avx2"
                                             : "native") +
          " LOCKSTEP_CUDA_ATTENTION=" + attention_text(k.cuda_attention) +
-         " LOCKSTEP_CPU_ATTENTION=" + attention_text(k.cpu_attention);
+         " LOCKSTEP_CPU_ATTENTION=" + attention_text(k.cpu_attention) +
+         " LOCKSTEP_CUDA_GELU=" + (k.cuda_gelu == GeluKnob::epilogue ? "epilogue" : "kernel");
 }
 
 const Knobs& configured_knobs() {

@@ -12,6 +12,8 @@
 //   LOCKSTEP_CUDA_ATTENTION      flash (default) | cudnn |           bf16 GPT attention (cudnn:
 //                                materialised                        cuDNN's fused attention)
 //   LOCKSTEP_CPU_ATTENTION       flash (default) | materialised      CPU GPT attention
+//   LOCKSTEP_CUDA_GELU           kernel (default) | epilogue         bf16 GPT MLP's GELU (epilogue:
+//                                                                    in cuBLASLt's fc product)
 //
 // configured_knobs() is thread-safe; configure_knobs() is for start-up and tests (not while
 // layers are being built). No collective calls.
@@ -25,6 +27,7 @@ enum class CpuConvKnob { automatic, onednn, direct };
 enum class CudaConvKnob { any, im2col, cudnn };
 enum class AttentionKnob { flash, materialised, cudnn };  // cudnn: LOCKSTEP_CUDA_ATTENTION only
 enum class CpuIsaKnob { native, avx2, baseline };
+enum class GeluKnob { kernel, epilogue };
 
 struct Knobs {
   CpuConvKnob cpu_conv = CpuConvKnob::automatic;
@@ -33,6 +36,7 @@ struct Knobs {
   CpuIsaKnob cpu_isa = CpuIsaKnob::native;
   AttentionKnob cuda_attention = AttentionKnob::flash;
   AttentionKnob cpu_attention = AttentionKnob::flash;
+  GeluKnob cuda_gelu = GeluKnob::kernel;
 };
 
 // The knobs the environment sets now; UsageError naming the variable, its value and what it takes

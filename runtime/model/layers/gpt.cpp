@@ -88,6 +88,11 @@ struct CpuGptOps {
   void gelu_to_dense(int, const float* x, float* y, size_t n) {
     kernels::gelu_forward_cpu(x, y, n);
   }
+  void dense_gelu_to_dense(int slot, int next, const kernels::DenseShape& s, const float* x,
+                           const float* w, const float* b, float* h, float* g, float*) {
+    dense_forward(slot, s, x, w, b, h);
+    gelu_to_dense(next, h, g, static_cast<size_t>(s.batch) * s.out);
+  }
   void reserve_head(size_t, int, int) {}
   size_t head_scratch_floats(size_t, int) const { return 0; }
   void head_forward(const kernels::DenseShape& s, const float* x, const float* w, float* y) {

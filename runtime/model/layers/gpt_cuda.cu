@@ -6,9 +6,11 @@
 // LOCKSTEP_CUDA_ATTENTION=cudnn, through cuDNN's fused attention: attention_cudnn.h), and the tied
 // head's two products are bf16 GEMMs too. The layer norms and GELU before a product write its bf16
 // input directly (no fp32 copy, no cast pass); biases and residual additions ride in the GEMMs'
-// epilogues, the GELU's backward in the bias gradient's pass; the other activations, the embedding
-// and the statistics stay fp32. Plain C++ over the launchers: a .cu only so that it is
-// built with CUDA and gpt_cuda_stub.cpp without.
+// epilogues, the GELU's backward in the bias gradient's pass; with LOCKSTEP_CUDA_GELU=epilogue
+// the GELU itself rides in the MLP's first product (cuBLASLt's GELU epilogue, its bias in bf16),
+// and the pre-activation its backward reads is kept in bf16; the other activations, the embedding
+// and the statistics stay fp32. Plain C++ over the launchers: a .cu only so that it is built with
+// CUDA and gpt_cuda_stub.cpp without.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <utility>
 
 #include "kernels/cast.h"
+#include "kernels/gemm.h"
 #include "kernels/gpt/attention_cudnn.h"
 #include "kernels/gpt/attention_flash.h"
 #include "kernels/gpt/gelu.h"
@@ -30,8 +33,12 @@ namespace {
 
 class CudaGptOps {
  public:
-  // head_dim: the block's attention head width (0 for the layers without attention).
-  explicit CudaGptOps(const CudaLayerPlacement& where, int head_dim = 0)
+  // head_dim: the block's attention head width (0 for the layers without attention);
+  // recompute_gelu: the block recomputes its GELU from the pre-activation (--recompute gelu), which
+  // the GELU epilogue's bf16 pre-activation would not give back bit for bit, so it keeps the
+  // kernel.
+  explicit CudaGptOps(const CudaLayerPlacement& where, int head_dim = 0,
+                      bool recompute_gelu = false)
       : stream_(where.stream),
         bf16_(where.precision == Precision::bf16),
         // LOCKSTEP_CUDA_ATTENTION (knobs.h): flash, the default in bf16 runs; cudnn, cuDNN's
@@ -40,7 +47,9 @@ class CudaGptOps {
         // precisions, for comparison).
         flash_(bf16_ && where.knobs.cuda_attention != AttentionKnob::materialised &&
                kernels::attention_flash_supported({.head_dim = head_dim})),
-        cudnn_(flash_ && where.knobs.cuda_attention == AttentionKnob::cudnn) {}
+        cudnn_(flash_ && where.knobs.cuda_attention == AttentionKnob::cudnn),
+        // LOCKSTEP_CUDA_GELU (knobs.h): kernel, the default, or epilogue (dense_gelu_to_dense).
+        gelu_epilogue_(bf16_ && where.knobs.cuda_gelu == GeluKnob::epilogue && !recompute_gelu) {}
 
   DeviceKind device() const { return DeviceKind::cuda; }
   // bf16 runs: the layer norms and GELU before a product write its bf16 input only.
@@ -50,6 +59,7 @@ class CudaGptOps {
     const size_t i = static_cast<size_t>(slot);
     w16_[i] = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(in) * out);
     x16_[i] = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(in));
+    if (gelu_epilogue_ && slot == kFc) b16_ = Buffer<uint16_t>(DeviceKind::cuda, out);
   }
   // dy in bf16 (2 per float).
   size_t dense_scratch_floats(size_t rows, int out) const {
@@ -187,12 +197,59 @@ class CudaGptOps {
     kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), dy, dx, dw, db,
                                       reinterpret_cast<uint16_t*>(scratch), stream_);
   }
+  // The MLP's first product and its GELU. With the epilogue (bf16 runs, LOCKSTEP_CUDA_GELU=
+  // epilogue): one cuBLASLt product writes the GELU's bf16 output as dense next's input and keeps
+  // the bf16 pre-activation in h (half of it used); where cuBLASLt has no such epilogue for the
+  // shape, the product into scratch and a GELU pass write the same two (with the bias in fp32).
+  void dense_gelu_to_dense(int slot, int next, const kernels::DenseShape& s, const float* x,
+                           const float* w, const float* b, float* h, float* g, float* scratch) {
+    const size_t n = static_cast<size_t>(s.batch) * s.out;
+    if (!gelu_epilogue_ || slot != kFc || b == nullptr) {
+      dense_forward(slot, s, x, w, b, h);
+      gelu_to_dense(next, h, g, n);
+      return;
+    }
+    const size_t i = static_cast<size_t>(slot);
+    kernels::cast_f32_to_bf16_cuda(w, w16_[i].data(), w16_[i].size(), stream_);
+    kernels::cast_f32_to_bf16_cuda(b, b16_.data(), b16_.size(), stream_);
+    if (!std::exchange(staged_[i], false))
+      kernels::cast_f32_to_bf16_cuda(x, x16_[i].data(), static_cast<size_t>(s.batch) * s.in,
+                                     stream_);
+    uint16_t* y16 = stage(next);
+    auto* pre16 = reinterpret_cast<uint16_t*>(h);
+    if (kernels::gemm_bf16_bias_gelu_cuda({.m = s.batch, .n = s.out, .k = s.in}, x16_[i].data(),
+                                          w16_[i].data(), b16_.data(), y16, pre16, stream_))
+      return;
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(
+          stderr,
+          "lockstep: LOCKSTEP_CUDA_GELU=epilogue: cuBLASLt's GELU epilogue does not take the "
+          "MLP's product (%d x %d x %d: no algorithm, or a buffer off 16 bytes); a GELU pass runs "
+          "after it instead\n",
+          s.batch, s.out, s.in);
+    });
+    kernels::dense_forward_bf16_cuda(s, nullptr, w16_[i].data(), b, scratch, x16_[i].data(),
+                                     stream_);
+    kernels::gelu_forward_cuda(scratch, nullptr, n, stream_, y16, pre16);
+  }
   // bf16 runs with a bias: the GELU's backward values go straight to the product's bf16 dy and the
-  // bias gradient's column sums, never stored in fp32.
+  // bias gradient's column sums, never stored in fp32 (from the bf16 pre-activation that
+  // dense_gelu_to_dense kept, with the epilogue).
   void gelu_dense_backward(int slot, const float* h, float* dg, const kernels::DenseShape& s,
                            const float* x, const float* w, float* dx, float* dw, float* db,
                            float* scratch) {
     const size_t rows = static_cast<size_t>(s.batch);
+    if (gelu_epilogue_ && slot == kFc) {
+      if (db == nullptr) throw Error("gpt: the GELU epilogue's product has no bias");
+      const size_t i = static_cast<size_t>(slot);
+      auto* dy16 = reinterpret_cast<uint16_t*>(scratch);
+      kernels::gelu_backward_bf16_column_sums_cuda(reinterpret_cast<const uint16_t*>(h), dg, rows,
+                                                   s.out, dy16, db, stream_);
+      kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), nullptr, dx, dw, nullptr,
+                                        dy16, stream_);
+      return;
+    }
     if (!bf16_ || db == nullptr) {
       kernels::gelu_backward_cuda(h, dg, dg, rows * s.out, stream_);
       dense_backward(slot, s, x, w, dg, dx, dw, db, scratch);
@@ -230,10 +287,13 @@ class CudaGptOps {
     return false;
   }
 
+  static constexpr int kFc = 2;  // the block's dense slot whose product the GELU follows
+
   cudaStream_t stream_;
-  bool bf16_, flash_, cudnn_;
+  bool bf16_, flash_, cudnn_, gelu_epilogue_;
   std::array<Buffer<uint16_t>, 4> w16_, x16_;  // per dense slot of a block (bf16 only)
   Buffer<uint16_t> head_w16_, head_x16_;       // the tied head's (bf16 only)
+  Buffer<uint16_t> b16_;                       // the fc bias in bf16 (the GELU epilogue only)
   std::array<bool, 4> staged_{};               // x16_[slot] holds the next input already
 };
 
@@ -244,7 +304,7 @@ std::unique_ptr<Layer> make_embed_cuda(const LayerPlan& plan, const CudaLayerPla
 }
 std::unique_ptr<Layer> make_block_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
   return std::make_unique<BlockLayer<CudaGptOps>>(
-      plan, CudaGptOps(where, plan.in[1] / plan.spec.args[0]));
+      plan, CudaGptOps(where, plan.in[1] / plan.spec.args[0], plan.recompute == Recompute::gelu));
 }
 std::unique_ptr<Layer> make_lmhead_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
   return std::make_unique<LmHeadLayer<CudaGptOps>>(plan, CudaGptOps(where));

@@ -11,8 +11,11 @@
 // dx = dy w, dw += dy^T x) with reserve_head(rows, D, V) and head_scratch_floats(rows, V),
 // layernorm_to_dense(slot, ...) and gelu_to_dense(slot, ...): the layer norm or GELU whose output
 // is dense slot's next input, which a twin may write straight in the form its product reads (bf16),
-// gelu_dense_backward(slot, h, dg, ...): dense slot's backward pass with dy = the GELU's backward
-// of dg at pre-activation h (dg may be overwritten), which a twin may fuse,
+// dense_gelu_to_dense(slot, next, shape, x, w, b, h, g, scratch): dense slot's product into the
+// pre-activation h, then the GELU into g, dense next's input, which a twin may fuse (in a GEMM's
+// epilogue; h then holds what its own gelu_dense_backward reads, and scratch, 4 N D floats, is
+// free for it), gelu_dense_backward(slot, h, dg, ...): dense slot's backward pass with dy = the
+// GELU's backward of dg at pre-activation h (dg may be overwritten), which a twin may fuse,
 // and keeps_fp32_dense_inputs() (false: those outputs' fp32 buffers are not needed, y may be null),
 // and for the attention
 // attention_heads_floats / attention_probs_floats / attention_workspace_floats(shape): what the
@@ -257,8 +260,8 @@ class BlockLayer : public Layer {
                        x);  // x2 = x + proj(att)
     ops_.layernorm_to_dense(2, {n, d_}, k.x2, p + at_.ln2_w, p + at_.ln2_b, k.ln2, k.mean[1],
                             k.rstd[1]);
-    ops_.dense_forward(2, {n, d_, 4 * d_}, k.ln2, p + at_.fc_w, p + at_.fc_b, k.h);
-    ops_.gelu_to_dense(3, k.h, k.g, 4 * nd);
+    ops_.dense_gelu_to_dense(2, 3, {n, d_, 4 * d_}, k.ln2, p + at_.fc_w, p + at_.fc_b, k.h, k.g,
+                             ws);  // qkv and the attention's scratch are done with
     if (y == nullptr) return;
     ops_.dense_forward(3, {n, 4 * d_, d_}, k.g, p + at_.mproj_w, p + at_.mproj_b, y,
                        k.x2);  // y = x2 + mproj(g)
