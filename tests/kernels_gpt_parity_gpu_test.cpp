@@ -35,22 +35,46 @@ using namespace lockstep::testing_util;
 
 namespace {
 
+// The backward pass's dwte: each token's positions summed in order from zero, that sum added to
+// its row once (what the CUDA twin promises, bit for bit; the CPU adds each position straight in).
+Floats dwte_by_token(const lk::EmbeddingShape& s, const std::vector<int32_t>& tok,
+                     const Floats& dout, Floats dwte) {
+  for (int v = 0; v < s.vocab; ++v) {
+    Floats acc(size_t(s.dim), 0.0f);
+    bool any = false;
+    for (size_t p = 0; p < tok.size(); ++p) {
+      if (tok[p] != v) continue;
+      any = true;
+      for (int j = 0; j < s.dim; ++j) acc[j] += dout[p * s.dim + j];
+    }
+    if (any)
+      for (int j = 0; j < s.dim; ++j) dwte[size_t(v) * s.dim + j] += acc[j];
+  }
+  return dwte;
+}
+
+// Also GPT-2's vocabulary with a skewed text (half the positions one token, as spaces and common
+// words are), where the tokens are grouped by sorting rather than scanned per vocabulary row.
 TEST_F(GpuParity, EmbeddingForwardExactBackwardScatterAdds) {
   const lk::EmbeddingShape shapes[] = {
       {.batch = 1, .seq = 1, .vocab = 1, .max_seq = 1, .dim = 1},
       {.batch = 3, .seq = 7, .vocab = 11, .max_seq = 9, .dim = 5},
-      {.batch = 8, .seq = 64, .vocab = 256, .max_seq = 64, .dim = 384}};
+      {.batch = 8, .seq = 64, .vocab = 256, .max_seq = 64, .dim = 384},
+      {.batch = 4, .seq = 512, .vocab = 50304, .max_seq = 512, .dim = 96}};
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message()
                  << "B=" << s.batch << " T=" << s.seq << " V=" << s.vocab << " C=" << s.dim);
     std::uniform_int_distribution<int32_t> token(0, s.vocab - 1);
     std::vector<int32_t> tok(size_t(s.batch) * s.seq);
     for (auto& t : tok) t = token(rng_);
+    if (s.vocab > 256)
+      for (size_t p = 0; p < tok.size(); p += 2) tok[p] = 220;
     const Floats wte = random_floats(size_t(s.vocab) * s.dim, rng_);
     const Floats wpe = random_floats(size_t(s.max_seq) * s.dim, rng_);
     const Floats dout = random_floats(tok.size() * s.dim, rng_);
     Floats out(dout.size()), dwte = random_floats(wte.size(), rng_),
                              dwpe = random_floats(wpe.size(), rng_);
+    const Floats dwte0 = dwte;
     DeviceArray<int32_t> gtok(tok);
     DeviceArray<float> gwte(wte), gwpe(wpe), gdout(dout), gout(out.size()), gdwte(dwte),
         gdwpe(dwpe);
@@ -61,6 +85,7 @@ TEST_F(GpuParity, EmbeddingForwardExactBackwardScatterAdds) {
     sync();
     EXPECT_EQ(gout.download(), out);
     EXPECT_TRUE(close(gdwte.download(), dwte, 1e-5)) << "dwte";
+    EXPECT_EQ(gdwte.download(), dwte_by_token(s, tok, dout, dwte0)) << "dwte's order of additions";
     EXPECT_TRUE(close(gdwpe.download(), dwpe, 1e-5)) << "dwpe";
   }
 }

@@ -1,3 +1,9 @@
+#include <climits>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <stdexcept>
+
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/gpt/embedding.h"
 
@@ -25,43 +31,41 @@ __global__ void tokens_from_floats_kernel(const float* x, int32_t* tokens, size_
   }
 }
 
-// Grid: (column blocks, vocab). Each thread owns dwte[v, j] and adds the positions holding token v
-// in order: the same order, and bits, every call. The block finds those positions a chunk of
-// blockDim.x at a time (a ballot per warp, the warps' counts in order) into shared memory, then
-// every thread adds its column over them: the tokens are read once per chunk, not once per
-// position and thread. blockDim.x is a multiple of 32, at most kThreads.
-__global__ void embedding_dwte_kernel(EmbeddingShape s, const int32_t* tokens, const float* dout,
-                                      float* dwte) {
-  __shared__ int hits[cuda::kThreads];
-  __shared__ int warp_hits[cuda::kThreads / cuda::kWarp];
-  const int v = blockIdx.y;
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  const int lane = threadIdx.x % cuda::kWarp, warp = threadIdx.x / cuda::kWarp;
-  const int warps = blockDim.x / cuda::kWarp;
-  const size_t positions = static_cast<size_t>(s.batch) * s.seq;
-  float acc = 0.0f;
-  bool any = false;
-  for (size_t c0 = 0; c0 < positions; c0 += blockDim.x) {
-    const size_t pos = c0 + threadIdx.x;
-    const bool match = pos < positions && tokens[pos] == v;
-    const unsigned ballot = __ballot_sync(0xffffffffu, match);
-    if (lane == 0) warp_hits[warp] = __popc(ballot);
-    __syncthreads();
-    int before = 0, total = 0;
-    for (int w = 0; w < warps; ++w) {
-      before += w < warp ? warp_hits[w] : 0;
-      total += warp_hits[w];
-    }
-    if (match) hits[before + __popc(ballot & ((1u << lane) - 1u))] = static_cast<int>(pos - c0);
-    __syncthreads();
-    if (j < s.dim)
-      for (int k = 0; k < total; ++k) {
-        acc += dout[(c0 + hits[k]) * s.dim + j];
-        any = true;
-      }
-    __syncthreads();  // hits and warp_hits read before the next chunk rewrites them
+// The sort's input: each position's key, its token or `vocab` for a position without one
+// (tokens_from_floats' -1: it sorts last and adds nowhere), and its value, the position.
+__global__ void embedding_sort_input_kernel(const int32_t* tokens, int vocab, size_t n,
+                                            uint32_t* keys, int32_t* positions) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
+    const int32_t t = tokens[i];
+    keys[i] = t >= 0 && t < vocab ? static_cast<uint32_t>(t) : static_cast<uint32_t>(vocab);
+    positions[i] = static_cast<int32_t>(i);
   }
-  if (any && j < s.dim) dwte[static_cast<size_t>(v) * s.dim + j] += acc;
+}
+
+// Grid: (sorted positions, column blocks). The positions sorted by token, a token's in increasing
+// order (the sort is stable); the block of sorted index i works only where a token's run starts,
+// finds the run's end by binary search, and each thread adds its column over the run in order,
+// from zero, then adds that sum to dwte once: the order, and the bits, of a scan of every position
+// per token, without the scan.
+__global__ void embedding_dwte_runs_kernel(EmbeddingShape s, int n, const uint32_t* keys,
+                                           const int32_t* positions, const float* dout,
+                                           float* dwte) {
+  const int i = static_cast<int>(blockIdx.x);
+  const uint32_t v = keys[i];
+  if (v >= static_cast<uint32_t>(s.vocab) || (i > 0 && keys[i - 1] == v)) return;
+  int end = i + 1, hi = n;  // the first sorted index past the run: keys[end] > v
+  while (end < hi) {
+    const int mid = end + (hi - end) / 2;
+    if (keys[mid] == v)
+      end = mid + 1;
+    else
+      hi = mid;
+  }
+  const int j = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (j >= s.dim) return;
+  float acc = 0.0f;
+  for (int k = i; k < end; ++k) acc += dout[static_cast<size_t>(positions[k]) * s.dim + j];
+  dwte[static_cast<size_t>(v) * s.dim + j] += acc;
 }
 
 // One thread per dwpe[t, j]: the batch entries in order b.
@@ -98,11 +102,34 @@ void embedding_backward_cuda(const EmbeddingShape& s, const int32_t* tokens, con
                              float* dwte, float* dwpe, cudaStream_t stream) {
   check_embedding_shape(s, "embedding_backward_cuda");
   if (s.batch == 0) return;
-  if (dwte != nullptr) {
+  const size_t positions = static_cast<size_t>(s.batch) * s.seq;
+  if (dwte != nullptr && positions > 0) {
+    if (positions > static_cast<size_t>(INT_MAX))
+      throw std::invalid_argument("embedding_backward_cuda: more than 2^31 - 1 positions a pass");
+    const int n = static_cast<int>(positions);
+    int bits = 1;  // keys in [0, vocab]
+    while (bits < 32 && (uint64_t{1} << bits) <= static_cast<uint64_t>(s.vocab)) ++bits;
+    // One scratch: CUB's temporary storage first (kept on 256 bytes), then the keys and positions
+    // before and after the sort.
+    size_t temp = 0;
+    LS_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(
+        nullptr, temp, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+        static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n, 0, bits, stream));
+    temp = (temp + 255) / 256 * 256;
+    cuda::StreamScratch scratch(temp + 4 * positions * sizeof(int32_t), stream);
+    auto* keys_in = reinterpret_cast<uint32_t*>(scratch.as<char>() + temp);
+    uint32_t* keys = keys_in + positions;
+    auto* pos_in = reinterpret_cast<int32_t*>(keys + positions);
+    int32_t* pos = pos_in + positions;
+    embedding_sort_input_kernel<<<cuda::grid_for(positions), cuda::kThreads, 0, stream>>>(
+        tokens, s.vocab, positions, keys_in, pos_in);
+    LS_CHECK_LAUNCH("embedding_sort_input_kernel");
+    LS_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(scratch.as<void>(), temp, keys_in, keys, pos_in,
+                                                  pos, n, 0, bits, stream));
     const int threads = cuda::threads_for_row(s.dim);
-    const dim3 grid((s.dim + threads - 1) / threads, static_cast<unsigned>(s.vocab));
-    embedding_dwte_kernel<<<grid, threads, 0, stream>>>(s, tokens, dout, dwte);
-    LS_CHECK_LAUNCH("embedding_dwte_kernel");
+    const dim3 grid(static_cast<unsigned>(n), (s.dim + threads - 1) / threads);
+    embedding_dwte_runs_kernel<<<grid, threads, 0, stream>>>(s, n, keys, pos, dout, dwte);
+    LS_CHECK_LAUNCH("embedding_dwte_runs_kernel");
   }
   if (dwpe != nullptr) {
     const size_t n = static_cast<size_t>(s.seq) * s.dim;

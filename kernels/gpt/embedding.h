@@ -38,9 +38,11 @@ void embedding_backward_cpu(const EmbeddingShape& s, const int32_t* tokens, cons
                             float* dwte, float* dwpe);
 
 // CUDA twins (embedding.cu): device pointers, same contract, enqueued on `stream`. The scatter-add
-// has no atomics: each vocabulary row sums its positions in order (b, t), each position row its
-// batch entries in order b, so identical inputs give identical bits. The dwte pass reads the
-// tokens once per vocabulary row: cheap for a byte vocabulary (256), not meant for 50k tokens.
+// has no atomics: each vocabulary row sums its positions in order (b, t) from zero and adds that
+// sum to dwte once, each position row its batch entries in order b, so identical inputs give
+// identical bits. The dwte pass groups the positions by token first (CUB's stable radix sort of
+// the (token, position) pairs), so its work grows with positions x dim, not with the vocabulary
+// (GPT-2's 50,304 as cheaply as bytes' 256); its scratch is allocated in stream order.
 void embedding_forward_cuda(const EmbeddingShape& s, const int32_t* tokens, const float* wte,
                             const float* wpe, float* out, cudaStream_t stream);
 void embedding_backward_cuda(const EmbeddingShape& s, const int32_t* tokens, const float* dout,
