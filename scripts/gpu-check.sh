@@ -27,7 +27,8 @@
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
 # LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: multi-rank bf16 im2col
-# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc generate gpt-loss accuracy),
+# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt gpt-kernels llmc generate gpt-loss
+# accuracy),
 # LOCKSTEP_GPU_PEERS (which
 # peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -345,6 +346,10 @@ peer() {
 #               cuBLASLt's epilogue (LOCKSTEP_CUDA_GELU=epilogue): the bf16 runs take each variant
 #               LOCKSTEP_GPU_GPT_ATTENTION names, an attention with +gelu for the epilogue
 #               (default "flash cudnn flash+gelu cudnn+gelu")
+#   gpt-kernels where gpt:small's bf16 step goes by kind of kernel: Nsight Compute's time of each
+#               kernel of one step (ncu, where the machine has it), summed by kind by
+#               scripts/ncu-summary.py, once per variant LOCKSTEP_GPU_KERNELS_VARIANTS names (as
+#               LOCKSTEP_GPU_GPT_ATTENTION's; default "flash cudnn+gelu")
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both)
@@ -359,7 +364,7 @@ peer() {
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt llmc generate gpt-loss accuracy"
+  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt gpt-kernels llmc generate gpt-loss accuracy"
   for part in ${LOCKSTEP_GPU_PARTS:-$all}; do
     if [[ " $all " == *" $part "* ]]; then "long_${part/-/_}"; else record "part $part" failed "unknown part ($all)"; fi
   done
@@ -503,6 +508,36 @@ $(refusals "$log")"
         "$(grep -aoE 'tokens_per_second=[0-9.]+' "$log") $(grep -aoE 'peak_memory_mb=[0-9]+' "$log") $(grep -aoE 'torch=[^ ]+' "$log")"
       cat "$log"
     done
+  done
+}
+# Where gpt:small's bf16 step goes by kind of kernel: ncu times each kernel of one step alone
+# (an eager step: the kernels a captured one replays), the peak's product cut to 64^3, and
+# scripts/ncu-summary.py sums them by kind (from ncu's log file, or, where that version printed its
+# table among the program's output, from the step's log).
+long_gpt_kernels() {
+  local ncu variant log csv rc
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
+    head -1)
+  if [[ -z $ncu ]]; then
+    record "ncu gpt:small kernels" absent "no ncu (Nsight Compute) on PATH or under /usr/local/cuda"
+    return
+  fi
+  for variant in ${LOCKSTEP_GPU_KERNELS_VARIANTS:-flash cudnn+gelu}; do
+    log="$logs/ncu_gpt_small_bf16$(variant_suffix "$variant").log"
+    csv="$logs/ncu_gpt_small_bf16$(variant_suffix "$variant").csv"
+    step "$step_timeout" "$log" env $(variant_env "$variant") "$ncu" \
+      --metrics gpu__time_duration.sum --csv --print-units base --log-file "$csv" \
+      "$bench" train --device cuda --precision bf16 --model gpt:small --global-batch 8 \
+      --optimizer adamw --weight-decay 0.1 --clip-norm 1 --steps 1 --warmup 0 --peak-size 64
+    rc=$?
+    { LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
+        python3 "$root/scripts/ncu-summary.py" "$csv" 2>/dev/null ||
+        LD_LIBRARY_PATH=${LOCKSTEP_SYSTEM_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} \
+          python3 "$root/scripts/ncu-summary.py" "$log"; } >"$log.summary" 2>&1 || rc=1
+    cat "$log.summary" >>"$log"
+    gpu_step "ncu gpt:small bf16$(variant_label "$variant"), one step's kernels" $rc "$log" \
+      "$(grep -m1 'kernel launches' "$log.summary")"
+    cat "$log"
   done
 }
 # GPT-2 124M's own shape (vocabulary 50,304) in bf16, 8 x 1,024 tokens a step, AdamW, random token
