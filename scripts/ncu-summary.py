@@ -7,7 +7,7 @@
 
 Reads the rows of metric gpu__time_duration.sum in Nsight Compute's CSV (one per kernel launch;
 any other line in the file, such as the program's own output, is skipped), sorts the kernels by
-name into kinds (attention, GEMMs, column sums, GELU, layer norm, residual, embedding, loss,
+name into kinds (attention, GEMMs, column sums, bias, GELU, layer norm, residual, embedding, loss,
 optimizer, casts, other) and prints each kind's milliseconds per step (the total over --steps,
 default 1: the steps the run made, warm-up included, so that its few set-up kernels count as a
 small error) with its share, then the K kernels (default 12) that took the most time. ncu times
@@ -23,18 +23,21 @@ import sys
 
 METRIC = "gpu__time_duration.sum"
 # (kind, pattern on the lower-case kernel name): the first that matches. The layer norm before the
-# optimizer (whose global norm is also a "norm"); cuDNN's fused attention kernels carry "sdpa" or
-# "fmha"; CUB's radix sort is the embedding backward's grouping of positions by token.
+# optimizer (whose global norm's kernels are column-pass-like too); cuDNN's fused attention kernels
+# carry "sdpa" or "fmha"; CUB's radix sort is the embedding backward's grouping of positions by
+# token; the optimizer's kinds include the gradients' division by the ranks.
 KINDS = [
-    ("attention", r"attention|flash|sdpa|fmha"),
+    ("attention", r"attention|flash|sdpa|fmha|softmax|heads_kernel|row_dots"),
     ("layer norm", r"layernorm|layer_norm"),
+    ("optimizer", r"adam|sgd|momentum|update_kernel|norm_finish|square_partials|sum_of_squares|"
+                  r"clip|scale_kernel|sqrt_kernel|divide"),
     ("column sums", r"column_sums|partials_kernel|finish_kernel"),
+    ("bias", r"fill_rows|add_rows|bias_epilogue"),
     ("GELU", r"gelu"),
     ("residual", r"residual"),
     ("embedding", r"embedding|radixsort|tokens_from_floats"),
     ("loss", r"xent|cross_entropy|row_stats|mse_rows"),
-    ("optimizer", r"adam|sgd|momentum|global_norm|sum_of_squares|clip|optimizer|guard"),
-    ("casts", r"cast|bf16_to|to_bf16|f32_to"),
+    ("casts", r"cast|bf16_to|to_bf16|f32_to|f32x4_to"),
     ("GEMMs", r"gemm|xmma|cutlass|nvjet|sm90_|sm80_|cublas|splitk|hmma|matmul"),
 ]
 TO_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
