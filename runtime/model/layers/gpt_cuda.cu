@@ -204,7 +204,7 @@ class CudaGptOps {
   void dense_gelu_to_dense(int slot, int next, const kernels::DenseShape& s, const float* x,
                            const float* w, const float* b, float* h, float* g, float* scratch) {
     const size_t n = static_cast<size_t>(s.batch) * s.out;
-    if (!gelu_epilogue_ || slot != kFc || b == nullptr) {
+    if (!keeps_pre16(slot, b != nullptr)) {
       dense_forward(slot, s, x, w, b, h);
       gelu_to_dense(next, h, g, n);
       return;
@@ -240,29 +240,32 @@ class CudaGptOps {
                            const float* x, const float* w, float* dx, float* dw, float* db,
                            float* scratch) {
     const size_t rows = static_cast<size_t>(s.batch);
-    if (gelu_epilogue_ && slot == kFc) {
-      if (db == nullptr) throw Error("gpt: the GELU epilogue's product has no bias");
-      const size_t i = static_cast<size_t>(slot);
-      auto* dy16 = reinterpret_cast<uint16_t*>(scratch);
-      kernels::gelu_backward_bf16_column_sums_cuda(reinterpret_cast<const uint16_t*>(h), dg, rows,
-                                                   s.out, dy16, db, stream_);
-      kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), nullptr, dx, dw, nullptr,
-                                        dy16, stream_);
-      return;
-    }
-    if (!bf16_ || db == nullptr) {
+    const bool pre16 = keeps_pre16(slot, db != nullptr);
+    if (!pre16 && (!bf16_ || db == nullptr)) {
       kernels::gelu_backward_cuda(h, dg, dg, rows * s.out, stream_);
       dense_backward(slot, s, x, w, dg, dx, dw, db, scratch);
       return;
     }
     const size_t i = static_cast<size_t>(slot);
     auto* dy16 = reinterpret_cast<uint16_t*>(scratch);
-    kernels::gelu_backward_bf16_column_sums_cuda(h, dg, rows, s.out, dy16, db, stream_);
+    if (pre16)
+      kernels::gelu_backward_bf16_column_sums_cuda(reinterpret_cast<const uint16_t*>(h), dg, rows,
+                                                   s.out, dy16, db, stream_);
+    else
+      kernels::gelu_backward_bf16_column_sums_cuda(h, dg, rows, s.out, dy16, db, stream_);
     kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), nullptr, dx, dw, nullptr,
                                       dy16, stream_);
   }
 
  private:
+  // Whether dense slot's GELU rides in its product's epilogue, so that the pre-activation the block
+  // keeps is in bf16: the forward and backward passes ask alike. The epilogue needs the product's
+  // bias (a GPT block's fc has one).
+  bool keeps_pre16(int slot, bool has_bias) const {
+    if (!gelu_epilogue_ || slot != kFc) return false;
+    if (!has_bias) throw Error("gpt: the GELU epilogue's product has no bias");
+    return true;
+  }
   // Where a bf16 run's kernel writes dense slot's input (null in fp32 runs).
   uint16_t* stage(int slot) {
     if (!bf16_) return nullptr;
