@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/gemm.h"
+#include "kernels/parallel.h"
 
 namespace lockstep::kernels {
 
@@ -16,6 +17,35 @@ void check_dense_shape(const DenseShape& s, const char* who) {
 namespace {
 
 using Gemm = void (*)(const GemmShape&, const float*, const float*, float*);
+
+constexpr int kBiasColumns = 64;  // the bias gradient's block: four cache lines of each row
+
+// db[j] += dy[i][j] for every row i in order, column blocks [b0, b1) of kBiasColumns: each
+// column's sum starts from db[j] and adds the rows one by one, so the bits are those of a plain
+// row-by-row loop at any thread count, while a block's sums stay in vector registers.
+template <int kWidth>
+LS_ALWAYS_INLINE void bias_block(const DenseShape& s, int j0, int width, const float* dy,
+                                 float* db) {
+  const int n = kWidth > 0 ? kWidth : width;
+  float acc[kBiasColumns];
+  for (int l = 0; l < n; ++l) acc[l] = db[j0 + l];
+  for (int i = 0; i < s.batch; ++i) {
+    const float* row = dy + static_cast<size_t>(i) * s.out + j0;
+    for (int l = 0; l < n; ++l) acc[l] += row[l];
+  }
+  for (int l = 0; l < n; ++l) db[j0 + l] = acc[l];
+}
+
+LS_VECTOR_CLONES void bias_gradient(const DenseShape& s, const float* dy, float* db, size_t b0,
+                                    size_t b1) {
+  for (size_t b = b0; b < b1; ++b) {
+    const int j0 = static_cast<int>(b) * kBiasColumns, width = std::min(kBiasColumns, s.out - j0);
+    if (width == kBiasColumns)
+      bias_block<kBiasColumns>(s, j0, width, dy, db);
+    else
+      bias_block<0>(s, j0, width, dy, db);
+  }
+}
 
 // Both twins are these three products; only the GEMM differs (OpenBLAS or oneDNN).
 void forward(Gemm gemm, const DenseShape& s, const float* x, const float* w, const float* b,
@@ -38,10 +68,8 @@ void backward(Gemm gemm, const DenseShape& s, const float* x, const float* w, co
   if (dw != nullptr)  // dw[in, out] += x[batch, in]^T . dy[batch, out]
     gemm({.m = s.in, .n = s.out, .k = s.batch, .trans_a = true, .beta = 1.0f}, x, dy, dw);
   if (db != nullptr) {
-    for (int i = 0; i < s.batch; ++i) {
-      const float* row = dy + static_cast<size_t>(i) * s.out;
-      for (int j = 0; j < s.out; ++j) db[j] += row[j];
-    }
+    const size_t blocks = static_cast<size_t>(s.out + kBiasColumns - 1) / kBiasColumns;
+    parallel_chunks(blocks, 1, [&](size_t b0, size_t b1) { bias_gradient(s, dy, db, b0, b1); });
   }
 }
 

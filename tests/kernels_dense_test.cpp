@@ -9,6 +9,7 @@
 
 #include "kernel_reference.h"
 #include "kernels/dense.h"
+#include "kernels/onednn/onednn.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -22,10 +23,9 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"scalar", {1, 1, 1}},
-    {"odd", {5, 7, 3}},
-    {"wide", {3, 17, 33}},
-    {"cnn_head", {64, 3136, 10}},
+    {"scalar", {1, 1, 1}},        {"odd", {5, 7, 3}},       {"wide", {3, 17, 33}},
+    {"cnn_head", {64, 3136, 10}}, {"blocks", {37, 9, 150}},  // the bias gradient's column blocks:
+                                                             // two full ones and a part
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -107,6 +107,29 @@ TEST_P(DenseCase, BackwardMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DenseCase, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The bias gradient adds each row to db in row order whatever the column blocks and threads: the
+// bits of a plain float loop, at one thread and at two, beside either kernel's products.
+TEST(Dense, BiasGradientAddsRowsInOrderAtAnyThreadCount) {
+  const DenseShape s{301, 5, 150};
+  const auto x = random_floats(size_t(s.batch) * s.in, 31),
+             w = random_floats(size_t(s.in) * s.out, 32);
+  const auto dy = random_floats(size_t(s.batch) * s.out, 33), db0 = random_floats(s.out, 34);
+  std::vector<float> expected = db0;
+  for (int i = 0; i < s.batch; ++i)
+    for (int j = 0; j < s.out; ++j) expected[j] += dy[size_t(i) * s.out + j];
+  for (int threads : {1, 2}) {
+    onednn_set_threads(threads);
+    std::vector<float> dw(w.size(), 0.0f), db = db0;
+    dense_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, dw.data(), db.data());
+    EXPECT_EQ(db, expected) << "OpenBLAS kernel, " << threads << " thread(s)";
+    if (!onednn_built()) continue;
+    db = db0;
+    dense_backward_onednn(s, x.data(), w.data(), dy.data(), nullptr, dw.data(), db.data());
+    EXPECT_EQ(db, expected) << "oneDNN kernel, " << threads << " thread(s)";
+  }
+  onednn_set_threads(1);
+}
 
 TEST(Dense, RejectsBadShapes) {
   EXPECT_THROW(dense_forward_cpu({2, 0, 3}, nullptr, nullptr, nullptr, nullptr),
