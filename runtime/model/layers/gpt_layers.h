@@ -208,15 +208,19 @@ class BlockLayer : public Layer {
   // The regions a block recomputed whole keeps at the front of the workspace, in this one order:
   // their total floats, and with `k`, each pointed into `ws` (a region the Ops do not keep,
   // count 0 - bf16 twins' fp32 dense inputs - is null, as the block's own empty buffers are).
+  // Each region starts a multiple of 256 bytes from the workspace (cudaMalloc aligns it so), as
+  // the buffers it stands in for do: a kernel that picks its algorithm by its operands' alignment
+  // (cuBLASLt's epilogues, gemm.h) picks the same one for kept and recomputed blocks.
   size_t carve(int batch, float* ws, Kept* k) const {
     const size_t n = rows(batch), nd = n * static_cast<size_t>(d_);
     const KeptSizes s = kept_sizes(batch);
     Kept sizes_only{};
     Kept& d = k != nullptr ? *k : sizes_only;
+    constexpr size_t kAlignFloats = 64;
     size_t at = 0;
     auto take = [&](float*& region, size_t count) {
       if (k != nullptr) region = count == 0 ? nullptr : ws + at;
-      at += count;
+      at += (count + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
     };
     take(d.ln1, s.ln), take(d.ln2, s.ln);
     for (int j = 0; j < 2; ++j) take(d.mean[j], n), take(d.rstd[j], n);
