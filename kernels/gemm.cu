@@ -57,6 +57,16 @@ void gemm_bf16_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, fl
                                CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+void gemm_bf16_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, uint16_t* c16,
+                        cudaStream_t stream) {
+  const ColumnMajorCall call = prepare(s, "gemm_bf16_out_cuda");
+  if (s.beta != 0.0f) throw std::invalid_argument("gemm_bf16_out_cuda: beta must be 0");
+  if (s.m == 0 || s.n == 0) return;
+  LS_CHECK_CUBLAS(cublasGemmEx(cublas_handle(stream), call.op_b, call.op_a, s.n, s.m, s.k, &s.alpha,
+                               b, CUDA_R_16BF, call.ld_b, a, CUDA_R_16BF, call.ld_a, &s.beta, c16,
+                               CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 namespace {
 
 constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // what cuBLAS asks for on Hopper

@@ -30,6 +30,10 @@ void gemm_cuda(const GemmShape& s, const float* a, const float* b, float* c, cud
 // Mixed precision: A and B in bf16 (raw 16-bit words, see cast.h), C and the accumulation in fp32.
 void gemm_bf16_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, float* c,
                     cudaStream_t stream);
+// The same with C written in bf16 (each fp32 sum rounded to nearest even by cuBLAS): a bf16 run's
+// tied-head logits. beta must be 0 (std::invalid_argument otherwise).
+void gemm_bf16_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, uint16_t* c16,
+                        cudaStream_t stream);
 // The same with a bias row added to every row of C in the GEMM's epilogue (cuBLASLt's
 // CUBLASLT_EPILOGUE_BIAS): C = alpha op(A) op(B) + beta C_in + bias, bias of n floats, C_in = c_in
 // where given (a residual stream to add: it must not overlap c) and C otherwise; one write of C

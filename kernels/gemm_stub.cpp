@@ -10,6 +10,10 @@ void gemm_cuda(const GemmShape&, const float*, const float*, float*, cudaStream_
 void gemm_bf16_cuda(const GemmShape&, const uint16_t*, const uint16_t*, float*, cudaStream_t) {
   cuda_not_built("gemm_bf16_cuda");
 }
+void gemm_bf16_out_cuda(const GemmShape&, const uint16_t*, const uint16_t*, uint16_t*,
+                        cudaStream_t) {
+  cuda_not_built("gemm_bf16_out_cuda");
+}
 void gemm_bf16_bias_cuda(const GemmShape&, const uint16_t*, const uint16_t*, const float*, float*,
                          cudaStream_t, const float*) {
   cuda_not_built("gemm_bf16_bias_cuda");

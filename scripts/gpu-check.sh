@@ -352,7 +352,9 @@ peer() {
 #               LOCKSTEP_GPU_GPT_ATTENTION's; default "flash cudnn+gelu")
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
-#               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both)
+#               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both);
+#               Lockstep once per variant LOCKSTEP_GPU_LLMC_VARIANTS names (default part gpt's and
+#               flash+gelu+logits cudnn+gelu+logits: +logits, the tied head's logits in bf16)
 #   generate    lockstep-generate through the key/value cache on the GPU: gpt:small trained 30 steps
 #               (bf16) on this repository's Markdown as bytes, then 512 greedy bytes on the GPU
 #               (bytes/s) and 64 on the CPU from the same checkpoint, whose first 64 must agree
@@ -435,25 +437,29 @@ long_peers() {
   done
 }
 # The GPT runs' variants: those LOCKSTEP_GPU_GPT_ATTENTION names, each an attention
-# (LOCKSTEP_CUDA_ATTENTION) with +gelu for the GELU in cuBLASLt's epilogue (LOCKSTEP_CUDA_GELU);
+# (LOCKSTEP_CUDA_ATTENTION) with +gelu for the GELU in cuBLASLt's epilogue (LOCKSTEP_CUDA_GELU)
+# and +logits for the tied head's logits in bf16 (LOCKSTEP_CUDA_LOGITS), e.g. cudnn+gelu+logits;
 # the environment a variant runs with, what it adds to its log's name and its label; whether cuDNN
 # or cuBLASLt refused (the flash kernels, or a GELU pass, then ran).
 gpt_variants() { echo "${LOCKSTEP_GPU_GPT_ATTENTION-flash cudnn flash+gelu cudnn+gelu}"; }
 variant_env() {
-  local gelu=kernel
-  [[ $1 == *+gelu ]] && gelu=epilogue
-  echo "LOCKSTEP_CUDA_ATTENTION=${1%%+*} LOCKSTEP_CUDA_GELU=$gelu"
+  local gelu=kernel logits=fp32
+  [[ $1 == *+gelu* ]] && gelu=epilogue
+  [[ $1 == *+logits* ]] && logits=bf16
+  echo "LOCKSTEP_CUDA_ATTENTION=${1%%+*} LOCKSTEP_CUDA_GELU=$gelu LOCKSTEP_CUDA_LOGITS=$logits"
 }
 variant_suffix() {
   local s=""
   [[ ${1%%+*} == cudnn ]] && s=_cudnn
-  [[ $1 == *+gelu ]] && s+=_gelu_epilogue
+  [[ $1 == *+gelu* ]] && s+=_gelu_epilogue
+  [[ $1 == *+logits* ]] && s+=_logits16
   echo "$s"
 }
 variant_label() {
   local s=""
   [[ ${1%%+*} == cudnn ]] && s=" cuDNN attention"
-  [[ $1 == *+gelu ]] && s+=" GELU epilogue"
+  [[ $1 == *+gelu* ]] && s+=" GELU epilogue"
+  [[ $1 == *+logits* ]] && s+=" bf16 logits"
   echo "$s"
 }
 refusals() {
@@ -547,11 +553,12 @@ long_gpt_kernels() {
 # NVML), its -e d12 random initialisation on a token file in its format
 # (scripts/reference/llmc_tokens.py), and PyTorch on the same shape. llm.c's step time is the
 # median of its printed per-step milliseconds after 5 steps. Lockstep runs once per variant in
-# LOCKSTEP_GPU_GPT_ATTENTION (default "flash cudnn flash+gelu cudnn+gelu", as part gpt).
+# LOCKSTEP_GPU_LLMC_VARIANTS (default part gpt's, then flash+gelu+logits and cudnn+gelu+logits:
+# bf16 logits matter at this vocabulary).
 long_llmc() {
   local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms
   local lockstep_model="gpt:small,vocab=50304" variant
-  for variant in $(gpt_variants); do
+  for variant in ${LOCKSTEP_GPU_LLMC_VARIANTS-$(gpt_variants) flash+gelu+logits cudnn+gelu+logits}; do
     log="$logs/bench_gpt2_124m_bf16$(variant_suffix "$variant").log"
     step "$step_timeout" "$log" env $(variant_env "$variant") "$bench" train --device cuda \
       --precision bf16 --model "$lockstep_model" --global-batch 8 --optimizer adamw \

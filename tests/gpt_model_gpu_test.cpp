@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "kernels/cast.h"
 #include "kernels/cuda/memory.h"
 #include "kernels/gpt/attention_cudnn.h"
 #include "kernels/step/loss.h"
@@ -36,7 +37,8 @@ struct Pass {
 // One forward and backward pass of the mean per-token loss on `where`.
 Pass run(DeviceKind where, Precision precision, const std::vector<float>& x,
          const std::vector<int32_t>& y, Recompute recompute = Recompute::none,
-         AttentionKnob attention = AttentionKnob::flash, GeluKnob gelu = GeluKnob::kernel) {
+         AttentionKnob attention = AttentionKnob::flash, GeluKnob gelu = GeluKnob::kernel,
+         LogitsKnob logits = LogitsKnob::f32) {
   ModelPlacement place;
   place.device = where;
   place.precision = precision;
@@ -44,6 +46,7 @@ Pass run(DeviceKind where, Precision precision, const std::vector<float>& x,
   place.recompute = recompute;
   place.knobs.cuda_attention = attention;
   place.knobs.cuda_gelu = gelu;
+  place.knobs.cuda_logits = logits;
   Model m(parse_model_spec(kSpec), {kSeq}, kVocab, kBatch, place, kSeq);
   m.init_params(3);
   m.zero_grads();
@@ -65,11 +68,28 @@ Pass run(DeviceKind where, Precision precision, const std::vector<float>& x,
   Buffer<int32_t> dy(DeviceKind::cuda, y.size());
   dx.write(x.data(), 0, x.size());
   dy.write(y.data(), 0, y.size());
-  const float* out = m.forward(dx.data(), kBatch);
-  p.loss = kernels::softmax_cross_entropy_cuda(out, dy.data(), nullptr, rows, kVocab, 1.0f / rows,
-                                               m.output_grad(), m.stream())
-               .loss_sum;
-  kernels::cuda_copy_to_host(p.logits.data(), out, p.logits.size() * sizeof(float));
+  // As the trainer asks: bf16 logits where the knob and the precision give them.
+  const float* out = m.forward(dx.data(), kBatch, /*bf16_ok=*/true);
+  EXPECT_EQ(m.output_bf16(), logits == LogitsKnob::bf16 && precision == Precision::bf16);
+  if (m.output_bf16()) {
+    const size_t n = p.logits.size();
+    Buffer<kernels::LossTotals> sums(DeviceKind::cuda, 1);
+    kernels::cuda_zero(sums.data(), sizeof(kernels::LossTotals), m.stream());
+    kernels::softmax_cross_entropy_bf16_sums_cuda(
+        reinterpret_cast<const uint16_t*>(out), dy.data(), nullptr, rows, kVocab, 1.0f / rows,
+        reinterpret_cast<uint16_t*>(m.output_grad()), sums.data(), m.stream());
+    kernels::LossTotals t;
+    kernels::cuda_copy_to_host(&t, sums.data(), sizeof t);
+    p.loss = t.loss_sum;
+    std::vector<uint16_t> words(n);
+    kernels::cuda_copy_to_host(words.data(), out, n * sizeof(uint16_t));
+    kernels::cast_bf16_to_f32_cpu(words.data(), p.logits.data(), n);
+  } else {
+    p.loss = kernels::softmax_cross_entropy_cuda(out, dy.data(), nullptr, rows, kVocab, 1.0f / rows,
+                                                 m.output_grad(), m.stream())
+                 .loss_sum;
+    kernels::cuda_copy_to_host(p.logits.data(), out, p.logits.size() * sizeof(float));
+  }
   m.backward(kBatch);
   kernels::cuda_copy_to_host(p.grads.data(), m.grads(), p.grads.size() * sizeof(float));
   return p;
@@ -87,14 +107,15 @@ double relative(const std::vector<float>& a, const std::vector<float>& b, size_t
 }
 
 void compare(Precision precision, double logits_tol, double grads_tol,
-             AttentionKnob attention = AttentionKnob::flash, GeluKnob gelu = GeluKnob::kernel) {
+             AttentionKnob attention = AttentionKnob::flash, GeluKnob gelu = GeluKnob::kernel,
+             LogitsKnob logits = LogitsKnob::f32) {
   std::mt19937_64 gen(11);
   std::vector<float> x(static_cast<size_t>(kBatch) * kSeq);
   std::vector<int32_t> y(x.size());
   for (float& t : x) t = static_cast<float>(gen() % kVocab);
   for (int32_t& t : y) t = static_cast<int32_t>(gen() % kVocab);
   const Pass cpu = run(DeviceKind::cpu, Precision::fp32, x, y);
-  const Pass gpu = run(DeviceKind::cuda, precision, x, y, Recompute::none, attention, gelu);
+  const Pass gpu = run(DeviceKind::cuda, precision, x, y, Recompute::none, attention, gelu, logits);
   EXPECT_NEAR(gpu.loss, cpu.loss, logits_tol * std::abs(cpu.loss));
   EXPECT_LT(relative(gpu.logits, cpu.logits, 0, cpu.logits.size()), logits_tol);
   Model shape(parse_model_spec(kSpec), {kSeq}, kVocab, 1, {}, kSeq);
@@ -186,6 +207,14 @@ TEST_F(GptOnGpu, Bf16WithGeluEpilogueStaysNearTheCpuLayers) {
                          AttentionKnob::flash, GeluKnob::epilogue);
   EXPECT_EQ(again.logits, kept.logits);
   EXPECT_EQ(again.grads, kept.grads);
+}
+
+// LOCKSTEP_CUDA_LOGITS=bf16: the tied head writes its logits in bf16 and takes their gradient so
+// (the trainer's loss_bf16), to the same standard; an fp32 run with the knob keeps fp32 logits
+// (run() asserts which it got) and its exact gradients.
+TEST_F(GptOnGpu, Bf16LogitsStayNearTheCpuLayers) {
+  compare(Precision::bf16, 3e-2, 8e-2, AttentionKnob::flash, GeluKnob::kernel, LogitsKnob::bf16);
+  compare(Precision::fp32, 1e-5, 1e-4, AttentionKnob::flash, GeluKnob::kernel, LogitsKnob::bf16);
 }
 
 // LOCKSTEP_CUDA_ATTENTION=cudnn: the blocks' attention through cuDNN's fused attention, to the same

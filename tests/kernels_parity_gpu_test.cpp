@@ -470,6 +470,98 @@ TEST_F(GpuParity, SoftmaxCrossEntropyLossAccuracyAndGradient) {
   }
 }
 
+// bf16 logits (a bf16 run's tied head, LOCKSTEP_CUDA_LOGITS=bf16): the kernel widens each word and
+// then computes as the fp32 kernel does, so on the widened logits the two give the same totals bit
+// for bit and each dlogits word is the fp32 gradient rounded to bf16 (the CPU cast's bits); GPT-2's
+// 50,304 classes among the shapes; padding rows and a bad label as in the fp32 kernel.
+TEST_F(GpuParity, SoftmaxCrossEntropyOnBf16LogitsIsTheFp32KernelOnTheirWidening) {
+  struct Case {
+    int batch, classes;
+  };
+  for (const Case c : {Case{7, 10}, Case{33, 1000}, Case{6, 50304}}) {
+    SCOPED_TRACE(testing::Message() << "batch=" << c.batch << " classes=" << c.classes);
+    const size_t n = size_t(c.batch) * c.classes;
+    const Floats raw = random_floats(n, rng_, -8.0f, 8.0f);
+    std::vector<uint16_t> words(n);
+    lk::cast_f32_to_bf16_cpu(raw.data(), words.data(), n);
+    Floats widened(n);
+    lk::cast_bf16_to_f32_cpu(words.data(), widened.data(), n);
+    std::vector<int32_t> labels(c.batch);
+    std::uniform_int_distribution<int32_t> pick(0, c.classes - 1);
+    for (auto& l : labels) l = pick(rng_);
+    labels[1] = c.classes;  // out of range: no loss, a zero gradient, counted
+    Floats weights(c.batch, 1.0f);
+    weights.back() = 0.0f;  // padding
+    weights[0] = 0.5f;
+    const float scale = 1.0f / c.batch;
+    DeviceArray<float> g32(widened), gw(weights), gd32(n);
+    DeviceArray<uint16_t> g16(words), gd16(std::vector<uint16_t>(n, 0x7fc0));
+    DeviceArray<int32_t> glab(labels);
+    DeviceArray<lk::LossTotals> sums(2);
+    lk::cuda_zero(sums.get(), 2 * sizeof(lk::LossTotals), stream_);
+    lk::softmax_cross_entropy_sums_cuda(g32.get(), glab.get(), gw.get(), c.batch, c.classes, scale,
+                                        gd32.get(), sums.get(), stream_);
+    lk::softmax_cross_entropy_bf16_sums_cuda(g16.get(), glab.get(), gw.get(), c.batch, c.classes,
+                                             scale, gd16.get(), sums.get() + 1, stream_);
+    sync();
+    const std::vector<lk::LossTotals> t = sums.download();
+    EXPECT_EQ(t[1].loss_sum, t[0].loss_sum);
+    EXPECT_EQ(t[1].correct, t[0].correct);
+    EXPECT_EQ(t[1].invalid_labels, 1.0);
+    EXPECT_EQ(t[0].invalid_labels, 1.0);
+    const Floats d32 = gd32.download();
+    std::vector<uint16_t> want(n);
+    lk::cast_f32_to_bf16_cpu(d32.data(), want.data(), n);
+    const std::vector<uint16_t> got = gd16.download();
+    size_t differ = 0;
+    for (size_t i = 0; i < n; ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0u) << "dlogits words that are not the fp32 gradient's bf16 rounding";
+    for (int j = 0; j < c.classes; ++j) {
+      ASSERT_EQ(got[size_t(1) * c.classes + j], 0u) << "the bad label's row";
+      ASSERT_EQ(got[size_t(c.batch - 1) * c.classes + j], 0u) << "the padding row";
+    }
+  }
+}
+
+// The bf16-output product (the tied head's logits in bf16) against the fp32-output one on the same
+// operands: each word within one bf16 rounding of the fp32 sum (the two may add in another order,
+// 1e-3 of the row's scale as Bf16GemmAccumulatesInFp32 allows); beta other than 0 refused.
+TEST_F(GpuParity, Bf16GemmWithBf16OutputRoundsTheFp32Sums) {
+  const lk::GemmShape shapes[] = {
+      {.m = 16, .n = 16, .k = 16},
+      {.m = 96, .n = 50304 / 16, .k = 64, .trans_b = true},
+      {.m = 33, .n = 70, .k = 257, .trans_a = true},
+  };
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
+    const Floats a = random_floats(size_t(s.m) * s.k, rng_);
+    const Floats b = random_floats(size_t(s.k) * s.n, rng_);
+    std::vector<uint16_t> a16(a.size()), b16(b.size());
+    lk::cast_f32_to_bf16_cpu(a.data(), a16.data(), a.size());
+    lk::cast_f32_to_bf16_cpu(b.data(), b16.data(), b.size());
+    DeviceArray<uint16_t> da(a16), db(b16), dc16(size_t(s.m) * s.n);
+    DeviceArray<float> dc(size_t(s.m) * s.n);
+    lk::gemm_bf16_cuda(s, da.get(), db.get(), dc.get(), stream_);
+    lk::gemm_bf16_out_cuda(s, da.get(), db.get(), dc16.get(), stream_);
+    sync();
+    const Floats want = dc.download();
+    const std::vector<uint16_t> words = dc16.download();
+    Floats got(words.size());
+    lk::cast_bf16_to_f32_cpu(words.data(), got.data(), words.size());
+    double scale = 0;
+    for (float v : want) scale = std::max(scale, double(std::fabs(v)));
+    size_t off = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      off += std::fabs(double(got[i]) - want[i]) >
+             std::ldexp(std::fabs(double(want[i])), -8) + 1e-3 * scale;
+    EXPECT_EQ(off, 0u) << "words farther than one bf16 rounding from the fp32 product";
+  }
+  DeviceArray<uint16_t> x(std::vector<uint16_t>(4, 0));
+  EXPECT_THROW(lk::gemm_bf16_out_cuda({.m = 2, .n = 2, .k = 2, .beta = 1.0f}, x.get(), x.get(),
+                                      x.get(), stream_),
+               std::invalid_argument);
+}
+
 TEST_F(GpuParity, LossTotalsAccumulateOnTheDeviceAndCountBadLabels) {
   const int batch = 16, classes = 10;
   const Floats logits = random_floats(batch * classes, rng_, -4.0f, 4.0f);

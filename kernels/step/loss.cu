@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/step/loss.h"
 
@@ -49,13 +50,20 @@ __device__ Best block_best(Best v) {
   return total;
 }
 
-__global__ void xent_rows_kernel(const float* __restrict__ logits,
-                                 const int32_t* __restrict__ labels,
+// Logits and their gradient in fp32, or in bf16 words: a bf16 row is widened (exactly) as it is
+// read and its gradient rounded as it is written, the arithmetic in between the fp32 kernel's.
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(uint16_t w) { return cuda::from_bf16(w); }
+__device__ __forceinline__ void put(float* d, int j, float g) { d[j] = g; }
+__device__ __forceinline__ void put(uint16_t* d, int j, float g) { d[j] = cuda::to_bf16(g); }
+
+template <class T>
+__global__ void xent_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels,
                                  const float* __restrict__ weights, int classes, float scale,
-                                 float* __restrict__ dlogits, double* __restrict__ stats) {
+                                 T* __restrict__ dlogits, double* __restrict__ stats) {
   const size_t row = blockIdx.x;
-  const float* l = logits + row * classes;
-  float* d = dlogits != nullptr ? dlogits + row * classes : nullptr;
+  const T* l = logits + row * classes;
+  T* d = dlogits != nullptr ? dlogits + row * classes : nullptr;
   double* out = stats + row * kStats;
   const int label = labels[row];
   const float wt = weights != nullptr ? weights[row] : 1.0f;
@@ -64,7 +72,7 @@ __global__ void xent_rows_kernel(const float* __restrict__ logits,
   // by 0. The whole block takes this branch together, before any barrier.
   if (invalid || wt == 0.0f) {
     if (d != nullptr)
-      for (int j = threadIdx.x; j < classes; j += blockDim.x) d[j] = 0.0f;
+      for (int j = threadIdx.x; j < classes; j += blockDim.x) put(d, j, 0.0f);
     if (threadIdx.x == 0) {
       out[0] = 0.0;
       out[1] = 0.0;
@@ -73,22 +81,22 @@ __global__ void xent_rows_kernel(const float* __restrict__ logits,
     return;
   }
   Best mine{-INFINITY, INT_MAX};
-  for (int j = threadIdx.x; j < classes; j += blockDim.x) mine = better(mine, {l[j], j});
+  for (int j = threadIdx.x; j < classes; j += blockDim.x) mine = better(mine, {widen(l[j]), j});
   const Best best = block_best(mine);
   const float top = best.value;
   double part = 0.0;
-  for (int j = threadIdx.x; j < classes; j += blockDim.x) part += expf(l[j] - top);
+  for (int j = threadIdx.x; j < classes; j += blockDim.x) part += expf(widen(l[j]) - top);
   const double sum = cuda::block_sum(part);
   if (d != nullptr) {
     const float c = static_cast<float>(static_cast<double>(scale * wt) / sum);
     for (int j = threadIdx.x; j < classes; j += blockDim.x) {
-      float g = expf(l[j] - top) * c;
+      float g = expf(widen(l[j]) - top) * c;
       if (j == label) g -= scale * wt;
-      d[j] = g;
+      put(d, j, g);
     }
   }
   if (threadIdx.x == 0) {
-    const double loss = log(sum) - (static_cast<double>(l[label]) - top);
+    const double loss = log(sum) - (static_cast<double>(widen(l[label])) - top);
     out[0] = wt * loss;
     out[1] = best.index == label ? wt : 0.0;
     out[2] = 0.0;
@@ -159,18 +167,33 @@ LossTotals sums_on_host(cudaStream_t stream, Enqueue enqueue) {
   return host;
 }
 
+template <class T>
+void xent_sums(const T* logits, const int32_t* labels, const float* weights, int batch, int classes,
+               float scale, T* dlogits, LossTotals* sums, cudaStream_t stream, const char* who) {
+  check_sizes(batch, classes, who);
+  if (batch == 0) return;
+  cuda::StreamScratch stats(size_t(batch) * kStats * sizeof(double), stream);
+  xent_rows_kernel<T><<<batch, cuda::threads_for_row(classes), 0, stream>>>(
+      logits, labels, weights, classes, scale, dlogits, stats.as<double>());
+  LS_CHECK_LAUNCH("xent_rows_kernel");
+  add_row_stats(stats.as<double>(), batch, sums, stream);
+}
+
 }  // namespace
 
 void softmax_cross_entropy_sums_cuda(const float* logits, const int32_t* labels,
                                      const float* weights, int batch, int classes, float scale,
                                      float* dlogits, LossTotals* sums, cudaStream_t stream) {
-  check_sizes(batch, classes, "softmax_cross_entropy_sums_cuda");
-  if (batch == 0) return;
-  cuda::StreamScratch stats(size_t(batch) * kStats * sizeof(double), stream);
-  xent_rows_kernel<<<batch, cuda::threads_for_row(classes), 0, stream>>>(
-      logits, labels, weights, classes, scale, dlogits, stats.as<double>());
-  LS_CHECK_LAUNCH("xent_rows_kernel");
-  add_row_stats(stats.as<double>(), batch, sums, stream);
+  xent_sums(logits, labels, weights, batch, classes, scale, dlogits, sums, stream,
+            "softmax_cross_entropy_sums_cuda");
+}
+
+void softmax_cross_entropy_bf16_sums_cuda(const uint16_t* logits, const int32_t* labels,
+                                          const float* weights, int batch, int classes, float scale,
+                                          uint16_t* dlogits, LossTotals* sums,
+                                          cudaStream_t stream) {
+  xent_sums(logits, labels, weights, batch, classes, scale, dlogits, sums, stream,
+            "softmax_cross_entropy_bf16_sums_cuda");
 }
 
 LossTotals softmax_cross_entropy_cuda(const float* logits, const int32_t* labels,

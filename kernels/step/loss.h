@@ -36,6 +36,13 @@ LossTotals mse_cpu(const float* pred, const float* target, const float* weights,
 void softmax_cross_entropy_sums_cuda(const float* logits, const int32_t* labels,
                                      const float* weights, int batch, int classes, float scale,
                                      float* dlogits, LossTotals* sums, cudaStream_t stream);
+// The same on bf16 logits (raw 16-bit words, cast.h), a bf16 run's tied head: each logit widened
+// exactly, then the fp32 form's arithmetic, so the totals are those of
+// softmax_cross_entropy_sums_cuda on the widened logits and each dlogits word the bf16 rounding of
+// its gradient (round to nearest even). dlogits may not overlap logits.
+void softmax_cross_entropy_bf16_sums_cuda(const uint16_t* logits, const int32_t* labels,
+                                          const float* weights, int batch, int classes, float scale,
+                                          uint16_t* dlogits, LossTotals* sums, cudaStream_t stream);
 LossTotals softmax_cross_entropy_cuda(const float* logits, const int32_t* labels,
                                       const float* weights, int batch, int classes, float scale,
                                       float* dlogits, cudaStream_t stream);

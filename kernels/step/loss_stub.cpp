@@ -8,6 +8,10 @@ void softmax_cross_entropy_sums_cuda(const float*, const int32_t*, const float*,
                                      float*, LossTotals*, cudaStream_t) {
   cuda_not_built("softmax_cross_entropy_sums_cuda");
 }
+void softmax_cross_entropy_bf16_sums_cuda(const uint16_t*, const int32_t*, const float*, int, int,
+                                          float, uint16_t*, LossTotals*, cudaStream_t) {
+  cuda_not_built("softmax_cross_entropy_bf16_sums_cuda");
+}
 LossTotals softmax_cross_entropy_cuda(const float*, const int32_t*, const float*, int, int, float,
                                       float*, cudaStream_t) {
   cuda_not_built("softmax_cross_entropy_cuda");

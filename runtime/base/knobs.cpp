@@ -90,6 +90,12 @@ Knobs knobs_from_environment() {
     k.cuda_gelu = GeluKnob::epilogue;
   else if (!gelu.empty() && gelu != "kernel")
     refuse("LOCKSTEP_CUDA_GELU", gelu, "kernel or epilogue");
+
+  const std::string logits = env("LOCKSTEP_CUDA_LOGITS");
+  if (logits == "bf16")
+    k.cuda_logits = LogitsKnob::bf16;
+  else if (!logits.empty() && logits != "fp32")
+    refuse("LOCKSTEP_CUDA_LOGITS", logits, "fp32 or bf16");
   return k;
 }
 
@@ -108,7 +114,8 @@ std::string knobs_text(const Knobs& k) {
                                             : "native") +
          " LOCKSTEP_CUDA_ATTENTION=" + attention_text(k.cuda_attention) +
          " LOCKSTEP_CPU_ATTENTION=" + attention_text(k.cpu_attention) +
-         " LOCKSTEP_CUDA_GELU=" + (k.cuda_gelu == GeluKnob::epilogue ? "epilogue" : "kernel");
+         " LOCKSTEP_CUDA_GELU=" + (k.cuda_gelu == GeluKnob::epilogue ? "epilogue" : "kernel") +
+         " LOCKSTEP_CUDA_LOGITS=" + (k.cuda_logits == LogitsKnob::bf16 ? "bf16" : "fp32");
 }
 
 const Knobs& configured_knobs() {

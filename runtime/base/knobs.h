@@ -28,6 +28,7 @@ enum class CudaConvKnob { any, im2col, cudnn };
 enum class AttentionKnob { flash, materialised, cudnn };  // cudnn: LOCKSTEP_CUDA_ATTENTION only
 enum class CpuIsaKnob { native, avx2, baseline };
 enum class GeluKnob { kernel, epilogue };
+enum class LogitsKnob { f32, bf16 };
 
 struct Knobs {
   CpuConvKnob cpu_conv = CpuConvKnob::automatic;
@@ -37,6 +38,7 @@ struct Knobs {
   AttentionKnob cuda_attention = AttentionKnob::flash;
   AttentionKnob cpu_attention = AttentionKnob::flash;
   GeluKnob cuda_gelu = GeluKnob::kernel;
+  LogitsKnob cuda_logits = LogitsKnob::f32;
 };
 
 // The knobs the environment sets now; UsageError naming the variable, its value and what it takes

@@ -52,6 +52,12 @@ class Layer {
   // Per-layer state sized for batches up to max_batch (maxpool's argmax), in the layer's memory.
   virtual void reserve(int max_batch) {}
 
+  // Whether forward can write y as bf16 words (in the first half of y's bytes) and backward then
+  // take dy so: a bf16 run's tied head on the GPU (Model::forward's bf16_ok). The mode set
+  // holds for the forward and backward passes that follow, until it is set again.
+  virtual bool bf16_output_supported() const { return false; }
+  virtual void set_bf16_output(bool on) {}
+
   // y[batch, out] from x[batch, in]. Overwrites y.
   virtual void forward(int batch, const float* x, float* y, float* workspace) = 0;
   // Given x and y of the last forward and dy = dLoss/dy: parameter gradients are accumulated

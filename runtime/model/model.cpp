@@ -137,10 +137,17 @@ void Model::zero_grads() {
     std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
 }
 
-const float* Model::forward(const float* x, int batch) {
+bool Model::bf16_output_supported() const {
+  return !layers_.empty() && !layers_.back()->is_view() && layers_.back()->bf16_output_supported();
+}
+
+const float* Model::forward(const float* x, int batch, bool bf16_ok) {
   if (batch <= 0 || batch > max_batch_)
     throw Error("Model::forward: batch " + std::to_string(batch) + " outside [1, " +
                 std::to_string(max_batch_) + "]");
+  output_bf16_ =
+      bf16_ok && placement_.knobs.cuda_logits == LogitsKnob::bf16 && bf16_output_supported();
+  if (bf16_output_supported()) layers_.back()->set_bf16_output(output_bf16_);
   act_[0] = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i]->is_view()) {

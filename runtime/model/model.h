@@ -152,8 +152,13 @@ class Model {
   void zero_grads();
 
   // Runs the layers on x[batch, input_size()] (batch <= max_batch); returns the outputs
-  // [batch, outputs()], valid until the next forward.
-  const float* forward(const float* x, int batch);
+  // [batch, outputs()], valid until the next forward. bf16_ok: the caller takes outputs in bf16
+  // words; where the last layer can write them (bf16_output_supported: a bf16 run's tied head on
+  // the GPU) and the knobs ask for them (LOCKSTEP_CUDA_LOGITS=bf16), the outputs are bf16 words
+  // and output_grad() takes bf16 words too, until the next forward. output_bf16() says which.
+  const float* forward(const float* x, int batch, bool bf16_ok = false);
+  bool bf16_output_supported() const;
+  bool output_bf16() const { return output_bf16_; }
   // Where the caller writes dLoss/doutputs [batch, outputs()] before backward().
   float* output_grad() { return output_grad_.data(); }
   // Back-propagates output_grad() through the activations of the last forward (same batch),
@@ -177,6 +182,7 @@ class Model {
   int positions_ = 1;
   size_t input_size_ = 0;
   size_t first_compute_ = 0;  // first layer that is not a view: it needs no input gradient
+  bool output_bf16_ = false;  // the last forward's outputs (and the gradient it takes) in bf16
   Buffer<float> params_, grads_, workspace_, output_grad_;
   std::vector<Buffer<float>> activations_;  // activations_[i]: output of layer i (empty for views)
   std::vector<const float*> act_;           // act_[0]: the input; act_[i + 1]: layer i's output

@@ -144,6 +144,9 @@ struct DeviceStep::Impl {
   LossTotals* sums() { return reinterpret_cast<LossTotals*>(scalars.data()); }
   // The totals and the norm read back from the device (kNorm + 1 values): the step's outcome.
   Step::Outcome outcome(const double* host, bool with_grads);
+  // Checks b against the last upload and runs enqueue(its slot, predictions) as the step's loss.
+  template <class Enqueue>
+  void loss(const Batch& b, Enqueue enqueue);
 
   // CUDA graphs: the captured steps by key, the capture in progress, the page-locked memory
   // each replay's read-back lands in, and whether the graphs gate on the loss over all ranks
@@ -329,25 +332,40 @@ const float* DeviceStep::upload(const Batch& b) {
   return s.x.data();
 }
 
+template <class Enqueue>
+void DeviceStep::Impl::loss(const Batch& b, Enqueue enqueue) {
+  const int rows = static_cast<int>(b.rows);
+  if (current < 0 || rows > current_rows)
+    throw Error("DeviceStep::loss: " + std::to_string(rows) + " rows, but the last upload had " +
+                std::to_string(current_rows));
+  compute_trace.begin_span("loss", "forward");
+  enqueue(*slots[current], rows * static_cast<int>(positions));  // one per row and position
+  compute_trace.end();
+  // A captured loss counts its samples at each launch of the graph instead.
+  if (!capturing) samples += static_cast<double>(b.valid) * static_cast<double>(positions);
+}
+
 void DeviceStep::loss(const Batch& b, const float* out, float scale, float* dout) {
   Impl& m = *impl_;
-  const int rows = static_cast<int>(b.rows);
-  if (m.current < 0 || rows > m.current_rows)
-    throw Error("DeviceStep::loss: " + std::to_string(rows) + " rows, but the last upload had " +
-                std::to_string(m.current_rows));
-  Slot& s = *m.slots[m.current];
-  const int predictions = rows * static_cast<int>(m.positions);  // one per row and position
-  m.compute_trace.begin_span("loss", "forward");
-  if (m.classification)
-    kernels::softmax_cross_entropy_sums_cuda(out, reinterpret_cast<const int32_t*>(s.y.data()),
-                                             s.mask.data(), predictions, m.outputs, scale, dout,
-                                             m.sums(), m.compute.get());
-  else
-    kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), predictions, m.outputs, scale, dout,
-                           m.sums(), m.compute.get());
-  m.compute_trace.end();
-  // A captured loss counts its samples at each launch of the graph instead.
-  if (!m.capturing) m.samples += static_cast<double>(b.valid) * static_cast<double>(m.positions);
+  m.loss(b, [&](const Slot& s, int predictions) {
+    if (m.classification)
+      kernels::softmax_cross_entropy_sums_cuda(out, reinterpret_cast<const int32_t*>(s.y.data()),
+                                               s.mask.data(), predictions, m.outputs, scale, dout,
+                                               m.sums(), m.compute.get());
+    else
+      kernels::mse_sums_cuda(out, s.y.data(), s.mask.data(), predictions, m.outputs, scale, dout,
+                             m.sums(), m.compute.get());
+  });
+}
+
+void DeviceStep::loss_bf16(const Batch& b, const uint16_t* out, float scale, uint16_t* dout) {
+  Impl& m = *impl_;
+  if (!m.classification) throw Error("DeviceStep::loss_bf16: bf16 outputs are a classifier's");
+  m.loss(b, [&](const Slot& s, int predictions) {
+    kernels::softmax_cross_entropy_bf16_sums_cuda(out, reinterpret_cast<const int32_t*>(s.y.data()),
+                                                  s.mask.data(), predictions, m.outputs, scale,
+                                                  dout, m.sums(), m.compute.get());
+  });
 }
 
 void DeviceStep::release() {

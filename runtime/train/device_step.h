@@ -68,6 +68,7 @@ class DeviceStep final : public Step {
   void stage(const Batch& b) override;
   // `out` is in device memory; the totals add up in device memory.
   void loss(const Batch& b, const float* out, float scale, float* dout) override;
+  void loss_bf16(const Batch& b, const uint16_t* out, float scale, uint16_t* dout) override;
   // The last uploaded batch's slot may be overwritten by the upload after next, once the work
   // queued so far has run.
   void release() override;

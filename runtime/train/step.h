@@ -21,7 +21,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "kernels/step/loss_totals.h"
@@ -82,6 +84,12 @@ class Step {
   // each position weighted by its row's mask, to the totals; writes scale * dLoss/dout into dout
   // unless it is null.
   virtual void loss(const Batch& b, const float* out, float scale, float* dout) = 0;
+  // The same with `out` and dout in bf16 words (Model::output_bf16: a bf16 run's tied head on the
+  // GPU; classification only). Only a device step has it: std::logic_error elsewhere.
+  virtual void loss_bf16(const Batch& b, const uint16_t* out, float scale, uint16_t* dout) {
+    (void)b, (void)out, (void)scale, (void)dout;
+    throw std::logic_error("Step::loss_bf16: bf16 outputs are a device step's");
+  }
   // The work that reads the last uploaded batch is queued: its memory may be reused.
   virtual void release() = 0;
   // The totals so far, when they are known on the host before the gradient reduction; null when

@@ -197,8 +197,14 @@ void Trainer::micro_batch_work(const float* x, float scale, bool last, StepMode 
   if (phases) phases->next("forward", "forward");
   timer.forward_begin();
   const int rows = static_cast<int>(m.batch.rows);
-  const float* out = model_->forward(x, rows);
-  m.step->loss(m.batch, out, scale, model_->output_grad());
+  // The training step takes bf16 logits where the model writes them (LOCKSTEP_CUDA_LOGITS);
+  // evaluation and prediction keep fp32 ones.
+  const float* out = model_->forward(x, rows, /*bf16_ok=*/true);
+  if (model_->output_bf16())
+    m.step->loss_bf16(m.batch, reinterpret_cast<const uint16_t*>(out), scale,
+                      reinterpret_cast<uint16_t*>(model_->output_grad()));
+  else
+    m.step->loss(m.batch, out, scale, model_->output_grad());
   // Recorded, the loss over every rank becomes the gate of the graph's update.
   if (mode == StepMode::recording) m.graphs->graphs().share_loss(grad_comm_);
   timer.forward_end();

@@ -95,11 +95,13 @@ struct CpuGptOps {
   }
   void reserve_head(size_t, int, int) {}
   size_t head_scratch_floats(size_t, int) const { return 0; }
-  void head_forward(const kernels::DenseShape& s, const float* x, const float* w, float* y) {
+  // The CPU's logits are fp32 only (LmHeadLayer never asks it for bf16 ones).
+  bool head_bf16_logits() const { return false; }
+  void head_forward(const kernels::DenseShape& s, const float* x, const float* w, float* y, bool) {
     gemm({.m = s.batch, .n = s.out, .k = s.in, .trans_b = true}, x, w, y);
   }
   void head_backward(const kernels::DenseShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, float*) {
+                     bool, float* dx, float* dw, float*) {
     gemm({.m = s.batch, .n = s.in, .k = s.out}, dy, w, dx);
     gemm({.m = s.out, .n = s.in, .k = s.batch, .trans_a = true, .beta = 1.0f}, dy, x, dw);
   }

@@ -147,7 +147,13 @@ class CudaGptOps {
     head_x16_ = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(d));
   }
   size_t head_scratch_floats(size_t rows, int v) const { return dense_scratch_floats(rows, v); }
-  void head_forward(const kernels::DenseShape& s, const float* x, const float* w, float* y) {
+  // bf16 runs may write the logits in bf16 and take their gradient so (Model::forward's bf16_ok:
+  // the trainer's steps, with LOCKSTEP_CUDA_LOGITS=bf16): half the bytes of the
+  // largest activation at GPT-2's 50,304 tokens, and no cast of dlogits.
+  bool head_bf16_logits() const { return bf16_; }
+  // logits16: y holds bf16 words (the product's fp32 sums rounded by cuBLAS), not floats.
+  void head_forward(const kernels::DenseShape& s, const float* x, const float* w, float* y,
+                    bool logits16) {
     const kernels::GemmShape g{.m = s.batch, .n = s.out, .k = s.in, .trans_b = true};
     if (!bf16_) {
       kernels::gemm_cuda(g, x, w, y, stream_);
@@ -156,10 +162,15 @@ class CudaGptOps {
     kernels::cast_f32_to_bf16_cuda(w, head_w16_.data(), head_w16_.size(), stream_);
     kernels::cast_f32_to_bf16_cuda(x, head_x16_.data(), static_cast<size_t>(s.batch) * s.in,
                                    stream_);
-    kernels::gemm_bf16_cuda(g, head_x16_.data(), head_w16_.data(), y, stream_);
+    if (logits16)
+      kernels::gemm_bf16_out_cuda(g, head_x16_.data(), head_w16_.data(),
+                                  reinterpret_cast<uint16_t*>(y), stream_);
+    else
+      kernels::gemm_bf16_cuda(g, head_x16_.data(), head_w16_.data(), y, stream_);
   }
+  // logits16: dy holds bf16 words, the GEMMs' operand as it is.
   void head_backward(const kernels::DenseShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, float* scratch) {
+                     bool logits16, float* dx, float* dw, float* scratch) {
     const kernels::GemmShape gx{.m = s.batch, .n = s.in, .k = s.out};
     const kernels::GemmShape gw{.m = s.out, .n = s.in, .k = s.batch, .trans_a = true, .beta = 1.0f};
     if (!bf16_) {
@@ -167,8 +178,12 @@ class CudaGptOps {
       kernels::gemm_cuda(gw, dy, x, dw, stream_);
       return;
     }
-    auto* dy16 = reinterpret_cast<uint16_t*>(scratch);
-    kernels::cast_f32_to_bf16_cuda(dy, dy16, static_cast<size_t>(s.batch) * s.out, stream_);
+    const uint16_t* dy16 = reinterpret_cast<const uint16_t*>(dy);
+    if (!logits16) {
+      auto* cast = reinterpret_cast<uint16_t*>(scratch);
+      kernels::cast_f32_to_bf16_cuda(dy, cast, static_cast<size_t>(s.batch) * s.out, stream_);
+      dy16 = cast;
+    }
     kernels::gemm_bf16_cuda(gx, dy16, head_w16_.data(), dx, stream_);
     kernels::gemm_bf16_cuda(gw, dy16, head_x16_.data(), dw, stream_);
   }

@@ -298,16 +298,18 @@ class LmHeadLayer : public Layer {
     stats_ = Buffer<float>(ops_.device(), 2 * rows(max_batch));
     ops_.reserve_head(rows(max_batch), d_, v_);
   }
+  bool bf16_output_supported() const override { return ops_.head_bf16_logits(); }
+  void set_bf16_output(bool on) override { logits16_ = on && ops_.head_bf16_logits(); }
   void forward(int batch, const float* x, float* y, float*) override {
     const int n = static_cast<int>(rows(batch));
     ops_.layernorm_forward({n, d_}, x, params_, params_ + d_, ln_.data(), stats_.data(),
                            stats_.data() + stats_.size() / 2);
-    ops_.head_forward({n, d_, v_}, ln_.data(), tied_params_, y);
+    ops_.head_forward({n, d_, v_}, ln_.data(), tied_params_, y, logits16_);
   }
   void backward(int batch, const float* x, const float*, const float* dy, float* dx,
                 float* ws) override {
     const int n = static_cast<int>(rows(batch));
-    ops_.head_backward({n, d_, v_}, ln_.data(), tied_params_, dy, ws, tied_grads_,
+    ops_.head_backward({n, d_, v_}, ln_.data(), tied_params_, dy, logits16_, ws, tied_grads_,
                        ws + rows(batch) * d_);
     ops_.layernorm_backward({n, d_}, x, params_, stats_.data(), stats_.data() + stats_.size() / 2,
                             ws, dx, grads_, grads_ + d_);
@@ -317,6 +319,7 @@ class LmHeadLayer : public Layer {
   size_t rows(int batch) const { return static_cast<size_t>(batch) * static_cast<size_t>(t_); }
   Ops ops_;
   int t_, d_, v_;
+  bool logits16_ = false;  // the logits and their gradient in bf16 words (set_bf16_output)
   Buffer<float> ln_, stats_;
 };
 
