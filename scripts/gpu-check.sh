@@ -353,8 +353,8 @@ peer() {
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both);
-#               Lockstep once per variant LOCKSTEP_GPU_LLMC_VARIANTS names (default part gpt's and
-#               flash+gelu+logits cudnn+gelu+logits: +logits, the tied head's logits in bf16)
+#               Lockstep once per variant LOCKSTEP_GPU_LLMC_VARIANTS names (as part gpt's, +logits
+#               for the tied head's logits in bf16; default "flash cudnn+gelu cudnn+gelu+logits")
 #   generate    lockstep-generate through the key/value cache on the GPU: gpt:small trained 30 steps
 #               (bf16) on this repository's Markdown as bytes, then 512 greedy bytes on the GPU
 #               (bytes/s) and 64 on the CPU from the same checkpoint, whose first 64 must agree
@@ -553,12 +553,13 @@ long_gpt_kernels() {
 # NVML), its -e d12 random initialisation on a token file in its format
 # (scripts/reference/llmc_tokens.py), and PyTorch on the same shape. llm.c's step time is the
 # median of its printed per-step milliseconds after 5 steps. Lockstep runs once per variant in
-# LOCKSTEP_GPU_LLMC_VARIANTS (default part gpt's, then flash+gelu+logits and cudnn+gelu+logits:
-# bf16 logits matter at this vocabulary).
+# LOCKSTEP_GPU_LLMC_VARIANTS (default "flash cudnn+gelu cudnn+gelu+logits": the step as it was,
+# with cuDNN's attention and the GELU epilogue, and with bf16 logits too, which matter at this
+# vocabulary; part gpt compares the other variants).
 long_llmc() {
   local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms
   local lockstep_model="gpt:small,vocab=50304" variant
-  for variant in ${LOCKSTEP_GPU_LLMC_VARIANTS-$(gpt_variants) flash+gelu+logits cudnn+gelu+logits}; do
+  for variant in ${LOCKSTEP_GPU_LLMC_VARIANTS-flash cudnn+gelu cudnn+gelu+logits}; do
     log="$logs/bench_gpt2_124m_bf16$(variant_suffix "$variant").log"
     step "$step_timeout" "$log" env $(variant_env "$variant") "$bench" train --device cuda \
       --precision bf16 --model "$lockstep_model" --global-batch 8 --optimizer adamw \
