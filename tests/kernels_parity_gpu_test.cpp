@@ -524,8 +524,10 @@ TEST_F(GpuParity, SoftmaxCrossEntropyOnBf16LogitsIsTheFp32KernelOnTheirWidening)
 }
 
 // The bf16-output product (the tied head's logits in bf16) against the fp32-output one on the same
-// operands: each word within one bf16 rounding of the fp32 sum (the two may add in another order,
-// 1e-3 of the row's scale as Bf16GemmAccumulatesInFp32 allows); beta other than 0 refused.
+// operands: each word within bf16 rounding of the fp32 sum (two roundings, as cuBLAS may reduce a
+// split-K product's partial sums in the output type, plus another order of addition: 4e-3 of the
+// result's scale); a transposed or misplaced operand would be off by the scale itself; beta other
+// than 0 refused.
 TEST_F(GpuParity, Bf16GemmWithBf16OutputRoundsTheFp32Sums) {
   const lk::GemmShape shapes[] = {
       {.m = 16, .n = 16, .k = 16},
@@ -553,7 +555,7 @@ TEST_F(GpuParity, Bf16GemmWithBf16OutputRoundsTheFp32Sums) {
     size_t off = 0;
     for (size_t i = 0; i < got.size(); ++i)
       off += std::fabs(double(got[i]) - want[i]) >
-             std::ldexp(std::fabs(double(want[i])), -8) + 1e-3 * scale;
+             std::ldexp(std::fabs(double(want[i])), -7) + 4e-3 * scale;
     EXPECT_EQ(off, 0u) << "words farther than one bf16 rounding from the fp32 product";
   }
   DeviceArray<uint16_t> x(std::vector<uint16_t>(4, 0));

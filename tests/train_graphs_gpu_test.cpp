@@ -10,19 +10,23 @@
 // uncaptured (--on-nan skip). With every kernel family allowed, the captured run stays within the
 // summation-order tolerance of the uncaptured one. A model with a layer that a graph cannot record
 // (it reads from the device synchronously) trains uncaptured, with the bits of --cuda-graphs off:
-// the failed capture is discarded and the step runs again. Skips, with the reason, where no GPU
-// answers.
+// the failed capture is discarded and the step runs again. A bf16 GPT with its logits in bf16
+// (LOCKSTEP_CUDA_LOGITS=bf16) gives the same bits captured and uncaptured, with evaluations (fp32
+// logits) between its epochs, and losses near those of fp32 logits. Skips, with the reason, where
+// no GPU answers.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "data_fixtures.h"
 #include "gpu_test_util.h"
 #include "kernels/activation.h"
 #include "kernels/cuda/memory.h"
@@ -153,6 +157,43 @@ TEST_F(TrainGraphsGpu, CapturedStepsGiveTheBitsOfUncapturedSteps) {
                   want.result.test.loss);
     }
   }
+}
+
+// The trainer's bf16-logit path end to end (Step::loss_bf16, the head reading a bf16 dlogits):
+// captured and uncaptured steps agree bit for bit, evaluating with fp32 logits between epochs does
+// not disturb the graphs that replay bf16 ones, and the losses stay near fp32 logits' (bf16
+// rounding of the logits, not a wrong gradient, which would move them far).
+TEST_F(TrainGraphsGpu, Bf16LogitsGiveTheSameBitsCapturedAndNearFp32Logits) {
+  const std::string dir = local_temp_dir("train_graphs_gpu_gpt");
+  const std::string data = dir + "/tokens.h5";
+  write_tokens<uint8_t>(data, 72, 16, 256, "train");
+  write_tokens<uint8_t>(data, 16, 16, 256, "test");
+  auto mpi = make_mpi_communicator();
+  auto gpt = [&](bool graphs) {
+    TrainConfig c = config(data, Precision::bf16, graphs);
+    c.model = "gpt:layers=1,heads=2,dim=32,ctx=16";
+    c.optimizer.kind = OptimizerKind::adamw;
+    c.lr = 1e-2;
+    return c;
+  };
+  Knobs k = saved_;
+  k.cuda_logits = LogitsKnob::f32;
+  configure_knobs(k);
+  const Trained fp32_logits = train(*mpi, *mpi, gpt(true));
+  k.cuda_logits = LogitsKnob::bf16;
+  configure_knobs(k);
+  const Trained want = train(*mpi, *mpi, gpt(false));
+  const Trained got = train(*mpi, *mpi, gpt(true));
+  EXPECT_EQ(10, got.captured) << "every full step after the warm-up is a graph's";
+  expect_same_bits(got, want);
+  ASSERT_EQ(got.result.epochs.size(), fp32_logits.result.epochs.size());
+  for (size_t e = 0; e < got.result.epochs.size(); ++e) {
+    const double a = got.result.epochs[e].train_loss, b = fp32_logits.result.epochs[e].train_loss;
+    EXPECT_NEAR(a, b, 0.03 * b) << "epoch " << e + 1 << "'s training loss";
+  }
+  EXPECT_LT(got.result.epochs.back().train_loss, got.result.epochs.front().train_loss)
+      << "it learns";
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(TrainGraphsGpu, NonFiniteStepsAreSkippedByTheGraphAsWithout) {

@@ -89,9 +89,12 @@ __global__ void xent_rows_kernel(const T* __restrict__ logits, const int32_t* __
   const double sum = cuda::block_sum(part);
   if (d != nullptr) {
     const float c = static_cast<float>(static_cast<double>(scale * wt) / sum);
+    // Rounded step by step as loss.cpp's loop (no contraction into a fused multiply-add), so that
+    // both instantiations, fp32 and bf16, give the same gradient before it is stored.
+    const float hit = __fmul_rn(scale, wt);
     for (int j = threadIdx.x; j < classes; j += blockDim.x) {
-      float g = expf(widen(l[j]) - top) * c;
-      if (j == label) g -= scale * wt;
+      float g = __fmul_rn(expf(widen(l[j]) - top), c);
+      if (j == label) g = __fsub_rn(g, hit);
       put(d, j, g);
     }
   }
