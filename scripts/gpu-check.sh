@@ -546,9 +546,20 @@ long_gpt_kernels() {
     cat "$log"
   done
 }
+# The libcudnn.so.9 this process's programs load (env.sh put its folder on LD_LIBRARY_PATH), else
+# the loader cache's; empty where there is none.
+llmc_libcudnn() {
+  local d
+  local IFS=:
+  for d in ${LD_LIBRARY_PATH-}; do
+    [[ -n $d && -e $d/libcudnn.so.9 ]] && { echo "$d/libcudnn.so.9"; return; }
+  done
+  ldconfig -p 2>/dev/null | awk '$1 == "libcudnn.so.9" { print $NF; exit }'
+}
 # GPT-2 124M's own shape (vocabulary 50,304) in bf16, 8 x 1,024 tokens a step, AdamW, random token
 # ids: Lockstep (gpt:small,vocab=50304), llm.c's train_gpt2cu built here from the sources
-# gpu-pack.sh --with-llmc carried (no MPI, NCCL or cuDNN: their headers are not in the image; its
+# gpu-pack.sh --with-llmc carried (no MPI or NCCL: their headers are not in the image; cuDNN's
+# flash attention where the pack carried cuDNN's and its frontend's headers, as below; its
 # one call that CUDA 13 changed, cudaMemAdvise's location, patched; linked against the driver's
 # NVML), its -e d12 random initialisation on a token file in its format
 # (scripts/reference/llmc_tokens.py), and PyTorch on the same shape. llm.c's step time is the
@@ -557,7 +568,7 @@ long_gpt_kernels() {
 # with cuDNN's attention and the GELU epilogue, and with bf16 logits too, which matter at this
 # vocabulary; part gpt compares the other variants).
 long_llmc() {
-  local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms
+  local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms attention cudnn cudnn_inc
   local lockstep_model="gpt:small,vocab=50304" variant
   for variant in ${LOCKSTEP_GPU_LLMC_VARIANTS-flash cudnn+gelu cudnn+gelu+logits}; do
     log="$logs/bench_gpt2_124m_bf16$(variant_suffix "$variant").log"
@@ -583,12 +594,46 @@ $(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(refusals "$log")"
     nvml=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 /{print $NF; exit}')
     [[ -n $nvml ]] && ln -sf "$nvml" "$dir/nvml/libnvidia-ml.so"
     cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+    # With cuDNN's flash attention (USE_CUDNN=1), as llm.c's record runs, where the pack carried
+    # the headers and this machine has a libcudnn.so.9 (the one the pack's programs load); else,
+    # or where that build fails, without, and the label says which ran.
+    attention="no cuDNN"
+    cudnn=$(llmc_libcudnn)
     log="$logs/llmc_build.log"
-    PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" step $((3 * step_timeout)) "$log" \
-      make -C "$dir" -j 16 train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY="${cc:-90}" \
-      NVCC_LDFLAGS="-lcublas -lcublasLt -L$dir/nvml -lnvidia-ml"
-    rc=$?
-    gpu_step "llm.c build (train_gpt2cu, sm_${cc:-90})" "$rc" "$log" ""
+    if [[ -f $dir/cudnn-frontend/include/cudnn_frontend.h && -n $cudnn ]]; then
+      mkdir -p "$dir/cudnn/lib"
+      ln -sf "$cudnn" "$dir/cudnn/lib/libcudnn.so"
+      # cuDNN's headers of the library itself where they lie beside it (a wheel's include/), else
+      # the ones the pack carried (the CPU machine's cuDNN 9).
+      cudnn_inc=$dir/cudnn/include
+      [[ -f ${cudnn%/lib/*}/include/cudnn.h ]] && cudnn_inc=${cudnn%/lib/*}/include
+      # Command-line variables replace the Makefile's own additions: -lcudnn and the headers'
+      # folders go in here (CUDNN_FRONTEND_PATH reaches nvcc as -I$(CUDNN_FRONTEND_PATH)), and
+      # -lnvrtc, which cuDNN frontend 1.32's experimental engines call (the link fails without:
+      # tried on the CPU machine, 2026-11-29, with CUDA 13.0 and cuDNN 9.19's headers).
+      PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" step $((3 * step_timeout)) "$log" \
+        make -C "$dir" -j 16 train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=1 \
+        GPU_COMPUTE_CAPABILITY="${cc:-90}" \
+        CUDNN_FRONTEND_PATH="$dir/cudnn-frontend/include -I$cudnn_inc" \
+        NVCC_LDFLAGS="-lcublas -lcublasLt -L$dir/nvml -lnvidia-ml -L$dir/cudnn/lib -lcudnn -lnvrtc -Xlinker -rpath=${cudnn%/*}"
+      rc=$?
+      if [[ $rc -eq 0 ]]; then attention="cuDNN attention ($cudnn)"; else
+        attention="no cuDNN: its build failed, $log.cudnn"
+        mv "$log" "$log.cudnn"
+        make -C "$dir" clean >/dev/null 2>&1 || true
+      fi
+    elif [[ -z $cudnn ]]; then
+      attention="no cuDNN: no libcudnn.so.9 on this machine"
+    else
+      attention="no cuDNN: the pack carried no cuDNN headers"
+    fi
+    if [[ $attention == no* ]]; then
+      PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" step $((3 * step_timeout)) "$log" \
+        make -C "$dir" -j 16 train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY="${cc:-90}" \
+        NVCC_LDFLAGS="-lcublas -lcublasLt -L$dir/nvml -lnvidia-ml"
+      rc=$?
+    fi
+    gpu_step "llm.c build (train_gpt2cu, sm_${cc:-90}, $attention)" "$rc" "$log" ""
     if [[ $rc -eq 0 ]]; then
       python3 "$root/scripts/reference/llmc_tokens.py" "$dir/train.bin" --tokens $((8 * 1024 * 40 + 1)) &&
         python3 "$root/scripts/reference/llmc_tokens.py" "$dir/val.bin" --tokens $((8 * 1024 * 2 + 1)) --seed 1
@@ -598,7 +643,7 @@ $(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(refusals "$log")"
       rc=$?
       ms=$(grep -aoE '^step +[0-9]+/[0-9]+ .*\| +[0-9.]+ ms' "$log" | awk '{ split($2, s, "/"); if (s[1] > 5) print $(NF - 1) }' |
            sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
-      gpu_step "llm.c train_gpt2cu d12 bf16, batch 8 x 1024" "$rc" "$log" \
+      gpu_step "llm.c train_gpt2cu d12 bf16 ($attention), batch 8 x 1024" "$rc" "$log" \
         "${ms:+step_ms_median=$ms tokens_per_second=$(awk -v m="$ms" 'BEGIN { printf "%.0f", 8192 / m * 1000 }')}"
       tail -12 "$log"
     fi

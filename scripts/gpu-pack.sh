@@ -21,7 +21,8 @@
 # the file) need it: by default the pack has none, and gpu-check trains on synthetic rows.
 # --with-llmc SRC adds llm.c's training sources (train_gpt2.cu, llmc/, dev/cuda/, Makefile; about
 # 0.13 MiB) as DIR/llmc.tar.xz, from SRC, a checkout or a git directory (the fetch tool's mirror of
-# karpathy/llm.c), for gpu-check's part llmc.
+# karpathy/llm.c), for gpu-check's part llmc, with cuDNN's frontend and cuDNN's headers where this
+# machine has them (0.4 MiB more), for llm.c's cuDNN attention.
 # --with-sources adds the headers, CMake files and link-time pieces of MPI, HDF5, Boost, OpenBLAS
 # and GoogleTest, so that the GPU machine can rebuild (env.sh then sets the CMake hints).
 # The build: $LOCKSTEP_BUILD_DIR, else build/, first brought up to date by scripts/build.sh with
@@ -136,16 +137,31 @@ sed -e "s|@PACK_ID@|$pack_id|" -e "s|@CUDA_NEEDS@|${cuda_needs[*]}|" -e "s|@COMM
     -e "s|@SOURCES@|$with_sources|" "$here/gpu-pack-env.sh" >"$out/env.sh"
 
 # llm.c's sources (the peer of issue 36's GPT-2 124M row), as they are, for gpu-check part llmc to
-# build there: a git directory (a fetched mirror) or a checkout.
+# build there: a git directory (a fetched mirror) or a checkout. Beside them, where this machine
+# has them, cuDNN's frontend headers (header-only, in cudnn-frontend/include, where llm.c's Makefile
+# looks with USE_CUDNN=1) and cuDNN's own headers (cudnn/include), so that llm.c can be built with
+# its cuDNN flash attention, as its record runs are, against the GPU machine's libcudnn.
 if [[ -n $llmc_src ]]; then
   llmc_paths=(train_gpt2.cu llmc dev/cuda Makefile LICENSE)
+  llmc_stage=$(mktemp -d)
   if git -C "$llmc_src" rev-parse --git-dir >/dev/null 2>&1; then
-    git -C "$llmc_src" archive HEAD "${llmc_paths[@]}" | xz -3 >"$out/llmc.tar.xz" ||
+    git -C "$llmc_src" archive HEAD "${llmc_paths[@]}" | tar -x -C "$llmc_stage" ||
       die "could not archive llm.c from $llmc_src"
   else
-    tar -C "$llmc_src" -cf - "${llmc_paths[@]}" | xz -3 >"$out/llmc.tar.xz" ||
+    tar -C "$llmc_src" -cf - "${llmc_paths[@]}" | tar -x -C "$llmc_stage" ||
       die "could not pack llm.c from $llmc_src"
   fi
+  frontend=${CUDNN_FRONTEND_HOME:-/usr/local/lib/cudnn-frontend}/include
+  cudnn_headers=("${CUDA_HOME:-/usr/local/cuda}"/include/cudnn*.h)
+  if [[ -f $frontend/cudnn_frontend.h && -f ${cudnn_headers[0]} ]]; then
+    mkdir -p "$llmc_stage/cudnn-frontend" "$llmc_stage/cudnn/include"
+    cp -r "$frontend" "$llmc_stage/cudnn-frontend/include"
+    cp "${cudnn_headers[@]}" "$llmc_stage/cudnn/include/"
+  else
+    echo "gpu-pack: no cuDNN frontend or cuDNN headers here: llm.c will be built without cuDNN" >&2
+  fi
+  tar -C "$llmc_stage" -cf - . | xz -3 >"$out/llmc.tar.xz" || die "could not pack llm.c"
+  rm -rf "$llmc_stage"
 fi
 
 if [[ $with_data -eq 1 ]]; then
