@@ -132,7 +132,7 @@ std::string finish(fe::graph::Graph& g, cudnnHandle_t handle, int64_t& workspace
   return {};
 }
 
-Graphs build(cudnnHandle_t handle, const AttentionShape& s) {
+Graphs build_graphs(cudnnHandle_t handle, const AttentionShape& s) {
   const Dims d(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const std::vector<int64_t> stats_dims{d.b, d.h, d.t, 1}, stats_strides{d.h * d.t, d.t, 1, 1};
@@ -184,6 +184,20 @@ Graphs build(cudnnHandle_t handle, const AttentionShape& s) {
   out.why = why;
   if (out.usable) out.workspace = cuda_alloc(static_cast<size_t>(workspace));
   return out;
+}
+
+// The shape's graphs, built once: what throws on the way (the frontend's graph calls, the
+// workspace's allocation) leaves them unusable with its message, cached as cuDNN's refusals are,
+// so that a shape is never built again at every layer's call.
+Graphs build(cudnnHandle_t handle, const AttentionShape& s) {
+  try {
+    return build_graphs(handle, s);
+  } catch (const std::exception& e) {
+    Graphs out;
+    out.usable = false;
+    out.why = std::string("building the graphs: ") + e.what();
+    return out;
+  }
 }
 
 Graphs& graphs_for(const AttentionShape& s) {
