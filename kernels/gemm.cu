@@ -47,24 +47,29 @@ void gemm_cuda(const GemmShape& s, const float* a, const float* b, float* c, cud
                               b, call.ld_b, a, call.ld_a, &s.beta, c, s.n));
 }
 
-void gemm_bf16_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, float* c,
-                    cudaStream_t stream) {
-  const ColumnMajorCall call = prepare(s, "gemm_bf16_cuda");
+namespace {
+
+// bf16 products accumulated in fp32 (CUBLAS_COMPUTE_32F) on the tensor cores, C of type c_type.
+void gemm_bf16_ex(const GemmShape& s, const uint16_t* a, const uint16_t* b, void* c,
+                  cudaDataType_t c_type, cudaStream_t stream, const char* who) {
+  const ColumnMajorCall call = prepare(s, who);
   if (s.m == 0 || s.n == 0) return;
-  // bf16 products accumulated in fp32 (CUBLAS_COMPUTE_32F) on the tensor cores; C stays fp32.
   LS_CHECK_CUBLAS(cublasGemmEx(cublas_handle(stream), call.op_b, call.op_a, s.n, s.m, s.k, &s.alpha,
                                b, CUDA_R_16BF, call.ld_b, a, CUDA_R_16BF, call.ld_a, &s.beta, c,
-                               CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                               c_type, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void gemm_bf16_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, float* c,
+                    cudaStream_t stream) {
+  gemm_bf16_ex(s, a, b, c, CUDA_R_32F, stream, "gemm_bf16_cuda");
 }
 
 void gemm_bf16_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b, uint16_t* c16,
                         cudaStream_t stream) {
-  const ColumnMajorCall call = prepare(s, "gemm_bf16_out_cuda");
   if (s.beta != 0.0f) throw std::invalid_argument("gemm_bf16_out_cuda: beta must be 0");
-  if (s.m == 0 || s.n == 0) return;
-  LS_CHECK_CUBLAS(cublasGemmEx(cublas_handle(stream), call.op_b, call.op_a, s.n, s.m, s.k, &s.alpha,
-                               b, CUDA_R_16BF, call.ld_b, a, CUDA_R_16BF, call.ld_a, &s.beta, c16,
-                               CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  gemm_bf16_ex(s, a, b, c16, CUDA_R_16BF, stream, "gemm_bf16_out_cuda");
 }
 
 namespace {

@@ -568,7 +568,8 @@ llmc_libcudnn() {
 # with cuDNN's attention and the GELU epilogue, and with bf16 logits too, which matter at this
 # vocabulary; part gpt compares the other variants).
 long_llmc() {
-  local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms attention cudnn cudnn_inc
+  local tar="$root/.device/llmc.tar.xz" dir log rc cc nvml ms attention cudnn cudnn_inc ldflags
+  local -a make
   local lockstep_model="gpt:small,vocab=50304" variant
   for variant in ${LOCKSTEP_GPU_LLMC_VARIANTS-flash cudnn+gelu cudnn+gelu+logits}; do
     log="$logs/bench_gpt2_124m_bf16$(variant_suffix "$variant").log"
@@ -600,6 +601,9 @@ $(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(refusals "$log")"
     attention="no cuDNN"
     cudnn=$(llmc_libcudnn)
     log="$logs/llmc_build.log"
+    make=(make -C "$dir" -j 16 train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1
+          GPU_COMPUTE_CAPABILITY="${cc:-90}")
+    ldflags="-lcublas -lcublasLt -L$dir/nvml -lnvidia-ml"
     if [[ -f $dir/cudnn-frontend/include/cudnn_frontend.h && -n $cudnn ]]; then
       mkdir -p "$dir/cudnn/lib"
       ln -sf "$cudnn" "$dir/cudnn/lib/libcudnn.so"
@@ -612,10 +616,8 @@ $(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(refusals "$log")"
       # -lnvrtc, which cuDNN frontend 1.32's experimental engines call (the link fails without:
       # tried on the CPU machine, 2026-11-29, with CUDA 13.0 and cuDNN 9.19's headers).
       PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" step $((3 * step_timeout)) "$log" \
-        make -C "$dir" -j 16 train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=1 \
-        GPU_COMPUTE_CAPABILITY="${cc:-90}" \
-        CUDNN_FRONTEND_PATH="$dir/cudnn-frontend/include -I$cudnn_inc" \
-        NVCC_LDFLAGS="-lcublas -lcublasLt -L$dir/nvml -lnvidia-ml -L$dir/cudnn/lib -lcudnn -lnvrtc -Xlinker -rpath=${cudnn%/*}"
+        "${make[@]}" USE_CUDNN=1 CUDNN_FRONTEND_PATH="$dir/cudnn-frontend/include -I$cudnn_inc" \
+        NVCC_LDFLAGS="$ldflags -L$dir/cudnn/lib -lcudnn -lnvrtc -Xlinker -rpath=${cudnn%/*}"
       rc=$?
       if [[ $rc -eq 0 ]]; then attention="cuDNN attention ($cudnn)"; else
         attention="no cuDNN: its build failed, $log.cudnn"
@@ -629,8 +631,7 @@ $(grep -aoE '^step_ms_median=[0-9.]+' "$log") $(refusals "$log")"
     fi
     if [[ $attention == no* ]]; then
       PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" step $((3 * step_timeout)) "$log" \
-        make -C "$dir" -j 16 train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY="${cc:-90}" \
-        NVCC_LDFLAGS="-lcublas -lcublasLt -L$dir/nvml -lnvidia-ml"
+        "${make[@]}" NVCC_LDFLAGS="$ldflags"
       rc=$?
     fi
     gpu_step "llm.c build (train_gpt2cu, sm_${cc:-90}, $attention)" "$rc" "$log" ""

@@ -22,4 +22,8 @@ __device__ __forceinline__ float from_bf16(uint16_t w) {
   return __uint_as_float(static_cast<uint32_t>(w) << 16);
 }
 
+// A value of a kernel templated on float or bf16 words, as a float (exact either way).
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(uint16_t w) { return from_bf16(w); }
+
 }  // namespace lockstep::kernels::cuda

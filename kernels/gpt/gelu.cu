@@ -26,9 +26,6 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
     dx[i] = dy[i] * gelu_math::derivative(x[i]);
 }
 
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ float widen(uint16_t v) { return cuda::from_bf16(v); }
-
 // The GELU backward's values, for the column sums; __fmul_rn keeps the product rounded on its own
 // (never contracted into the sum's addition), as gelu_backward_kernel stores it. X: the
 // pre-activation's type, float or bf16 words.
@@ -40,7 +37,7 @@ struct GeluGradient {
   __device__ void operator()(size_t, size_t at, float (&v)[V]) const {
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      v[i] = __fmul_rn(dy[at + i], gelu_math::derivative(widen(x[at + i])));
+      v[i] = __fmul_rn(dy[at + i], gelu_math::derivative(cuda::widen(x[at + i])));
   }
   bool aligned() const {
     return reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0;

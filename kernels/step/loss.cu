@@ -50,10 +50,10 @@ __device__ Best block_best(Best v) {
   return total;
 }
 
-// Logits and their gradient in fp32, or in bf16 words: a bf16 row is widened (exactly) as it is
-// read and its gradient rounded as it is written, the arithmetic in between the fp32 kernel's.
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ float widen(uint16_t w) { return cuda::from_bf16(w); }
+// Logits and their gradient in fp32, or in bf16 words: a bf16 row is widened (exactly, bf16.cuh)
+// as it is read and its gradient rounded as it is written, the arithmetic in between the fp32
+// kernel's.
+using cuda::widen;
 __device__ __forceinline__ void put(float* d, int j, float g) { d[j] = g; }
 __device__ __forceinline__ void put(uint16_t* d, int j, float g) { d[j] = cuda::to_bf16(g); }
 

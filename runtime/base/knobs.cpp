@@ -32,6 +32,15 @@ AttentionKnob attention_knob(const char* name, bool gpu) {
     refuse(name, value, gpu ? "flash, cudnn or materialised" : "flash or materialised");
   return AttentionKnob::flash;
 }
+// A knob of two values: false for `usual` (also unset or empty), true for `other`; UsageError
+// naming both for anything else.
+bool other_value(const char* name, const char* usual, const char* other) {
+  const std::string value = env(name);
+  if (value == other) return true;
+  if (!value.empty() && value != usual)
+    refuse(name, value, (std::string(usual) + " or " + other).c_str());
+  return false;
+}
 const char* attention_text(AttentionKnob k) {
   return k == AttentionKnob::materialised ? "materialised"
          : k == AttentionKnob::cudnn      ? "cudnn"
@@ -85,17 +94,8 @@ Knobs knobs_from_environment() {
   k.cuda_attention = attention_knob("LOCKSTEP_CUDA_ATTENTION", true);
   k.cpu_attention = attention_knob("LOCKSTEP_CPU_ATTENTION", false);
 
-  const std::string gelu = env("LOCKSTEP_CUDA_GELU");
-  if (gelu == "epilogue")
-    k.cuda_gelu = GeluKnob::epilogue;
-  else if (!gelu.empty() && gelu != "kernel")
-    refuse("LOCKSTEP_CUDA_GELU", gelu, "kernel or epilogue");
-
-  const std::string logits = env("LOCKSTEP_CUDA_LOGITS");
-  if (logits == "bf16")
-    k.cuda_logits = LogitsKnob::bf16;
-  else if (!logits.empty() && logits != "fp32")
-    refuse("LOCKSTEP_CUDA_LOGITS", logits, "fp32 or bf16");
+  if (other_value("LOCKSTEP_CUDA_GELU", "kernel", "epilogue")) k.cuda_gelu = GeluKnob::epilogue;
+  if (other_value("LOCKSTEP_CUDA_LOGITS", "fp32", "bf16")) k.cuda_logits = LogitsKnob::bf16;
   return k;
 }
 

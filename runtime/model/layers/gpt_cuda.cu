@@ -148,7 +148,7 @@ class CudaGptOps {
   }
   size_t head_scratch_floats(size_t rows, int v) const { return dense_scratch_floats(rows, v); }
   // bf16 runs may write the logits in bf16 and take their gradient so (Model::forward's bf16_ok:
-  // the trainer's steps, with LOCKSTEP_CUDA_LOGITS=bf16): half the bytes of the
+  // the trainer's steps, with LOCKSTEP_CUDA_LOGITS=bf16): half the bytes written and read for the
   // largest activation at GPT-2's 50,304 tokens, and no cast of dlogits.
   bool head_bf16_logits() const { return bf16_; }
   // logits16: y holds bf16 words (the product's fp32 sums rounded by cuBLAS), not floats.
