@@ -46,6 +46,25 @@ struct Padded {
   }
 };
 
+// An output position's W window indices (int32 lanes, -1 to 120) as W bytes at `out`: AVX-512's
+// conversion is one instruction, GCC's for 8 lanes a scalar loop, so there each lane's low byte
+// is picked by a shuffle instead (the same values).
+template <int W, class I>
+LS_ALWAYS_INLINE void store_bytes(int8_t* out, const I& v) {
+  typedef int8_t Narrow __attribute__((vector_size(W)));
+  const Narrow n = __builtin_convertvector(v, Narrow);
+  std::memcpy(out, &n, sizeof(n));
+}
+template <>
+LS_ALWAYS_INLINE void store_bytes<8>(int8_t* out, const Lanes<8>::I& v) {
+  typedef int8_t Wide __attribute__((vector_size(32)));
+  typedef int8_t Narrow __attribute__((vector_size(8)));
+  Wide b;
+  std::memcpy(&b, &v, sizeof(b));
+  const Narrow n = __builtin_shufflevector(b, b, 0, 4, 8, 12, 16, 20, 24, 28);
+  std::memcpy(out, &n, sizeof(n));
+}
+
 // Images [i0, i1) forward. KT / PK: the kernel size / pool window when known at compile time
 // (3 / 2), else 0 and s.conv.kh / s.k.
 template <int W, int KT, int PK>
@@ -55,7 +74,6 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
   using L = Lanes<W>;
   using F = typename L::F;
   using I = typename L::I;
-  typedef int8_t Bytes __attribute__((vector_size(W)));
   constexpr int G = L::kGroups;
   const Conv2dShape& c = s.conv;
   const int K = KT > 0 ? KT : c.kh, k = PK > 0 ? PK : s.k, window = k * k, oh = s.out_h(),
@@ -119,10 +137,7 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
           }
           const size_t o = at(img, cb, py, px);
           std::memcpy(y + o, best, sizeof(best));
-          for (int g = 0; g < G; ++g) {
-            const Bytes narrow = __builtin_convertvector(arg[g], Bytes);
-            std::memcpy(argmax + o + g * W, &narrow, sizeof(narrow));
-          }
+          for (int g = 0; g < G; ++g) store_bytes<W>(argmax + o + g * W, arg[g]);
         }
       }
     }
@@ -186,12 +201,151 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
   }
 }
 
+// The CNN's shape (a 3x3 kernel, a 2x2 pool) in the AVX-512 and AVX2 builds. Forward: one vector
+// of W lanes of a 16-channel block at a time over the whole image, so that its nine weights and
+// the window's four sums stay in a 16-register ISA's registers (both halves at once spilled them,
+// the window's maximum with them); per output the same sums in the same order as forward_images,
+// so the same bits.
+template <int W>
+LS_ALWAYS_INLINE void forward_3x3_pool2(const ConvPoolShape& s, const float* x, const float* w,
+                                        const float* b, float* y, int8_t* argmax, size_t i0,
+                                        size_t i1) {
+  using L = Lanes<W>;
+  using F = typename L::F;
+  using I = typename L::I;
+  constexpr int G = L::kGroups;
+  const Conv2dShape& c = s.conv;
+  const int oh = s.out_h(), ow = s.out_w(), cout = c.c_out;
+  const OutIndex at{oh, ow, cout / 16, cout, s.y_blocked16};
+  Padded pad(c);
+  for (size_t img = i0; img < i1; ++img) {
+    const float* p = pad.load(x + img * c.h * c.w, c);
+    for (int cb = 0; cb < at.blocks; ++cb) {
+      for (int g = 0; g < G; ++g) {
+        const int lane0 = cb * 16 + g * W;
+        F wt[9], bias;
+        for (int t = 0; t < 9; ++t)
+          std::memcpy(&wt[t], w + static_cast<size_t>(t) * cout + lane0, sizeof(F));
+        std::memcpy(&bias, b + lane0, sizeof(F));
+        // The window's maximum (and the ReLU) of pixel px's four sums.
+        const auto finish = [&](int py, int px, const F* acc) {
+          F best = acc[0] + bias;
+          I arg = {};
+          for (int q = 1; q < 4; ++q) {
+            const F out = acc[q] + bias;
+            const I more = out > best;  // strictly: the first maximum keeps a tie
+            best = more ? out : best;
+            arg = more ? I{} + q : arg;
+          }
+          if (s.relu) {
+            const F zero = {};
+            arg = best > zero ? arg : I{} - 1;
+            best = best < zero ? zero : best;  // as relu_forward_cpu: a NaN passes
+          }
+          const size_t o = at(img, cb, py, px) + g * W;
+          std::memcpy(y + o, &best, sizeof(best));
+          store_bytes<W>(argmax + o, arg);
+        };
+        for (int py = 0; py < oh; ++py) {
+          for (int px = 0; px < ow; ++px) {
+            // The window's 4x4 input patch value by value, each added to the sums that take it:
+            // 16 loads for 36 products, and each sum still gets its taps in order (ky, kx).
+            const float* corner = p + static_cast<size_t>(py * 2) * pad.w + px * 2;
+            F acc[4] = {};
+            for (int r = 0; r < 4; ++r)
+              for (int cc = 0; cc < 4; ++cc) {
+                const float v = corner[r * pad.w + cc];
+                for (int q = 0; q < 4; ++q) {
+                  const int ky = r - q / 2, kx = cc - q % 2;
+                  if (ky >= 0 && ky < 3 && kx >= 0 && kx < 3) acc[q] += v * wt[ky * 3 + kx];
+                }
+              }
+            finish(py, px, acc);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Backward: a pooled output's gradient reaches one of its window's four positions per lane, so
+// each tap adds one product per lane, of the input at that lane's position, picked from the
+// window's 4x4 input patch by a permute (AVX2: rows ky and ky + 1 in one 8-lane register; AVX-512:
+// the whole patch in one): 9 products where masking every position computed 36. Each lane's sums
+// get the same products in the same order (the 27 left out added zeros), so the same bits.
+template <int W>
+LS_ALWAYS_INLINE void backward_3x3_pool2(const ConvPoolShape& s, const float* x, const float* dy,
+                                         const int8_t* argmax, float* partial, size_t i0,
+                                         size_t i1) {
+  static_assert(W == 8 || W == 16, "a patch's rows in one register");
+  using L = Lanes<W>;
+  using F = typename L::F;
+  using I = typename L::I;
+  typedef float F4 __attribute__((vector_size(16)));
+  constexpr int G = L::kGroups;
+  const Conv2dShape& c = s.conv;
+  const int oh = s.out_h(), ow = s.out_w(), cout = c.c_out;
+  const OutIndex at{oh, ow, cout / 16, cout, s.y_blocked16};
+  Padded pad(c);
+  for (size_t img = i0; img < i1; ++img) {
+    const float* p = pad.load(x + img * c.h * c.w, c);
+    float* mine = partial + img * static_cast<size_t>(10) * cout;
+    for (int cb = 0; cb < at.blocks; ++cb) {
+      for (int g = 0; g < G; ++g) {
+        const int lane0 = cb * 16 + g * W;
+        F acc[9] = {};
+        F acc_b = {};
+        for (int py = 0; py < oh; ++py) {
+          for (int px = 0; px < ow; ++px) {
+            const size_t o = at(img, cb, py, px) + g * W;
+            F g_dy;
+            std::memcpy(&g_dy, dy + o, sizeof(g_dy));
+            int32_t widened[W];
+            for (int l = 0; l < W; ++l) widened[l] = argmax[o + l];
+            I arg;
+            std::memcpy(&arg, widened, sizeof(arg));
+            const F zero = {};
+            g_dy = arg >= 0 ? g_dy : zero;  // the fused ReLU's cut windows
+            acc_b += g_dy;
+            // Window position wy * 2 + wx as its offset in the patch's 4-wide rows, wy * 4 + wx
+            // (a cut window's lanes pick any value: their gradient is zero).
+            const I off = arg + (arg & 2);
+            const float* corner = p + static_cast<size_t>(py * 2) * pad.w + px * 2;
+            F4 r[4];
+            for (int i = 0; i < 4; ++i) std::memcpy(&r[i], corner + i * pad.w, sizeof(F4));
+            if constexpr (W == 8) {
+              for (int ky = 0; ky < 3; ++ky) {
+                const F rows = __builtin_shufflevector(r[ky], r[ky + 1], 0, 1, 2, 3, 4, 5, 6, 7);
+                for (int kx = 0; kx < 3; ++kx)
+                  acc[ky * 3 + kx] += __builtin_shuffle(rows, off + kx) * g_dy;
+              }
+            } else {
+              const F patch = __builtin_shufflevector(
+                  __builtin_shufflevector(r[0], r[1], 0, 1, 2, 3, 4, 5, 6, 7),
+                  __builtin_shufflevector(r[2], r[3], 0, 1, 2, 3, 4, 5, 6, 7), 0, 1, 2, 3, 4, 5, 6,
+                  7, 8, 9, 10, 11, 12, 13, 14, 15);
+              for (int ky = 0; ky < 3; ++ky)
+                for (int kx = 0; kx < 3; ++kx)
+                  acc[ky * 3 + kx] += __builtin_shuffle(patch, off + (ky * 4 + kx)) * g_dy;
+            }
+          }
+        }
+        for (int t = 0; t < 9; ++t)
+          std::memcpy(mine + static_cast<size_t>(t) * cout + lane0, &acc[t], sizeof(F));
+        std::memcpy(mine + static_cast<size_t>(9) * cout + lane0, &acc_b, sizeof(F));
+      }
+    }
+  }
+}
+
 // The builds of the loops, AVX-512, AVX2 and baseline (parallel.h), and the kernel size 3
 // unrolled.
 template <int W>
 LS_ALWAYS_INLINE void forward_w(const ConvPoolShape& s, const float* x, const float* w,
                                 const float* b, float* y, int8_t* argmax, size_t i0, size_t i1) {
-  if (s.conv.kh == 3 && s.k == 2)
+  if (s.conv.kh == 3 && s.k == 2 && W >= 8)
+    forward_3x3_pool2<W>(s, x, w, b, y, argmax, i0, i1);
+  else if (s.conv.kh == 3 && s.k == 2)
     forward_images<W, 3, 2>(s, x, w, b, y, argmax, i0, i1);
   else
     forward_images<W, 0, 0>(s, x, w, b, y, argmax, i0, i1);
@@ -199,6 +353,8 @@ LS_ALWAYS_INLINE void forward_w(const ConvPoolShape& s, const float* x, const fl
 template <int W>
 LS_ALWAYS_INLINE void backward_w(const ConvPoolShape& s, const float* x, const float* dy,
                                  const int8_t* argmax, float* partial, size_t i0, size_t i1) {
+  if constexpr (W >= 8)
+    if (s.conv.kh == 3 && s.k == 2) return backward_3x3_pool2<W>(s, x, dy, argmax, partial, i0, i1);
   if (s.conv.kh == 3)
     backward_images<W, 3>(s, x, dy, argmax, partial, i0, i1);
   else
