@@ -27,8 +27,8 @@
 # LOCKSTEP_GPU_DATA (training data; default: the pack's Fashion-MNIST, else
 # data/fashion-mnist.h5, else synthetic data), LOCKSTEP_GPU_EPOCHS (accuracy runs, default 5),
 # LOCKSTEP_GPU_PARTS (the --long pass's parts in order, default all: multi-rank bf16 im2col
-# no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt gpt-kernels llmc generate gpt-loss
-# accuracy),
+# no-graphs cudnn-any conv-pool file-reads peers-fp32 peers-bf16 gpt gpt-kernels llmc generate
+# gpt-loss accuracy),
 # LOCKSTEP_GPU_PEERS (which
 # peers those parts run).
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -208,12 +208,13 @@ data_args=()
 [[ -f "$train_data" ]] && data_args=(--data "$train_data")
 
 # bench_train BATCH PRECISION [ARGS...]: lockstep-bench train on the GPU, 200 timed steps; ARGS
-# go to lockstep-bench, and they and LOCKSTEP_CUDA_CONV (when set) into the step's name. Its log
+# go to lockstep-bench, and they, LOCKSTEP_CUDA_CONV, LOCKSTEP_CUDNN_DETERMINISTIC and
+# LOCKSTEP_CUDA_CONV_POOL (when set) into the step's name. Its log
 # holds the convolution layers' timed choices (debug level).
 bench_train() {
   local batch=$1 precision=$2
   shift 2
-  local tag="$*${LOCKSTEP_CUDA_CONV:+ conv $LOCKSTEP_CUDA_CONV}${LOCKSTEP_CUDNN_DETERMINISTIC:+ cudnn deterministic $LOCKSTEP_CUDNN_DETERMINISTIC}"
+  local tag="$*${LOCKSTEP_CUDA_CONV:+ conv $LOCKSTEP_CUDA_CONV}${LOCKSTEP_CUDNN_DETERMINISTIC:+ cudnn deterministic $LOCKSTEP_CUDNN_DETERMINISTIC}${LOCKSTEP_CUDA_CONV_POOL:+ first layer $LOCKSTEP_CUDA_CONV_POOL}"
   local log="$logs/bench_train_${batch}_${precision}${tag:+_${tag//[^a-z0-9]/}}.log"
   # Debug logging: the convolution layers' choices of kernel family, with their times.
   LOCKSTEP_LOG_LEVEL=debug step "$step_timeout" "$log" "$bench" train --device cuda \
@@ -333,6 +334,9 @@ peer() {
 #               kernel (--cuda-graphs off) rather than replayed from a CUDA graph
 #   cudnn-any   Lockstep's CNN, fp32 and bf16 at both batches, cuDNN's fastest algorithms whether
 #               deterministic or not (LOCKSTEP_CUDNN_DETERMINISTIC=0)
+#   conv-pool   Lockstep's CNN, fp32 and bf16 at both batches, the first convolution, max-pool and
+#               ReLU as one pair of kernels (LOCKSTEP_CUDA_CONV_POOL=fused), each run beside the
+#               unfused layers' at the same batch and precision
 #   peers-fp32  PyTorch eager, torch.compile (default and reduce-overhead) and JAX jit, same model
 #               and batches, fp32 (TF32 off); LOCKSTEP_GPU_PEERS picks some of
 #               "torch:eager torch:default torch:reduce-overhead jax" (the default all)
@@ -366,7 +370,7 @@ peer() {
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  local all="multi-rank bf16 im2col no-graphs cudnn-any file-reads peers-fp32 peers-bf16 gpt gpt-kernels llmc generate gpt-loss accuracy"
+  local all="multi-rank bf16 im2col no-graphs cudnn-any conv-pool file-reads peers-fp32 peers-bf16 gpt gpt-kernels llmc generate gpt-loss accuracy"
   for part in ${LOCKSTEP_GPU_PARTS:-$all}; do
     if [[ " $all " == *" $part "* ]]; then "long_${part/-/_}"; else record "part $part" failed "unknown part ($all)"; fi
   done
@@ -410,6 +414,15 @@ long_no_graphs() {
   local batch precision
   for precision in fp32 bf16; do
     for batch in 128 1024; do bench_train "$batch" "$precision" --cuda-graphs off; done
+  done
+}
+long_conv_pool() {
+  local batch precision
+  for precision in fp32 bf16; do
+    for batch in 128 1024; do
+      LOCKSTEP_CUDA_CONV_POOL=unfused bench_train "$batch" "$precision"
+      LOCKSTEP_CUDA_CONV_POOL=fused bench_train "$batch" "$precision"
+    done
   done
 }
 long_cudnn_any() {

@@ -21,6 +21,7 @@
 #include "kernels/activation.h"
 #include "kernels/cast.h"
 #include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv_pool.h"
 #include "kernels/conv/pool.h"
 #include "kernels/cuda/info.h"
 #include "kernels/cuda/memory.h"
@@ -329,6 +330,103 @@ TEST_F(GpuParity, DirectConv2dForwardAndFilterGradient) {
   EXPECT_THROW(
       lk::conv2d_forward_direct_cuda(wide, nullptr, nullptr, nullptr, nullptr, false, stream_),
       std::invalid_argument);
+}
+
+// The fused first convolution + max-pool (+ ReLU) (LOCKSTEP_CUDA_CONV_POOL=fused) against the CPU
+// kernels of conv_pool.h. Small integers and halves (exact in bf16 too): every sum is exact in
+// either order, so the pooled values, each window's winning position (ties included), the ReLU's
+// cuts and the gradients (accumulated onto non-zero values) match bit for bit in fp32 and bf16.
+// Random values: the forward pass sums in the CPU's order, so close to 1e-6; the filter pass in
+// blocks, close to 1e-4 and the same bits on a second run.
+TEST_F(GpuParity, FusedConvPoolMatchesTheCpuKernels) {
+  struct Case {
+    int n, h, w, c_out, kernel, k;
+    bool relu;
+  };
+  const Case cases[] = {{5, 28, 28, 32, 3, 2, true},
+                        {3, 28, 28, 32, 3, 2, false},
+                        {2, 7, 9, 16, 3, 2, true},
+                        {2, 11, 10, 48, 5, 3, true},
+                        {37, 28, 28, 32, 3, 2, true}};
+  const auto levels = [&](size_t n, int lo, int hi, float scale) {
+    std::uniform_int_distribution<int> level(lo, hi);
+    Floats v(n);
+    for (float& x : v) x = static_cast<float>(level(rng_)) * scale;
+    return v;
+  };
+  for (const Case& c : cases) {
+    const lk::Conv2dShape conv{.n = c.n,
+                               .h = c.h,
+                               .w = c.w,
+                               .c_in = 1,
+                               .c_out = c.c_out,
+                               .kh = c.kernel,
+                               .kw = c.kernel,
+                               .pad_h = c.kernel / 2,
+                               .pad_w = c.kernel / 2};
+    ASSERT_TRUE(lk::conv_pool_cuda_supported(conv, c.k));
+    const lk::ConvPoolShape s{conv, c.k, c.relu, false};
+    const size_t pooled = size_t(c.n) * s.out_h() * s.out_w() * c.c_out;
+    const size_t taps = size_t(c.kernel) * c.kernel;
+    for (bool exact : {true, false}) {
+      const Floats x = exact ? levels(size_t(c.n) * c.h * c.w, -2, 2, 1.0f)
+                             : random_floats(size_t(c.n) * c.h * c.w, rng_);
+      const Floats w =
+          exact ? levels(taps * c.c_out, -2, 2, 0.5f) : random_floats(taps * c.c_out, rng_);
+      const Floats b = exact ? levels(c.c_out, -2, 2, 0.5f) : random_floats(c.c_out, rng_);
+      const Floats dy = exact ? levels(pooled, -3, 3, 0.25f) : random_floats(pooled, rng_);
+      Floats y(pooled), dw(w.size(), 0.5f), db(c.c_out, 0.25f),
+          scratch(lk::conv_pool_scratch_floats(s));
+      std::vector<int8_t> arg(pooled);
+      lk::conv_pool_forward_cpu(s, x.data(), w.data(), b.data(), y.data(), arg.data());
+      lk::conv_pool_backward_cpu(s, x.data(), dy.data(), arg.data(), dw.data(), db.data(),
+                                 scratch.data());
+      for (bool bf16 : {false, true}) {
+        if (bf16 && !exact) continue;  // bf16 rounds random values: the CPU kernels do not
+        SCOPED_TRACE(testing::Message() << "n=" << c.n << " " << c.h << "x" << c.w << " K="
+                                        << c.kernel << " pool " << c.k << (c.relu ? " relu" : "")
+                                        << (exact ? " exact" : " random") << (bf16 ? " bf16" : ""));
+        DeviceArray<float> gx(x), gw(w), gb(b), gdy(dy), gy(pooled), gdw(Floats(w.size(), 0.5f)),
+            gdb(Floats(c.c_out, 0.25f)), again(Floats(w.size(), 0.5f)),
+            gwork(lk::conv_pool_cuda_workspace_floats(s));
+        DeviceArray<int8_t> garg(pooled);
+        lk::conv_pool_forward_cuda(s, gx.get(), gw.get(), gb.get(), gy.get(), garg.get(), bf16,
+                                   stream_);
+        sync();
+        if (exact) {
+          EXPECT_EQ(gy.download(), y);
+          EXPECT_EQ(garg.download(), arg);
+          if (c.relu) {
+            EXPECT_GT(std::count(arg.begin(), arg.end(), int8_t{-1}), 0) << "no ReLU cut";
+          }
+        } else {
+          EXPECT_TRUE(close(gy.download(), y, 1e-6)) << "y";
+        }
+        // The backward pass from the CPU's window positions: a near-tie that rounding settled
+        // otherwise would move a whole product to another tap.
+        garg.upload(arg);
+        lk::conv_pool_backward_cuda(s, gx.get(), gdy.get(), garg.get(), gdw.get(), gdb.get(),
+                                    gwork.get(), bf16, stream_);
+        lk::conv_pool_backward_cuda(s, gx.get(), gdy.get(), garg.get(), again.get(), nullptr,
+                                    gwork.get(), bf16, stream_);
+        sync();
+        if (exact) {
+          EXPECT_EQ(gdw.download(), dw);
+          EXPECT_EQ(gdb.download(), db);
+        } else {
+          EXPECT_TRUE(close(gdw.download(), dw, 1e-4)) << "dw";
+          EXPECT_TRUE(close(gdb.download(), db, 1e-4)) << "db";
+        }
+        EXPECT_EQ(again.download(), gdw.download()) << "dw without db: the same sums, in order";
+      }
+    }
+  }
+  const lk::Conv2dShape two_channels{
+      .n = 1, .h = 8, .w = 8, .c_in = 2, .c_out = 16, .kh = 3, .kw = 3, .pad_h = 1, .pad_w = 1};
+  EXPECT_FALSE(lk::conv_pool_cuda_supported(two_channels, 2));
+  EXPECT_THROW(lk::conv_pool_forward_cuda({two_channels, 2, false, false}, nullptr, nullptr,
+                                          nullptr, nullptr, nullptr, false, stream_),
+               std::invalid_argument);
 }
 
 // As Fp32GemmIsExactWhereTf32WouldRound, for cuDNN's fp32 convolutions: x = 1 + 2^-12, w = 1, no

@@ -19,6 +19,7 @@
 #include "kernels/onednn/onednn.h"
 #include "kernels/step/loss.h"
 #include "runtime/base/error.h"
+#include "runtime/model/cpu_plan.h"
 #include "runtime/model/layers/conv.h"
 
 using namespace lockstep;
@@ -332,4 +333,44 @@ TEST(Model, RefusesBatchesLargerThanItsBuffers) {
   Model m(parse_model_spec("linear"), {3}, 1, 2);
   std::vector<float> x(9, 0.0f);
   EXPECT_THROW(m.forward(x.data(), 3), Error);
+}
+
+// On CUDA with LOCKSTEP_CUDA_CONV_POOL=fused the CNN's first convolution runs the max-pool and the
+// ReLU after it (plan_cuda, through the conv type's fuses_next_cuda): both become views; the second
+// convolution (not first, 32 channels in) and everything after run as written. Without the knob
+// the plan is untouched.
+TEST(ModelPlan, CudaFusesTheFirstConvolutionWithThePoolAndReluWhenAsked) {
+  const auto planned = [] {
+    return commute_activations(plan_model(parse_model_spec("cnn"), {28, 28, 1}, 10));
+  };
+  std::vector<LayerPlan> plan = planned();
+  ASSERT_EQ("conv", plan[0].spec.type);
+  ASSERT_EQ("maxpool", plan[1].spec.type);
+  ASSERT_EQ("relu", plan[2].spec.type);
+  plan_cuda(plan, false);
+  for (const LayerPlan& p : plan) EXPECT_TRUE(p.fused_next.empty() && !p.absorbed);
+  plan_cuda(plan, true);
+  ASSERT_EQ(1u, plan[0].fused_next.size());
+  EXPECT_EQ("maxpool", plan[0].fused_next[0].spec.type);
+  EXPECT_TRUE(plan[0].fused_next[0].fused_relu);
+  EXPECT_TRUE(plan[1].absorbed && plan[2].absorbed);
+  EXPECT_EQ(2, fused_pool(plan[0]).k);
+  EXPECT_TRUE(fused_pool(plan[0]).relu);
+  for (size_t i = 3; i < plan.size(); ++i)
+    EXPECT_TRUE(plan[i].fused_next.empty() && !plan[i].absorbed) << "layer " << i;
+  // Without a ReLU after the pool the kernels run the pool alone; a first layer over three
+  // channels, or with 24 outputs (not a multiple of 16), is not fused.
+  std::vector<LayerPlan> no_relu =
+      plan_model(parse_model_spec("conv3x3:16,maxpool2,flatten,dense"), {8, 8, 1}, 4);
+  plan_cuda(no_relu, true);
+  ASSERT_EQ(1u, no_relu[0].fused_next.size());
+  EXPECT_FALSE(no_relu[0].fused_next[0].fused_relu);
+  EXPECT_TRUE(no_relu[1].absorbed && !no_relu[2].absorbed);
+  for (const auto& [spec, input] :
+       {std::pair<const char*, SampleShape>{"conv3x3:16,maxpool2,flatten,dense", {8, 8, 3}},
+        {"conv3x3:24,maxpool2,flatten,dense", {8, 8, 1}}}) {
+    std::vector<LayerPlan> other = plan_model(parse_model_spec(spec), input, 4);
+    plan_cuda(other, true);
+    for (const LayerPlan& p : other) EXPECT_TRUE(p.fused_next.empty() && !p.absorbed) << spec;
+  }
 }

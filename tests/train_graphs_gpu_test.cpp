@@ -12,8 +12,9 @@
 // (it reads from the device synchronously) trains uncaptured, with the bits of --cuda-graphs off:
 // the failed capture is discarded and the step runs again. A bf16 GPT with its logits in bf16
 // (LOCKSTEP_CUDA_LOGITS=bf16) gives the same bits captured and uncaptured, with evaluations (fp32
-// logits) between its epochs, and losses near those of fp32 logits. Skips, with the reason, where
-// no GPU answers.
+// logits) between its epochs, and losses near those of fp32 logits; so does a CNN whose first
+// layer runs fused with its max-pool (LOCKSTEP_CUDA_CONV_POOL=fused), near the unfused layers'.
+// Skips, with the reason, where no GPU answers.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -194,6 +195,43 @@ TEST_F(TrainGraphsGpu, Bf16LogitsGiveTheSameBitsCapturedAndNearFp32Logits) {
   EXPECT_LT(got.result.epochs.back().train_loss, got.result.epochs.front().train_loss)
       << "it learns";
   std::filesystem::remove_all(dir);
+}
+
+// LOCKSTEP_CUDA_CONV_POOL=fused: the first convolution, the max-pool and the ReLU after it as one
+// layer on the fused kernels (plan_cuda). Captured and uncaptured steps give the same bits in fp32
+// and bf16; the training and test losses stay near those of the unfused layers (im2col), which sum
+// in another order; and the model learns.
+TEST_F(TrainGraphsGpu, FusedFirstLayerGivesTheSameBitsCapturedAndNearTheUnfusedLayers) {
+  auto mpi = make_mpi_communicator();
+  const std::string data = write_images();
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(precision_name(p));
+    auto cnn = [&](bool graphs) {
+      TrainConfig c = config(data, p, graphs);
+      c.model = "conv3x3:16,relu,maxpool2,flatten,dense:16,relu,dense";
+      return c;
+    };
+    Knobs k = saved_;
+    k.cuda_conv = CudaConvKnob::im2col;
+    configure_knobs(k);
+    const Trained unfused = train(*mpi, *mpi, cnn(true));
+    k.cuda_conv_pool = ConvPoolKnob::fused;
+    configure_knobs(k);
+    const Trained want = train(*mpi, *mpi, cnn(false));
+    const Trained got = train(*mpi, *mpi, cnn(true));
+    EXPECT_EQ(10, got.captured) << "every full step after the warm-up is a graph's";
+    expect_same_bits(got, want);
+    ASSERT_EQ(got.result.epochs.size(), unfused.result.epochs.size());
+    for (size_t e = 0; e < got.result.epochs.size(); ++e) {
+      const double a = got.result.epochs[e].train_loss, b = unfused.result.epochs[e].train_loss;
+      EXPECT_NEAR(a, b, 0.02 * b) << "epoch " << e + 1 << "'s training loss";
+    }
+    EXPECT_NEAR(got.result.test.loss, unfused.result.test.loss, 0.02 * unfused.result.test.loss);
+    EXPECT_LT(got.result.epochs.back().train_loss, got.result.epochs.front().train_loss)
+        << "it learns";
+    std::printf("%s fused first layer: test loss %.6f (unfused %.6f)\n", precision_name(p),
+                got.result.test.loss, unfused.result.test.loss);
+  }
 }
 
 TEST_F(TrainGraphsGpu, NonFiniteStepsAreSkippedByTheGraphAsWithout) {

@@ -7,6 +7,7 @@
 #include "kernels/activation.h"
 #include "kernels/cast.h"
 #include "kernels/conv/conv2d.h"
+#include "kernels/conv/direct.cuh"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -22,14 +23,11 @@ namespace lockstep::kernels {
 
 namespace {
 
-// The shape as plain ints, passed by value to the kernels.
-struct ConvDims {
-  int n, h, w, c_in, kh, kw, stride, pad_h, pad_w, out_h, out_w;
-};
-
-ConvDims dims_of(const Conv2dShape& s, const Conv2dGeometry& g) {
-  return {s.n, s.h, s.w, s.c_in, s.kh, s.kw, s.stride, s.pad_h, s.pad_w, g.out_h, g.out_w};
-}
+using direct::ConvDims;
+using direct::dims_of;
+using direct::dispatch;
+using direct::operand;
+using direct::write_block_partials;
 
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(uint16_t* p, float v) { *p = cuda::to_bf16(v); }
@@ -112,15 +110,6 @@ float seed_bias(float* y, const float* b, const Conv2dGeometry& g, int c_out, cu
   return 1.0f;
 }
 
-// x rounded to bf16 when kBf16 (the bf16 contract: operands in bf16, sums in fp32).
-template <bool kBf16>
-__device__ __forceinline__ float operand(float v) {
-  if constexpr (kBf16)
-    return cuda::from_bf16(cuda::to_bf16(v));
-  else
-    return v;
-}
-
 // One thread per output (img, oy, ox, co): consecutive threads write consecutive channels of one
 // pixel and read the same inputs (a broadcast) and consecutive weights. Index: the type of the
 // output's flat index and the divisions that take it apart, 32-bit where the outputs allow (a
@@ -164,7 +153,6 @@ template <bool kBf16, class Index>
 __global__ void direct_filter_partial_kernel(ConvDims d, int c_out, const float* __restrict__ x,
                                              const float* __restrict__ dy, float* __restrict__ part,
                                              Index rows, Index chunk) {
-  extern __shared__ float shared[];
   const int taps = d.kh * d.kw * d.c_in;
   const int groups = blockDim.x / c_out;
   const int co = threadIdx.x % c_out, g = threadIdx.x / c_out;
@@ -188,33 +176,7 @@ __global__ void direct_filter_partial_kernel(ConvDims d, int c_out, const float*
     }
     acc[kConv2dDirectMaxTaps] += dy[size_t(m) * c_out + co];  // the bias sums the fp32 dy
   }
-  // shared[g][k][co], k = taps for the bias
-  const int width = (taps + 1) * c_out;
-  for (int k = 0; k < taps; ++k) shared[g * width + k * c_out + co] = acc[k];
-  shared[g * width + taps * c_out + co] = acc[kConv2dDirectMaxTaps];
-  __syncthreads();
-  for (int j = threadIdx.x; j < width; j += blockDim.x) {
-    float sum = 0.0f;
-    for (int gg = 0; gg < groups; ++gg) sum += shared[gg * width + j];
-    part[blockIdx.x * size_t(width) + j] = sum;
-  }
-}
-
-// The second half: one thread per (k, co) sums the blocks' partials in block order and adds them
-// to dw[k][co] (HWIO: k * c_out + co) or, for k == taps, to db[co].
-__global__ void direct_filter_sum_kernel(const float* __restrict__ part, int blocks, int taps,
-                                         int c_out, float* __restrict__ dw,
-                                         float* __restrict__ db) {
-  const int width = (taps + 1) * c_out;
-  for (size_t j = cuda::thread_index(); j < size_t(width); j += cuda::thread_stride()) {
-    float sum = 0.0f;
-    for (int blk = 0; blk < blocks; ++blk) sum += part[size_t(blk) * width + j];
-    if (j < size_t(taps) * c_out) {
-      if (dw != nullptr) dw[j] += sum;
-    } else if (db != nullptr) {
-      db[j - size_t(taps) * c_out] += sum;
-    }
-  }
+  write_block_partials(acc, taps, c_out, part);
 }
 
 void require_direct(const Conv2dShape& s, const char* who) {
@@ -237,18 +199,11 @@ void conv2d_forward_direct_cuda(const Conv2dShape& s, const float* x, const floa
   const unsigned grid = cuda::grid_for(total);
   // The loop's last index plus its stride must not wrap around in 32 bits.
   const bool narrow = total + size_t(grid) * cuda::kThreads <= UINT32_MAX;
-  if (bf16 && narrow)
-    direct_forward_kernel<true, uint32_t><<<grid, cuda::kThreads, 0, stream>>>(
-        d, s.c_out, x, w, b, y, s.relu, static_cast<uint32_t>(total));
-  else if (bf16)
-    direct_forward_kernel<true, size_t>
-        <<<grid, cuda::kThreads, 0, stream>>>(d, s.c_out, x, w, b, y, s.relu, total);
-  else if (narrow)
-    direct_forward_kernel<false, uint32_t><<<grid, cuda::kThreads, 0, stream>>>(
-        d, s.c_out, x, w, b, y, s.relu, static_cast<uint32_t>(total));
-  else
-    direct_forward_kernel<false, size_t>
-        <<<grid, cuda::kThreads, 0, stream>>>(d, s.c_out, x, w, b, y, s.relu, total);
+  dispatch(bf16, narrow, [&](auto b16, auto index) {
+    using Index = decltype(index);
+    direct_forward_kernel<decltype(b16)::value, Index><<<grid, cuda::kThreads, 0, stream>>>(
+        d, s.c_out, x, w, b, y, s.relu, static_cast<Index>(total));
+  });
   LS_CHECK_LAUNCH("direct_forward_kernel");
 }
 
@@ -266,24 +221,16 @@ void conv2d_filter_direct_cuda(const Conv2dShape& s, const float* x, const float
   const ConvDims d = dims_of(s, g);
   // 32-bit row indices where the rows allow (as the forward pass); the same sums.
   const bool narrow = g.rows + chunk + size_t(threads) <= UINT32_MAX;  // no index wraps around
-  const auto rows32 = static_cast<uint32_t>(g.rows), chunk32 = static_cast<uint32_t>(chunk);
-  if (bf16 && narrow)
-    direct_filter_partial_kernel<true, uint32_t>
-        <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, rows32, chunk32);
-  else if (bf16)
-    direct_filter_partial_kernel<true, size_t>
-        <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, g.rows, chunk);
-  else if (narrow)
-    direct_filter_partial_kernel<false, uint32_t>
-        <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, rows32, chunk32);
-  else
-    direct_filter_partial_kernel<false, size_t>
-        <<<blocks, threads, shared, stream>>>(d, s.c_out, x, dy, workspace, g.rows, chunk);
+  dispatch(bf16, narrow, [&](auto b16, auto index) {
+    using Index = decltype(index);
+    direct_filter_partial_kernel<decltype(b16)::value, Index><<<blocks, threads, shared, stream>>>(
+        d, s.c_out, x, dy, workspace, static_cast<Index>(g.rows), static_cast<Index>(chunk));
+  });
   LS_CHECK_LAUNCH("direct_filter_partial_kernel");
   const size_t width = size_t(taps + 1) * s.c_out;
-  direct_filter_sum_kernel<<<cuda::grid_for(width), cuda::kThreads, 0, stream>>>(
+  direct::filter_sum_kernel<><<<cuda::grid_for(width), cuda::kThreads, 0, stream>>>(
       workspace, blocks, taps, s.c_out, dw, db);
-  LS_CHECK_LAUNCH("direct_filter_sum_kernel");
+  LS_CHECK_LAUNCH("filter_sum_kernel");
 }
 
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b,

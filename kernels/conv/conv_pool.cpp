@@ -409,6 +409,17 @@ void conv_pool_forward_cpu(const ConvPoolShape& s, const float* x, const float* 
   });
 }
 
+bool conv_pool_cuda_supported(const Conv2dShape& c, int k) {
+  return conv_pool_supported(c, k) && c.kh * c.kw <= kConv2dDirectMaxTaps &&
+         c.c_out <= kConv2dDirectMaxOut;
+}
+
+size_t conv_pool_cuda_workspace_floats(const ConvPoolShape& s) {
+  const size_t rows = static_cast<size_t>(s.conv.n) * s.out_h() * s.out_w();
+  const size_t blocks = std::clamp<size_t>((rows + 63) / 64, 1, 1024);
+  return blocks * static_cast<size_t>(s.conv.kh * s.conv.kw + 1) * s.conv.c_out;
+}
+
 size_t conv_pool_scratch_floats(const ConvPoolShape& s) {
   return static_cast<size_t>(s.conv.n) * (s.conv.kh * s.conv.kw + 1) * s.conv.c_out;
 }

@@ -6,7 +6,9 @@
 // time writing that output (conv.h, docs/PERFORMANCE.md). The convolution: stride 1, zero padding
 // K/2 each side for an odd K, weights HWIO (K x K x 1 x c_out) and a bias; the pool: k x k windows
 // at stride k over the convolution's output, floor mode, the first maximum of a window winning a
-// tie (as maxpool_forward_cpu). Stateless functions: threads may call them on separate buffers.
+// tie (as maxpool_forward_cpu). The CUDA twins below do the same on the device (the GPU layers
+// take them with LOCKSTEP_CUDA_CONV_POOL=fused). Stateless functions: threads may call them on
+// separate buffers.
 // No collective calls.
 #pragma once
 
@@ -45,5 +47,23 @@ void conv_pool_forward_cpu(const ConvPoolShape& s, const float* x, const float* 
 size_t conv_pool_scratch_floats(const ConvPoolShape& s);
 void conv_pool_backward_cpu(const ConvPoolShape& s, const float* x, const float* dy,
                             const int8_t* argmax, float* dw, float* db, float* scratch);
+
+// The CUDA twins (conv_pool.cu, of the direct kernels' kind: direct.cuh; conv_pool_stub.cpp throws
+// without CUDA), on the stream: y NHWC only (s.y_blocked16 false), the shapes
+// conv_pool_cuda_supported takes (those of conv_pool_supported with at most kConv2dDirectMaxTaps
+// taps and kConv2dDirectMaxOut channels). Forward: a thread per pooled value, each window
+// position's sum over the taps in order (fmaf), then the bias: the CPU kernels' order and, where
+// those run with FMA (their AVX-512 and AVX2 builds), their bits. Backward: the filter and bias
+// gradients added (+=) in two passes with a fixed order (per-block partial sums in `workspace`,
+// conv_pool_cuda_workspace_floats(s) floats, then summed over the blocks in order): the same bits
+// run after run, not the CPU's order. bf16: x, w and dy rounded to bf16 where they are read (the
+// bias gradient sums the fp32 dy), products accumulated in fp32, every output fp32.
+bool conv_pool_cuda_supported(const Conv2dShape& conv, int k);
+size_t conv_pool_cuda_workspace_floats(const ConvPoolShape& s);
+void conv_pool_forward_cuda(const ConvPoolShape& s, const float* x, const float* w, const float* b,
+                            float* y, int8_t* argmax, bool bf16, cudaStream_t stream);
+void conv_pool_backward_cuda(const ConvPoolShape& s, const float* x, const float* dy,
+                             const int8_t* argmax, float* dw, float* db, float* workspace,
+                             bool bf16, cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -96,6 +96,8 @@ Knobs knobs_from_environment() {
 
   if (other_value("LOCKSTEP_CUDA_GELU", "kernel", "epilogue")) k.cuda_gelu = GeluKnob::epilogue;
   if (other_value("LOCKSTEP_CUDA_LOGITS", "fp32", "bf16")) k.cuda_logits = LogitsKnob::bf16;
+  if (other_value("LOCKSTEP_CUDA_CONV_POOL", "unfused", "fused"))
+    k.cuda_conv_pool = ConvPoolKnob::fused;
   return k;
 }
 
@@ -115,7 +117,9 @@ std::string knobs_text(const Knobs& k) {
          " LOCKSTEP_CUDA_ATTENTION=" + attention_text(k.cuda_attention) +
          " LOCKSTEP_CPU_ATTENTION=" + attention_text(k.cpu_attention) +
          " LOCKSTEP_CUDA_GELU=" + (k.cuda_gelu == GeluKnob::epilogue ? "epilogue" : "kernel") +
-         " LOCKSTEP_CUDA_LOGITS=" + (k.cuda_logits == LogitsKnob::bf16 ? "bf16" : "fp32");
+         " LOCKSTEP_CUDA_LOGITS=" + (k.cuda_logits == LogitsKnob::bf16 ? "bf16" : "fp32") +
+         " LOCKSTEP_CUDA_CONV_POOL=" +
+         (k.cuda_conv_pool == ConvPoolKnob::fused ? "fused" : "unfused");
 }
 
 const Knobs& configured_knobs() {

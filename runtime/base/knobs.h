@@ -14,6 +14,9 @@
 //   LOCKSTEP_CPU_ATTENTION       flash (default) | materialised      CPU GPT attention
 //   LOCKSTEP_CUDA_GELU           kernel (default) | epilogue         bf16 GPT MLP's GELU (epilogue:
 //                                                                    in cuBLASLt's fc product)
+//   LOCKSTEP_CUDA_LOGITS         fp32 (default) | bf16               bf16 GPT steps' logits
+//   LOCKSTEP_CUDA_CONV_POOL      unfused (default) | fused           CUDA first convolution and
+//                                                                    the max-pool (+ ReLU) after it
 //
 // configured_knobs() is thread-safe; configure_knobs() is for start-up and tests (not while
 // layers are being built). No collective calls.
@@ -29,6 +32,7 @@ enum class AttentionKnob { flash, materialised, cudnn };  // cudnn: LOCKSTEP_CUD
 enum class CpuIsaKnob { native, avx2, baseline };
 enum class GeluKnob { kernel, epilogue };
 enum class LogitsKnob { f32, bf16 };
+enum class ConvPoolKnob { unfused, fused };
 
 struct Knobs {
   CpuConvKnob cpu_conv = CpuConvKnob::automatic;
@@ -39,6 +43,7 @@ struct Knobs {
   AttentionKnob cpu_attention = AttentionKnob::flash;
   GeluKnob cuda_gelu = GeluKnob::kernel;
   LogitsKnob cuda_logits = LogitsKnob::f32;
+  ConvPoolKnob cuda_conv_pool = ConvPoolKnob::unfused;
 };
 
 // The knobs the environment sets now; UsageError naming the variable, its value and what it takes

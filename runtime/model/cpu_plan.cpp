@@ -90,6 +90,24 @@ std::vector<LayerPlan> commute_activations(std::vector<LayerPlan> plan) {
   return plan;
 }
 
+void plan_cuda(std::vector<LayerPlan>& plan, bool fuse) {
+  if (!fuse) return;
+  for (size_t i = 0; i + 1 < plan.size(); ++i) {
+    LayerPlan& self = plan[i];
+    LayerPlan& next = plan[i + 1];
+    const LayerType& type = type_of(self);
+    if (!type.fuses_next_cuda || !type.fuses_next_cuda(self, next, i == 0)) continue;
+    LayerPlan fused = next;
+    if (i + 2 < plan.size() && activation_of(plan[i + 2]) == Activation::relu) {
+      fused.fused_relu = true;
+      plan[i + 2].absorbed = true;
+    }
+    self.fused_next.push_back(fused);
+    next.absorbed = true;
+    i += fused.fused_relu ? 2 : 1;
+  }
+}
+
 void plan_cpu(std::vector<LayerPlan>& plan, int max_batch, CpuKernels kernels) {
   fuse_activations(plan);
   if (kernels != CpuKernels::best) return;

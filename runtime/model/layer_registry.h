@@ -117,6 +117,10 @@ struct LayerType {
   // model's first layer, whose input gradient is never asked for (conv: the first convolution over
   // one channel and the max-pool after it, on AVX-512).
   std::function<bool(const LayerPlan& self, const LayerPlan& next, bool first)> fuses_next;
+  // CUDA, LOCKSTEP_CUDA_CONV_POOL=fused: the same question of its CUDA layer; a ReLU directly
+  // after `next` then runs in the same kernels too (the planner sets next's fused_relu and
+  // absorbs it: conv, the first convolution over one channel with the max-pool and ReLU after it).
+  std::function<bool(const LayerPlan& self, const LayerPlan& next, bool first)> fuses_next_cuda;
 
   const std::string& span() const { return span_name.empty() ? name : span_name; }
 };

@@ -61,7 +61,10 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
       input_size_(shape_size(input)) {
   if (max_batch <= 0) throw UsageError("model batch size must be positive");
   const DeviceKind where = placement_.device;
-  if (where == DeviceKind::cuda) check_cuda_layers(plan_);
+  if (where == DeviceKind::cuda) {
+    check_cuda_layers(plan_);
+    plan_cuda(plan_, placement_.knobs.cuda_conv_pool == ConvPoolKnob::fused);
+  }
   if (where == DeviceKind::cpu) plan_cpu(plan_, max_batch, placement_.cpu_kernels);
   for (LayerPlan& p : plan_) p.recompute = placement_.recompute;
   // Layer ranges start at multiples of `align`: 256 bytes, times the ranks when sharded (ZeRO),

@@ -90,9 +90,10 @@ struct LayerPlan {
   // planner of the type sets it (LayerCheck::earlier); the model binds it (Layer::bind_tied).
   int tied = -1;
   // The CPU planner's marks (cpu_plan.h), each set where the layer types' plan hooks agree
-  // (layer_registry.h); on CUDA all stay unset. fused_relu: the layer applies the ReLU after it in
-  // its forward pass and masks its incoming gradient by it (a convolution, a max-pool on blocked
-  // input).
+  // (layer_registry.h); on CUDA all stay unset but fused_next, absorbed and a fused layer's
+  // fused_relu, with LOCKSTEP_CUDA_CONV_POOL=fused (plan_cuda). fused_relu: the layer applies the
+  // ReLU after it in its forward pass and masks its incoming gradient by it (a convolution, a
+  // max-pool on blocked input).
   bool fused_relu = false;
   // The layer's input (and its gradient) / output (and its gradient) stay in oneDNN's 16-channel
   // blocks (aBcd16b, the same size as NHWC) between a layer that hands them on and the next that

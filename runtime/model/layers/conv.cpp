@@ -59,18 +59,6 @@ bool conv2d_keeps_blocked16(const LayerPlan& p, int max_batch) {
   return true;
 }
 
-// The max-pool a first convolution runs in its own kernel (LayerPlan::fused_next, cpu_plan.h): its
-// window (0: none) and its fused ReLU, read from the pool's plan through the pool type's hook.
-struct FusedPool {
-  int k = 0;
-  bool relu = false;
-};
-FusedPool fused_pool(const LayerPlan& p) {
-  if (p.fused_next.empty()) return {};
-  const LayerPlan& pool = p.fused_next.front();
-  return {find_layer_type(pool.spec.type).max_pool_window(pool), pool.fused_relu};
-}
-
 // The layout of the convolution's own output: a fused pool's input's (the layer's output is then
 // the pool's), else the layer's.
 bool conv_out_blocked16(const LayerPlan& p) {
@@ -283,6 +271,14 @@ LayerType conv_layer_type() {
         kernels::conv_pool_supported(conv2d_cpu_shape(p, 1), k))
       return true;
     return k == 2 && takes_winograd(p);
+  };
+  // CUDA, with LOCKSTEP_CUDA_CONV_POOL=fused: a first convolution over one input channel, the
+  // max-pool after it and a ReLU after that as one pair of kernels (conv_pool_*_cuda), the full-
+  // resolution output (103 MB at batch 1024 in the CNN) and its gradient never written.
+  t.fuses_next_cuda = [](const LayerPlan& p, const LayerPlan& next, bool first) {
+    const LayerType& next_type = find_layer_type(next.spec.type);
+    const int k = next_type.max_pool_window ? next_type.max_pool_window(next) : 0;
+    return first && k > 0 && kernels::conv_pool_cuda_supported(conv2d_shape(p, 1), k);
   };
   t.forward_flops = [](const LayerPlan& p) {
     const double k = p.spec.args[0];

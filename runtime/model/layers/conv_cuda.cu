@@ -16,6 +16,8 @@
 // (LOCKSTEP_LOG_LEVEL=debug). Two runs may choose differently where two families time alike;
 // their results then differ in summation order only. Where the training steps are replayed from
 // CUDA graphs (CudaLayerPlacement::graphs) a family's cost is its device time alone.
+// A first convolution that the plan fused with the max-pool after it
+// (LOCKSTEP_CUDA_CONV_POOL=fused) is a layer of its own, CudaConvPool, on the fused kernels alone.
 // Plain C++ over the kernels' launchers: it is a .cu only so that it is built with CUDA and
 // conv_cuda_stub.cpp without.
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/conv/conv_pool.h"
 #include "kernels/cuda/memory.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -260,9 +263,52 @@ class CudaConv2d : public CudaLayer {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
+// A first convolution over one input channel with the max-pool (and ReLU) after it, fused
+// (LOCKSTEP_CUDA_CONV_POOL=fused; plan_cuda in cpu_plan.h): the pooled output and a byte per value
+// for its window position, then the filter and bias gradients from the pooled gradient
+// (kernels/conv/conv_pool.h). The layer's activation buffer, sized for the convolution's output,
+// holds the pooled one; the pool and ReLU layers are views. No input gradient (a first layer).
+class CudaConvPool : public CudaLayer {
+ public:
+  CudaConvPool(const LayerPlan& plan, cudaStream_t stream, bool bf16)
+      : CudaLayer(plan, stream), pool_(fused_pool(plan)), bf16_(bf16) {}
+
+  void reserve(int max_batch) override {
+    argmax_ = Buffer<int8_t>(DeviceKind::cuda, pooled_values(max_batch));
+  }
+  size_t workspace_floats(int batch) const override {
+    return kernels::conv_pool_cuda_workspace_floats(shape(batch));
+  }
+  void forward(int batch, const float* x, float* y, float*) override {
+    kernels::conv_pool_forward_cuda(shape(batch), x, params_, params_ + bias_offset(plan_), y,
+                                    argmax_.data(), bf16_, stream_);
+  }
+  void backward(int batch, const float* x, const float*, const float* dy, float* dx,
+                float* workspace) override {
+    if (dx != nullptr) throw Error("conv: a fused max-pool is only planned for a first layer");
+    kernels::conv_pool_backward_cuda(shape(batch), x, dy, argmax_.data(), grads_,
+                                     grads_ + bias_offset(plan_), workspace, bf16_, stream_);
+  }
+
+ private:
+  kernels::ConvPoolShape shape(int batch) const {
+    return {conv2d_shape(plan_, batch), pool_.k, pool_.relu, false};
+  }
+  size_t pooled_values(int batch) const {
+    const kernels::ConvPoolShape s = shape(batch);
+    return static_cast<size_t>(batch) * s.out_h() * s.out_w() * s.conv.c_out;
+  }
+
+  FusedPool pool_;
+  bool bf16_;
+  Buffer<int8_t> argmax_;
+};
+
 }  // namespace
 
 std::unique_ptr<Layer> make_conv_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
+  if (!plan.fused_next.empty())
+    return std::make_unique<CudaConvPool>(plan, where.stream, where.precision == Precision::bf16);
   const FamilyChoice families = family_choice(where.knobs);
   if (where.precision == Precision::bf16)
     return std::make_unique<CudaConv2d<uint16_t>>(plan, where.stream, families, where.graphs);
