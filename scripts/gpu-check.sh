@@ -3,7 +3,8 @@
 #   bash scripts/gpu-check.sh [--out DIR] [--step-timeout S] [--long] [BUILD_DIR]
 # The quick pass (the default): the GPU tests (*_gpu_test), the *_gpu_mpi_test binaries at 2 ranks
 # sharing GPU 0, the end-to-end GPU scripts (tests/*_gpu_test.sh), the NCCL collective benchmark on
-# one GPU, the CNN training benchmark (fp32) at global batch 128 and 1024, and a --trace run at
+# one GPU, the CNN training benchmark (fp32) at global batch 128 and 1024 (and at 1024 with the
+# first layer fused, fp32 and bf16: LOCKSTEP_CUDA_CONV_POOL=fused), and a --trace run at
 # each batch summarised by scripts/trace-summary.py (the device's time per layer, and how much of
 # each step the compute stream sat idle).
 # --long: the long runs: the CNN in bf16 at both batches, the same model in PyTorch (eager,
@@ -294,6 +295,10 @@ quick_pass() {
   cat "$log"
   bench_train 128 fp32
   bench_train 1024 fp32
+  # The first layer fused with its pool (LOCKSTEP_CUDA_CONV_POOL=fused; not yet the default) beside
+  # the runs above, so that even a window with time for the quick pass alone compares them.
+  LOCKSTEP_CUDA_CONV_POOL=fused bench_train 1024 fp32
+  LOCKSTEP_CUDA_CONV_POOL=fused bench_train 1024 bf16
   trace_train 128 fp32
   trace_train 1024 fp32
 }
