@@ -4,9 +4,8 @@
 // the one fusion of a first convolution with the max-pool after it, when asked for. The planner
 // knows no layer type: it asks each layer's type through the optional plan hooks of its LayerType
 // record (layer_registry.h: activation, layout_agnostic, max_pool_window, commutes_with,
-// fuses_activation, hands_on_blocked16, takes_blocked16, fuses_next, fuses_next_cuda) and sets
-// the generic
-// LayerPlan fields they answer for (fused_relu, in_blocked16, out_blocked16, fused_next,
+// fuses_activation, hands_on_blocked16, takes_blocked16, fuses_next, fuses_next_cuda) and sets the
+// generic LayerPlan fields they answer for (fused_relu, in_blocked16, out_blocked16, fused_next,
 // absorbed); a type that sets no hook, a user's by default, runs as written, and a registered type
 // takes part by setting them. The model owns its plan and calls these once, in its constructor.
 // Pure functions of the plan and the registry: thread-safe once the layer types are registered.

@@ -18,7 +18,8 @@
 // a convolution directly followed by a ReLU applies it in its own forward pass (LayerPlan::
 // fused_relu), and so does a max-pool on blocked activations, and the ReLU layer passes its input
 // through; on AVX-512 a first convolution over one input channel runs the max-pool after it too
-// (LayerPlan::fused_next), which then passes its input through (LayerPlan::absorbed).
+// (LayerPlan::fused_next), which then passes its input through (LayerPlan::absorbed), and so does
+// a CUDA model's with LOCKSTEP_CUDA_CONV_POOL=fused (the ReLU after the pool with them).
 //
 // Each layer is its type's (layer_registry.h) CPU layer or CUDA twin; a spec naming a CPU-only
 // type is refused on CUDA before any device work.
