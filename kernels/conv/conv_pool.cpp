@@ -65,6 +65,39 @@ LS_ALWAYS_INLINE void store_bytes<8>(int8_t* out, const Lanes<8>::I& v) {
   std::memcpy(out, &n, sizeof(n));
 }
 
+// A window's maximum of its `window` convolution outputs sums[q * stride] + bias and the position q
+// it came from, strictly (the first maximum keeps a tie); with the fused ReLU, 0 and position -1
+// where that maximum is not above 0 (as relu_forward_cpu: a NaN passes).
+template <class F, class I>
+LS_ALWAYS_INLINE void window_max(int window, const F& bias, bool relu, const F* sums, int stride,
+                                 F& best, I& arg) {
+  best = sums[0] + bias;
+  arg = I{};
+  for (int q = 1; q < window; ++q) {
+    const F out = sums[q * stride] + bias;
+    const I more = out > best;
+    best = more ? out : best;
+    arg = more ? I{} + q : arg;
+  }
+  if (relu) {
+    const F zero = {};
+    arg = best > zero ? arg : I{} - 1;
+    best = best < zero ? zero : best;
+  }
+}
+
+// A pooled output's W lanes of gradient at o and their window positions (argmax's bytes widened),
+// the gradient zero where the fused ReLU cut the window.
+template <int W, class F, class I>
+LS_ALWAYS_INLINE void pooled_gradient(const float* dy, const int8_t* argmax, size_t o, F& g_dy,
+                                      I& arg) {
+  std::memcpy(&g_dy, dy + o, sizeof(g_dy));
+  int32_t widened[W];
+  for (int l = 0; l < W; ++l) widened[l] = argmax[o + l];
+  std::memcpy(&arg, widened, sizeof(arg));
+  g_dy = arg >= 0 ? g_dy : F{};
+}
+
 // Images [i0, i1) forward. KT / PK: the kernel size / pool window when known at compile time
 // (3 / 2), else 0 and s.conv.kh / s.k.
 template <int W, int KT, int PK>
@@ -116,25 +149,8 @@ LS_ALWAYS_INLINE void forward_images(const ConvPoolShape& s, const float* x, con
           }
           F best[G];
           I arg[G];
-          for (int g = 0; g < G; ++g) {
-            best[g] = acc[0][g] + bias[g];
-            arg[g] = I{};
-          }
-          for (int q = 1; q < window; ++q)
-            for (int g = 0; g < G; ++g) {
-              const F out = acc[q][g] + bias[g];
-              const I more = out > best[g];  // strictly: the first maximum keeps a tie
-              best[g] = more ? out : best[g];
-              arg[g] = more ? I{} + q : arg[g];
-            }
-          if (s.relu) {
-            const F zero = {};
-            for (int g = 0; g < G; ++g) {
-              const I positive = best[g] > zero;
-              arg[g] = positive ? arg[g] : I{} - 1;
-              best[g] = best[g] < zero ? zero : best[g];  // as relu_forward_cpu: a NaN passes
-            }
-          }
+          for (int g = 0; g < G; ++g)
+            window_max(window, bias[g], s.relu, &acc[0][g], G, best[g], arg[g]);
           const size_t o = at(img, cb, py, px);
           std::memcpy(y + o, best, sizeof(best));
           for (int g = 0; g < G; ++g) store_bytes<W>(argmax + o + g * W, arg[g]);
@@ -174,14 +190,10 @@ LS_ALWAYS_INLINE void backward_images(const ConvPoolShape& s, const float* x, co
           for (int px = 0; px < ow; ++px) {
             const size_t o = at(img, cb, py, px) + g * W;
             F g_dy;
-            std::memcpy(&g_dy, dy + o, sizeof(g_dy));
-            int32_t widened[W];
-            for (int l = 0; l < W; ++l) widened[l] = argmax[o + l];
             I arg;
-            std::memcpy(&arg, widened, sizeof(arg));
-            const F zero = {};
-            g_dy = arg >= 0 ? g_dy : zero;  // the fused ReLU's cut windows
+            pooled_gradient<W>(dy, argmax, o, g_dy, arg);
             acc_b += g_dy;
+            const F zero = {};
             for (int wy = 0; wy < k; ++wy) {
               for (int wx = 0; wx < k; ++wx) {
                 const int32_t pos = wy * k + wx;
@@ -227,21 +239,11 @@ LS_ALWAYS_INLINE void forward_3x3_pool2(const ConvPoolShape& s, const float* x, 
         for (int t = 0; t < 9; ++t)
           std::memcpy(&wt[t], w + static_cast<size_t>(t) * cout + lane0, sizeof(F));
         std::memcpy(&bias, b + lane0, sizeof(F));
-        // The window's maximum (and the ReLU) of pixel px's four sums.
+        // Pixel px's window: its maximum (and the ReLU) stored.
         const auto finish = [&](int py, int px, const F* acc) {
-          F best = acc[0] + bias;
-          I arg = {};
-          for (int q = 1; q < 4; ++q) {
-            const F out = acc[q] + bias;
-            const I more = out > best;  // strictly: the first maximum keeps a tie
-            best = more ? out : best;
-            arg = more ? I{} + q : arg;
-          }
-          if (s.relu) {
-            const F zero = {};
-            arg = best > zero ? arg : I{} - 1;
-            best = best < zero ? zero : best;  // as relu_forward_cpu: a NaN passes
-          }
+          F best;
+          I arg;
+          window_max(4, bias, s.relu, acc, 1, best, arg);
           const size_t o = at(img, cb, py, px) + g * W;
           std::memcpy(y + o, &best, sizeof(best));
           store_bytes<W>(argmax + o, arg);
@@ -299,13 +301,8 @@ LS_ALWAYS_INLINE void backward_3x3_pool2(const ConvPoolShape& s, const float* x,
           for (int px = 0; px < ow; ++px) {
             const size_t o = at(img, cb, py, px) + g * W;
             F g_dy;
-            std::memcpy(&g_dy, dy + o, sizeof(g_dy));
-            int32_t widened[W];
-            for (int l = 0; l < W; ++l) widened[l] = argmax[o + l];
             I arg;
-            std::memcpy(&arg, widened, sizeof(arg));
-            const F zero = {};
-            g_dy = arg >= 0 ? g_dy : zero;  // the fused ReLU's cut windows
+            pooled_gradient<W>(dy, argmax, o, g_dy, arg);
             acc_b += g_dy;
             // Window position wy * 2 + wx as its offset in the patch's 4-wide rows, wy * 4 + wx
             // (a cut window's lanes pick any value: their gradient is zero).
