@@ -36,15 +36,16 @@ LS_ALWAYS_INLINE void bias_block(const DenseShape& s, int j0, int width, const f
   for (int l = 0; l < n; ++l) db[j0 + l] = acc[l];
 }
 
-LS_VECTOR_CLONES void bias_gradient(const DenseShape& s, const float* dy, float* db, size_t b0,
-                                    size_t b1) {
-  for (size_t b = b0; b < b1; ++b) {
-    const int j0 = static_cast<int>(b) * kBiasColumns, width = std::min(kBiasColumns, s.out - j0);
-    if (width == kBiasColumns)
-      bias_block<kBiasColumns>(s, j0, width, dy, db);
-    else
-      bias_block<0>(s, j0, width, dy, db);
-  }
+void bias_gradient(const DenseShape& s, const float* dy, float* db, size_t b0, size_t b1) {
+  widest_build([=](auto) LS_BUILD_LAMBDA {
+    for (size_t b = b0; b < b1; ++b) {
+      const int j0 = static_cast<int>(b) * kBiasColumns, width = std::min(kBiasColumns, s.out - j0);
+      if (width == kBiasColumns)
+        bias_block<kBiasColumns>(s, j0, width, dy, db);
+      else
+        bias_block<0>(s, j0, width, dy, db);
+    }
+  });
 }
 
 // Both twins are these three products; only the GEMM differs (OpenBLAS or oneDNN).

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #if defined(_OPENMP)
@@ -19,22 +20,20 @@
 #define LS_PARALLEL_FOR
 #endif
 
-// A loop function cloned for AVX-512 and AVX2 beside the baseline build, the clone chosen at load
-// time by the CPU (the library is built for baseline x86-64).
-#define LS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 // A function compiled for AVX-512 alone: call it only where cpu_avx512f() is true.
 #define LS_AVX512 __attribute__((target("avx512f")))
 // A function compiled for AVX2 with FMA: call it only where cpu_avx2() is true.
 #define LS_AVX2 __attribute__((target("avx2,fma")))
 #define LS_ALWAYS_INLINE inline __attribute__((always_inline))
+// A lambda given to widest_build (below): always inlined, so compiled into each build.
+#define LS_BUILD_LAMBDA __attribute__((always_inline))
 
 namespace lockstep::kernels {
 
 // The widest vector ISA the loops dispatched at run time may take (process-wide, set at start-up
 // from runtime/base/knobs.h's LOCKSTEP_CPU_ISA): native (default), avx2 (an AVX-512 machine runs
-// the AVX2 builds, as an AVX2-only one would; the load-time clones of LS_VECTOR_CLONES are not
-// affected), or baseline (the baseline builds on any CPU; a test runs them so on an AVX-512
-// machine).
+// the AVX2 builds, as an AVX2-only one would), or baseline (the baseline builds on any CPU; a test
+// runs them so on an AVX-512 machine).
 enum class CpuIsa { native, avx2, baseline };
 inline std::atomic<CpuIsa>& cpu_isa_cap() {
   static std::atomic<CpuIsa> cap{CpuIsa::native};
@@ -52,6 +51,37 @@ inline bool cpu_avx512f() {
 inline bool cpu_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has && cpu_isa_cap().load(std::memory_order_relaxed) != CpuIsa::baseline;
+}
+
+namespace detail {
+template <class Fn>
+LS_AVX512 __attribute__((noinline)) void run_avx512(const Fn& fn) {
+  fn(std::integral_constant<int, 16>{});
+}
+template <class Fn>
+LS_AVX2 __attribute__((noinline)) void run_avx2(const Fn& fn) {
+  fn(std::integral_constant<int, 8>{});
+}
+template <class Fn>
+__attribute__((noinline)) void run_baseline(const Fn& fn) {
+  fn(std::integral_constant<int, 4>{});
+}
+}  // namespace detail
+
+// fn(w), a lambda marked LS_BUILD_LAMBDA, compiled three times over: for AVX-512 (w a
+// std::integral_constant<int, 16>: the floats in a vector), for AVX2 with FMA (8) and for the
+// baseline (4); called in the widest build the CPU and the cap allow. The loops in fn are
+// vectorised for that build's registers, or written with vectors of w floats. AVX2 with FMA
+// contracts products into sums as AVX-512 does: the loops here give the same bits in both
+// (kernels_gpt_test's GeluBuilds; a 2-rank GPT run's checkpoint either way).
+template <class Fn>
+void widest_build(const Fn& fn) {
+  if (cpu_avx512f())
+    detail::run_avx512(fn);
+  else if (cpu_avx2())
+    detail::run_avx2(fn);
+  else
+    detail::run_baseline(fn);
 }
 
 // Per-thread scratch: at least `floats` floats in the calling thread's buffer `slot` (0-3), kept

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "kernels/gpt/layernorm.h"
 #include "kernels/gpt/residual.h"
 #include "kernels/onednn/onednn.h"
+#include "kernels/parallel.h"
 #include "kernels/step/loss.h"
 
 namespace lockstep::kernels {
@@ -57,6 +60,85 @@ TEST(Gelu, BackwardMatchesFiniteDifferencesAndRunsInPlace) {
   std::vector<float> inplace = rf;  // dx aliases dy
   gelu_backward_cpu(x.data(), inplace.data(), inplace.data(), x.size());
   EXPECT_EQ(inplace, dx);
+}
+
+// Each build the CPU has (AVX-512, AVX2 with FMA, the baseline; kernels/parallel.h) gives a value
+// the same bits wherever it sits: in a vector's lane or among the last few values that a build
+// computes one by one (where a thread's chunk ends, so at any thread count). The AVX2 build gives
+// the AVX-512 build's bits (an AVX2 machine trains as an AVX-512 one does), and every build stays
+// on the formula, edges included: the exp's clamps, infinities, NaN, tiny and huge values.
+class GeluBuilds : public ::testing::Test {
+ protected:
+  void TearDown() override { set_cpu_isa_cap(CpuIsa::native); }
+};
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
+}
+
+TEST_F(GeluBuilds, EveryBuildGivesAValueTheSameBitsInAnyLaneAndAvx2MatchesAvx512) {
+  auto x = random_floats(4096, 21, -12.0f, 12.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, -0.0f, 1.0f, -1.0f, 3.0f, -3.0f, 1e-30f, -1e-30f, 1e-45f, 30.0f, -30.0f,
+                  1e10f, -1e10f, 3e38f, -3e38f, inf, -inf, std::nanf("")})
+    x.push_back(v);
+  const size_t n = x.size();  // 4114: vectors of 16, 8 and 4, and a tail of 2
+  const auto dy = random_floats(n, 22);
+  struct Result {
+    bool ran = false;
+    std::vector<float> y, dx, y_shifted, dx_shifted;
+  };
+  std::vector<float> shifted(x.begin() + 1, x.end()), dy_shifted(dy.begin() + 1, dy.end());
+  auto run = [&](CpuIsa cap) {
+    set_cpu_isa_cap(cap);
+    Result r;
+    r.ran = true;
+    r.y.resize(n);
+    r.dx.resize(n);
+    gelu_forward_cpu(x.data(), r.y.data(), n);
+    gelu_backward_cpu(x.data(), dy.data(), r.dx.data(), n);
+    // Every value one place earlier: lanes become tails and the other way round.
+    r.y_shifted.resize(n - 1);
+    r.dx_shifted.resize(n - 1);
+    gelu_forward_cpu(shifted.data(), r.y_shifted.data(), n - 1);
+    gelu_backward_cpu(shifted.data(), dy_shifted.data(), r.dx_shifted.data(), n - 1);
+    return r;
+  };
+  std::vector<std::pair<const char*, Result>> builds;
+  builds.push_back({"native", run(CpuIsa::native)});
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    builds.push_back({"avx2", run(CpuIsa::avx2)});
+  builds.push_back({"baseline", run(CpuIsa::baseline)});
+  for (const auto& [name, r] : builds) {
+    SCOPED_TRACE(name);
+    size_t moved = 0;
+    for (size_t i = 1; i < n; ++i)
+      moved += !same_bits(r.y[i], r.y_shifted[i - 1]) + !same_bits(r.dx[i], r.dx_shifted[i - 1]);
+    EXPECT_EQ(moved, 0u) << "values that change with their place in the buffer";
+    std::vector<double> ref(n);
+    for (size_t i = 0; i < 4096; ++i) ref[i] = gelu_ref(x[i]);
+    EXPECT_LT(max_rel_error(std::vector<float>(r.y.begin(), r.y.begin() + 4096),
+                            std::vector<double>(ref.begin(), ref.begin() + 4096)),
+              1e-6);
+    EXPECT_EQ(r.y[4096], 0.0f);
+    EXPECT_TRUE(std::signbit(r.y[4097])) << "gelu(-0) is -0";
+    EXPECT_NEAR(r.y[4098], 0.8411920, 1e-6);
+    EXPECT_FLOAT_EQ(r.y[4105], 30.0f);
+    EXPECT_NEAR(r.y[4106], 0.0f, 1e-30);
+    EXPECT_EQ(r.y[4107], 1e10f);
+    EXPECT_EQ(r.y[4109], 3e38f);
+    EXPECT_EQ(r.y[4111], inf);
+    EXPECT_TRUE(std::isnan(r.y[4113]) && std::isnan(r.dx[4113])) << "NaN in, NaN out";
+    for (size_t i = 4096; i <= 4108; ++i) EXPECT_TRUE(std::isfinite(r.dx[i])) << x[i];
+  }
+  if (builds.size() == 3) {
+    const Result& native = builds[0].second;
+    const Result& avx2 = builds[1].second;
+    size_t differ = 0;
+    for (size_t i = 0; i < n; ++i)
+      differ += !same_bits(native.y[i], avx2.y[i]) + !same_bits(native.dx[i], avx2.dx[i]);
+    EXPECT_EQ(differ, 0u) << "the AVX2 build's values against the native build's";
+  }
 }
 
 struct LnCase {

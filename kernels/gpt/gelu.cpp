@@ -1,23 +1,58 @@
 #include "kernels/gpt/gelu.h"
 
+#include <cstring>
+
+// GCC reports the vectors passed between gelu_math.h's functions, each inlined into the build that
+// calls it: no ABI boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #include "kernels/gpt/gelu_math.h"
 #include "kernels/parallel.h"
 
 namespace lockstep::kernels {
 
 // No __restrict: the header allows in-place use; each element depends only on its own index.
-// Cloned for AVX-512 and AVX2 (parallel.h) beside the baseline build.
+// Written with vectors of the build's width (parallel.h's widest_build), a lane per element, and
+// the scalar formula for the last few: the same operations, the same bits, in every build.
 
 namespace {
 
 constexpr size_t kGrain = 16384;  // elements per thread, at least
 
-LS_VECTOR_CLONES void forward_span(const float* x, float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = gelu_math::forward(x[i]);
+// W floats (a dependent vector_size takes in a typedef, not in an alias template).
+template <int W>
+struct Vec {
+  typedef float type __attribute__((vector_size(4 * W)));
+};
+template <int W>
+using Lanes = typename Vec<W>::type;
+
+template <class T>
+LS_ALWAYS_INLINE T load(const float* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+LS_ALWAYS_INLINE void store(float* p, T v) {
+  std::memcpy(p, &v, sizeof v);
 }
 
-LS_VECTOR_CLONES void backward_span(const float* x, const float* dy, float* dx, size_t n) {
-  for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * gelu_math::derivative(x[i]);
+void forward_span(const float* x, float* y, size_t n) {
+  widest_build([=](auto w) LS_BUILD_LAMBDA {
+    size_t i = 0;
+    for (; i + w <= n; i += w) store(y + i, gelu_math::forward(load<Lanes<w>>(x + i)));
+    for (; i < n; ++i) y[i] = gelu_math::forward(x[i]);
+  });
+}
+
+void backward_span(const float* x, const float* dy, float* dx, size_t n) {
+  widest_build([=](auto w) LS_BUILD_LAMBDA {
+    size_t i = 0;
+    for (; i + w <= n; i += w)
+      store(dx + i, load<Lanes<w>>(dy + i) * gelu_math::derivative(load<Lanes<w>>(x + i)));
+    for (; i < n; ++i) dx[i] = dy[i] * gelu_math::derivative(x[i]);
+  });
 }
 
 }  // namespace

@@ -35,51 +35,54 @@ LS_ALWAYS_INLINE double lane_sum(int n, F f) {
 constexpr size_t kRowGrain = 32;  // rows per thread, at least
 constexpr int kColumns = 32;      // the column sums' block: two cache lines of each row
 
-// The loops below are cloned for AVX-512 and AVX2 (parallel.h: the library itself is built for
-// the baseline); each computes its rows or columns alone, so the split does not change the bits.
-LS_VECTOR_CLONES void layernorm_forward_rows(int dim, const float* x, const float* gamma,
-                                             const float* beta, float* y, float* mean, float* rstd,
-                                             size_t r0, size_t r1) {
-  for (size_t r = r0; r < r1; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    // Two passes (mean, then squared deviations): no cancellation as in E[x^2] - E[x]^2.
-    const double sum = lane_sum(dim, [&](int j) { return static_cast<double>(xr[j]); });
-    const float m = static_cast<float>(sum / dim);
-    const double var = lane_sum(dim, [&](int j) {
-      const double d = xr[j] - m;
-      return d * d;
-    });
-    const float rs = static_cast<float>(1.0 / std::sqrt(var / dim + kLayerNormEps));
-    for (int j = 0; j < dim; ++j) yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
-    mean[r] = m;
-    rstd[r] = rs;
-  }
+// The loops below are compiled for AVX-512, AVX2 and the baseline and run in the widest build the
+// CPU and LOCKSTEP_CPU_ISA allow (parallel.h's widest_build: the library itself is built for the
+// baseline); each computes its rows or columns alone, so the split does not change the bits.
+void layernorm_forward_rows(int dim, const float* x, const float* gamma, const float* beta,
+                            float* y, float* mean, float* rstd, size_t r0, size_t r1) {
+  widest_build([=](auto) LS_BUILD_LAMBDA {
+    for (size_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      // Two passes (mean, then squared deviations): no cancellation as in E[x^2] - E[x]^2.
+      const double sum = lane_sum(dim, [&](int j) { return static_cast<double>(xr[j]); });
+      const float m = static_cast<float>(sum / dim);
+      const double var = lane_sum(dim, [&](int j) {
+        const double d = xr[j] - m;
+        return d * d;
+      });
+      const float rs = static_cast<float>(1.0 / std::sqrt(var / dim + kLayerNormEps));
+      for (int j = 0; j < dim; ++j) yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+      mean[r] = m;
+      rstd[r] = rs;
+    }
+  });
 }
 
-LS_VECTOR_CLONES void layernorm_dx_rows(int dim, const float* x, const float* gamma,
-                                        const float* mean, const float* rstd, const float* dy,
-                                        float* dx, size_t r0, size_t r1) {
-  for (size_t r = r0; r < r1; ++r) {
-    const float* xr = x + r * dim;
-    const float* dyr = dy + r * dim;
-    float* dxr = dx + r * dim;
-    const float m = mean[r], rs = rstd[r];
-    // sum_j g and sum_j g * xhat
-    const double g_sum =
-        lane_sum(dim, [&](int j) { return static_cast<double>(dyr[j] * gamma[j]); });
-    const double gx_sum = lane_sum(dim, [&](int j) {
-      const float xhat = (xr[j] - m) * rs;
-      const float g = dyr[j] * gamma[j];
-      return static_cast<double>(g) * xhat;
-    });
-    const float g_mean = static_cast<float>(g_sum / dim);
-    const float gx_mean = static_cast<float>(gx_sum / dim);
-    for (int j = 0; j < dim; ++j) {
-      const float xhat = (xr[j] - m) * rs;
-      dxr[j] = rs * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
+void layernorm_dx_rows(int dim, const float* x, const float* gamma, const float* mean,
+                       const float* rstd, const float* dy, float* dx, size_t r0, size_t r1) {
+  widest_build([=](auto) LS_BUILD_LAMBDA {
+    for (size_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      const float* dyr = dy + r * dim;
+      float* dxr = dx + r * dim;
+      const float m = mean[r], rs = rstd[r];
+      // sum_j g and sum_j g * xhat
+      const double g_sum =
+          lane_sum(dim, [&](int j) { return static_cast<double>(dyr[j] * gamma[j]); });
+      const double gx_sum = lane_sum(dim, [&](int j) {
+        const float xhat = (xr[j] - m) * rs;
+        const float g = dyr[j] * gamma[j];
+        return static_cast<double>(g) * xhat;
+      });
+      const float g_mean = static_cast<float>(g_sum / dim);
+      const float gx_mean = static_cast<float>(gx_sum / dim);
+      for (int j = 0; j < dim; ++j) {
+        const float xhat = (xr[j] - m) * rs;
+        dxr[j] = rs * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
+      }
     }
-  }
+  });
 }
 
 // dgamma and dbeta for the `width` columns from j0: each column adds its rows in order to the value
@@ -109,16 +112,18 @@ LS_ALWAYS_INLINE void column_block(const LayerNormShape& s, int j0, int width, c
 }
 
 // Column blocks [b0, b1) of kColumns (the last one may be narrower).
-LS_VECTOR_CLONES void layernorm_column_sums(const LayerNormShape& s, const float* x,
-                                            const float* mean, const float* rstd, const float* dy,
-                                            float* dgamma, float* dbeta, size_t b0, size_t b1) {
-  for (size_t b = b0; b < b1; ++b) {
-    const int j0 = static_cast<int>(b) * kColumns, width = std::min(kColumns, s.dim - j0);
-    if (width == kColumns)
-      column_block<kColumns>(s, j0, width, x, mean, rstd, dy, dgamma, dbeta);
-    else
-      column_block<0>(s, j0, width, x, mean, rstd, dy, dgamma, dbeta);
-  }
+void layernorm_column_sums(const LayerNormShape& s, const float* x, const float* mean,
+                           const float* rstd, const float* dy, float* dgamma, float* dbeta,
+                           size_t b0, size_t b1) {
+  widest_build([=](auto) LS_BUILD_LAMBDA {
+    for (size_t b = b0; b < b1; ++b) {
+      const int j0 = static_cast<int>(b) * kColumns, width = std::min(kColumns, s.dim - j0);
+      if (width == kColumns)
+        column_block<kColumns>(s, j0, width, x, mean, rstd, dy, dgamma, dbeta);
+      else
+        column_block<0>(s, j0, width, x, mean, rstd, dy, dgamma, dbeta);
+    }
+  });
 }
 
 }  // namespace

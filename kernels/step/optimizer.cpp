@@ -35,20 +35,21 @@ void sgd_update_cpu(const SgdOptions& o, float* param, const float* grad, float*
 
 namespace {
 
-// The Adam loop, cloned for AVX-512 and AVX2 (parallel.h); vectorised whole because this file is
-// built with -fno-math-errno (kernels/CMakeLists.txt: sqrt of a second moment never sets errno)
-// and without FMA contraction: 0.13 -> 0.02 ms for the CNN's 50k parameters, the baseline
-// build's bits (IEEE sqrt and division).
-LS_VECTOR_CLONES void adam_span(float* __restrict p, const float* __restrict g,
-                                float* __restrict mm, float* __restrict vv, size_t n, float b1,
-                                float b2, float eps, float coupled_wd, float shrink,
-                                float step_size, float inv_sqrt_bc2) {
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + coupled_wd * p[i];
-    mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
-    vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
-    p[i] = p[i] * shrink - step_size * mm[i] / (std::sqrt(vv[i]) * inv_sqrt_bc2 + eps);
-  }
+// The Adam loop, in the widest build the CPU allows (parallel.h's widest_build); vectorised whole
+// because this file is built with -fno-math-errno (kernels/CMakeLists.txt: sqrt of a second moment
+// never sets errno) and without FMA contraction: 0.13 -> 0.02 ms for the CNN's 50k parameters, the
+// baseline build's bits (IEEE sqrt and division).
+void adam_span(float* __restrict p, const float* __restrict g, float* __restrict mm,
+               float* __restrict vv, size_t n, float b1, float b2, float eps, float coupled_wd,
+               float shrink, float step_size, float inv_sqrt_bc2) {
+  widest_build([=](auto) LS_BUILD_LAMBDA {
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + coupled_wd * p[i];
+      mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
+      vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
+      p[i] = p[i] * shrink - step_size * mm[i] / (std::sqrt(vv[i]) * inv_sqrt_bc2 + eps);
+    }
+  });
 }
 
 }  // namespace
