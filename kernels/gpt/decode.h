@@ -17,7 +17,7 @@
 //     floats): the same launch, and so the same sums, at every position.
 //
 // Device pointers, enqueued on `stream`, not waited for; std::invalid_argument for a shape out of
-// range (dim not a multiple of heads, max_length < 1, a context over 12,288 positions); positions
+// range (dim not a multiple of heads, max_length < 1, a context over 12,160 positions); positions
 // and tokens are the caller's to keep in range. Deterministic: each head's sums run in a fixed
 // order. Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once

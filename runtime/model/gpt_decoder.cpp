@@ -80,12 +80,17 @@ GptDecoder::GptDecoder(const Model& model) : device_(model.device()), stream_(mo
   if (device_ == DeviceKind::cuda) {
     at_ = Buffer<int>(device_, 2);
     at_host_ = static_cast<int*>(kernels::cuda_host_alloc(2 * sizeof(int)));
+    // The legacy default stream (a model placed without a stream: lockstep-generate's) cannot be
+    // captured. A stream of our own, created blocking, is ordered with the legacy stream's work
+    // both ways, so the model's own calls there still see the decoder's and the reverse.
+    if (stream_ == nullptr) stream_ = owned_stream_ = kernels::cuda_stream_create();
   }
 }
 
 GptDecoder::~GptDecoder() {
   kernels::cuda_graph_destroy(graph_);
   kernels::cuda_host_free(at_host_);
+  kernels::cuda_stream_destroy(owned_stream_);
 }
 
 const float* GptDecoder::step(int token) {
@@ -166,8 +171,8 @@ void GptDecoder::step_cuda(int token) {
   if (graph_ == nullptr && !graph_tried_ && eager_steps_ >= 1) {
     graph_tried_ = true;
     std::string why;
-    kernels::cuda_capture_begin(stream_);
     try {
+      kernels::cuda_capture_begin(stream_);
       enqueue_cuda();
       graph_ = kernels::cuda_capture_end(stream_, &why);
     } catch (const std::exception& e) {

@@ -10,14 +10,15 @@
 // copied to the host once and the step runs the CPU kernels (dense, layer norm, GELU); on a GPU it
 // reads the model's device parameters in place (the model must outlive the decoder and not change
 // them while it decodes), keeps the cache in device memory and runs the CUDA twins with
-// kernels/gpt/decode.h's embedding, cache write and single-query attention, on the model's stream,
-// the position and the token read from device memory: after a first step launched kernel by
-// kernel, the step is captured once as a CUDA graph and replayed for every later token (one launch
-// instead of some 200; a capture that fails leaves the decoder launching kernel by kernel, the same
-// kernels and so the same bits); the logits come back to the host once per step. step(token)
-// appends the token at the next position (positions 0 .. ctx - 1) and returns its logits (host
-// memory); reset() starts a new text. The results agree with the model's to float rounding (sums of
-// another length and order), not bit for bit. Used by one thread. No collective calls.
+// kernels/gpt/decode.h's embedding, cache write and single-query attention, on the model's stream
+// (or, for a model on the legacy default stream, which cannot be captured, a stream of its own),
+// the position and the token read from device memory: after a first step launched kernel by kernel,
+// the step is captured once as a CUDA graph and replayed for every later token (one launch instead
+// of some 200; a capture that fails leaves the decoder launching kernel by kernel, the same kernels
+// and so the same bits); the logits come back to the host once per step. step(token) appends the
+// token at the next position (positions 0 .. ctx - 1) and returns its logits (host memory); reset()
+// starts a new text. The results agree with the model's to float rounding (sums of another length
+// and order), not bit for bit. Used by one thread. No collective calls.
 #pragma once
 
 #include <vector>
@@ -54,7 +55,8 @@ class GptDecoder {
   void enqueue_cuda();  // the device step's kernels, at the position and token in at_
 
   DeviceKind device_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;        // the model's, else owned_stream_
+  cudaStream_t owned_stream_ = nullptr;  // created when the model has none (a GPU's)
   std::vector<float> params_;  // the CPU's copy (empty on a GPU: the model's own are read)
   const float *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   std::vector<Block> blocks_;
