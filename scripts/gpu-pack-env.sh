@@ -60,6 +60,22 @@ for _lp_l in @CUDA_NEEDS@; do
   fi
 done
 
+# Libraries a packed program loads at run time where the image has them (NVRTC, for cuDNN's fused
+# attention): on the path when found, a note when not.
+for _lp_l in @CUDA_WANTS@; do
+  _lp_f=""
+  for _lp_d in "${_lp_dirs[@]}"; do
+    [[ -e $_lp_d/$_lp_l ]] && { _lp_f=$_lp_d/$_lp_l; break; }
+  done
+  if [[ -n $_lp_f ]]; then
+    echo "env.sh: $_lp_l -> $_lp_f" >&2
+    [[ ":$_lp_cuda:" == *":${_lp_f%/*}:"* ]] || _lp_cuda=$_lp_cuda:${_lp_f%/*}
+  elif ! ldconfig -p 2>/dev/null | grep -q " $_lp_l "; then
+    echo "env.sh: note: $_lp_l is not in this image: cuDNN's fused attention" \
+         "(LOCKSTEP_CUDA_ATTENTION=cudnn) will find no engine and fall back to the flash kernels" >&2
+  fi
+done
+
 _lp_usr=$_lp_root/usr
 export LOCKSTEP_PACK_ROOT=$_lp_root LOCKSTEP_PACK_BUILD=$_lp_root/build
 [[ -f $_lp_here/data/fashion-mnist.h5 ]] && export LOCKSTEP_PACK_DATA=$_lp_here/data/fashion-mnist.h5

@@ -122,6 +122,15 @@ done < <(printf '%s\n' "$elfs" | xargs -d '\n' ldd 2>/dev/null |
            awk '$2 == "=>" && $3 ~ /^\// {print $1, $3} $2 == "=>" && $3 == "not" {print $1, "not"}' | sort -u)
 [[ ${#missing[@]} -eq 0 ]] || die "libraries not found on this machine: ${missing[*]}"
 mapfile -t cuda_needs < <(printf '%s\n' "${cuda_needs[@]}" | sort -u)
+# Loaded at run time, not linked, so ldd cannot list it: cuDNN's fused attention compiles its
+# engines through NVRTC (without it cuDNN finds no engine and the attention falls back to the flash
+# kernels, a refusal printed once).
+cuda_wants=()
+if grep -q '^CUDNN_FRONTEND_INCLUDE_DIR:PATH=/' "$build/CMakeCache.txt" 2>/dev/null; then
+  # the soname of the toolkit built against (libnvrtc.so.13 for CUDA 13)
+  nvrtc=$(cd "${CUDA_HOME:-/usr/local/cuda}/lib64" 2>/dev/null && ls libnvrtc.so.[0-9]* 2>/dev/null | head -1)
+  cuda_wants+=("${nvrtc:-libnvrtc.so.13}")
+fi
 
 if [[ $with_sources -eq 1 ]]; then bash "$here/gpu-pack-sources.sh" "$build" "$tree"; fi
 
@@ -133,7 +142,7 @@ out=$(cd "$out" && pwd)
 tar -C "$stage" -cf - lockstep-pack | xz -3 -T0 >"$out/lockstep-pack.tar.xz"
 pack_id="$(date -u +%Y%m%dT%H%M%S)-$$"
 commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
-sed -e "s|@PACK_ID@|$pack_id|" -e "s|@CUDA_NEEDS@|${cuda_needs[*]}|" -e "s|@COMMIT@|$commit|" \
+sed -e "s|@PACK_ID@|$pack_id|" -e "s|@CUDA_NEEDS@|${cuda_needs[*]}|" -e "s|@CUDA_WANTS@|${cuda_wants[*]}|" -e "s|@COMMIT@|$commit|" \
     -e "s|@SOURCES@|$with_sources|" "$here/gpu-pack-env.sh" >"$out/env.sh"
 
 # llm.c's sources (the peer of issue 36's GPT-2 124M row), as they are, for gpu-check part llmc to
