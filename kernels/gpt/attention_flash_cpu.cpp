@@ -1,5 +1,7 @@
 #include "kernels/gpt/attention_flash_cpu.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
