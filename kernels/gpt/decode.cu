@@ -9,9 +9,7 @@ namespace lockstep::kernels {
 
 namespace {
 
-// The scores in dynamic shared memory: 47.5 KiB, under the default 48 KiB limit with room for the
-// block reductions' static arrays.
-constexpr int kMaxLength = 12160;
+constexpr int kMaxLength = kDecodeMaxContext;
 
 __global__ void decode_embedding_kernel(const int* at, const float* wte, const float* wpe, float* x,
                                         int dim) {

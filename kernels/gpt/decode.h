@@ -26,6 +26,10 @@
 
 namespace lockstep::kernels {
 
+// The longest context decode_attention_cuda takes: a head's scores in 47.5 KiB of dynamic shared
+// memory, under the default 48 KiB with room for the block reductions' static arrays.
+constexpr int kDecodeMaxContext = 12160;
+
 void decode_embedding_cuda(const int* at, const float* wte, const float* wpe, float* x, int dim,
                            cudaStream_t stream);
 void decode_store_kv_cuda(const int* at, const float* qkv, float* keys, float* values, int dim,

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kernels/cuda/memory.h"
+#include "kernels/gpt/decode.h"
 #include "runtime/base/buffer.h"
 #include "runtime/model/gpt_decoder.h"
 
@@ -63,7 +64,11 @@ void generate_tokens(Model& model, int ctx, int vocab, std::vector<int>& text, i
                      const std::function<void(int)>& emit) {
   if (static_cast<int>(text.size()) > ctx) text.erase(text.begin(), text.end() - ctx);
   const bool on_gpu = model.device() == DeviceKind::cuda;
-  const int cached = generate_with_cache(model, ctx, text, count, options, rng, emit);
+  // The GPU's cache decoder holds a head's scores in shared memory: up to kDecodeMaxContext
+  // positions; a longer context runs the model over the window for every token.
+  const int cached = on_gpu && ctx > kernels::kDecodeMaxContext
+                         ? 0
+                         : generate_with_cache(model, ctx, text, count, options, rng, emit);
   // Past the context: the model over the whole window, zeros after it, for every token.
   Buffer<float> input(model.device(), static_cast<size_t>(ctx));
   std::vector<float> x(static_cast<size_t>(ctx)), logits(static_cast<size_t>(vocab));
