@@ -41,8 +41,13 @@ for _lp_d in ${CUDA_HOME:+"$CUDA_HOME/lib64"} /usr/local/cuda/lib64 /usr/local/c
   _lp_d=$(realpath "$_lp_d")
   [[ " ${_lp_dirs[*]} " == *" $_lp_d "* ]] || _lp_dirs+=("$_lp_d")
 done
+# The libraries the pack's programs need, then (after "want:") those they load at run time where
+# the image has them (NVRTC, for cuDNN's fused attention): on the path when found; a warning for a
+# missing need, a note for a missing want.
 _lp_cuda=""
-for _lp_l in @CUDA_NEEDS@; do
+_lp_want=0
+for _lp_l in @CUDA_NEEDS@ want: @CUDA_WANTS@; do
+  if [[ $_lp_l == want: ]]; then _lp_want=1; continue; fi
   _lp_f=""
   for _lp_d in "${_lp_dirs[@]}"; do
     [[ -e $_lp_d/$_lp_l ]] && { _lp_f=$_lp_d/$_lp_l; break; }
@@ -52,27 +57,14 @@ for _lp_l in @CUDA_NEEDS@; do
     [[ ":$_lp_cuda:" == *":${_lp_f%/*}:"* ]] || _lp_cuda=$_lp_cuda:${_lp_f%/*}
   elif _lp_f=$(ldconfig -p 2>/dev/null | awk -v l="$_lp_l" '$1 == l { print $NF; exit }') && [[ -n $_lp_f ]]; then
     echo "env.sh: $_lp_l -> $_lp_f (the system's loader cache)" >&2
+  elif [[ $_lp_want == 1 ]]; then
+    echo "env.sh: note: $_lp_l is not in this image: cuDNN's fused attention" \
+         "(LOCKSTEP_CUDA_ATTENTION=cudnn) will find no engine and fall back to the flash kernels" >&2
   else
     _lp_f=$(for _lp_d in "${_lp_dirs[@]}"; do ls "$_lp_d/${_lp_l%%.so*}".so.* 2>/dev/null; done | head -3 | tr '\n' ' ')
     echo "env.sh: WARNING: $_lp_l, which the pack's programs need, is not in this image's CUDA toolkit" \
          "or Python environment (searched: ${_lp_dirs[*]:-nothing found})${_lp_f:+; other versions: $_lp_f}." \
          "Programs on the GPU will fail to start: build here instead (scripts/gpu-check.sh build-gpu)." >&2
-  fi
-done
-
-# Libraries a packed program loads at run time where the image has them (NVRTC, for cuDNN's fused
-# attention): on the path when found, a note when not.
-for _lp_l in @CUDA_WANTS@; do
-  _lp_f=""
-  for _lp_d in "${_lp_dirs[@]}"; do
-    [[ -e $_lp_d/$_lp_l ]] && { _lp_f=$_lp_d/$_lp_l; break; }
-  done
-  if [[ -n $_lp_f ]]; then
-    echo "env.sh: $_lp_l -> $_lp_f" >&2
-    [[ ":$_lp_cuda:" == *":${_lp_f%/*}:"* ]] || _lp_cuda=$_lp_cuda:${_lp_f%/*}
-  elif ! ldconfig -p 2>/dev/null | grep -q " $_lp_l "; then
-    echo "env.sh: note: $_lp_l is not in this image: cuDNN's fused attention" \
-         "(LOCKSTEP_CUDA_ATTENTION=cudnn) will find no engine and fall back to the flash kernels" >&2
   fi
 done
 
