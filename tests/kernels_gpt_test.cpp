@@ -69,7 +69,10 @@ TEST(Gelu, BackwardMatchesFiniteDifferencesAndRunsInPlace) {
 // on the formula, edges included: the exp's clamps, infinities, NaN, tiny and huge values.
 class GeluBuilds : public ::testing::Test {
  protected:
-  void TearDown() override { set_cpu_isa_cap(CpuIsa::native); }
+  // The cap the process runs under (LOCKSTEP_CPU_ISA: ctest runs this file capped too) comes back.
+  void SetUp() override { cap_ = cpu_isa_cap().load(); }
+  void TearDown() override { set_cpu_isa_cap(cap_); }
+  CpuIsa cap_ = CpuIsa::native;
 };
 
 bool same_bits(float a, float b) {
