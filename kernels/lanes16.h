@@ -1,7 +1,8 @@
 // What the CPU kernels on 16-channel blocks share (not part of the kernels' API; only kernels/*.cpp
 // include it): an output position's 16 lanes in GCC vectors of W floats, and where a position
 // keeps its 16 lanes in a blocked or an NHWC output. W = 16 in a function built for AVX-512
-// (LS_AVX512, parallel.h: one register), W = 4 in the baseline build (SSE2). GCC's vector types
+// (LS_AVX512, parallel.h: one register), 8 for AVX2, 4 in the baseline build (SSE2); Lanes<W>::F
+// serves any loop over vectors of W floats (gelu.cpp's too). GCC's vector types
 // carry no alias checks and are not unrolled into scalar code, which plain 16-lane loops suffered.
 // Types and a pure index function: any thread may use them. No collective calls.
 #pragma once

@@ -9,8 +9,6 @@ namespace lockstep::kernels {
 
 namespace {
 
-constexpr int kMaxLength = kDecodeMaxContext;
-
 __global__ void decode_embedding_kernel(const int* at, const float* wte, const float* wpe, float* x,
                                         int dim) {
   const size_t position = static_cast<size_t>(at[0]), token = static_cast<size_t>(at[1]);
@@ -97,11 +95,12 @@ void decode_store_kv_cuda(const int* at, const float* qkv, float* keys, float* v
 
 void decode_attention_cuda(const float* q, const float* keys, const float* values, const int* at,
                            int max_length, int dim, int heads, float* out, cudaStream_t stream) {
-  if (heads <= 0 || dim <= 0 || dim % heads != 0 || max_length < 1 || max_length > kMaxLength)
+  if (heads <= 0 || dim <= 0 || dim % heads != 0 || max_length < 1 ||
+      max_length > kDecodeMaxContext)
     throw std::invalid_argument("decode_attention_cuda: " + std::to_string(heads) +
                                 " heads of dim " + std::to_string(dim) + ", max_length " +
                                 std::to_string(max_length) + " (at most " +
-                                std::to_string(kMaxLength) + ")");
+                                std::to_string(kDecodeMaxContext) + ")");
   const int head_dim = dim / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int threads =

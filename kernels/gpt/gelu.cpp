@@ -7,6 +7,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #include "kernels/gpt/gelu_math.h"
+#include "kernels/lanes16.h"
 #include "kernels/parallel.h"
 
 namespace lockstep::kernels {
@@ -19,13 +20,8 @@ namespace {
 
 constexpr size_t kGrain = 16384;  // elements per thread, at least
 
-// W floats (a dependent vector_size takes in a typedef, not in an alias template).
 template <int W>
-struct Vec {
-  typedef float type __attribute__((vector_size(4 * W)));
-};
-template <int W>
-using Lanes = typename Vec<W>::type;
+using Lanes = typename lanes16::Lanes<W>::F;  // W floats
 
 template <class T>
 LS_ALWAYS_INLINE T load(const float* p) {
