@@ -335,8 +335,8 @@ LS_ALWAYS_INLINE void backward_3x3_pool2(const ConvPoolShape& s, const float* x,
   }
 }
 
-// The builds of the loops, AVX-512, AVX2 and baseline (parallel.h), and the kernel size 3
-// unrolled.
+// The loops for a build of W floats a vector (widest_build, parallel.h: AVX-512, AVX2 with FMA,
+// baseline), with the kernel size 3 unrolled.
 template <int W>
 LS_ALWAYS_INLINE void forward_w(const ConvPoolShape& s, const float* x, const float* w,
                                 const float* b, float* y, int8_t* argmax, size_t i0, size_t i1) {
@@ -357,30 +357,6 @@ LS_ALWAYS_INLINE void backward_w(const ConvPoolShape& s, const float* x, const f
   else
     backward_images<W, 0>(s, x, dy, argmax, partial, i0, i1);
 }
-LS_AVX512 void forward_16(const ConvPoolShape& s, const float* x, const float* w, const float* b,
-                          float* y, int8_t* argmax, size_t i0, size_t i1) {
-  forward_w<16>(s, x, w, b, y, argmax, i0, i1);
-}
-LS_AVX2 void forward_8(const ConvPoolShape& s, const float* x, const float* w, const float* b,
-                       float* y, int8_t* argmax, size_t i0, size_t i1) {
-  forward_w<8>(s, x, w, b, y, argmax, i0, i1);
-}
-void forward_4(const ConvPoolShape& s, const float* x, const float* w, const float* b, float* y,
-               int8_t* argmax, size_t i0, size_t i1) {
-  forward_w<4>(s, x, w, b, y, argmax, i0, i1);
-}
-LS_AVX512 void backward_16(const ConvPoolShape& s, const float* x, const float* dy,
-                           const int8_t* argmax, float* partial, size_t i0, size_t i1) {
-  backward_w<16>(s, x, dy, argmax, partial, i0, i1);
-}
-LS_AVX2 void backward_8(const ConvPoolShape& s, const float* x, const float* dy,
-                        const int8_t* argmax, float* partial, size_t i0, size_t i1) {
-  backward_w<8>(s, x, dy, argmax, partial, i0, i1);
-}
-void backward_4(const ConvPoolShape& s, const float* x, const float* dy, const int8_t* argmax,
-                float* partial, size_t i0, size_t i1) {
-  backward_w<4>(s, x, dy, argmax, partial, i0, i1);
-}
 
 }  // namespace
 
@@ -395,14 +371,10 @@ bool conv_pool_supported(const Conv2dShape& c, int k) {
 void conv_pool_forward_cpu(const ConvPoolShape& s, const float* x, const float* w, const float* b,
                            float* y, int8_t* argmax) {
   check(s, "conv_pool_forward_cpu");
-  const int width = cpu_avx512f() ? 16 : cpu_avx2() ? 8 : 4;
   parallel_chunks(static_cast<size_t>(s.conv.n), 1, [&](size_t i0, size_t i1) {
-    if (width == 16)
-      forward_16(s, x, w, b, y, argmax, i0, i1);
-    else if (width == 8)
-      forward_8(s, x, w, b, y, argmax, i0, i1);
-    else
-      forward_4(s, x, w, b, y, argmax, i0, i1);
+    widest_build([&](auto width) LS_BUILD_LAMBDA {
+      forward_w<decltype(width)::value>(s, x, w, b, y, argmax, i0, i1);
+    });
   });
 }
 
@@ -424,14 +396,10 @@ size_t conv_pool_scratch_floats(const ConvPoolShape& s) {
 void conv_pool_backward_cpu(const ConvPoolShape& s, const float* x, const float* dy,
                             const int8_t* argmax, float* dw, float* db, float* scratch) {
   check(s, "conv_pool_backward_cpu");
-  const int width = cpu_avx512f() ? 16 : cpu_avx2() ? 8 : 4;
   parallel_chunks(static_cast<size_t>(s.conv.n), 1, [&](size_t i0, size_t i1) {
-    if (width == 16)
-      backward_16(s, x, dy, argmax, scratch, i0, i1);
-    else if (width == 8)
-      backward_8(s, x, dy, argmax, scratch, i0, i1);
-    else
-      backward_4(s, x, dy, argmax, scratch, i0, i1);
+    widest_build([&](auto width) LS_BUILD_LAMBDA {
+      backward_w<decltype(width)::value>(s, x, dy, argmax, scratch, i0, i1);
+    });
   });
   // The images' partial sums in image order: the same bits at any thread count.
   const size_t taps = static_cast<size_t>(s.conv.kh) * s.conv.kw, cout = s.conv.c_out;
