@@ -14,6 +14,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(cmake make g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
           libboost-program-options-dev libopenblas-dev libdnnl-dev libgtest-dev zlib1g-dev
+          libdeflate-dev
           dataset-fashion-mnist xz-utils)
 # HDF5 filter plugins, so files compressed by h5py and other tools read: LZF, LZ4, bzip2, Blosc,
 # Bitshuffle. Debian 12's hdf5-plugin-lzf lacks its liblzf link; bitshuffle's LZF plugin works.

@@ -1,6 +1,16 @@
 #include "runtime/data/h5_read.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#if defined(LOCKSTEP_HAVE_LIBDEFLATE)
+#include <libdeflate.h>
+#else
+#include <zlib.h>
+#endif
 
 #include "runtime/base/error.h"
 
@@ -20,6 +30,115 @@ std::vector<std::string> child_names(hid_t group) {
   }
   return names;
 }
+
+// What read_all_rows needs to know of a dataset it can decode.
+struct ChunkPlan {
+  int64_t rows = 0;        // the dataset's rows
+  int64_t chunk_rows = 0;  // rows a chunk spans (each chunk spans whole rows)
+  size_t row_bytes = 0;
+  size_t elem_size = 0;
+  bool gzip = false, shuffle = false;
+};
+
+// Under the Hdf5Lock: whether `dset` is chunked by whole rows, stored as mem_type, with no filters
+// but gzip (deflate) and shuffle before it.
+bool plan_chunks(hid_t dset, const std::vector<int64_t>& dims, hid_t mem_type, ChunkPlan& plan) {
+  H5Id dcpl(H5Dget_create_plist(dset)), type(H5Dget_type(dset));
+  if (!dcpl.valid() || !type.valid() || dims.empty() || dims[0] <= 0) return false;
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED || H5Tequal(type.get(), mem_type) <= 0) return false;
+  std::vector<hsize_t> chunk(dims.size());
+  if (H5Pget_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) !=
+      static_cast<int>(dims.size()))
+    return false;
+  plan.rows = dims[0];
+  plan.chunk_rows = static_cast<int64_t>(chunk[0]);
+  plan.elem_size = H5Tget_size(mem_type);
+  plan.row_bytes = plan.elem_size;
+  for (size_t d = 1; d < dims.size(); ++d) {
+    if (static_cast<int64_t>(chunk[d]) != dims[d]) return false;
+    plan.row_bytes *= static_cast<size_t>(dims[d]);
+  }
+  const int filters = H5Pget_nfilters(dcpl.get());
+  if (filters < 0 || plan.chunk_rows <= 0 || plan.row_bytes == 0) return false;
+  for (int f = 0; f < filters; ++f) {
+    unsigned flags = 0, values[4] = {};
+    size_t n_values = 4;
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(f), &flags, &n_values,
+                                           values, 0, nullptr, nullptr);
+    if (id == H5Z_FILTER_SHUFFLE && !plan.gzip && !plan.shuffle && n_values >= 1 &&
+        values[0] == plan.elem_size)
+      plan.shuffle = true;
+    else if (id == H5Z_FILTER_DEFLATE && !plan.gzip)
+      plan.gzip = true;
+    else
+      return false;
+  }
+  return true;
+}
+
+// One chunk as stored, and where its rows go.
+struct StoredChunk {
+  int64_t row0 = 0, rows = 0;
+  std::vector<unsigned char> bytes;
+};
+
+// Decompresses zlib streams (HDF5's gzip filter writes them) into buffers of a known size.
+class Inflater {
+ public:
+#if defined(LOCKSTEP_HAVE_LIBDEFLATE)
+  Inflater() : d_(libdeflate_alloc_decompressor()) {
+    if (d_ == nullptr) throw std::bad_alloc();
+  }
+  ~Inflater() { libdeflate_free_decompressor(d_); }
+  // Whether [in, in + n) is a zlib stream of exactly `size` bytes, written to out.
+  bool inflate(const unsigned char* in, size_t n, unsigned char* out, size_t size) {
+    size_t got = 0;
+    return libdeflate_zlib_decompress(d_, in, n, out, size, &got) == LIBDEFLATE_SUCCESS &&
+           got == size;
+  }
+
+ private:
+  libdeflate_decompressor* d_;
+#else
+  Inflater() = default;
+  bool inflate(const unsigned char* in, size_t n, unsigned char* out, size_t size) {
+    uLongf got = size;
+    return uncompress(out, &got, in, n) == Z_OK && got == size;
+  }
+#endif
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+};
+
+// One chunk's rows into out (the dataset's row 0): inflated, unshuffled (HDF5's shuffle stores
+// byte b of every element, then byte b + 1, ...), and its edge rows beyond the dataset left out.
+// False when it does not decompress to its size.
+bool decode_chunk(const ChunkPlan& plan, const StoredChunk& c, Inflater& inflater,
+                  std::vector<unsigned char>& scratch, unsigned char* out) {
+  const size_t size = static_cast<size_t>(plan.chunk_rows) * plan.row_bytes;
+  const size_t used = static_cast<size_t>(c.rows) * plan.row_bytes;
+  unsigned char* dst = out + static_cast<size_t>(c.row0) * plan.row_bytes;
+  const bool direct = c.rows == plan.chunk_rows && !(plan.shuffle && plan.elem_size > 1);
+  const unsigned char* plain = c.bytes.data();
+  if (plan.gzip) {
+    unsigned char* to = direct ? dst : (scratch.resize(size), scratch.data());
+    if (!inflater.inflate(c.bytes.data(), c.bytes.size(), to, size)) return false;
+    if (direct) return true;
+    plain = to;
+  } else if (c.bytes.size() != size) {
+    return false;
+  }
+  if (plan.shuffle && plan.elem_size > 1) {
+    const size_t s = plan.elem_size, n = size / s, kept = used / s;
+    for (size_t b = 0; b < s; ++b)
+      for (size_t i = 0; i < kept; ++i) dst[i * s + b] = plain[b * n + i];
+  } else if (plain != dst) {
+    std::memcpy(dst, plain, used);
+  }
+  return true;
+}
+
+constexpr size_t kStoredBatchBytes = size_t{64} << 20;  // chunks read before they are decoded
 
 }  // namespace
 
@@ -152,6 +271,88 @@ void read_runs(hid_t dset, hid_t file_space, const std::vector<int64_t>& dims,
                              "): the file was cut short or changed while training read it");
     i = j;
   }
+}
+
+bool read_all_rows(hid_t dset, const std::vector<int64_t>& dims, hid_t mem_type, void* buf,
+                   const std::string& what, int threads) {
+  ChunkPlan plan;
+  {
+    Hdf5Lock lock;
+    if (!plan_chunks(dset, dims, mem_type, plan)) return false;
+  }
+  auto* out = static_cast<unsigned char*>(buf);
+  const int64_t chunks = (plan.rows + plan.chunk_rows - 1) / plan.chunk_rows;
+  std::vector<hsize_t> offset(dims.size(), 0);
+  for (int64_t k = 0; k < chunks;) {
+    // A batch of chunks as stored, under the lock; a chunk HDF5 must read itself (never written:
+    // its fill value; stored with a filter skipped) is read here by H5Dread.
+    std::vector<StoredChunk> batch;
+    size_t stored = 0;
+    {
+      Hdf5Lock lock;
+      for (; k < chunks && stored < kStoredBatchBytes; ++k) {
+        StoredChunk c;
+        c.row0 = k * plan.chunk_rows;
+        c.rows = std::min(plan.chunk_rows, plan.rows - c.row0);
+        offset[0] = static_cast<hsize_t>(c.row0);
+        hsize_t size = 0;
+        uint32_t skipped = 0;
+        if (H5Dget_chunk_storage_size(dset, offset.data(), &size) >= 0 && size > 0) {
+          c.bytes.resize(size);
+          if (H5Dread_chunk(dset, H5P_DEFAULT, offset.data(), &skipped, c.bytes.data()) < 0)
+            throw SharedInputError(what + ": rows " + std::to_string(c.row0) + " to " +
+                                   std::to_string(c.row0 + c.rows - 1) + " cannot be read (" +
+                                   hdf5_error_text() +
+                                   "): the file was cut short or changed while training read it");
+        }
+        if (size == 0 || skipped != 0) {
+          std::vector<int64_t> ids(static_cast<size_t>(c.rows));
+          for (size_t i = 0; i < ids.size(); ++i) ids[i] = c.row0 + static_cast<int64_t>(i);
+          H5Id space(LS_CHECK_HDF5(H5Dget_space(dset)));
+          read_runs(dset, space.get(), dims, ids, mem_type,
+                    out + static_cast<size_t>(c.row0) * plan.row_bytes, what);
+          continue;
+        }
+        stored += c.bytes.size();
+        batch.push_back(std::move(c));
+      }
+    }
+    // Decoded on the threads, without the lock.
+    std::atomic<size_t> next{0};
+    std::mutex failed_mu;
+    const StoredChunk* failed = nullptr;  // the first chunk that does not decode
+    std::exception_ptr error;
+    auto decode = [&] {
+      try {
+        Inflater inflater;
+        std::vector<unsigned char> scratch;
+        for (size_t i; (i = next++) < batch.size();)
+          if (!decode_chunk(plan, batch[i], inflater, scratch, out)) {
+            std::lock_guard<std::mutex> lock(failed_mu);
+            if (failed == nullptr || batch[i].row0 < failed->row0) failed = &batch[i];
+          }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failed_mu);
+        if (!error) error = std::current_exception();
+        next = batch.size();
+      }
+    };
+    std::vector<std::thread> helpers;
+    const size_t workers = std::min(static_cast<size_t>(std::max(threads, 1)), batch.size());
+    for (size_t t = 1; t < workers; ++t) helpers.emplace_back(decode);
+    decode();
+    for (std::thread& t : helpers) t.join();
+    if (error) std::rethrow_exception(error);
+    if (failed != nullptr)
+      throw SharedInputError(
+          what + ": rows " + std::to_string(failed->row0) + " to " +
+          std::to_string(failed->row0 + failed->rows - 1) + " cannot be read (their chunk of " +
+          std::to_string(failed->bytes.size()) + " bytes as stored does not " +
+          (plan.gzip ? "decompress" : "come") + " to its " +
+          std::to_string(static_cast<size_t>(plan.chunk_rows) * plan.row_bytes) +
+          " bytes): the file is damaged, or was cut short or changed while training read it");
+  }
+  return true;
 }
 
 }  // namespace lockstep::h5_read

@@ -1,8 +1,8 @@
 // Reading helpers of the dataset reader (dataset.cpp): how HDF5 types and shapes read in
 // messages, the stored element types it accepts and their conversion, the chunk cache of a
-// shuffled reader, and reading chosen rows as runs. Every HDF5 call is the caller's to serialise
-// (the process-wide Hdf5Lock, hdf5_util.h); the functions are otherwise stateless. No collective
-// calls.
+// shuffled reader, reading chosen rows as runs, and reading a whole split chunk by chunk. Every
+// HDF5 call is the caller's to serialise (the process-wide Hdf5Lock, hdf5_util.h), read_all_rows
+// excepted; the functions are otherwise stateless. No collective calls.
 #pragma once
 
 #include <hdf5.h>
@@ -69,5 +69,18 @@ H5Id chunk_cache_access(hid_t dset, int64_t cache_bytes);
 void read_runs(hid_t dset, hid_t file_space, const std::vector<int64_t>& dims,
                const std::vector<int64_t>& sorted, hid_t mem_type, void* buf,
                const std::string& what);
+
+// Reads every row of `dset` (shape `dims`) into `buf`, in the file's own type `mem_type`, by
+// reading its chunks as stored and decompressing them on up to `threads` threads (libdeflate where
+// the build found it, else zlib): the same bytes as one H5Dread, several times faster for a gzip
+// split held in memory (HDF5 inflates one chunk after another, with zlib). Takes the Hdf5Lock
+// itself, for its HDF5 calls only, so the decompression runs beside other threads' HDF5 work.
+// Returns false, having read nothing, where the layout is not one it decodes (not chunked, a
+// chunk narrower than a row, filters other than gzip and shuffle, a stored type other than
+// mem_type): the caller reads the rows by read_runs then. A chunk never written or stored
+// unfiltered is read by HDF5. A chunk that does not decompress to its size is a SharedInputError
+// naming `what` and its rows.
+bool read_all_rows(hid_t dset, const std::vector<int64_t>& dims, hid_t mem_type, void* buf,
+                   const std::string& what, int threads);
 
 }  // namespace lockstep::h5_read

@@ -62,12 +62,16 @@ install(TARGETS lockstep_train_cli EXPORT LockstepTrainCliTargets
 
 # ---- CMake package ----
 # Facts the config needs to find again what the static libraries link: the BLAS vendor, and the
-# folders oneDNN, NCCL and cuDNN came from (found by path, as here; LOCKSTEP_CUDNN_DIR is set where
+# folders libdeflate, oneDNN, NCCL and cuDNN came from (found by path, as here; LOCKSTEP_CUDNN_DIR is set where
 # cuDNN is found).
 set(LOCKSTEP_BLA_VENDOR "${BLA_VENDOR}")
 set(LOCKSTEP_DNNL_DIR "")
 if(LOCKSTEP_HAVE_ONEDNN)
   get_filename_component(LOCKSTEP_DNNL_DIR "${DNNL_LIBRARY}" DIRECTORY)
+endif()
+set(LOCKSTEP_LIBDEFLATE_DIR "")
+if(LOCKSTEP_HAVE_LIBDEFLATE)
+  get_filename_component(LOCKSTEP_LIBDEFLATE_DIR "${LIBDEFLATE_LIBRARY}" DIRECTORY)
 endif()
 set(LOCKSTEP_NCCL_DIR "")
 if(LOCKSTEP_HAVE_CUDA)
@@ -85,7 +89,8 @@ install(FILES ${PROJECT_BINARY_DIR}/package/LockstepConfig.cmake
 
 # ---- pkg-config ----
 # Static libraries: Libs carries everything they link, after them. MPI, HDF5, zlib and OpenBLAS
-# come through their own .pc files (Debian has them); oneDNN, the OpenMP runtime and CUDA do not.
+# come through their own .pc files (Debian has them); libdeflate, oneDNN, the OpenMP runtime and CUDA
+# do not.
 set(LOCKSTEP_PC_REQUIRES "mpi-c hdf5 zlib")
 if(LOCKSTEP_BLAS_VENDOR STREQUAL "OpenBLAS")
   string(APPEND LOCKSTEP_PC_REQUIRES " openblas")
@@ -94,6 +99,9 @@ else()
 endif()
 set(LOCKSTEP_PC_LIBS "")
 set(LOCKSTEP_PC_CFLAGS "-DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1")
+if(LOCKSTEP_HAVE_LIBDEFLATE)
+  string(APPEND LOCKSTEP_PC_LIBS " -L${LOCKSTEP_LIBDEFLATE_DIR} -ldeflate")
+endif()
 if(LOCKSTEP_HAVE_ONEDNN)
   string(APPEND LOCKSTEP_PC_LIBS " -L${LOCKSTEP_DNNL_DIR} -ldnnl -lgomp")
 endif()
