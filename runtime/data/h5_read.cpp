@@ -4,6 +4,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #if defined(LOCKSTEP_HAVE_LIBDEFLATE)
