@@ -6,7 +6,9 @@
 #    the split or than memory (no std::bad_alloc), and --trace or --metrics into a missing folder;
 #  - start-up is quiet: the launcher line (and the header's environment knobs) only with --verbose;
 #  - a tiny run prints test_loss= and test_accuracy= as its last lines, writes JSON-lines metrics,
-#    and takes its options from --config with the command line winning.
+#    and takes its options from --config with the command line winning;
+#  - --eval-every N evaluates after every N steps between epoch ends, the figures --eval-only
+#    prints for the checkpoint of that step (at another world size).
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC. Needs the Fashion-MNIST IDX files
 # (Debian's dataset-fashion-mnist), converted by lockstep-data.
 set -u
@@ -33,7 +35,7 @@ rc=$?
 [[ $rc -eq 0 ]] || fail "--help exits $rc"
 grep -q -- "--data arg" <<<"$help" || fail "--help does not list --data"
 for opt in config model loss optimizer lr momentum beta1 beta2 eps weight-decay lr-schedule \
-           warmup-steps min-lr lr-scaling base-batch global-batch epochs steps grad-accum seed \
+           warmup-steps min-lr lr-scaling base-batch global-batch epochs steps eval-every grad-accum seed \
            remainder log-every metrics device comm timeout check-every threads checkpoint-timeout \
            recompute; do
   grep -qE -- "--$opt arg +\(=" <<<"$help" || fail "--help does not list --$opt with a default"
@@ -70,6 +72,7 @@ refuse --lr --data fmnist.h5 --lr abc
 refuse --global-batch --data fmnist.h5 --global-batch 0
 refuse "not divisible by the 2 ranks" --data fmnist.h5 --global-batch 7
 refuse --grad-accum --data fmnist.h5 --global-batch 128 --grad-accum 3
+refuse --eval-every --data fmnist.h5 --eval-every -1
 refuse --model --data fmnist.h5 --model resnet
 refuse --model --data fmnist.h5 --model dense:12
 refuse "needs image samples" --data reg.h5 --model cnn
@@ -167,6 +170,26 @@ for key in step epoch loss accuracy lr samples_per_sec data_wait_share; do
   grep '"kind":"train"' metrics.jsonl | head -1 | grep -q "\"$key\":" || fail "metrics lack \"$key\""
 done
 grep -q '"kind":"eval".*"test_accuracy":0\.' metrics.jsonl || fail "metrics lack the evaluation"
+
+# ---- --eval-every: evaluations between epoch ends, each what --eval-only prints for that step ----
+out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+      --model mlp:16 --global-batch 64 --steps 10 --eval-every 4 --checkpoint-dir evck \
+      --checkpoint-every 4 --metrics every.jsonl --progress lines 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "--eval-every run exits $rc: $out"
+steps=$(sed -nE 's/^step ([0-9]+) \(epoch 1\): test_loss=.*/\1/p' <<<"$out" | tr '\n' ' ')
+[[ $steps == "4 8 " ]] || fail "--eval-every 4 over 10 steps: evaluations after steps '$steps', expected 4 and 8"
+evals=$(grep -c '"kind":"eval"' every.jsonl 2>/dev/null || echo 0)
+[[ $evals -eq 3 ]] || fail "--eval-every 4 over 10 steps: $evals metrics evaluations, expected 3 (4, 8, the end)"
+for step in 4 8; do
+  line=$(grep -E "^step $step \(epoch 1\):" <<<"$out")
+  ckpt=$(printf 'evck/ckpt-%09d.h5' "$step")
+  again=$(timeout 120 "$mpiexec" -n 1 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+          --model mlp:16 --global-batch 64 --resume "$ckpt" --eval-only 2>&1 | grep -E '^test_(loss|accuracy)=' | tr '\n' ' ')
+  want="$(grep -oE 'test_loss=[0-9.]+' <<<"$line") $(grep -oE 'test_accuracy=[0-9.]+' <<<"$line") "
+  [[ -n $line && $again == "$want" ]] ||
+    fail "step $step: --eval-every printed '$line'; --eval-only at 1 rank on $ckpt: '$again'"
+done
 
 [[ $failures -eq 0 ]] && echo "train_cli_test: all passed"
 exit $((failures > 0))

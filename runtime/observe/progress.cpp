@@ -164,4 +164,25 @@ void Progress::epoch_end(const EpochSummary& s, int epochs) {
   }
 }
 
+void Progress::step_eval(int64_t step, int epoch, const EvalResult& e) {
+  if (enabled_) {
+    finish_line();
+    std::printf("step %lld (epoch %d): test_loss=%.4f", static_cast<long long>(step), epoch,
+                e.loss);
+    if (classification_) std::printf(" test_accuracy=%.4f", e.accuracy);
+    if (bits_per_byte_) std::printf(" test_bits_per_byte=%.4f", bits_per_byte(e.loss));
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (metrics_) {
+    std::string line = "{\"kind\":\"eval\",\"step\":" + std::to_string(step) +
+                       ",\"epoch\":" + std::to_string(epoch) +
+                       ",\"test_loss\":" + json_number(e.loss);
+    if (classification_) line += ",\"test_accuracy\":" + json_number(e.accuracy);
+    if (bits_per_byte_) line += ",\"test_bits_per_byte\":" + json_number(bits_per_byte(e.loss));
+    std::fputs((line + "}\n").c_str(), metrics_);
+    std::fflush(metrics_);
+  }
+}
+
 }  // namespace lockstep

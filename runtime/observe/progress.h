@@ -57,6 +57,9 @@ class Progress {
   // Every step: moves the bar (at most a few redraws a second); nothing in plain mode.
   void tick(const ProgressReport& r);
   void epoch_end(const EpochSummary& s, int epochs);
+  // An evaluation after global step `step` of 1-based `epoch`, between epoch ends: a line on
+  // stdout and a JSON line of kind "eval" with the test figures only.
+  void step_eval(int64_t step, int epoch, const EvalResult& e);
   // Ends a bar line so what follows starts on a fresh line.
   void finish_line();
   // Any other report (the straggler report): `text` as one stderr line, `json` (one object,

@@ -256,6 +256,11 @@ std::vector<Row> build() {
   t.push_back(number<int64_t>(
       "steps", G::loop, "stop after this many updates (0: use --epochs)", "steps",
       +[](TrainConfig & c) -> auto& { return c.steps; }, at_least(0)));
+  t.push_back(number<int64_t>(
+      "eval-every", G::loop,
+      "also evaluate on --test-group every N updates, between epoch ends (0: at epoch ends "
+      "only)",
+      nullptr, +[](TrainConfig & c) -> auto& { return c.eval_every; }, at_least(0)));
   t.push_back(number<int>(
       "grad-accum", G::loop,
       "micro-batches per update (global batch / K each), one gradient "

@@ -48,6 +48,10 @@ class RunReporter {
   EpochSummary epoch_summary(const TrainState& at, kernels::LossTotals epoch,
                              const StepTimes& epoch_times);
   void epoch_end(const EpochSummary& s) { progress_.epoch_end(s, epochs()); }
+  // An evaluation between epoch ends (--eval-every), after the step `at` counts.
+  void step_eval(const TrainState& at, const EvalResult& e) {
+    progress_.step_eval(at.global_step, at.epoch + 1, e);
+  }
   void finish_line() { progress_.finish_line(); }
 
  private:

@@ -75,6 +75,8 @@ struct TrainConfig {
   int64_t check_every = 100;      // steps between replica checks (0: only at start and end)
   int64_t straggler_every = 100;  // steps between straggler reports (straggler.h; 0: none)
   bool eval_every_epoch = true;
+  // Also evaluate every eval_every updates (0: at epoch ends only), where no epoch ends.
+  int64_t eval_every = 0;
   int prefetch = 2;
   // Each split of at most this many MiB as stored is read whole into memory once (every rank
   // holds it); 0: each batch reads its rows from the file (ShardedLoader).

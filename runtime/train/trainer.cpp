@@ -334,6 +334,10 @@ bool Trainer::run_epoch(EpochSummary& s) {
     epoch += step;
     observe_step(step);
     if (act_on(m.guard->after_step(state_.global_step, total_steps()))) break;
+    // --eval-every, where the epoch does not end here (its own evaluation follows).
+    if (config_.eval_every > 0 && config_.eval_every_epoch &&
+        state_.global_step % config_.eval_every == 0 && state_.step_in_epoch < m.steps_per_epoch)
+      m.reporter->step_eval(state_, evaluate());
   }
   if (m.guard->stopped_early()) return false;
   s = m.reporter->epoch_summary(state_, epoch, times_.minus(epoch_start));
