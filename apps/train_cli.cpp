@@ -25,6 +25,7 @@
 #include "runtime/process/bootstrap.h"
 #include "runtime/process/context.h"
 #include "runtime/process/output_path.h"
+#include "runtime/train/checkpoint.h"
 #include "runtime/train/train_checkpoint.h"
 
 namespace lockstep {
@@ -57,6 +58,28 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
     set_log_level(LogLevel::debug);
     LS_LOG(debug) << world.launch_summary;
   }
+  // --eval-only: the checkpoint's run's options where the command line gives none (rank 0 reads
+  // them; the other ranks need not see the file).
+  if (o.eval_only) {
+    std::string record;
+    if (world.rank == 0) try {
+        record = load_checkpoint(o.resume).config;
+      } catch (const UsageError& e) {
+        problem = e.what();
+      }
+    agree_or_throw(world_comm, problem.empty(), problem);
+    int64_t size = static_cast<int64_t>(record.size());
+    world_comm.broadcast(&size, 1, DType::i64, 0);
+    record.resize(static_cast<size_t>(size));
+    world_comm.broadcast(record.data(), record.size(), DType::u8, 0);
+    try {
+      adopt_checkpoint_options(o, record, world.size);
+      if (o.device == "cuda") check_cuda_layers(parse_model_spec(o.config.model));
+    } catch (const UsageError& e) {
+      problem = e.what();
+    }
+    agree_or_throw(world_comm, problem.empty(), problem);
+  }
   // Output files are checked before any training, by rank 0, which writes them.
   if (world.rank == 0) {
     problem = output_path_problem("--metrics", o.config.metrics_path);
@@ -88,7 +111,7 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   if (world.rank == 0 && c.print)
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
                      backend_name(ctx.grads->backend()), threads);
-  if (!o.resume.empty()) resume_from_checkpoint(trainer, o.resume);
+  if (!o.resume.empty()) resume_from_checkpoint(trainer, o.resume, o.eval_only);
   if (o.eval_only) {
     // The evaluation of the end of training, on --test-group, sharded over the ranks as in
     // training.

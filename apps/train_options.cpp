@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -103,6 +104,7 @@ std::vector<Row> build_table() {
     r.help_more = c.help_more;
     r.is_switch = c.is_switch;
     r.required = c.required;
+    r.record = c.record;
     r.get = [get = c.get](const TrainOptions& o) { return get(o.config); };
     r.set = [set = c.set](TrainOptions& o, const std::string& v) { set(o.config, v); };
     t.push_back(r);
@@ -234,6 +236,7 @@ void add_row(po::options_description& section, const Row& r, const TrainOptions&
 // Sets o from the rows given in vm; a default stays the struct's own value.
 void set_given(const po::variables_map& vm, const Row& r, TrainOptions& o) {
   if (!vm.count(r.name) || vm[r.name].defaulted()) return;
+  o.given.emplace_back(r.name);
   if (r.is_switch) {
     if (vm[r.name].as<bool>()) r.set(o, "1");
   } else {
@@ -270,6 +273,27 @@ void add_train_options(po::options_description& desc, const std::vector<std::str
 void set_train_options(const po::variables_map& vm, const std::vector<std::string>& names,
                        TrainOptions& o) {
   for (const std::string& name : names) set_given(vm, row_named(name), o);
+}
+
+void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size) {
+  auto given = [&](const char* name) {
+    return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
+  };
+  std::map<std::string, std::string> saved;
+  std::istringstream lines(record);
+  for (std::string line; std::getline(lines, line);)
+    if (const size_t eq = line.find('='); eq != std::string::npos)
+      saved[line.substr(0, eq)] = line.substr(eq + 1);
+  for (const char* name : {"model", "loss", "optimizer", "seed", "global-batch", "grad-accum"}) {
+    const Row& r = row_named(name);
+    if (given(name) || r.record == nullptr) continue;
+    if (auto it = saved.find(r.record); it != saved.end()) r.set(o, it->second);
+  }
+  if (given("global-batch") || given("grad-accum")) return;
+  TrainConfig& c = o.config;
+  const int64_t rows = c.global_batch / std::max(c.grad_accum, 1), p = std::max(world_size, 1);
+  c.grad_accum = 1;
+  c.global_batch = std::max(p, rows / p * p);
 }
 
 std::string program_name(const char* argv0) {

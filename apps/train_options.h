@@ -31,11 +31,19 @@ struct TrainOptions {
   bool help = false;
   bool version = false;   // --version: print version_text (runtime/base/build_info.h) and exit
   std::string help_text;  // every option with its default
+  std::vector<std::string> given;  // the options set on the command line or in --config, by name
 };
 
 // Throws UsageError naming the option (or the config file) on anything it cannot accept. --help
 // and the errors name the program as argv[0]'s file name (a user's program that calls train_main).
 TrainOptions parse_train_options(int argc, char** argv);
+
+// --eval-only: what the checkpoint's run recorded (`record`, CheckpointState::config) for the
+// options the evaluation needs to build its model and read the checkpoint (--model, --loss,
+// --optimizer, --seed), where not given; and, unless --global-batch or --grad-accum is given, the
+// run's rows per step as the evaluation's batch, rounded down to a multiple of the `world_size`
+// ranks (it only groups the test rows). Throws UsageError for a recorded value its row refuses.
+void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size);
 
 // Another program's options that are lockstep-train's (lockstep-bench train): each named row
 // added to `desc` with lockstep-train's help and default, and set from `vm` by the same row, so

@@ -53,8 +53,10 @@ std::string shown(const Pinned& p, double v) {
   return os.str();
 }
 
-void check_resumable(Trainer& t, const CheckpointState& s, const std::string& path) {
+void check_resumable(Trainer& t, const CheckpointState& s, const std::string& path,
+                     bool evaluate_only) {
   check_compatible(s, expected_checkpoint(t), path);
+  if (evaluate_only) return;  // what decides the training's samples does not touch an evaluation
   if (s.seed != t.config().seed)
     throw UsageError("checkpoint " + path + " was written with --seed " + std::to_string(s.seed) +
                      ", this run has --seed " + std::to_string(t.config().seed) +
@@ -185,7 +187,7 @@ CheckpointExpectation expected_checkpoint(Trainer& t) {
   return e;
 }
 
-std::string resume_from_checkpoint(Trainer& t, const std::string& path) {
+std::string resume_from_checkpoint(Trainer& t, const std::string& path, bool evaluate_only) {
   Communicator& comm = t.comm();
   std::string problem, file;
   CheckpointState s;
@@ -195,7 +197,7 @@ std::string resume_from_checkpoint(Trainer& t, const std::string& path) {
     try {
       file = resolve_checkpoint(path);
       s = load_checkpoint(file);
-      check_resumable(t, s, file);
+      check_resumable(t, s, file, evaluate_only);
     } catch (const UsageError& e) {
       problem = e.what();
     }

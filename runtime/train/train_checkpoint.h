@@ -71,6 +71,9 @@ CheckpointExpectation expected_checkpoint(Trainer& trainer);
 // the trainer; when it refuses, every rank throws the same UsageError. Otherwise rank 0 restores
 // it and broadcasts the parameters, the optimizer state and the counters, which every rank
 // restores (Trainer::restore): the other ranks never open the file. Returns the file used.
-std::string resume_from_checkpoint(Trainer& trainer, const std::string& path);
+// `evaluate_only` (--eval-only): the model and optimizer must fit; the options that decide which
+// samples each step sees (--seed, --global-batch, ...) need not be the run's.
+std::string resume_from_checkpoint(Trainer& trainer, const std::string& path,
+                                   bool evaluate_only = false);
 
 }  // namespace lockstep
