@@ -275,6 +275,16 @@ void set_train_options(const po::variables_map& vm, const std::vector<std::strin
   for (const std::string& name : names) set_given(vm, row_named(name), o);
 }
 
+namespace {
+// Row `name` of `o` set from the record's value, where it has one.
+void adopt_into(TrainOptions& o, const std::map<std::string, std::string>& saved,
+                const char* name) {
+  const Row& r = row_named(name);
+  if (r.record == nullptr) return;
+  if (auto it = saved.find(r.record); it != saved.end()) r.set(o, it->second);
+}
+}  // namespace
+
 void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size) {
   auto given = [&](const char* name) {
     return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
@@ -284,15 +294,19 @@ void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int wo
   for (std::string line; std::getline(lines, line);)
     if (const size_t eq = line.find('='); eq != std::string::npos)
       saved[line.substr(0, eq)] = line.substr(eq + 1);
-  for (const char* name : {"model", "loss", "optimizer", "seed", "global-batch", "grad-accum"}) {
-    const Row& r = row_named(name);
-    if (given(name) || r.record == nullptr) continue;
-    if (auto it = saved.find(r.record); it != saved.end()) r.set(o, it->second);
-  }
-  if (given("global-batch") || given("grad-accum")) return;
+  for (const char* name : {"model", "loss", "optimizer", "seed"})
+    if (!given(name)) adopt_into(o, saved, name);
+  // The evaluation's batch: the run's rows per step (its micro-batch over all ranks), in one
+  // micro-batch, as a multiple of the ranks.
   TrainConfig& c = o.config;
-  const int64_t rows = c.global_batch / std::max(c.grad_accum, 1), p = std::max(world_size, 1);
-  c.grad_accum = 1;
+  if (!given("grad-accum")) c.grad_accum = 1;
+  if (given("global-batch")) return;
+  TrainOptions run;
+  run.config = c;
+  adopt_into(run, saved, "global-batch");
+  adopt_into(run, saved, "grad-accum");
+  const int64_t rows = run.config.global_batch / std::max(run.config.grad_accum, 1);
+  const int64_t p = std::max(world_size, 1) * static_cast<int64_t>(c.grad_accum);
   c.global_batch = std::max(p, rows / p * p);
 }
 

@@ -40,8 +40,8 @@ TrainOptions parse_train_options(int argc, char** argv);
 
 // --eval-only: what the checkpoint's run recorded (`record`, CheckpointState::config) for the
 // options the evaluation needs to build its model and read the checkpoint (--model, --loss,
-// --optimizer, --seed), where not given; and, unless --global-batch or --grad-accum is given, the
-// run's rows per step as the evaluation's batch, rounded down to a multiple of the `world_size`
+// --optimizer, --seed), where not given; one micro-batch (unless --grad-accum is given) of, unless
+// --global-batch is given, the run's rows per step rounded down to a multiple of the `world_size`
 // ranks (it only groups the test rows). Throws UsageError for a recorded value its row refuses.
 void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size);
 
