@@ -160,6 +160,25 @@ TEST_F(TrainGraphsGpu, CapturedStepsGiveTheBitsOfUncapturedSteps) {
   }
 }
 
+// --eval-every 1: an evaluation after every step, while the next step's batch is staged in one
+// input slot (the evaluation's uploads take the other) and the graphs of both slots stand; the
+// training is the same bits as without, and every full step after the warm-up is still a graph's.
+TEST_F(TrainGraphsGpu, EvaluatingBetweenCapturedStepsChangesNoBits) {
+  cuda_conv(CudaConvKnob::im2col);
+  auto mpi = make_mpi_communicator();
+  const std::string data = write_images();
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(precision_name(p));
+    const Trained want = train(*mpi, *mpi, config(data, p, true));
+    TrainConfig c = config(data, p, true);
+    c.eval_every = 1;
+    const Trained got = train(*mpi, *mpi, c);
+    EXPECT_EQ(10, got.captured);
+    EXPECT_EQ(15, got.updates);
+    expect_same_bits(got, want);
+  }
+}
+
 // The trainer's bf16-logit path end to end (Step::loss_bf16, the head reading a bf16 dlogits):
 // captured and uncaptured steps agree bit for bit, evaluating with fp32 logits between epochs does
 // not disturb the graphs that replay bf16 ones, and the losses stay near fp32 logits' (bf16

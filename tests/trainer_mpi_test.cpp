@@ -167,6 +167,22 @@ TEST(TrainerEquivalence, GradAccumEqualsOneLargeBatch) {
   EXPECT_LT(rel, 1e-5);
 }
 
+// --eval-every: evaluations between steps (the test split's loader, the model's forward buffers)
+// leave the training exactly as it was, and the last one is the run's final score.
+TEST(TrainerEquivalence, EvaluatingBetweenStepsChangesNothingOfTheTraining) {
+  auto world = make_mpi_communicator();
+  TrainConfig plain = base_config("cnn", OptimizerKind::adam, 24, 10);
+  plain.eval_every_epoch = true;
+  TrainConfig every = plain;
+  every.eval_every = 3;
+  TrainResult a, b;
+  const std::vector<float> want = train(*world, plain, &a);
+  const std::vector<float> got = train(*world, every, &b);
+  EXPECT_EQ(0u, testing_util::differing(got, want)) << "of " << want.size() << " parameters";
+  EXPECT_EQ(b.test.loss, a.test.loss);
+  EXPECT_EQ(b.test.accuracy, a.test.accuracy);
+}
+
 TEST(TrainerEquivalence, ReplicasAgreeAndEveryRankSeesTheSameTestScore) {
   auto world = make_mpi_communicator();
   TrainConfig c = base_config("mlp:32", OptimizerKind::adam, 24, 4);
