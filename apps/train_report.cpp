@@ -89,6 +89,17 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
       static_cast<long long>(t.steps_per_epoch()), static_cast<long long>(t.total_steps()),
       optimizer_name(c.optimizer.kind), t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
       lr_schedule_name(c.lr_schedule));
+  if (c.eval_every > 0 || c.eval_steps > 0) {
+    const std::string every =
+        c.eval_every > 0 ? " and every " + std::to_string(c.eval_every) + " steps" : "";
+    const std::string part =
+        c.eval_steps > 0
+            ? ", its first " + std::to_string(c.eval_steps) + " batch(es) of " +
+                  std::to_string(c.global_batch / c.grad_accum) + " rows (--eval-steps)"
+            : ", all of it";
+    std::fprintf(stderr, "evaluation: split %s at each epoch's end%s%s\n", c.test_group.c_str(),
+                 every.c_str(), part.c_str());
+  }
   std::fprintf(stderr, "memory per rank: %s\n", t.memory_text().c_str());
   std::fprintf(stderr,
                "deadlines: a collective %g s (--timeout); start-up, the first %lld steps and the "

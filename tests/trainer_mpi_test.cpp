@@ -183,6 +183,19 @@ TEST(TrainerEquivalence, EvaluatingBetweenStepsChangesNothingOfTheTraining) {
   EXPECT_EQ(b.test.accuracy, a.test.accuracy);
 }
 
+// --eval-steps N: an evaluation reads the test split's first N batches only (40 rows: one batch of
+// 24, then all of it).
+TEST(TrainerEquivalence, EvalStepsReadsTheFirstBatchesOfTheTestSplit) {
+  auto world = make_mpi_communicator();
+  TrainConfig c = base_config("mlp:32", OptimizerKind::adam, 24, 4);
+  for (int64_t steps : {1, 2, 0}) {
+    c.eval_steps = steps;
+    TrainResult r;
+    train(*world, c, &r);
+    EXPECT_EQ(steps == 1 ? 24 : 40, r.test.samples) << "--eval-steps " << steps;
+  }
+}
+
 TEST(TrainerEquivalence, ReplicasAgreeAndEveryRankSeesTheSameTestScore) {
   auto world = make_mpi_communicator();
   TrainConfig c = base_config("mlp:32", OptimizerKind::adam, 24, 4);

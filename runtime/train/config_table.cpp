@@ -261,6 +261,10 @@ std::vector<Row> build() {
       "also evaluate on --test-group every N updates, between epoch ends (0: at epoch ends "
       "only)",
       nullptr, +[](TrainConfig & c) -> auto& { return c.eval_every; }, at_least(0)));
+  t.push_back(number<int64_t>(
+      "eval-steps", G::loop,
+      "evaluations read only the first N batches of --test-group, in file order (0: all of it)",
+      nullptr, +[](TrainConfig & c) -> auto& { return c.eval_steps; }, at_least(0)));
   t.push_back(number<int>(
       "grad-accum", G::loop,
       "micro-batches per update (global batch / K each), one gradient "

@@ -77,6 +77,9 @@ struct TrainConfig {
   bool eval_every_epoch = true;
   // Also evaluate every eval_every updates (0: at epoch ends only), where no epoch ends.
   int64_t eval_every = 0;
+  // Every evaluation reads the first eval_steps batches of the test split, in file order (0: all
+  // of it); a batch is the rows of one micro-batch over all ranks.
+  int64_t eval_steps = 0;
   int prefetch = 2;
   // Each split of at most this many MiB as stored is read whole into memory once (every rank
   // holds it); 0: each batch reads its rows from the file (ShardedLoader).

@@ -247,7 +247,9 @@ EvalResult Trainer::evaluate() {
   const bool first = m.startup.count() > 0 && !m.evaluated;
   if (first) apply_timeout(m.startup);
   m.test->start_epoch(0);
-  while (m.test->next(m.batch)) {
+  for (int64_t batches = 0;
+       (config_.eval_steps == 0 || batches < config_.eval_steps) && m.test->next(m.batch);
+       ++batches) {
     const float* out = model_->forward(m.step->upload(m.batch), static_cast<int>(m.batch.rows));
     m.step->loss(m.batch, out, 0.0f, nullptr);
     m.step->release();
@@ -334,9 +336,10 @@ bool Trainer::run_epoch(EpochSummary& s) {
     epoch += step;
     observe_step(step);
     if (act_on(m.guard->after_step(state_.global_step, total_steps()))) break;
-    // --eval-every, where the epoch does not end here (its own evaluation follows).
+    // --eval-every, where neither the epoch nor the run ends here (their evaluation follows).
     if (config_.eval_every > 0 && config_.eval_every_epoch &&
-        state_.global_step % config_.eval_every == 0 && state_.step_in_epoch < m.steps_per_epoch)
+        state_.global_step % config_.eval_every == 0 && state_.step_in_epoch < m.steps_per_epoch &&
+        state_.global_step < total_steps())
       m.reporter->step_eval(state_, evaluate());
   }
   if (m.guard->stopped_early()) return false;
