@@ -36,8 +36,8 @@ rc=$?
 grep -q -- "--data arg" <<<"$help" || fail "--help does not list --data"
 for opt in config model loss optimizer lr momentum beta1 beta2 eps weight-decay lr-schedule \
            warmup-steps min-lr lr-scaling base-batch global-batch epochs steps eval-every eval-steps \
-           grad-accum seed remainder log-every metrics device comm timeout check-every threads checkpoint-timeout \
-           recompute; do
+           grad-accum seed remainder log-every metrics device comm timeout check-every threads \
+           checkpoint-timeout recompute; do
   grep -qE -- "--$opt arg +\(=" <<<"$help" || fail "--help does not list --$opt with a default"
 done
 grep -q -- '--global-batch arg (=128)' <<<"$help" || fail "--help does not show --global-batch's default"
