@@ -140,9 +140,7 @@ void Progress::epoch_end(const EpochSummary& s, int epochs) {
     std::printf("epoch %d/%d: train_loss=%.4f", s.epoch, epochs, s.train_loss);
     if (classification_) std::printf(" train_accuracy=%.4f", s.train_accuracy);
     if (bits_per_byte_) std::printf(" train_bits_per_byte=%.4f", bits_per_byte(s.train_loss));
-    std::printf(" test_loss=%.4f", s.test.loss);
-    if (classification_) std::printf(" test_accuracy=%.4f", s.test.accuracy);
-    if (bits_per_byte_) std::printf(" test_bits_per_byte=%.4f", bits_per_byte(s.test.loss));
+    print_test(s.test);
     std::printf(" time=%.1fs samples/s=%.0f\n", s.seconds, s.samples_per_second);
     std::fflush(stdout);
   }
@@ -153,34 +151,38 @@ void Progress::epoch_end(const EpochSummary& s, int epochs) {
     if (classification_) line += ",\"train_accuracy\":" + json_number(s.train_accuracy);
     if (bits_per_byte_)
       line += ",\"train_bits_per_byte\":" + json_number(bits_per_byte(s.train_loss));
-    line += ",\"test_loss\":" + json_number(s.test.loss);
-    if (classification_) line += ",\"test_accuracy\":" + json_number(s.test.accuracy);
-    if (bits_per_byte_)
-      line += ",\"test_bits_per_byte\":" + json_number(bits_per_byte(s.test.loss));
-    line += ",\"epoch_seconds\":" + json_number(s.seconds) +
+    line += test_json(s.test) + ",\"epoch_seconds\":" + json_number(s.seconds) +
             ",\"samples_per_sec\":" + json_number(s.samples_per_second) + "}\n";
     std::fputs(line.c_str(), metrics_);
     std::fflush(metrics_);
   }
 }
 
+void Progress::print_test(const EvalResult& e) const {
+  std::printf(" test_loss=%.4f", e.loss);
+  if (classification_) std::printf(" test_accuracy=%.4f", e.accuracy);
+  if (bits_per_byte_) std::printf(" test_bits_per_byte=%.4f", bits_per_byte(e.loss));
+}
+
+std::string Progress::test_json(const EvalResult& e) const {
+  std::string members = ",\"test_loss\":" + json_number(e.loss);
+  if (classification_) members += ",\"test_accuracy\":" + json_number(e.accuracy);
+  if (bits_per_byte_) members += ",\"test_bits_per_byte\":" + json_number(bits_per_byte(e.loss));
+  return members;
+}
+
 void Progress::step_eval(int64_t step, int epoch, const EvalResult& e) {
   if (enabled_) {
     finish_line();
-    std::printf("step %lld (epoch %d): test_loss=%.4f", static_cast<long long>(step), epoch,
-                e.loss);
-    if (classification_) std::printf(" test_accuracy=%.4f", e.accuracy);
-    if (bits_per_byte_) std::printf(" test_bits_per_byte=%.4f", bits_per_byte(e.loss));
+    std::printf("step %lld (epoch %d):", static_cast<long long>(step), epoch);
+    print_test(e);
     std::printf("\n");
     std::fflush(stdout);
   }
   if (metrics_) {
-    std::string line = "{\"kind\":\"eval\",\"step\":" + std::to_string(step) +
-                       ",\"epoch\":" + std::to_string(epoch) +
-                       ",\"test_loss\":" + json_number(e.loss);
-    if (classification_) line += ",\"test_accuracy\":" + json_number(e.accuracy);
-    if (bits_per_byte_) line += ",\"test_bits_per_byte\":" + json_number(bits_per_byte(e.loss));
-    std::fputs((line + "}\n").c_str(), metrics_);
+    const std::string line = "{\"kind\":\"eval\",\"step\":" + std::to_string(step) +
+                             ",\"epoch\":" + std::to_string(epoch) + test_json(e) + "}\n";
+    std::fputs(line.c_str(), metrics_);
     std::fflush(metrics_);
   }
 }

@@ -68,6 +68,10 @@ class Progress {
 
  private:
   void draw_bar(const ProgressReport& r);
+  // An evaluation's figures: " test_loss=... test_accuracy=... test_bits_per_byte=..." (those
+  // this run has) on stdout, and as JSON members.
+  void print_test(const EvalResult& e) const;
+  std::string test_json(const EvalResult& e) const;
 
   bool enabled_, bar_, classification_, bits_per_byte_;
   std::FILE* metrics_ = nullptr;
