@@ -32,6 +32,14 @@ std::vector<std::string> child_names(hid_t group) {
   return names;
 }
 
+// The error for rows [first, last] of `what` that could not be read, and why.
+SharedInputError rows_unreadable(const std::string& what, int64_t first, int64_t last,
+                                 const std::string& why, const char* cause) {
+  return SharedInputError(what + ": rows " + std::to_string(first) + " to " + std::to_string(last) +
+                          " cannot be read (" + why + "): " + cause);
+}
+constexpr const char* kChanged = "the file was cut short or changed while training read it";
+
 // What read_all_rows needs to know of a dataset it can decode.
 struct ChunkPlan {
   int64_t rows = 0;        // the dataset's rows
@@ -266,10 +274,7 @@ void read_runs(hid_t dset, hid_t file_space, const std::vector<int64_t>& dims,
     LS_CHECK_HDF5(H5Sselect_hyperslab(mem.get(), H5S_SELECT_SET, mem_start.data(), nullptr,
                                       count.data(), nullptr));
     if (H5Dread(dset, mem_type, mem.get(), file_space, H5P_DEFAULT, buf) < 0)
-      throw SharedInputError(what + ": rows " + std::to_string(sorted[i]) + " to " +
-                             std::to_string(sorted[j - 1]) + " cannot be read (" +
-                             hdf5_error_text() +
-                             "): the file was cut short or changed while training read it");
+      throw rows_unreadable(what, sorted[i], sorted[j - 1], hdf5_error_text(), kChanged);
     i = j;
   }
 }
@@ -301,10 +306,7 @@ bool read_all_rows(hid_t dset, const std::vector<int64_t>& dims, hid_t mem_type,
         if (H5Dget_chunk_storage_size(dset, offset.data(), &size) >= 0 && size > 0) {
           c.bytes.resize(size);
           if (H5Dread_chunk(dset, H5P_DEFAULT, offset.data(), &skipped, c.bytes.data()) < 0)
-            throw SharedInputError(what + ": rows " + std::to_string(c.row0) + " to " +
-                                   std::to_string(c.row0 + c.rows - 1) + " cannot be read (" +
-                                   hdf5_error_text() +
-                                   "): the file was cut short or changed while training read it");
+            throw rows_unreadable(what, c.row0, c.row0 + c.rows - 1, hdf5_error_text(), kChanged);
         }
         if (size == 0 || skipped != 0) {
           std::vector<int64_t> ids(static_cast<size_t>(c.rows));
@@ -345,13 +347,12 @@ bool read_all_rows(hid_t dset, const std::vector<int64_t>& dims, hid_t mem_type,
     for (std::thread& t : helpers) t.join();
     if (error) std::rethrow_exception(error);
     if (failed != nullptr)
-      throw SharedInputError(
-          what + ": rows " + std::to_string(failed->row0) + " to " +
-          std::to_string(failed->row0 + failed->rows - 1) + " cannot be read (their chunk of " +
-          std::to_string(failed->bytes.size()) + " bytes as stored does not " +
-          (plan.gzip ? "decompress" : "come") + " to its " +
-          std::to_string(static_cast<size_t>(plan.chunk_rows) * plan.row_bytes) +
-          " bytes): the file is damaged, or was cut short or changed while training read it");
+      throw rows_unreadable(
+          what, failed->row0, failed->row0 + failed->rows - 1,
+          "their chunk of " + std::to_string(failed->bytes.size()) + " bytes as stored does not " +
+              (plan.gzip ? "decompress" : "come") + " to its " +
+              std::to_string(static_cast<size_t>(plan.chunk_rows) * plan.row_bytes) + " bytes",
+          "the file is damaged, or was cut short or changed while training read it");
   }
   return true;
 }
