@@ -192,10 +192,15 @@ TEST_F(GptOnGpu, CacheDecoderMatchesTheCpuDecoderAndTheWholeWindow) {
 }
 
 // LOCKSTEP_CUDA_GELU=epilogue: the MLP's GELU in cuBLASLt's epilogue of its first product, the
-// pre-activation kept in bf16 for the backward pass, to the same standard; --recompute blocks with
-// it (the block's forward pass run again, epilogue and all) gives the same bits.
+// pre-activation kept in bf16 for the backward pass, to the same standard (and through the
+// epilogue: cuBLASLt took the blocks' product, not the GELU pass it falls back to, which would say
+// so on stderr); --recompute blocks with it (the block's forward pass run again, epilogue and all)
+// gives the same bits.
 TEST_F(GptOnGpu, Bf16WithGeluEpilogueStaysNearTheCpuLayers) {
+  testing::internal::CaptureStderr();
   compare(Precision::bf16, 3e-2, 8e-2, AttentionKnob::flash, GeluKnob::epilogue);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said.find("GELU epilogue does not take"), std::string::npos) << said;
   std::mt19937_64 gen(13);
   std::vector<float> x(static_cast<size_t>(kBatch) * kSeq);
   std::vector<int32_t> y(x.size());

@@ -752,6 +752,65 @@ TEST_F(GpuParity, SgdAndAdamUpdatesOverSeveralSteps) {
   }
 }
 
+// A bf16 run's one weight copy (Model::params16): each update, plain, momentum, Adam and captured
+// (gated), writes the bf16 words of the parameters it updates in the same pass: the words the cast
+// kernel gives from them, and the parameters and state the same bits as an update without the copy.
+// A gated update that a non-finite value stops leaves the words too.
+TEST_F(GpuParity, UpdatesWriteTheBf16WordsOfTheirParametersInTheSamePass) {
+  const size_t n = (size_t(1) << 18) + 5;
+  using Words = std::vector<uint16_t>;
+  auto cast = [&](const Floats& p) {
+    Words w(p.size());
+    lk::cast_f32_to_bf16_cpu(p.data(), w.data(), p.size());
+    return w;
+  };
+  const Floats p0 = random_floats(n, rng_), g = random_floats(n, rng_);
+  for (int kind = 0; kind < 4; ++kind) {
+    SCOPED_TRACE(testing::Message() << "kind " << kind);  // sgd, momentum, adamw, gated adamw
+    DeviceArray<float> plain(p0), with(p0), grad(g), a0(n), a1(n), b0(n), b1(n);
+    const Words stale(n, 0x7fc0);
+    DeviceArray<uint16_t> words(stale);
+    const lk::SgdOptions sgd{.lr = 0.05f, .momentum = kind == 1 ? 0.9f : 0.0f};
+    const lk::AdamOptions adam{.lr = 1e-2f, .weight_decay = 0.1f, .decoupled = true, .step = 3};
+    const lk::UpdateCoefficients c = lk::adam_coefficients(adam);
+    DeviceArray<unsigned char> coefficients(
+        std::vector<unsigned char>(reinterpret_cast<const unsigned char*>(&c),
+                                   reinterpret_cast<const unsigned char*>(&c) + sizeof c));
+    const auto* dc = reinterpret_cast<const lk::UpdateCoefficients*>(coefficients.get());
+    DeviceArray<double> gate(std::vector<double>{1.0, 2.0});
+    for (int step = 0; step < 2; ++step) {
+      if (kind < 2) {
+        lk::sgd_update_cuda(sgd, plain.get(), grad.get(), a0.get(), n, stream_);
+        lk::sgd_update_cuda(sgd, with.get(), grad.get(), a1.get(), n, stream_, words.get());
+      } else if (kind == 2) {
+        lk::adam_update_cuda(adam, plain.get(), grad.get(), a0.get(), b0.get(), n, stream_);
+        lk::adam_update_cuda(adam, with.get(), grad.get(), a1.get(), b1.get(), n, stream_,
+                             words.get());
+      } else {
+        lk::gated_update_cuda(dc, gate.get(), 2, plain.get(), grad.get(), a0.get(), b0.get(), n,
+                              stream_);
+        lk::gated_update_cuda(dc, gate.get(), 2, with.get(), grad.get(), a1.get(), b1.get(), n,
+                              stream_, words.get());
+      }
+    }
+    sync();
+    const Floats p = with.download();
+    EXPECT_TRUE(same_bits(p, plain.download()));
+    EXPECT_TRUE(same_bits(a1.download(), a0.download()));
+    EXPECT_TRUE(same_bits(b1.download(), b0.download()));
+    EXPECT_FALSE(same_bits(p, p0)) << "the updates moved the parameters";
+    EXPECT_EQ(words.download(), cast(p));
+    if (kind != 3) continue;
+    gate.upload({1.0, std::nan("")});
+    const Words before = words.download();
+    lk::gated_update_cuda(dc, gate.get(), 2, with.get(), grad.get(), a1.get(), b1.get(), n, stream_,
+                          words.get());
+    sync();
+    EXPECT_TRUE(same_bits(with.download(), p)) << "a stopped update";
+    EXPECT_EQ(words.download(), before) << "a stopped update";
+  }
+}
+
 TEST_F(GpuParity, GlobalNormIsDeterministicAndClipsLikeTheCpu) {
   for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(3) << 20}) {
     SCOPED_TRACE(testing::Message() << "n=" << n);

@@ -14,6 +14,8 @@
 // (LOCKSTEP_CUDA_LOGITS=bf16) gives the same bits captured and uncaptured, with evaluations (fp32
 // logits) between its epochs, and losses near those of fp32 logits; so does a CNN whose first
 // layer runs fused with its max-pool (LOCKSTEP_CUDA_CONV_POOL=fused), near the unfused layers'.
+// A bf16 run's weight copy written by the update gives the bits of each layer casting its own at
+// every forward (LOCKSTEP_CUDA_BF16_WEIGHTS).
 // Skips, with the reason, where no GPU answers.
 #include <gtest/gtest.h>
 
@@ -251,6 +253,68 @@ TEST_F(TrainGraphsGpu, FusedFirstLayerGivesTheSameBitsCapturedAndNearTheUnfusedL
     std::printf("%s fused first layer: test loss %.6f (unfused %.6f)\n", precision_name(p),
                 got.result.test.loss, unfused.result.test.loss);
   }
+}
+
+// LOCKSTEP_CUDA_BF16_WEIGHTS: a bf16 run's one weight copy, written by the optimizer's update
+// (update, the default: ModelPlacement::bf16_params), against each layer casting its weights at
+// every forward (forward): the same bits, for the CNN (its im2col convolution and dense layers read
+// the copy where their words lie on 256 bytes, and cast their own where not: both kinds here) and
+// the GPT (its blocks, the tied head, the GELU epilogue's bias: 128 channels, so every weight's
+// words lie on 256 bytes in the copy), captured and uncaptured, with an evaluation after every
+// step, and with two micro-batches a step (uncaptured: the copy read twice between updates).
+TEST_F(TrainGraphsGpu, Bf16WeightsWrittenByTheUpdateGiveTheBitsOfCastsAtEveryForward) {
+  auto mpi = make_mpi_communicator();
+  const std::string images = write_images();
+  const std::string dir = local_temp_dir("train_graphs_gpu_w16");
+  const std::string tokens = dir + "/tokens.h5";
+  write_tokens<uint8_t>(tokens, 72, 16, 256, "train");
+  write_tokens<uint8_t>(tokens, 16, 16, 256, "test");
+  struct Case {
+    const char* name;
+    bool gpt;
+    GeluKnob gelu;
+    bool graphs;
+    int grad_accum;
+  };
+  const Case cases[] = {{"cnn, captured", false, GeluKnob::kernel, true, 1},
+                        {"cnn, 2 micro-batches", false, GeluKnob::kernel, false, 2},
+                        {"gpt, GELU epilogue, captured", true, GeluKnob::epilogue, true, 1},
+                        {"gpt, 2 micro-batches", true, GeluKnob::kernel, false, 2}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TrainConfig tc = config(c.gpt ? tokens : images, Precision::bf16, c.graphs);
+    if (c.gpt) {
+      tc.model = "gpt:layers=1,heads=2,dim=128,ctx=16";
+      tc.optimizer.kind = OptimizerKind::adamw;
+    }
+    tc.grad_accum = c.grad_accum;
+    tc.eval_every = 1;
+    Knobs k = saved_;
+    k.cuda_conv = CudaConvKnob::im2col;
+    k.cuda_gelu = c.gelu;
+    k.cuda_bf16_weights = Bf16WeightsKnob::forward;
+    configure_knobs(k);
+    {
+      Trainer t(*mpi, *mpi, tc);
+      EXPECT_EQ(nullptr, t.model().params16()) << "each layer casts its own copy";
+    }
+    const Trained want = train(*mpi, *mpi, tc);
+    k.cuda_bf16_weights = Bf16WeightsKnob::update;
+    configure_knobs(k);
+    {
+      Trainer t(*mpi, *mpi, tc);
+      EXPECT_NE(nullptr, t.model().params16()) << "the model keeps the copy";
+    }
+    const Trained got = train(*mpi, *mpi, tc);
+    EXPECT_EQ(got.captured, want.captured);
+    if (c.graphs) {
+      EXPECT_EQ(10, got.captured) << "every full step after the warm-up is a graph's";
+    }
+    expect_same_bits(got, want);
+    EXPECT_LT(got.result.epochs.back().train_loss, got.result.epochs.front().train_loss)
+        << "it learns";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(TrainGraphsGpu, NonFiniteStepsAreSkippedByTheGraphAsWithout) {

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/step/optimizer.h"
 
@@ -38,22 +39,28 @@ __device__ __forceinline__ void update_element(const UpdateCoefficients& c, floa
   p[i] -= c.lr * (c.mode == 2 ? gi + c.momentum * vi : vi);
 }
 
+// p16, where not null: the updated value's bf16 word, as cast_f32_to_bf16_cuda writes it.
 __global__ void update_kernel(UpdateCoefficients c, float* __restrict__ p,
                               const float* __restrict__ g, float* __restrict__ a,
-                              float* __restrict__ b, size_t n) {
-  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
+                              float* __restrict__ b, uint16_t* __restrict__ p16, size_t n) {
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
     update_element(c, p, g, a, b, i);
+    if (p16 != nullptr) p16[i] = cuda::to_bf16(p[i]);
+  }
 }
 
 __global__ void gated_update_kernel(const UpdateCoefficients* __restrict__ coefficients,
                                     const double* __restrict__ gate, int gates,
                                     float* __restrict__ p, const float* __restrict__ g,
-                                    float* __restrict__ a, float* __restrict__ b, size_t n) {
+                                    float* __restrict__ a, float* __restrict__ b,
+                                    uint16_t* __restrict__ p16, size_t n) {
   for (int k = 0; k < gates; ++k)
     if (!isfinite(gate[k])) return;
   const UpdateCoefficients c = *coefficients;
-  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride())
+  for (size_t i = cuda::thread_index(); i < n; i += cuda::thread_stride()) {
     update_element(c, p, g, a, b, i);
+    if (p16 != nullptr) p16[i] = cuda::to_bf16(p[i]);
+  }
 }
 
 constexpr size_t kMaxNormBlocks = 1024;
@@ -116,30 +123,31 @@ double read_norm(const double* device, cudaStream_t stream) {
 }  // namespace
 
 void sgd_update_cuda(const SgdOptions& o, float* param, const float* grad, float* velocity,
-                     size_t n, cudaStream_t stream) {
+                     size_t n, cudaStream_t stream, uint16_t* param16) {
   const UpdateCoefficients c = sgd_coefficients(o);
   if (c.mode != 0 && velocity == nullptr)
     throw std::invalid_argument("sgd_update_cuda: momentum needs a velocity");
   if (n == 0) return;
   update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, param, grad, velocity, nullptr,
-                                                                  n);
+                                                                  param16, n);
   LS_CHECK_LAUNCH("update_kernel (sgd)");
 }
 
 void adam_update_cuda(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
-                      size_t n, cudaStream_t stream) {
+                      size_t n, cudaStream_t stream, uint16_t* param16) {
   if (o.step < 1) throw std::invalid_argument("adam_update_cuda: step is 1-based");
   if (n == 0) return;
   update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(adam_coefficients(o), param, grad,
-                                                                  m, v, n);
+                                                                  m, v, param16, n);
   LS_CHECK_LAUNCH("update_kernel (adam)");
 }
 
 void gated_update_cuda(const UpdateCoefficients* c, const double* gate, int gates, float* param,
-                       const float* grad, float* a, float* b, size_t n, cudaStream_t stream) {
+                       const float* grad, float* a, float* b, size_t n, cudaStream_t stream,
+                       uint16_t* param16) {
   if (n == 0) return;
   gated_update_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(c, gate, gates, param, grad,
-                                                                        a, b, n);
+                                                                        a, b, param16, n);
   LS_CHECK_LAUNCH("gated_update_kernel");
 }
 

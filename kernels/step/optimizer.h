@@ -47,11 +47,14 @@ double clip_by_global_norm_cpu(float* g, size_t n, double max_norm);
 // CUDA twins (optimizer.cu): device pointers, one fused elementwise pass each, enqueued on
 // `stream`. global_norm_cuda and clip_by_global_norm_cuda return a host value and so wait for the
 // stream; the *_device forms keep the norm in device memory (one double) and do not wait. Norms
-// are reduced in a fixed order: identical gradients give identical bits on every rank.
+// are reduced in a fixed order: identical gradients give identical bits on every rank. The
+// updates' param16, where not null, receives the updated parameters' bf16 words in the same pass
+// (the words cast_f32_to_bf16_cuda would write from param afterwards: a bf16 run's one weight
+// copy, Model::params16).
 void sgd_update_cuda(const SgdOptions& o, float* param, const float* grad, float* velocity,
-                     size_t n, cudaStream_t stream);
+                     size_t n, cudaStream_t stream, uint16_t* param16 = nullptr);
 void adam_update_cuda(const AdamOptions& o, float* param, const float* grad, float* m, float* v,
-                      size_t n, cudaStream_t stream);
+                      size_t n, cudaStream_t stream, uint16_t* param16 = nullptr);
 double global_norm_cuda(const float* g, size_t n, cudaStream_t stream);
 void scale_cuda(float* x, size_t n, float s, cudaStream_t stream);
 double clip_by_global_norm_cuda(float* g, size_t n, double max_norm, cudaStream_t stream);
@@ -83,6 +86,7 @@ UpdateCoefficients adam_coefficients(const AdamOptions& o);  // std::invalid_arg
 // One update of param[0, n) with the coefficients at `c` (device memory) unless a gate is not
 // finite. a: momentum's velocity or Adam's m (null for plain sgd); b: Adam's v.
 void gated_update_cuda(const UpdateCoefficients* c, const double* gate, int gates, float* param,
-                       const float* grad, float* a, float* b, size_t n, cudaStream_t stream);
+                       const float* grad, float* a, float* b, size_t n, cudaStream_t stream,
+                       uint16_t* param16 = nullptr);
 
 }  // namespace lockstep::kernels

@@ -4,11 +4,12 @@
 
 namespace lockstep::kernels {
 
-void sgd_update_cuda(const SgdOptions&, float*, const float*, float*, size_t, cudaStream_t) {
+void sgd_update_cuda(const SgdOptions&, float*, const float*, float*, size_t, cudaStream_t,
+                     uint16_t*) {
   cuda_not_built("sgd_update_cuda");
 }
 void adam_update_cuda(const AdamOptions&, float*, const float*, float*, float*, size_t,
-                      cudaStream_t) {
+                      cudaStream_t, uint16_t*) {
   cuda_not_built("adam_update_cuda");
 }
 double global_norm_cuda(const float*, size_t, cudaStream_t) { cuda_not_built("global_norm_cuda"); }
@@ -27,7 +28,7 @@ void sum_of_squares_device_cuda(const double*, int, double*, cudaStream_t) {
 }
 void sqrt_device_cuda(double*, cudaStream_t) { cuda_not_built("sqrt_device_cuda"); }
 void gated_update_cuda(const UpdateCoefficients*, const double*, int, float*, const float*, float*,
-                       float*, size_t, cudaStream_t) {
+                       float*, size_t, cudaStream_t, uint16_t*) {
   cuda_not_built("gated_update_cuda");
 }
 

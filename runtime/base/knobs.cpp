@@ -98,6 +98,8 @@ Knobs knobs_from_environment() {
   if (other_value("LOCKSTEP_CUDA_LOGITS", "fp32", "bf16")) k.cuda_logits = LogitsKnob::bf16;
   if (other_value("LOCKSTEP_CUDA_CONV_POOL", "unfused", "fused"))
     k.cuda_conv_pool = ConvPoolKnob::fused;
+  if (other_value("LOCKSTEP_CUDA_BF16_WEIGHTS", "update", "forward"))
+    k.cuda_bf16_weights = Bf16WeightsKnob::forward;
   return k;
 }
 
@@ -119,7 +121,9 @@ std::string knobs_text(const Knobs& k) {
          " LOCKSTEP_CUDA_GELU=" + (k.cuda_gelu == GeluKnob::epilogue ? "epilogue" : "kernel") +
          " LOCKSTEP_CUDA_LOGITS=" + (k.cuda_logits == LogitsKnob::bf16 ? "bf16" : "fp32") +
          " LOCKSTEP_CUDA_CONV_POOL=" +
-         (k.cuda_conv_pool == ConvPoolKnob::fused ? "fused" : "unfused");
+         (k.cuda_conv_pool == ConvPoolKnob::fused ? "fused" : "unfused") +
+         " LOCKSTEP_CUDA_BF16_WEIGHTS=" +
+         (k.cuda_bf16_weights == Bf16WeightsKnob::forward ? "forward" : "update");
 }
 
 const Knobs& configured_knobs() {

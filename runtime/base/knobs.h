@@ -17,6 +17,11 @@
 //   LOCKSTEP_CUDA_LOGITS         fp32 (default) | bf16               bf16 GPT steps' logits
 //   LOCKSTEP_CUDA_CONV_POOL      unfused (default) | fused           CUDA first convolution and
 //                                                                    the max-pool (+ ReLU) after it
+//   LOCKSTEP_CUDA_BF16_WEIGHTS   update (default) | forward          bf16 runs' weight copy: one,
+//                                                                    written by the optimizer's
+//                                                                    update (ModelPlacement::
+//                                                                    bf16_params), or cast by each
+//                                                                    layer at every forward
 //
 // configured_knobs() is thread-safe; configure_knobs() is for start-up and tests (not while
 // layers are being built). No collective calls.
@@ -33,6 +38,7 @@ enum class CpuIsaKnob { native, avx2, baseline };
 enum class GeluKnob { kernel, epilogue };
 enum class LogitsKnob { f32, bf16 };
 enum class ConvPoolKnob { unfused, fused };
+enum class Bf16WeightsKnob { update, forward };
 
 struct Knobs {
   CpuConvKnob cpu_conv = CpuConvKnob::automatic;
@@ -44,6 +50,7 @@ struct Knobs {
   GeluKnob cuda_gelu = GeluKnob::kernel;
   LogitsKnob cuda_logits = LogitsKnob::f32;
   ConvPoolKnob cuda_conv_pool = ConvPoolKnob::unfused;
+  Bf16WeightsKnob cuda_bf16_weights = Bf16WeightsKnob::update;
 };
 
 // The knobs the environment sets now; UsageError naming the variable, its value and what it takes

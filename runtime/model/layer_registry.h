@@ -27,14 +27,35 @@
 
 namespace lockstep {
 
+// A bf16 model's one copy of its parameters (ModelPlacement::bf16_params): the bf16 word of every
+// float of the model's flat parameters, at the same offset, kept current by whoever changes them
+// (Model::write_params, the optimizer's update). The model fills it in once its buffers exist,
+// before any forward pass.
+struct Bf16Params {
+  const float* params = nullptr;    // the model's flat parameters
+  const uint16_t* words = nullptr;  // their bf16 words
+  // The words of the parameters that start at p (a pointer into the model's parameters) where they
+  // lie on 256 bytes, as a layer's own copy would (cudaMalloc's alignment): cuBLASLt picks its
+  // algorithm by the operands' alignment, so the bits of a product could differ otherwise. Null
+  // where they do not (the layer then casts a copy of its own).
+  const uint16_t* aligned(const float* p) const {
+    const uint16_t* w = words + (p - params);
+    return reinterpret_cast<uintptr_t>(w) % 256 == 0 ? w : nullptr;
+  }
+};
+
 // Where a CUDA layer computes: the stream its work is queued on, whether its GEMMs run in bf16,
-// whether its training steps are replayed from CUDA graphs (ModelPlacement::graphs), and the
-// environment knobs that pick its kernels (knobs.h: the convolution families, the attention path).
+// whether its training steps are replayed from CUDA graphs (ModelPlacement::graphs), the
+// environment knobs that pick its kernels (knobs.h: the convolution families, the attention path),
+// and, for bf16 layers, the model's copy of its parameters in bf16 when it keeps one: the layer's
+// bf16 products then read their weights from there instead of casting them at every forward (and
+// hold no copy of their own).
 struct CudaLayerPlacement {
   cudaStream_t stream = nullptr;
   Precision precision = Precision::fp32;
   bool graphs = false;
   Knobs knobs;
+  const Bf16Params* bf16_params = nullptr;
 };
 
 // A named piece of a layer's parameters ("weight", "bias") with its shape; a layer's pieces follow

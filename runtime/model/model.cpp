@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/cast.h"
 #include "kernels/cuda/memory.h"
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_plan.h"
@@ -61,6 +62,8 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
       input_size_(shape_size(input)) {
   if (max_batch <= 0) throw UsageError("model batch size must be positive");
   const DeviceKind where = placement_.device;
+  const bool keeps16 = where == DeviceKind::cuda && placement_.precision == Precision::bf16 &&
+                       placement_.bf16_params;
   if (where == DeviceKind::cuda) {
     check_cuda_layers(plan_);
     plan_cuda(plan_, placement_.knobs.cuda_conv_pool == ConvPoolKnob::fused);
@@ -77,7 +80,8 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
     else
       layers_.push_back(where == DeviceKind::cuda
                             ? make_cuda_layer(plan_[i], {placement_.stream, placement_.precision,
-                                                         placement_.graphs, placement_.knobs})
+                                                         placement_.graphs, placement_.knobs,
+                                                         keeps16 ? &bf16_params_ : nullptr})
                             : make_cpu_layer(plan_[i], placement_.cpu_kernels));
     span_names_.push_back(find_layer_type(plan_[i].spec.type).span());
     if (plan_[i].params == 0) continue;
@@ -89,6 +93,10 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   // Sharded: the end too, so that the last layer's span divides by the ranks like the others.
   if (placement_.shard_ranks > 1) total = (total + align - 1) / align * align;
   params_ = Buffer<float>(where, total);
+  if (keeps16) {
+    params16_ = Buffer<uint16_t>(where, total);
+    bf16_params_ = {params_.data(), params16_.data()};
+  }
   if (placement_.own_gradients) grads_ = Buffer<float>(where, total);
   bind_gradients(
       [this](size_t offset) { return grads_.empty() ? nullptr : grads_.data() + offset; });
@@ -119,7 +127,17 @@ void Model::init_params(uint64_t seed) {
   std::vector<float> host(params_.size());
   for (const ParamRange& r : ranges_)
     init_layer_params(plan_[r.layer], host.data() + r.offset, gen);
-  params_.write(host.data(), 0, host.size());
+  write_params(0, host.data(), host.size());
+}
+
+void Model::write_params(size_t offset, const float* host, size_t count) {
+  params_.write(host, offset, count);
+  if (params16_.empty() || count == 0) return;
+  // The copy's words from the device's values, as the layers would cast them; waited for, as the
+  // write itself is.
+  kernels::cast_f32_to_bf16_cuda(params_.data() + offset, params16_.data() + offset, count,
+                                 placement_.stream);
+  kernels::cuda_stream_synchronize(placement_.stream);
 }
 
 void Model::bind_gradients(const std::function<float*(size_t offset)>& at) {

@@ -90,6 +90,11 @@ struct ModelPlacement {
   // The environment knobs its layers follow (knobs.h), the process's by default: a test may set
   // another value for one model.
   Knobs knobs = configured_knobs();
+  // cuda, bf16: the model keeps one bf16 copy of its parameters (params16()), which its layers'
+  // bf16 products read instead of casting their weights at every forward pass (DESIGN.md decision
+  // 4). write_params() and init_params() keep it current; whoever else writes params() must
+  // write the copy too (the optimizer's update does: Optimizer::set_params16). Ignored elsewhere.
+  bool bf16_params = false;
 };
 
 // Layer ranges start at multiples of this many floats (256 bytes).
@@ -124,10 +129,10 @@ class Model {
   cudaStream_t stream() const { return placement_.stream; }
   // A host copy of the parameters (synchronous: after the work queued so far).
   std::vector<float> params_to_host() const { return params_.to_host(); }
-  // Overwrites params[offset, offset + count) from host memory.
-  void write_params(size_t offset, const float* host, size_t count) {
-    params_.write(host, offset, count);
-  }
+  // Overwrites params[offset, offset + count) from host memory (and their bf16 copy's words).
+  void write_params(size_t offset, const float* host, size_t count);
+  // The bf16 copy of params() (ModelPlacement::bf16_params), null when the model keeps none.
+  uint16_t* params16() { return params16_.data(); }
   // One range per layer that has parameters, in layer order.
   const std::vector<ParamRange>& param_ranges() const { return ranges_; }
   // Per layer of plan(): the floats of the flat buffers from the start of its range to the start
@@ -185,6 +190,8 @@ class Model {
   size_t first_compute_ = 0;  // first layer that is not a view: it needs no input gradient
   bool output_bf16_ = false;  // the last forward's outputs (and the gradient it takes) in bf16
   Buffer<float> params_, grads_, workspace_, output_grad_;
+  Buffer<uint16_t> params16_;  // ModelPlacement::bf16_params, in bf16_params_'s words
+  Bf16Params bf16_params_;
   std::vector<Buffer<float>> activations_;  // activations_[i]: output of layer i (empty for views)
   std::vector<const float*> act_;           // act_[0]: the input; act_[i + 1]: layer i's output
   Buffer<float> dbuf_[2];                   // ping-pong activation gradients

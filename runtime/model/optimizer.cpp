@@ -71,6 +71,8 @@ Optimizer::Optimizer(const OptimizerConfig& config, size_t param_count, DeviceKi
 
 void Optimizer::set_segments(std::vector<Segment> segments, bool compact_grads,
                              bool compact_params) {
+  if (params16_ != nullptr)
+    throw std::logic_error("Optimizer::set_segments: a sharded optimizer writes no bf16 copy");
   compact_grads_ = compact_grads;
   compact_params_ = compact_params;
   size_t at = 0;
@@ -160,18 +162,27 @@ kernels::AdamOptions adam_options(const OptimizerConfig& c, float lr, int64_t st
 
 }  // namespace
 
+void Optimizer::set_params16(uint16_t* words) {
+  if (words != nullptr && (device_ != DeviceKind::cuda || !segments_.empty()))
+    throw std::logic_error(
+        "Optimizer::set_params16: a bf16 copy is written by an unsharded device optimizer (ZeRO's "
+        "other blocks arrive by all-gather)");
+  params16_ = words;
+}
+
 void Optimizer::step(float* params, const float* grads, float lr) {
   ++steps_;
   for (const Run& r : runs_) {
     float* a = a_.empty() ? nullptr : a_.data() + r.state;
     const float* g = grads + (compact_grads_ ? r.state : r.flat);
     float* w = params + (compact_params_ ? r.state : r.flat);
+    uint16_t* w16 = params16_ == nullptr ? nullptr : params16_ + r.flat;
     switch (config_.kind) {
       case OptimizerKind::sgd:
       case OptimizerKind::momentum: {
         const kernels::SgdOptions o = sgd_options(config_, lr);
         if (device_ == DeviceKind::cuda)
-          kernels::sgd_update_cuda(o, w, g, a, r.count, stream_);
+          kernels::sgd_update_cuda(o, w, g, a, r.count, stream_, w16);
         else
           kernels::sgd_update_cpu(o, w, g, a, r.count);
         break;
@@ -180,7 +191,7 @@ void Optimizer::step(float* params, const float* grads, float lr) {
       case OptimizerKind::adamw: {
         const kernels::AdamOptions o = adam_options(config_, lr, steps_, r.decay);
         if (device_ == DeviceKind::cuda)
-          kernels::adam_update_cuda(o, w, g, a, b_.data() + r.state, r.count, stream_);
+          kernels::adam_update_cuda(o, w, g, a, b_.data() + r.state, r.count, stream_, w16);
         else
           kernels::adam_update_cpu(o, w, g, a, b_.data() + r.state, r.count);
         break;
@@ -215,7 +226,8 @@ void Optimizer::step_captured(float* params, const float* grads, const double* g
     kernels::gated_update_cuda(c + k, gate, gates, params + (compact_params_ ? r.state : r.flat),
                                grads + (compact_grads_ ? r.state : r.flat),
                                a_.empty() ? nullptr : a_.data() + r.state,
-                               b_.empty() ? nullptr : b_.data() + r.state, r.count, stream_);
+                               b_.empty() ? nullptr : b_.data() + r.state, r.count, stream_,
+                               params16_ == nullptr ? nullptr : params16_ + r.flat);
   }
 }
 

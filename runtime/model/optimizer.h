@@ -83,6 +83,13 @@ class Optimizer {
   void set_segments(std::vector<Segment> segments, bool compact_grads = false,
                     bool compact_params = false);
 
+  // A bf16 run's one weight copy (Model::params16, device optimizers only): every update, captured
+  // or not, writes the bf16 words of the parameters it updates at the same offsets of `words`, in
+  // the same pass, so the copy stays the cast of the parameters. Null: no copy. Throws
+  // std::logic_error on the host or with segments (ZeRO: the other ranks' blocks arrive by
+  // all-gather, and the masters may not be the model's parameters).
+  void set_params16(uint16_t* words);
+
   // One update with learning rate lr; counts it once, whatever the number of ranges. params and
   // grads are in the optimizer's memory.
   void step(float* params, const float* grads, float lr);
@@ -127,6 +134,7 @@ class Optimizer {
   std::vector<Segment> segments_;
   bool compact_grads_ = false;
   bool compact_params_ = false;
+  uint16_t* params16_ = nullptr;  // set_params16
   std::vector<Run> runs_;
   void build_runs();
   Buffer<float> a_, b_;  // velocity (momentum) or m and v (adam, adamw)

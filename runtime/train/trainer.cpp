@@ -78,6 +78,9 @@ void Trainer::build() {
   place.shard_ranks = config_.zero > 0 ? comm_.size() : 1;
   place.own_gradients = config_.zero < 2;  // stage 2: the reducer's staging holds them
   place.recompute = config_.recompute;
+  // bf16 on a GPU: one bf16 copy of the parameters, written by the update (not under ZeRO, whose
+  // other blocks arrive by all-gather; its bf16 wire keeps a copy of its own).
+  place.bf16_params = config_.zero == 0 && place.knobs.cuda_bf16_weights == Bf16WeightsKnob::update;
   m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
   model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place, positions);
   m.reducer = std::make_unique<BucketReducer>(
@@ -97,6 +100,7 @@ void Trainer::build() {
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->param_count(), place.device,
                                              place.stream);
     optimizer_->set_decay_ranges(decayed);
+    optimizer_->set_params16(model_->params16());  // null unless the model keeps the copy
   }
   if (config_.grad_reduce_dtype == Precision::bf16 && grad_comm_.backend() == Backend::nccl &&
       grad_comm_.size() >= 16 && comm_.rank() == 0) {

@@ -73,13 +73,15 @@ struct Directions {
 template <class T>
 class CudaConv2d : public CudaLayer {
  public:
-  CudaConv2d(const LayerPlan& plan, cudaStream_t stream, FamilyChoice families, bool graphs)
+  // bf16_params: the model's bf16 copy of its parameters, which the im2col family then reads.
+  CudaConv2d(const LayerPlan& plan, cudaStream_t stream, FamilyChoice families, bool graphs,
+             const Bf16Params* bf16_params = nullptr)
       : CudaLayer(plan, stream), families_(families), graphs_(graphs) {
     // The direct kernels take the first layers of image models (few taps per output).
     families_.direct = families_.direct && kernels::conv2d_direct_supported(conv2d_shape(plan, 1));
     const size_t weights = static_cast<size_t>(bias_offset(plan));
     if (families_.cudnn) wk_ = Buffer<T>(DeviceKind::cuda, weights);
-    if (kBf16 && families_.im2col) w16_ = std::make_unique<Bf16Weights>(plan);
+    if (kBf16 && families_.im2col) w16_ = std::make_unique<Bf16Weights>(plan, bf16_params);
   }
   ~CudaConv2d() override {
     if (start_ != nullptr) kernels::cuda_event_destroy(start_);
@@ -102,7 +104,8 @@ class CudaConv2d : public CudaLayer {
     const kernels::Conv2dShape s = conv2d_shape(plan_, batch);
     Directions& d = directions_[batch];
     // The weight copies that the step's directions read, rewritten at every forward (never
-    // stale): both until the batch size's choices are settled, then those in use.
+    // stale): both until the batch size's choices are settled, then those in use. The im2col
+    // family's is the model's bf16 copy where it keeps one (nothing to write then).
     if (families_.cudnn && (!d.settled || d.uses(Family::cudnn))) {
       if constexpr (kBf16)
         kernels::conv2d_weights_krsc_bf16_cuda(s, params_, wk_.data(), stream_);
@@ -311,7 +314,8 @@ std::unique_ptr<Layer> make_conv_cuda(const LayerPlan& plan, const CudaLayerPlac
     return std::make_unique<CudaConvPool>(plan, where.stream, where.precision == Precision::bf16);
   const FamilyChoice families = family_choice(where.knobs);
   if (where.precision == Precision::bf16)
-    return std::make_unique<CudaConv2d<uint16_t>>(plan, where.stream, families, where.graphs);
+    return std::make_unique<CudaConv2d<uint16_t>>(plan, where.stream, families, where.graphs,
+                                                  where.bf16_params);
   return std::make_unique<CudaConv2d<float>>(plan, where.stream, families, where.graphs);
 }
 

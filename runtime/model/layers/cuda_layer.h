@@ -2,12 +2,14 @@
 // the bf16 copy of a dense or conv layer's weights that their bf16 GEMMs read. Included by the
 // twins only. A layer and its copy are used by one thread at a time.
 //
-// The bf16 copy is cast from the fp32 weights at every forward: once per micro-batch rather than
-// once per step, but a stale copy is impossible whoever changed the parameters (optimizer,
-// checkpoint load, write_params), and the weights are small beside the activations. Parameters,
-// gradients and activations between layers stay fp32 (master weights: the optimizer and the
-// all-reduce see fp32 only). Storing activations in bf16 (relu and maxpool writing bf16) would save
-// the cast pass of each dense input and halve activation traffic.
+// The bf16 copy is the model's where it keeps one (ModelPlacement::bf16_params, a trainer's bf16
+// run without ZeRO: written by the optimizer's update in the same pass as the parameters, and by
+// write_params) and the layer's words in it lie on 256 bytes (Bf16Params::aligned), else cast from
+// the fp32 weights at every forward: once per micro-batch rather than once per step, but never
+// stale whoever changed the parameters. Parameters, gradients and activations between layers stay
+// fp32 (master weights: the optimizer and the all-reduce see fp32 only). Storing activations in
+// bf16 (relu and maxpool writing bf16) would save the cast pass of each dense input and halve
+// activation traffic.
 // No collective calls.
 #pragma once
 
@@ -16,6 +18,7 @@
 #include "kernels/cast.h"
 #include "kernels/cuda/stream.h"
 #include "runtime/base/buffer.h"
+#include "runtime/model/layer_registry.h"
 #include "runtime/model/layers.h"
 
 namespace lockstep {
@@ -31,16 +34,28 @@ class CudaLayer : public Layer {
 // The weights open the layer's parameters; the bias (kept in fp32) follows them.
 class Bf16Weights {
  public:
-  explicit Bf16Weights(const LayerPlan& plan)
-      : words_(DeviceKind::cuda, static_cast<size_t>(bias_offset(plan))) {}
+  // shared: the model's copy (CudaLayerPlacement::bf16_params), or null for a copy of its own.
+  Bf16Weights(const LayerPlan& plan, const Bf16Params* shared)
+      : shared_(shared),
+        count_(static_cast<size_t>(bias_offset(plan))),
+        words_(DeviceKind::cuda, shared ? 0 : count_) {}
+  // The weights' words for this forward pass: the model's copy where it lies as aligned as a copy
+  // of the layer's own, else cast now (into a copy allocated at the first such forward: the
+  // trainer's first steps run uncaptured, and a relaxed capture would allow it anyway).
   const uint16_t* refresh(const float* params, cudaStream_t stream) {
-    kernels::cast_f32_to_bf16_cuda(params, words_.data(), words_.size(), stream);
-    return words_.data();
+    if (shared_ != nullptr && (now_ = shared_->aligned(params)) != nullptr) return now_;
+    if (words_.empty()) words_ = Buffer<uint16_t>(DeviceKind::cuda, count_);
+    kernels::cast_f32_to_bf16_cuda(params, words_.data(), count_, stream);
+    return now_ = words_.data();
   }
-  const uint16_t* get() const { return words_.data(); }
+  // Those of the last refresh().
+  const uint16_t* get() const { return now_; }
 
  private:
+  const Bf16Params* shared_;
+  size_t count_;
   Buffer<uint16_t> words_;
+  const uint16_t* now_ = nullptr;
 };
 
 }  // namespace lockstep

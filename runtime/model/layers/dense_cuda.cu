@@ -1,7 +1,8 @@
 // The CUDA twin of the dense layer (dense.cpp): the same shapes and contract, computed by the
 // kernels' dense_*_cuda on the model's stream, over device memory. With Precision::bf16 its GEMMs
-// run in bf16 with fp32 accumulation (cuda_layer.h: the weight copy). Plain C++ over the kernels'
-// launchers: it is a .cu only so that it is built with CUDA and dense_cuda_stub.cpp without.
+// run in bf16 with fp32 accumulation (cuda_layer.h: the weight copy, the model's where it keeps
+// one). Plain C++ over the kernels' launchers: it is a .cu only so that it is built with CUDA and
+// dense_cuda_stub.cpp without.
 #include <cstdint>
 #include <memory>
 
@@ -27,7 +28,8 @@ class CudaDense : public CudaLayer {
 
 class CudaDenseBf16 : public CudaLayer {
  public:
-  CudaDenseBf16(const LayerPlan& plan, cudaStream_t stream) : CudaLayer(plan, stream), w16_(plan) {}
+  CudaDenseBf16(const LayerPlan& plan, const CudaLayerPlacement& where)
+      : CudaLayer(plan, where.stream), w16_(plan, where.bf16_params) {}
   // The bf16 input is kept from forward to backward (dw = x^T dy).
   void reserve(int max_batch) override {
     x16_ = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(max_batch) * in_size());
@@ -55,8 +57,7 @@ class CudaDenseBf16 : public CudaLayer {
 }  // namespace
 
 std::unique_ptr<Layer> make_dense_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
-  if (where.precision == Precision::bf16)
-    return std::make_unique<CudaDenseBf16>(plan, where.stream);
+  if (where.precision == Precision::bf16) return std::make_unique<CudaDenseBf16>(plan, where);
   return std::make_unique<CudaDense>(plan, where.stream);
 }
 

@@ -1,8 +1,9 @@
 // The CUDA twins of the GPT layers (gpt.cpp): gpt_layers.h over the kernels' CUDA launchers, on the
 // model's stream and in device memory. With Precision::bf16 a block's four dense products run as
-// bf16 GEMMs with fp32 accumulation (the weight copy cast at every forward, as cuda_layer.h
-// explains; each input's bf16 copy kept for its backward pass) and attention runs flash-style on
-// bf16 tensor-core tiles (attention_flash.h) where the head width allows (or, asked for with
+// bf16 GEMMs with fp32 accumulation (their weights' words the model's bf16 copy of its parameters
+// where it keeps one, else cast at every forward, as cuda_layer.h explains; each input's bf16 copy
+// kept for its backward pass) and attention runs flash-style on bf16 tensor-core tiles
+// (attention_flash.h) where the head width allows (or, asked for with
 // LOCKSTEP_CUDA_ATTENTION=cudnn, through cuDNN's fused attention: attention_cudnn.h), and the tied
 // head's two products are bf16 GEMMs too. The layer norms and GELU before a product write its bf16
 // input directly (no fp32 copy, no cast pass); biases and residual additions ride in the GEMMs'
@@ -41,6 +42,7 @@ class CudaGptOps {
                       bool recompute_gelu = false)
       : stream_(where.stream),
         bf16_(where.precision == Precision::bf16),
+        shared_(bf16_ ? where.bf16_params : nullptr),
         // LOCKSTEP_CUDA_ATTENTION (knobs.h): flash, the default in bf16 runs; cudnn, cuDNN's
         // fused attention (attention_cudnn.h) where this build has it and cuDNN takes the shape,
         // else the flash kernels (said once); or materialised (attention.h's exact path in both
@@ -57,8 +59,9 @@ class CudaGptOps {
   void reserve_dense(int slot, size_t rows, int in, int out) {
     if (!bf16_) return;
     const size_t i = static_cast<size_t>(slot);
-    w16_[i] = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(in) * out);
     x16_[i] = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(in));
+    if (shared_ != nullptr) return;  // the weights' and the bias's words are the model's
+    w16_[i] = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(in) * out);
     if (gelu_epilogue_ && slot == kFc) b16_ = Buffer<uint16_t>(DeviceKind::cuda, out);
   }
   // dy in bf16 (2 per float).
@@ -139,11 +142,13 @@ class CudaGptOps {
   void gelu_to_dense(int slot, const float* x, float* y, size_t n) {
     kernels::gelu_forward_cuda(x, bf16_ ? nullptr : y, n, stream_, stage(slot));
   }
-  // The tied head: in bf16 runs wte and the layer-normed rows are cast once per forward and kept
-  // for backward, dlogits cast into the scratch (the GEMMs as dense's, without a bias).
+  // The tied head: in bf16 runs the layer-normed rows are cast once per forward and kept for
+  // backward, wte's words taken from the model's copy (or cast likewise), dlogits cast into the
+  // scratch (the GEMMs as dense's, without a bias).
   void reserve_head(size_t rows, int d, int v) {
     if (!bf16_) return;
-    head_w16_ = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(v) * d);
+    if (shared_ == nullptr)
+      head_w16_ = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(v) * d);
     head_x16_ = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(d));
   }
   size_t head_scratch_floats(size_t rows, int v) const { return dense_scratch_floats(rows, v); }
@@ -159,14 +164,14 @@ class CudaGptOps {
       kernels::gemm_cuda(g, x, w, y, stream_);
       return;
     }
-    kernels::cast_f32_to_bf16_cuda(w, head_w16_.data(), head_w16_.size(), stream_);
+    const uint16_t* w16 = words_now(w, static_cast<size_t>(s.out) * s.in, head_w16_);
     kernels::cast_f32_to_bf16_cuda(x, head_x16_.data(), static_cast<size_t>(s.batch) * s.in,
                                    stream_);
     if (logits16)
-      kernels::gemm_bf16_out_cuda(g, head_x16_.data(), head_w16_.data(),
-                                  reinterpret_cast<uint16_t*>(y), stream_);
+      kernels::gemm_bf16_out_cuda(g, head_x16_.data(), w16, reinterpret_cast<uint16_t*>(y),
+                                  stream_);
     else
-      kernels::gemm_bf16_cuda(g, head_x16_.data(), head_w16_.data(), y, stream_);
+      kernels::gemm_bf16_cuda(g, head_x16_.data(), w16, y, stream_);
   }
   // logits16: dy holds bf16 words, the GEMMs' operand as it is.
   void head_backward(const kernels::DenseShape& s, const float* x, const float* w, const float* dy,
@@ -184,7 +189,7 @@ class CudaGptOps {
       kernels::cast_f32_to_bf16_cuda(dy, cast, static_cast<size_t>(s.batch) * s.out, stream_);
       dy16 = cast;
     }
-    kernels::gemm_bf16_cuda(gx, dy16, head_w16_.data(), dx, stream_);
+    kernels::gemm_bf16_cuda(gx, dy16, words_kept(w, head_w16_), dx, stream_);
     kernels::gemm_bf16_cuda(gw, dy16, head_x16_.data(), dw, stream_);
   }
   void dense_forward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
@@ -196,11 +201,11 @@ class CudaGptOps {
       return;
     }
     const size_t i = static_cast<size_t>(slot);
-    kernels::cast_f32_to_bf16_cuda(w, w16_[i].data(), w16_[i].size(), stream_);
+    const uint16_t* w16 = words_now(w, static_cast<size_t>(s.in) * s.out, w16_[i]);
     // An input staged in bf16 by layernorm_to_dense / gelu_to_dense is not cast again; the bias and
     // the residual go in the GEMM's epilogue.
-    kernels::dense_forward_bf16_cuda(s, std::exchange(staged_[i], false) ? nullptr : x,
-                                     w16_[i].data(), b, y, x16_[i].data(), stream_, residual);
+    kernels::dense_forward_bf16_cuda(s, std::exchange(staged_[i], false) ? nullptr : x, w16, b, y,
+                                     x16_[i].data(), stream_, residual);
   }
   void dense_backward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
                       const float* dy, float* dx, float* dw, float* db, float* scratch) {
@@ -209,7 +214,7 @@ class CudaGptOps {
       return;
     }
     const size_t i = static_cast<size_t>(slot);
-    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), dy, dx, dw, db,
+    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), words_kept(w, w16_[i]), dy, dx, dw, db,
                                       reinterpret_cast<uint16_t*>(scratch), stream_);
   }
   // The MLP's first product and its GELU. With the epilogue (bf16 runs, LOCKSTEP_CUDA_GELU=
@@ -225,15 +230,15 @@ class CudaGptOps {
       return;
     }
     const size_t i = static_cast<size_t>(slot);
-    kernels::cast_f32_to_bf16_cuda(w, w16_[i].data(), w16_[i].size(), stream_);
-    kernels::cast_f32_to_bf16_cuda(b, b16_.data(), b16_.size(), stream_);
+    const uint16_t* w16 = words_now(w, static_cast<size_t>(s.in) * s.out, w16_[i]);
+    const uint16_t* b16 = words_now(b, static_cast<size_t>(s.out), b16_);
     if (!std::exchange(staged_[i], false))
       kernels::cast_f32_to_bf16_cuda(x, x16_[i].data(), static_cast<size_t>(s.batch) * s.in,
                                      stream_);
     uint16_t* y16 = stage(next);
     auto* pre16 = reinterpret_cast<uint16_t*>(h);
     if (kernels::gemm_bf16_bias_gelu_cuda({.m = s.batch, .n = s.out, .k = s.in}, x16_[i].data(),
-                                          w16_[i].data(), b16_.data(), y16, pre16, stream_))
+                                          w16, b16, y16, pre16, stream_))
       return;
     static std::once_flag said;
     std::call_once(said, [&] {
@@ -244,8 +249,7 @@ class CudaGptOps {
           "after it instead\n",
           s.batch, s.out, s.in);
     });
-    kernels::dense_forward_bf16_cuda(s, nullptr, w16_[i].data(), b, scratch, x16_[i].data(),
-                                     stream_);
+    kernels::dense_forward_bf16_cuda(s, nullptr, w16, b, scratch, x16_[i].data(), stream_);
     kernels::gelu_forward_cuda(scratch, nullptr, n, stream_, y16, pre16);
   }
   // bf16 runs with a bias: the GELU's backward values go straight to the product's bf16 dy and the
@@ -268,11 +272,30 @@ class CudaGptOps {
                                                    s.out, dy16, db, stream_);
     else
       kernels::gelu_backward_bf16_column_sums_cuda(h, dg, rows, s.out, dy16, db, stream_);
-    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].data(), nullptr, dx, dw, nullptr,
-                                      dy16, stream_);
+    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), words_kept(w, w16_[i]), nullptr, dx, dw,
+                                      nullptr, dy16, stream_);
   }
 
  private:
+  // The bf16 words of the n parameters at p for this forward pass: the model's copy where it keeps
+  // one and they lie on 256 bytes there (Bf16Params::aligned), else cast now into `own` (allocated
+  // at the first such forward when the model keeps a copy: Bf16Weights::refresh says why that is
+  // safe).
+  const uint16_t* words_now(const float* p, size_t n, Buffer<uint16_t>& own) {
+    if (const uint16_t* w = shared_words(p)) return w;
+    if (own.size() < n) own = Buffer<uint16_t>(DeviceKind::cuda, n);
+    kernels::cast_f32_to_bf16_cuda(p, own.data(), n, stream_);
+    return own.data();
+  }
+  // The words the backward pass reads: those words_now gave the forward pass.
+  const uint16_t* words_kept(const float* p, const Buffer<uint16_t>& own) const {
+    const uint16_t* w = shared_words(p);
+    return w != nullptr ? w : own.data();
+  }
+  const uint16_t* shared_words(const float* p) const {
+    return shared_ != nullptr ? shared_->aligned(p) : nullptr;
+  }
+
   // Whether dense slot's GELU rides in its product's epilogue, so that the pre-activation the block
   // keeps is in bf16: the forward and backward passes ask alike. The epilogue needs the product's
   // bias (a GPT block's fc has one).
@@ -308,11 +331,14 @@ class CudaGptOps {
   static constexpr int kFc = 2;  // the block's dense slot whose product the GELU follows
 
   cudaStream_t stream_;
-  bool bf16_, flash_, cudnn_, gelu_epilogue_;
-  std::array<Buffer<uint16_t>, 4> w16_, x16_;  // per dense slot of a block (bf16 only)
-  Buffer<uint16_t> head_w16_, head_x16_;       // the tied head's (bf16 only)
-  Buffer<uint16_t> b16_;                       // the fc bias in bf16 (the GELU epilogue only)
-  std::array<bool, 4> staged_{};               // x16_[slot] holds the next input already
+  bool bf16_;
+  const Bf16Params* shared_;  // the model's bf16 copy of its parameters, if it keeps one
+  bool flash_, cudnn_, gelu_epilogue_;
+  // Per dense slot of a block (bf16 only; w16_ without the model's copy).
+  std::array<Buffer<uint16_t>, 4> w16_, x16_;
+  Buffer<uint16_t> head_w16_, head_x16_;  // the tied head's (bf16 only; head_w16_ likewise)
+  Buffer<uint16_t> b16_;  // the fc bias in bf16 (the GELU epilogue only, without the model's copy)
+  std::array<bool, 4> staged_{};  // x16_[slot] holds the next input already
 };
 
 }  // namespace
