@@ -297,6 +297,8 @@ int run_train_bench(int argc, char** argv, const World& world) {
         "param_bytes=%llu grad_bytes=%llu optimizer_state_bytes=%llu master_bytes=%llu\n",
         static_cast<unsigned long long>(mem.params), static_cast<unsigned long long>(mem.grads),
         static_cast<unsigned long long>(mem.state), static_cast<unsigned long long>(mem.masters));
+    if (mem.copy16 > 0)
+      std::printf("bf16_copy_bytes=%llu\n", static_cast<unsigned long long>(mem.copy16));
     // Everything Lockstep allocated on the device at its peak while training (buffers,
     // activations, workspaces; kernels/cuda/memory.h), PyTorch's max_memory_allocated's
     // counterpart; the peak GEMM's matrices, allocated later, are not counted.

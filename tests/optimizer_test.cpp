@@ -1,6 +1,7 @@
 // The Optimizer over a model's flat buffer: adamw decays only the ranges it is given (a model's
 // matrices, as GPT training does), biases keep their plain Adam update, the other optimizers' L2
-// still covers every parameter, and one step counts once however many ranges it updates.
+// still covers every parameter, and one step counts once however many ranges it updates. Only an
+// unsharded device optimizer writes a bf16 copy of the parameters.
 #include "kernels/step/optimizer.h"
 
 #include <gtest/gtest.h>
@@ -82,6 +83,24 @@ TEST(OptimizerSegments, CompactBuffersGetTheUpdatesOfTheFlatBlocks) {
   EXPECT_EQ(gather(p), masters);
   for (size_t i : {0, 5, 6, 10, 11}) EXPECT_EQ(p[i], before[i]) << "element " << i << " moved";
   EXPECT_NE(gather(p), gather(before));
+}
+
+// A bf16 run's one weight copy (Model::params16) is written by an unsharded device optimizer only:
+// a host optimizer, or a sharded one (ZeRO, whose other blocks arrive by all-gather), refuses it,
+// in either order. Plain SGD allocates nothing on the device, so this runs without a GPU.
+TEST(OptimizerParams16, OnlyAnUnshardedDeviceOptimizerTakesTheBf16Copy) {
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  uint16_t words[8] = {};
+  Optimizer on_device(sgd, 8, DeviceKind::cuda);
+  EXPECT_NO_THROW(on_device.set_params16(words));
+  EXPECT_THROW(on_device.set_segments({{0, 0, 4}, {4, 4, 4}}), std::logic_error);
+  on_device.set_params16(nullptr);
+  on_device.set_segments({{0, 0, 4}, {4, 4, 4}});
+  EXPECT_THROW(on_device.set_params16(words), std::logic_error) << "sharded";
+  EXPECT_NO_THROW(on_device.set_params16(nullptr));
+  Optimizer on_host(sgd, 8);
+  EXPECT_THROW(on_host.set_params16(words), std::logic_error) << "on the host";
 }
 
 TEST(OptimizerDecay, AdamwDecaysOnlyTheGivenRanges) {

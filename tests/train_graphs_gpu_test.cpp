@@ -259,9 +259,10 @@ TEST_F(TrainGraphsGpu, FusedFirstLayerGivesTheSameBitsCapturedAndNearTheUnfusedL
 // (update, the default: ModelPlacement::bf16_params), against each layer casting its weights at
 // every forward (forward): the same bits, for the CNN (its im2col convolution and dense layers read
 // the copy where their words lie on 256 bytes, and cast their own where not: both kinds here) and
-// the GPT (its blocks, the tied head, the GELU epilogue's bias: 128 channels, so every weight's
-// words lie on 256 bytes in the copy), captured and uncaptured, with an evaluation after every
-// step, and with two micro-batches a step (uncaptured: the copy read twice between updates).
+// the GPT (its blocks, the tied head, the GELU epilogue's bias: at 128 channels every weight's
+// words lie on 256 bytes in the copy, at 64 some do not), captured and uncaptured, with an
+// evaluation after every step, with two micro-batches a step (uncaptured: the copy read twice
+// between updates) and recomputed blocks, and with bf16 logits.
 TEST_F(TrainGraphsGpu, Bf16WeightsWrittenByTheUpdateGiveTheBitsOfCastsAtEveryForward) {
   auto mpi = make_mpi_communicator();
   const std::string images = write_images();
@@ -271,27 +272,39 @@ TEST_F(TrainGraphsGpu, Bf16WeightsWrittenByTheUpdateGiveTheBitsOfCastsAtEveryFor
   write_tokens<uint8_t>(tokens, 16, 16, 256, "test");
   struct Case {
     const char* name;
-    bool gpt;
+    const char* gpt;  // the GPT's spec, or null for the CNN
     GeluKnob gelu;
+    LogitsKnob logits;
     bool graphs;
     int grad_accum;
+    Recompute recompute;
   };
-  const Case cases[] = {{"cnn, captured", false, GeluKnob::kernel, true, 1},
-                        {"cnn, 2 micro-batches", false, GeluKnob::kernel, false, 2},
-                        {"gpt, GELU epilogue, captured", true, GeluKnob::epilogue, true, 1},
-                        {"gpt, 2 micro-batches", true, GeluKnob::kernel, false, 2}};
+  const char* wide = "gpt:layers=1,heads=2,dim=128,ctx=16";
+  // 64 channels: some of a block's weights lie off 256 bytes in the copy (their own copies then).
+  const char* narrow = "gpt:layers=2,heads=2,dim=64,ctx=16";
+  const GeluKnob kernel = GeluKnob::kernel;
+  const LogitsKnob f32 = LogitsKnob::f32;
+  const Case cases[] = {
+      {"cnn, captured", nullptr, kernel, f32, true, 1, Recompute::none},
+      {"cnn, 2 micro-batches", nullptr, kernel, f32, false, 2, Recompute::none},
+      {"gpt, GELU epilogue, captured", wide, GeluKnob::epilogue, f32, true, 1, Recompute::none},
+      {"gpt, 2 micro-batches, recomputed blocks", wide, kernel, f32, false, 2, Recompute::blocks},
+      {"gpt of 64 channels, bf16 logits, captured", narrow, kernel, LogitsKnob::bf16, true, 1,
+       Recompute::none}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     TrainConfig tc = config(c.gpt ? tokens : images, Precision::bf16, c.graphs);
     if (c.gpt) {
-      tc.model = "gpt:layers=1,heads=2,dim=128,ctx=16";
+      tc.model = c.gpt;
       tc.optimizer.kind = OptimizerKind::adamw;
     }
     tc.grad_accum = c.grad_accum;
+    tc.recompute = c.recompute;
     tc.eval_every = 1;
     Knobs k = saved_;
     k.cuda_conv = CudaConvKnob::im2col;
     k.cuda_gelu = c.gelu;
+    k.cuda_logits = c.logits;
     k.cuda_bf16_weights = Bf16WeightsKnob::forward;
     configure_knobs(k);
     {

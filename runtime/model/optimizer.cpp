@@ -73,6 +73,7 @@ void Optimizer::set_segments(std::vector<Segment> segments, bool compact_grads,
                              bool compact_params) {
   if (params16_ != nullptr)
     throw std::logic_error("Optimizer::set_segments: a sharded optimizer writes no bf16 copy");
+  sharded_ = true;
   compact_grads_ = compact_grads;
   compact_params_ = compact_params;
   size_t at = 0;
@@ -163,7 +164,7 @@ kernels::AdamOptions adam_options(const OptimizerConfig& c, float lr, int64_t st
 }  // namespace
 
 void Optimizer::set_params16(uint16_t* words) {
-  if (words != nullptr && (device_ != DeviceKind::cuda || !segments_.empty()))
+  if (words != nullptr && (device_ != DeviceKind::cuda || sharded_))
     throw std::logic_error(
         "Optimizer::set_params16: a bf16 copy is written by an unsharded device optimizer (ZeRO's "
         "other blocks arrive by all-gather)");

@@ -134,6 +134,7 @@ class Optimizer {
   std::vector<Segment> segments_;
   bool compact_grads_ = false;
   bool compact_params_ = false;
+  bool sharded_ = false;          // set_segments was called
   uint16_t* params16_ = nullptr;  // set_params16
   std::vector<Run> runs_;
   void build_runs();

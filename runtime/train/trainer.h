@@ -100,11 +100,12 @@ class Trainer {
   // The parameters a checkpoint holds, whole: the model's, or under a bf16 all-gather
   // (--gather-dtype) the fp32 master weights of every rank's blocks (collective then).
   std::vector<float> params_to_save();
-  // Per rank, in bytes: the flat parameters (fp32: the master weights; bf16 runs cast per layer),
-  // the flat gradients and the optimizer state (1/P of it under --zero 1).
+  // Per rank, in bytes: the flat parameters (fp32: the master weights), the flat gradients and the
+  // optimizer state (1/P of it under --zero 1).
   struct MemoryUse {
     uint64_t params = 0, grads = 0, state = 0;
     uint64_t masters = 0;  // --gather-dtype bf16: this rank's fp32 masters and the bf16 wire buffer
+    uint64_t copy16 = 0;   // bf16 runs without ZeRO: the bf16 copy the update writes (params16)
   };
   MemoryUse memory_use();
   // "parameters 0.20 MB, gradients 0.20 MB, optimizer state 0.40 MB (...)": memory_use() in words.

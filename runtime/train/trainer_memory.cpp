@@ -17,6 +17,7 @@ Trainer::MemoryUse Trainer::memory_use() {
   u.state = state_floats * sizeof(float) * optimizer_->state().size();
   if (impl_->zero && impl_->zero->rounds())  // the masters and the bf16 buffer gathered
     u.masters = impl_->zero->owned() * sizeof(float) + model_->param_count() * sizeof(uint16_t);
+  if (model_->params16() != nullptr) u.copy16 = model_->param_count() * sizeof(uint16_t);
   return u;
 }
 
@@ -38,6 +39,8 @@ std::string Trainer::memory_text() {
   if (u.masters > 0)
     text += ", master weights " + mb(u.masters) + " (fp32, " + share +
             ", and the bf16 copy of the parameters they are gathered as)";
+  if (u.copy16 > 0)
+    text += ", a bf16 copy of the parameters " + mb(u.copy16) + " (written by the update)";
   return text;
 }
 

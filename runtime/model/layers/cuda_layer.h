@@ -40,8 +40,9 @@ class Bf16Weights {
         count_(static_cast<size_t>(bias_offset(plan))),
         words_(DeviceKind::cuda, shared ? 0 : count_) {}
   // The weights' words for this forward pass: the model's copy where it lies as aligned as a copy
-  // of the layer's own, else cast now (into a copy allocated at the first such forward: the
-  // trainer's first steps run uncaptured, and a relaxed capture would allow it anyway).
+  // of the layer's own, else cast now (into a copy allocated at the first such forward, which must
+  // not be under a capture: a new buffer is zeroed on the legacy stream. The trainer's first steps
+  // run uncaptured, and where the words lie does not change).
   const uint16_t* refresh(const float* params, cudaStream_t stream) {
     if (shared_ != nullptr && (now_ = shared_->aligned(params)) != nullptr) return now_;
     if (words_.empty()) words_ = Buffer<uint16_t>(DeviceKind::cuda, count_);
