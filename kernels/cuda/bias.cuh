@@ -1,6 +1,7 @@
 // Bias helpers shared by the dense and conv2d CUDA twins (internal to *.cu files): broadcast a bias
 // row into every row of an output, and add the column sums of a gradient into the bias gradient.
-// Both enqueue on `stream`. The column sums are deterministic: fixed row chunks, summed in order.
+// Both enqueue on `stream`. The column sums are deterministic: fixed row chunks and lanes, added in
+// a fixed order (column_sums.cuh).
 #pragma once
 
 #include <cstddef>

@@ -43,7 +43,8 @@ void layernorm_forward_cuda(const LayerNormShape& s, const float* x, const float
                             const float* beta, float* y, float* mean, float* rstd,
                             cudaStream_t stream, uint16_t* y16 = nullptr);
 // With dx_add, dx = the gradient above + dx_add (a residual branch's gradient joining; the same
-// fp32 addition as residual_accumulate after it, so the same bits).
+// fp32 addition as residual_accumulate after it, so the same bits). dx must not overlap x or dy:
+// the parameter gradients' pass reads them after dx is written.
 void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, float* dx,
                              float* dgamma, float* dbeta, cudaStream_t stream,

@@ -1,5 +1,6 @@
 // Optimizer updates over flat float32 buffers (all parameters of a model at once), identical on
-// every rank. Options are structs, not long scalar lists.
+// every rank. Options are structs, not long scalar lists. The CPU updates and scale_cpu run over
+// the rank's threads (kernels/parallel.h): elementwise, so the same bits at any thread count.
 // Stateless functions: threads may call them on separate buffers. No collective calls.
 #pragma once
 
