@@ -218,6 +218,52 @@ TEST_F(GpuParity, BiasGradientBitsDoNotDependOnAlignment) {
   EXPECT_TRUE(close(gdb.download(), db, 1e-5));
 }
 
+// The column sums' order of additions, as kernels/cuda/column_sums.cuh documents it, emulated on
+// the host and asserted bit for bit (the comparisons above hold two paths of the same template to
+// each other, which an order wrong in both would pass): chunks of ceil(rows / chunks) rows
+// (chunks = min(256, ceil(rows / 64)); at 16,385 rows the last chunks are short or empty), each
+// chunk's rows lane, lane + 8, ... summed per lane, the 8 lanes in order; then per lane the chunks
+// lane, lane + 8, ..., the 8 lanes in order, added to db. Four columns a thread (36 columns) and
+// one (33), and a single chunk (100 rows).
+TEST_F(GpuParity, BiasGradientAddsInTheDocumentedOrder) {
+  auto emulate = [](const Floats& dy, size_t rows, int cols, Floats db) {
+    const size_t chunks = std::min<size_t>(256, std::max<size_t>(1, (rows + 63) / 64));
+    const size_t chunk_rows = (rows + chunks - 1) / chunks;
+    for (int j = 0; j < cols; ++j) {
+      Floats partial(chunks, 0.0f);
+      for (size_t c = 0; c < chunks; ++c) {
+        const size_t begin = c * chunk_rows, end = std::min(rows, begin + chunk_rows);
+        float lanes[8] = {};
+        for (int lane = 0; lane < 8; ++lane)
+          for (size_t r = begin + lane; r < end; r += 8) lanes[lane] += dy[r * cols + j];
+        float sum = 0.0f;
+        for (float v : lanes) sum += v;
+        partial[c] = sum;
+      }
+      float lanes[8] = {};
+      for (int lane = 0; lane < 8; ++lane)
+        for (size_t c = lane; c < chunks; c += 8) lanes[lane] += partial[c];
+      float total = 0.0f;
+      for (float v : lanes) total += v;
+      db[j] += total;
+    }
+    return db;
+  };
+  for (const lk::DenseShape s :
+       {lk::DenseShape{16385, 4, 36}, lk::DenseShape{16385, 4, 33}, lk::DenseShape{100, 4, 36}}) {
+    SCOPED_TRACE(testing::Message() << s.batch << " rows, " << s.out << " columns");
+    const Floats dy = random_floats(size_t(s.batch) * s.out, rng_);
+    const Floats db0 = random_floats(size_t(s.out), rng_);  // accumulated into
+    DeviceArray<float> gdy(dy), gdb(db0);
+    lk::dense_backward_cuda(s, nullptr, nullptr, gdy.get(), nullptr, nullptr, gdb.get(), stream_);
+    sync();
+    const Floats got = gdb.download(), want = emulate(dy, size_t(s.batch), s.out, db0);
+    for (int j = 0; j < s.out; ++j)
+      EXPECT_EQ(0, std::memcmp(&got[j], &want[j], sizeof(float)))
+          << "column " << j << ": " << got[j] << " against " << want[j];
+  }
+}
+
 TEST_F(GpuParity, DenseForwardAndBackward) {
   for (const auto& s : parity_dense_shapes()) {
     for (bool bias : {true, false}) {
