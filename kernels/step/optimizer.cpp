@@ -47,10 +47,10 @@ void sgd_update_cpu(const SgdOptions& o, float* param, const float* grad, float*
 namespace {
 
 // The Adam loop over [begin, end), in the widest build the CPU allows (parallel.h's widest_build),
-// one call per thread's chunk; vectorised whole
-// because this file is built with -fno-math-errno (kernels/CMakeLists.txt: sqrt of a second moment
-// never sets errno) and without FMA contraction: 0.13 -> 0.02 ms for the CNN's 50k parameters, the
-// baseline build's bits (IEEE sqrt and division).
+// one call per thread's chunk; vectorised whole because this file is built with -fno-math-errno
+// (kernels/CMakeLists.txt: sqrt of a second moment never sets errno) and without FMA contraction:
+// 0.13 -> 0.02 ms for the CNN's 50k parameters, the baseline build's bits (IEEE sqrt and
+// division).
 void adam_span(float* __restrict p, const float* __restrict g, float* __restrict mm,
                float* __restrict vv, size_t begin, size_t end, float b1, float b2, float eps,
                float coupled_wd, float shrink, float step_size, float inv_sqrt_bc2) {

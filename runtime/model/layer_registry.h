@@ -49,7 +49,7 @@ struct Bf16Params {
 // environment knobs that pick its kernels (knobs.h: the convolution families, the attention path),
 // and, for bf16 layers, the model's copy of its parameters in bf16 when it keeps one: the layer's
 // bf16 products then read their weights from there instead of casting them at every forward (and
-// hold no copy of their own).
+// hold a copy of their own only where their words lie off 256 bytes in it: Bf16Params::aligned).
 struct CudaLayerPlacement {
   cudaStream_t stream = nullptr;
   Precision precision = Precision::fp32;
