@@ -1,5 +1,5 @@
 // What the CUDA layer twins (*_cuda.cu) share: a base holding the stream their work goes to, and
-// the bf16 copy of a dense or conv layer's weights that their bf16 GEMMs read. Included by the
+// the bf16 copy of a layer's weights that their bf16 GEMMs read. Included by the
 // twins only. A layer and its copy are used by one thread at a time.
 //
 // The bf16 copy is the model's where it keeps one (ModelPlacement::bf16_params, a trainer's bf16
@@ -31,14 +31,17 @@ class CudaLayer : public Layer {
   cudaStream_t stream_;
 };
 
-// The weights open the layer's parameters; the bias (kept in fp32) follows them.
+// The bf16 words of `count` parameters (a dense or conv layer's weights, which open its
+// parameters; a GPT block's weight or bias), read by the layer's bf16 products.
 class Bf16Weights {
  public:
+  Bf16Weights() = default;
   // shared: the model's copy (CudaLayerPlacement::bf16_params), or null for a copy of its own.
+  Bf16Weights(size_t count, const Bf16Params* shared)
+      : shared_(shared), count_(count), words_(DeviceKind::cuda, shared ? 0 : count) {}
+  // A layer's weights: its parameters before the bias (kept in fp32).
   Bf16Weights(const LayerPlan& plan, const Bf16Params* shared)
-      : shared_(shared),
-        count_(static_cast<size_t>(bias_offset(plan))),
-        words_(DeviceKind::cuda, shared ? 0 : count_) {}
+      : Bf16Weights(static_cast<size_t>(bias_offset(plan)), shared) {}
   // The weights' words for this forward pass: the model's copy where it lies as aligned as a copy
   // of the layer's own, else cast now (into a copy allocated at the first such forward, which must
   // not be under a capture: a new buffer is zeroed on the legacy stream. The trainer's first steps
@@ -53,8 +56,8 @@ class Bf16Weights {
   const uint16_t* get() const { return now_; }
 
  private:
-  const Bf16Params* shared_;
-  size_t count_;
+  const Bf16Params* shared_ = nullptr;
+  size_t count_ = 0;
   Buffer<uint16_t> words_;
   const uint16_t* now_ = nullptr;
 };

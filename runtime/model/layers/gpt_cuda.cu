@@ -26,6 +26,7 @@
 #include "kernels/gpt/gelu.h"
 #include "kernels/gpt/residual.h"
 #include "runtime/base/error.h"
+#include "runtime/model/layers/cuda_layer.h"
 #include "runtime/model/layers/gpt.h"
 #include "runtime/model/layers/gpt_layers.h"
 
@@ -60,9 +61,8 @@ class CudaGptOps {
     if (!bf16_) return;
     const size_t i = static_cast<size_t>(slot);
     x16_[i] = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(in));
-    if (shared_ != nullptr) return;  // the weights' and the bias's words are the model's
-    w16_[i] = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(in) * out);
-    if (gelu_epilogue_ && slot == kFc) b16_ = Buffer<uint16_t>(DeviceKind::cuda, out);
+    w16_[i] = Bf16Weights(static_cast<size_t>(in) * out, shared_);
+    if (gelu_epilogue_ && slot == kFc) b16_ = Bf16Weights(static_cast<size_t>(out), shared_);
   }
   // dy in bf16 (2 per float).
   size_t dense_scratch_floats(size_t rows, int out) const {
@@ -147,8 +147,7 @@ class CudaGptOps {
   // scratch (the GEMMs as dense's, without a bias).
   void reserve_head(size_t rows, int d, int v) {
     if (!bf16_) return;
-    if (shared_ == nullptr)
-      head_w16_ = Buffer<uint16_t>(DeviceKind::cuda, static_cast<size_t>(v) * d);
+    head_w16_ = Bf16Weights(static_cast<size_t>(v) * d, shared_);
     head_x16_ = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(d));
   }
   size_t head_scratch_floats(size_t rows, int v) const { return dense_scratch_floats(rows, v); }
@@ -164,7 +163,7 @@ class CudaGptOps {
       kernels::gemm_cuda(g, x, w, y, stream_);
       return;
     }
-    const uint16_t* w16 = words_now(w, static_cast<size_t>(s.out) * s.in, head_w16_);
+    const uint16_t* w16 = head_w16_.refresh(w, stream_);
     kernels::cast_f32_to_bf16_cuda(x, head_x16_.data(), static_cast<size_t>(s.batch) * s.in,
                                    stream_);
     if (logits16)
@@ -189,7 +188,7 @@ class CudaGptOps {
       kernels::cast_f32_to_bf16_cuda(dy, cast, static_cast<size_t>(s.batch) * s.out, stream_);
       dy16 = cast;
     }
-    kernels::gemm_bf16_cuda(gx, dy16, words_kept(w, head_w16_), dx, stream_);
+    kernels::gemm_bf16_cuda(gx, dy16, head_w16_.get(), dx, stream_);
     kernels::gemm_bf16_cuda(gw, dy16, head_x16_.data(), dw, stream_);
   }
   void dense_forward(int slot, const kernels::DenseShape& s, const float* x, const float* w,
@@ -201,7 +200,7 @@ class CudaGptOps {
       return;
     }
     const size_t i = static_cast<size_t>(slot);
-    const uint16_t* w16 = words_now(w, static_cast<size_t>(s.in) * s.out, w16_[i]);
+    const uint16_t* w16 = w16_[i].refresh(w, stream_);
     // An input staged in bf16 by layernorm_to_dense / gelu_to_dense is not cast again; the bias and
     // the residual go in the GEMM's epilogue.
     kernels::dense_forward_bf16_cuda(s, std::exchange(staged_[i], false) ? nullptr : x, w16, b, y,
@@ -214,7 +213,7 @@ class CudaGptOps {
       return;
     }
     const size_t i = static_cast<size_t>(slot);
-    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), words_kept(w, w16_[i]), dy, dx, dw, db,
+    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), dy, dx, dw, db,
                                       reinterpret_cast<uint16_t*>(scratch), stream_);
   }
   // The MLP's first product and its GELU. With the epilogue (bf16 runs, LOCKSTEP_CUDA_GELU=
@@ -230,8 +229,8 @@ class CudaGptOps {
       return;
     }
     const size_t i = static_cast<size_t>(slot);
-    const uint16_t* w16 = words_now(w, static_cast<size_t>(s.in) * s.out, w16_[i]);
-    const uint16_t* b16 = words_now(b, static_cast<size_t>(s.out), b16_);
+    const uint16_t* w16 = w16_[i].refresh(w, stream_);
+    const uint16_t* b16 = b16_.refresh(b, stream_);
     if (!std::exchange(staged_[i], false))
       kernels::cast_f32_to_bf16_cuda(x, x16_[i].data(), static_cast<size_t>(s.batch) * s.in,
                                      stream_);
@@ -272,30 +271,11 @@ class CudaGptOps {
                                                    s.out, dy16, db, stream_);
     else
       kernels::gelu_backward_bf16_column_sums_cuda(h, dg, rows, s.out, dy16, db, stream_);
-    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), words_kept(w, w16_[i]), nullptr, dx, dw,
-                                      nullptr, dy16, stream_);
+    kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), nullptr, dx, dw, nullptr,
+                                      dy16, stream_);
   }
 
  private:
-  // The bf16 words of the n parameters at p for this forward pass: the model's copy where it keeps
-  // one and they lie on 256 bytes there (Bf16Params::aligned), else cast now into `own` (allocated
-  // at the first such forward when the model keeps a copy: Bf16Weights::refresh says why that is
-  // safe).
-  const uint16_t* words_now(const float* p, size_t n, Buffer<uint16_t>& own) {
-    if (const uint16_t* w = shared_words(p)) return w;
-    if (own.size() < n) own = Buffer<uint16_t>(DeviceKind::cuda, n);
-    kernels::cast_f32_to_bf16_cuda(p, own.data(), n, stream_);
-    return own.data();
-  }
-  // The words the backward pass reads: those words_now gave the forward pass.
-  const uint16_t* words_kept(const float* p, const Buffer<uint16_t>& own) const {
-    const uint16_t* w = shared_words(p);
-    return w != nullptr ? w : own.data();
-  }
-  const uint16_t* shared_words(const float* p) const {
-    return shared_ != nullptr ? shared_->aligned(p) : nullptr;
-  }
-
   // Whether dense slot's GELU rides in its product's epilogue, so that the pre-activation the block
   // keeps is in bf16: the forward and backward passes ask alike. The epilogue needs the product's
   // bias (a GPT block's fc has one).
@@ -334,10 +314,12 @@ class CudaGptOps {
   bool bf16_;
   const Bf16Params* shared_;  // the model's bf16 copy of its parameters, if it keeps one
   bool flash_, cudnn_, gelu_epilogue_;
-  // Per dense slot of a block (bf16 only; w16_ without the model's copy).
-  std::array<Buffer<uint16_t>, 4> w16_, x16_;
-  Buffer<uint16_t> head_w16_, head_x16_;  // the tied head's (bf16 only; head_w16_ likewise)
-  Buffer<uint16_t> b16_;  // the fc bias in bf16 (the GELU epilogue only, without the model's copy)
+  // Per dense slot of a block (bf16 only): its weights' words (cuda_layer.h), its input's.
+  std::array<Bf16Weights, 4> w16_;
+  std::array<Buffer<uint16_t>, 4> x16_;
+  Bf16Weights head_w16_;          // the tied head's wte (bf16 only)
+  Buffer<uint16_t> head_x16_;     // the tied head's input (bf16 only)
+  Bf16Weights b16_;               // the fc bias (the GELU epilogue only)
   std::array<bool, 4> staged_{};  // x16_[slot] holds the next input already
 };
 
