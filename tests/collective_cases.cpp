@@ -121,7 +121,9 @@ double load(DType type, const unsigned char* p) {
   return 0;
 }
 
+// Never null, even for the empty cases (memset and memcpy take no null pointer, even for 0 bytes).
 unsigned char* staging(CaseBuffers& buf, size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
   if (buf.host().size() < bytes) buf.host().resize(bytes);
   return buf.host().data();
 }

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,12 +38,11 @@ std::string usage_message(const std::function<void()>& f) {
   return "";
 }
 
-const ParamTensorInfo* tensor(const Model& m, const std::string& name) {
-  static std::vector<ParamTensorInfo> all;
-  all = m.param_tensors();
-  for (const ParamTensorInfo& t : all)
-    if (t.name == name) return &t;
-  return nullptr;
+// A copy: the model's list is built anew at every call.
+std::optional<ParamTensorInfo> tensor(const Model& m, const std::string& name) {
+  for (const ParamTensorInfo& t : m.param_tensors())
+    if (t.name == name) return t;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -58,11 +58,11 @@ TEST(CustomLayer, TheExampleSpecParsesAndBuilds) {
 
   Model m(s, {28, 28, 1}, 10, 8);
   EXPECT_EQ(2u * 784, m.plan()[1].params);
-  const ParamTensorInfo* gamma = tensor(m, "layernorm1.gamma");
-  ASSERT_NE(nullptr, gamma) << "no tensor layernorm1.gamma";
+  const std::optional<ParamTensorInfo> gamma = tensor(m, "layernorm1.gamma");
+  ASSERT_TRUE(gamma) << "no tensor layernorm1.gamma";
   EXPECT_EQ(784u, gamma->count);
-  const ParamTensorInfo* beta = tensor(m, "layernorm1.beta");
-  ASSERT_NE(nullptr, beta) << "no tensor layernorm1.beta";
+  const std::optional<ParamTensorInfo> beta = tensor(m, "layernorm1.beta");
+  ASSERT_TRUE(beta) << "no tensor layernorm1.beta";
   EXPECT_EQ(784u, beta->count);
   m.init_params(1);
   const std::vector<float> p = m.params_to_host();
