@@ -32,8 +32,10 @@ TEST(Deadline, SkippedCollectiveTimesOutWithMessage) {
     auto waited = Clock::now() - start;
     EXPECT_GE(waited, deadline);
     EXPECT_LT(waited, deadline + std::chrono::seconds(3)) << "the timeout fired late";
+    EXPECT_FALSE(comm->quiet()) << "the collective given up on still runs on buf";
     // Let the late rank finish the collective so the job can shut down cleanly.
     work->wait(std::chrono::seconds(60));
+    EXPECT_TRUE(comm->quiet()) << "the collective completed";
   } else {
     std::this_thread::sleep_for(deadline + std::chrono::milliseconds(1500));
     comm->all_reduce(buf.data(), buf.data(), buf.size(), DType::f32, ReduceOp::sum);
@@ -74,6 +76,36 @@ TEST(Deadline, SmallBlockingCollectiveTimesOutOnCallingThread) {
   // goes on in order (the next collective drives the abandoned one too).
   comm->set_timeout(std::chrono::seconds(60));
   comm->barrier();
+  double after = 1.0;
+  comm->all_reduce(&after, &after, 1, DType::f64, ReduceOp::sum);
+  EXPECT_EQ(after, static_cast<double>(comm->size()));
+}
+
+// A small collective given up on stays started inside MPI, and a late peer completes it: MPI must
+// then write its own copy, not the caller's buffer, which the caller has since reused (or freed:
+// a rank that fails unwinds). With rank 0 late at 4 ranks, rank 2's exchange with it is the one
+// that would land in the caller's buffer.
+TEST(Deadline, SmallCollectiveGivenUpOnLeavesTheCallersBufferAlone) {
+  auto comm = make_mpi_communicator();
+  if (comm->size() < 2) GTEST_SKIP() << "needs 2 or more ranks: one rank must be late";
+  const auto deadline = std::chrono::milliseconds(1500);
+  comm->set_timeout(deadline);
+  const int late = 0;
+  double value = 1.0;
+  if (comm->rank() != late) {
+    EXPECT_THROW(comm->all_reduce(&value, &value, 1, DType::f64, ReduceOp::sum), TimeoutError);
+    EXPECT_FALSE(comm->quiet()) << "the exchange given up on is still started";
+    value = -7.0;  // the caller's buffer, reused
+  } else {
+    std::this_thread::sleep_for(deadline + std::chrono::milliseconds(1500));
+    comm->all_reduce(&value, &value, 1, DType::f64, ReduceOp::sum);
+    EXPECT_EQ(value, static_cast<double>(comm->size())) << "the late rank's sum";
+  }
+  comm->set_timeout(std::chrono::seconds(60));
+  comm->barrier();  // drives the exchanges the late rank completed
+  if (comm->rank() != late) {
+    EXPECT_EQ(-7.0, value) << "MPI wrote the buffer after the time-out";
+  }
   double after = 1.0;
   comm->all_reduce(&after, &after, 1, DType::f64, ReduceOp::sum);
   EXPECT_EQ(after, static_cast<double>(comm->size()));

@@ -92,6 +92,11 @@ class Communicator {
   // Why this communicator can take no more collectives (nccl: aborted after a timeout or a failed
   // peer); empty while it can.
   virtual std::string lost() const { return ""; }
+  // Whether no collective issued here may still read or write its buffers: none queued, running,
+  // or given up on at its deadline and still started (MPI cannot cancel one). Owners of buffers
+  // handed to collectives free them only when it holds (the Trainer keeps them otherwise: a rank
+  // failing mid-step ends the process). The host's view: device work is the stream's (nccl).
+  virtual bool quiet() { return true; }
 
   virtual void all_reduce(const void* send, void* recv, size_t count, DType type, ReduceOp op) {
     all_reduce_async(send, recv, count, type, op)->wait(timeout_);

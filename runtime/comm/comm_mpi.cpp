@@ -123,6 +123,11 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   Backend backend() const override { return Backend::mpi; }
   bool device_buffers() const override { return options_.device_buffers; }
+  // The calling thread tests the abandoned small collectives only while the progress thread is
+  // idle (the two never call MPI at once).
+  bool quiet() override {
+    return in_flight_.load(std::memory_order_acquire) == 0 && !inline_->abandoned_pending();
+  }
 
   WorkHandle all_reduce_async(const void* send, void* recv, size_t count, DType type,
                               ReduceOp op) override {

@@ -53,6 +53,11 @@ void InlineCollectives::finish(Started& s, const Deadline& deadline, const Name&
   }
 }
 
+InlineCollectives::Started& InlineCollectives::start() {
+  spare_.requests[0] = spare_.requests[1] = MPI_REQUEST_NULL;  // handles moved to abandoned_
+  return spare_;
+}
+
 bool InlineCollectives::abandoned_pending() {
   for (auto it = abandoned_.begin(); it != abandoned_.end();) {
     int flag = 0;
@@ -119,7 +124,7 @@ void InlineCollectives::recursive_doubling(Started& s, void* acc, int n, MPI_Dat
       step(-1, nullptr, rank_ + 1, out);
     if (rank_ % 2 == 0) return;  // received straight into `out`
   }
-  if (acc != out) std::memcpy(out, acc, bytes);
+  if (acc != out && bytes > 0) std::memcpy(out, acc, bytes);
 }
 
 void InlineCollectives::all_reduce(const void* send, void* recv, size_t count, DType type,
@@ -129,7 +134,7 @@ void InlineCollectives::all_reduce(const void* send, void* recv, size_t count, D
                  static_cast<int64_t>(count * dtype_size(type)));
   auto what = [&] { return describe("all_reduce", count, type, reduce_op_name(op)); };
   const int n = static_cast<int>(count);  // count * element size <= kInlineMaxBytes
-  Started s;
+  Started& s = start();
   if (type == DType::bf16 || type == DType::f16) {
     // Reduce as numbers: widen to float32, reduce, narrow once (as the progress thread does).
     s.wide.resize(count);
@@ -139,8 +144,13 @@ void InlineCollectives::all_reduce(const void* send, void* recv, size_t count, D
     float_to_half(type, s.wide.data(), static_cast<uint16_t*>(recv), count);
     return;
   }
-  if (send != recv && count > 0) std::memcpy(recv, send, count * dtype_size(type));
-  recursive_doubling(s, recv, n, mpi_type(type), mpi_op(op), deadline, what);
+  // Through a copy of its own, as the broadcast below: MPI may still write a collective given up
+  // on, when a late peer joins, after the caller's buffer is gone.
+  const size_t bytes = count * dtype_size(type);
+  s.values.resize(bytes);
+  if (bytes > 0) std::memcpy(s.values.data(), send, bytes);
+  recursive_doubling(s, s.values.data(), n, mpi_type(type), mpi_op(op), deadline, what);
+  if (bytes > 0) std::memcpy(recv, s.values.data(), bytes);
   if (op == ReduceOp::mean) sum_to_mean(recv, count, type, size_);
 }
 
@@ -154,7 +164,7 @@ void InlineCollectives::broadcast(void* buf, size_t count, DType type, int root,
   // Through a buffer of its own: a broadcast given up on stays started, and when a late peer
   // joins it MPI still reads (root) or writes (the others) it, after the caller's buffer is gone.
   const size_t bytes = count * dtype_size(type);
-  Started s;
+  Started& s = start();
   s.scratch.resize(bytes);
   if (rank_ == root && bytes > 0) std::memcpy(s.scratch.data(), buf, bytes);
   LS_CHECK_MPI(MPI_Ibcast(s.scratch.data(), static_cast<int>(count), mpi_type(type), root, comm_,
@@ -165,7 +175,7 @@ void InlineCollectives::broadcast(void* buf, size_t count, DType type, int root,
 
 void InlineCollectives::barrier(const Deadline& deadline) {
   if (!abandoned_.empty()) abandoned_pending();
-  Started s;
+  Started& s = start();
   LS_CHECK_MPI(MPI_Ibarrier(comm_, &s.requests[0]));
   finish(s, deadline, [] { return std::string("barrier"); });
 }

@@ -73,21 +73,28 @@ class InlineCollectives {
 
  private:
   // A started collective or exchange step: its requests (a receive and a send, or one request
-  // in [0]), and the buffers they may still read or write: the float32 staging of a 16-bit
-  // reduction, the receive buffer of the exchange, a broadcast's staging.
+  // in [0]), and the buffers they may still read or write, never the caller's: the values being
+  // reduced (float32 staging of a 16-bit reduction, else a copy of the input), the receive buffer
+  // of the exchange, a broadcast's staging.
   struct Started {
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     std::vector<float> wide;
+    std::vector<unsigned char> values;
     std::vector<unsigned char> scratch;
   };
+
+  // The collective about to start: spare_, its buffers kept from the last one (no allocation
+  // for a collective no larger than the last), its requests none.
+  Started& start();
 
   // Polls until `s` completes; past the deadline keeps it in abandoned_ and throws TimeoutError
   // naming the collective (what() builds the name only then).
   template <class Name>
   void finish(Started& s, const Deadline& deadline, const Name& what);
 
-  // Recursive doubling over point-to-point messages; `acc` holds this rank's `n` values of `t`
-  // and, on return, the reduction over all ranks, identical on every rank.
+  // Recursive doubling over point-to-point messages; `acc` (in `s`, whose buffers outlive a
+  // collective given up on) holds this rank's `n` values of `t` and, on return, the reduction over
+  // all ranks, identical on every rank.
   template <class Name>
   void recursive_doubling(Started& s, void* acc, int n, MPI_Datatype t, MPI_Op op,
                           const Deadline& deadline, const Name& what);
@@ -97,6 +104,7 @@ class InlineCollectives {
   int size_;
   unsigned tag_ = 0;  // one per all_reduce, the same sequence on every rank
   std::vector<Started> abandoned_;
+  Started spare_;  // the buffers of the collective in progress (moved to abandoned_ if given up)
 };
 
 }  // namespace lockstep::mpi_detail

@@ -53,6 +53,7 @@ class RecordingCommunicator : public Communicator {
     return inner_.watch_stream(stream, what);
   }
   std::string lost() const override { return inner_.lost(); }
+  bool quiet() override { return inner_.quiet(); }
 
  private:
   enum class Call : uint8_t { all_reduce = 1, broadcast, all_gather, reduce_scatter, barrier };

@@ -159,6 +159,15 @@ Trainer::~Trainer() {
   // Before the model's and the optimizer's buffers go (freeing device memory waits for the
   // device, which may be running a replay whose peers never launched theirs).
   if (impl_ && impl_->graphs) impl_->graphs->settle_if_unwinding();
+  // A rank that fails mid-step (a data error, a peer past its deadline) unwinds with collectives
+  // still queued or running on a progress thread, or given up on and still started, on the
+  // parameters, the gradient buckets and the guard's flags: MPI would read and write them freed.
+  // The process is ending with that error, so they are kept for the rest of it instead.
+  if (!comm_.quiet() || !grad_comm_.quiet()) {
+    static_cast<void>(impl_.release());
+    static_cast<void>(model_.release());
+    static_cast<void>(optimizer_.release());
+  }
 }
 
 const DatasetInfo& Trainer::train_info() const { return impl_->info; }
