@@ -37,7 +37,7 @@ reports=0
 for f in "$logs"/asan.*; do
   [[ -e $f ]] || continue
   if [[ ! -s $f ]]; then
-    # Opened to report, then nothing: a rank killed (by mpiexec, or a test's kill -9) first.
+    # Opened, then nothing written: its process ended first (seen twice in fault_test, not explained).
     echo "sanitize: note: $f is empty (its process ended before writing a report)"
     continue
   fi
