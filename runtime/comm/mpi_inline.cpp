@@ -70,13 +70,12 @@ bool InlineCollectives::abandoned_pending() {
 }
 
 template <class Name>
-void InlineCollectives::recursive_doubling(Started& s, void* acc, int n, MPI_Datatype t, MPI_Op op,
-                                           const Deadline& deadline, const Name& what) {
+void* InlineCollectives::recursive_doubling(Started& s, void* acc, int n, MPI_Datatype t, MPI_Op op,
+                                            const Deadline& deadline, const Name& what) {
   int es = 0;
   MPI_Type_size(t, &es);
   const size_t bytes = static_cast<size_t>(n) * es;
   s.scratch.resize(bytes);
-  void* const out = acc;
   void* tmp = s.scratch.data();
   const int tag = static_cast<int>(tag_++ & 0x7fff);  // MPI guarantees tags up to 32767
   // One step: receive from `from` into `into` and send `what_to_send` to `to` (-1: none), done.
@@ -121,10 +120,9 @@ void InlineCollectives::recursive_doubling(Started& s, void* acc, int n, MPI_Dat
     if (rank_ % 2 == 1)
       step(rank_ - 1, acc, -1, nullptr);
     else
-      step(-1, nullptr, rank_ + 1, out);
-    if (rank_ % 2 == 0) return;  // received straight into `out`
+      step(-1, nullptr, rank_ + 1, acc);  // it sat out: its own values are not needed any more
   }
-  if (acc != out && bytes > 0) std::memcpy(out, acc, bytes);
+  return acc;
 }
 
 void InlineCollectives::all_reduce(const void* send, void* recv, size_t count, DType type,
@@ -139,9 +137,10 @@ void InlineCollectives::all_reduce(const void* send, void* recv, size_t count, D
     // Reduce as numbers: widen to float32, reduce, narrow once (as the progress thread does).
     s.wide.resize(count);
     half_to_float(type, static_cast<const uint16_t*>(send), s.wide.data(), count);
-    recursive_doubling(s, s.wide.data(), n, MPI_FLOAT, mpi_op(op), deadline, what);
-    if (op == ReduceOp::mean) divide<float>(s.wide.data(), count, size_);
-    float_to_half(type, s.wide.data(), static_cast<uint16_t*>(recv), count);
+    auto* sum = static_cast<float*>(
+        recursive_doubling(s, s.wide.data(), n, MPI_FLOAT, mpi_op(op), deadline, what));
+    if (op == ReduceOp::mean) divide<float>(sum, count, size_);
+    float_to_half(type, sum, static_cast<uint16_t*>(recv), count);
     return;
   }
   // Through a copy of its own, as the broadcast below: MPI may still write a collective given up
@@ -149,8 +148,9 @@ void InlineCollectives::all_reduce(const void* send, void* recv, size_t count, D
   const size_t bytes = count * dtype_size(type);
   s.values.resize(bytes);
   if (bytes > 0) std::memcpy(s.values.data(), send, bytes);
-  recursive_doubling(s, s.values.data(), n, mpi_type(type), mpi_op(op), deadline, what);
-  if (bytes > 0) std::memcpy(recv, s.values.data(), bytes);
+  const void* sum =
+      recursive_doubling(s, s.values.data(), n, mpi_type(type), mpi_op(op), deadline, what);
+  if (bytes > 0) std::memcpy(recv, sum, bytes);
   if (op == ReduceOp::mean) sum_to_mean(recv, count, type, size_);
 }
 

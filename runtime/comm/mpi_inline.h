@@ -93,11 +93,11 @@ class InlineCollectives {
   void finish(Started& s, const Deadline& deadline, const Name& what);
 
   // Recursive doubling over point-to-point messages; `acc` (in `s`, whose buffers outlive a
-  // collective given up on) holds this rank's `n` values of `t` and, on return, the reduction over
-  // all ranks, identical on every rank.
+  // collective given up on) holds this rank's `n` values of `t`. Returns where the reduction over
+  // all ranks lies, identical on every rank: `acc` or s.scratch.
   template <class Name>
-  void recursive_doubling(Started& s, void* acc, int n, MPI_Datatype t, MPI_Op op,
-                          const Deadline& deadline, const Name& what);
+  void* recursive_doubling(Started& s, void* acc, int n, MPI_Datatype t, MPI_Op op,
+                           const Deadline& deadline, const Name& what);
 
   MPI_Comm comm_;
   int rank_;
