@@ -268,6 +268,30 @@ TEST(OnednnGemm, WideOutputsStagedMatchOpenBlas) {
   EXPECT_LT(max_rel_error(got, want), kTolerance) << "with the bias operand";
 }
 
+// A weight gradient's product (A^T B, k long against m and n) is split over the threads by k
+// (gemm_onednn.cpp's split_k): at 1, 2 and 3 threads, with k not a multiple of the thread count,
+// alpha and beta, the same result as OpenBLAS, and the same bits again on a second call.
+TEST(OnednnGemm, LongProductsSplitOverThreadsMatchOpenBlas) {
+  SKIP_WITHOUT_ONEDNN();
+  const int m = 24, n = 40, k = 1001;
+  const std::vector<float> a = random_floats(k * m, 1), b = random_floats(k * n, 2);
+  for (int threads : {1, 2, 3}) {
+    onednn_set_threads(threads);
+    for (float alpha : {1.0f, -0.5f})
+      for (float beta : {0.0f, 1.0f, 0.75f}) {
+        const GemmShape s{.m = m, .n = n, .k = k, .trans_a = true, .alpha = alpha, .beta = beta};
+        std::vector<float> want = random_floats(m * n, 3), got = want, again = want;
+        gemm_cpu(s, a.data(), b.data(), want.data());
+        gemm_onednn(s, a.data(), b.data(), got.data());
+        gemm_onednn(s, a.data(), b.data(), again.data());
+        EXPECT_LT(max_rel_error(got, want), kTolerance)
+            << threads << " threads, alpha " << alpha << " beta " << beta;
+        EXPECT_EQ(got, again) << threads << " threads: not the same bits twice";
+      }
+  }
+  onednn_set_threads(1);
+}
+
 // The bias as the matmul's own operand: the product plus the bias row on every row, as OpenBLAS
 // gives it from C seeded with the bias rows and beta 1.
 TEST(OnednnGemm, BiasIsAddedToEveryRow) {

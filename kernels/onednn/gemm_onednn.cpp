@@ -1,18 +1,23 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/onednn/util.h"
+#include "kernels/parallel.h"
 
 // The oneDNN twin of gemm_cpu: one matmul primitive per shape, with the transposes as strides of
 // the operands' memory descriptors (no copies of A and B; C is copied only where stage_c says),
 // alpha as the output scale and beta as a sum post-op (C = alpha op(A) op(B) + beta C). beta == 0
 // leaves the post-op out, so C is not read.
 // gemm_bias_onednn gives the matmul a bias operand (a row added to every row of C).
+// A weight gradient's product (op(A) = A^T over many rows: k at least kSplitK times m and n) is
+// split over the rank's threads by k, each thread's share a one-thread product, added in thread
+// order (split_k below).
 
 namespace lockstep::kernels {
 
@@ -108,6 +113,60 @@ void run(const GemmShape& s, const float* a, const float* b, const float* bias, 
   }
 }
 
+// Whether a product goes through run_split_k at `threads` threads: C = A^T B with both operands'
+// k rows stored contiguously (trans_a, not trans_b) and k long against m and n. oneDNN 2.6's
+// threaded sgemm (its AVX2 matmul) splits such a product's small output over the threads and ran
+// gpt:tiny's weight gradients (128-512 x 128-512 over 4,096 rows) at 1.5-1.7x its one-thread
+// rate; split by k at two threads they ran 1.08-1.29x faster than that (docs/PERFORMANCE.md).
+#if defined(_OPENMP)
+constexpr int kSplitK = 4;
+constexpr int kMinRowsPerThread = 256;
+bool split_k(const GemmShape& s, int threads) {
+  return threads > 1 && s.trans_a && !s.trans_b && s.k >= kSplitK * std::max(s.m, s.n) &&
+         s.k >= kMinRowsPerThread * threads;
+}
+
+// C = alpha A^T B + beta C in `threads` parts of k, part p on rows [p per, (p + 1) per) of A and
+// B: part 0 into C (alpha, beta), the others into partials of their own (alpha, beta 0), then
+// C += partial 1 + partial 2 ... in that order, element by element over the threads. The bits
+// depend on the thread count (as oneDNN's own threaded products' do), not on timing.
+void run_split_k(const GemmShape& s, const float* a, const float* b, float* c, int threads) {
+  const size_t mn = static_cast<size_t>(s.m) * s.n;
+  thread_local std::vector<float> kept;  // the calling thread's, reused by its next call
+  kept.resize(mn * (threads - 1));
+  float* const partials = kept.data();  // (inside the region, `kept` would be each thread's own)
+  const int per = (s.k + threads - 1) / threads;
+  std::vector<std::exception_ptr> errors(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    // Part p on thread p, or on thread p mod the team's size where the runtime gave fewer.
+    const int team = omp_get_num_threads();
+    for (int p = omp_get_thread_num(); p < threads; p += team) {
+      try {
+        const int k0 = std::min(s.k, p * per), k1 = std::min(s.k, k0 + per);
+        GemmShape part = s;
+        part.k = k1 - k0;
+        if (p > 0) part.beta = 0.0f;
+        gemm_onednn(part, a + static_cast<size_t>(k0) * s.m, b + static_cast<size_t>(k0) * s.n,
+                    p == 0 ? c : partials + (p - 1) * mn);
+      } catch (...) {
+        errors[p] = std::current_exception();
+      }
+    }
+#pragma omp barrier
+    const bool ok = std::all_of(errors.begin(), errors.end(),  // the same on every thread here
+                                [](const std::exception_ptr& e) { return e == nullptr; });
+    if (ok) {
+#pragma omp for schedule(static)
+      for (size_t j = 0; j < mn; ++j)
+        for (int p = 0; p < threads - 1; ++p) c[j] += partials[p * mn + j];
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e != nullptr) std::rethrow_exception(e);
+}
+#endif
+
 }  // namespace
 
 void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
@@ -121,6 +180,13 @@ void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
       std::transform(c, c + count, c, [&](float v) { return s.beta * v; });
     return;
   }
+#if defined(_OPENMP)
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (split_k(s, threads)) {
+    run_split_k(s, a, b, c, threads);
+    return;
+  }
+#endif
   run(s, a, b, nullptr, c, "gemm_onednn");
 }
 
