@@ -147,8 +147,10 @@ void run_split_k(const GemmShape& s, const float* a, const float* b, float* c, i
         GemmShape part = s;
         part.k = k1 - k0;
         if (p > 0) part.beta = 0.0f;
-        gemm_onednn(part, a + static_cast<size_t>(k0) * s.m, b + static_cast<size_t>(k0) * s.n,
-                    p == 0 ? c : partials + (p - 1) * mn);
+        // run() itself, not gemm_onednn: a thread doing two parts (a smaller team) must not split
+        // again into `kept`. Every part has rows: k >= kMinRowsPerThread * threads.
+        run(part, a + static_cast<size_t>(k0) * s.m, b + static_cast<size_t>(k0) * s.n, nullptr,
+            p == 0 ? c : partials + (p - 1) * mn, "gemm_onednn");
       } catch (...) {
         errors[p] = std::current_exception();
       }
