@@ -90,6 +90,8 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   if (o.device == "cuda" && !layers_available(DeviceKind::cuda))
     agree_or_throw(world_comm, false,
                    "--device cuda: " + gpu_training_missing() + "; use --device cpu");
+  agree_or_throw(world_comm, blas_threads_problem(o.threads).empty(),
+                 blas_threads_problem(o.threads));
   ContextOptions co;
   co.device = layers_available(DeviceKind::cuda) ? o.device : "cpu";
   co.comm = o.comm;

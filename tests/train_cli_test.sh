@@ -4,6 +4,8 @@
 #  - each bad value is refused before training, at 2 ranks: one message (printed once, by rank 0)
 #    that names the option, and exit status 2 on every rank: among them a global batch larger than
 #    the split or than memory (no std::bad_alloc), and --trace or --metrics into a missing folder;
+#  - OMP_DYNAMIC=true and OMP_THREAD_LIMIT cannot make oneDNN compute on fewer threads than it
+#    planned for: the same figures as without them, and a --threads above the limit refused;
 #  - start-up is quiet: the launcher line (and the header's environment knobs) only with --verbose;
 #  - a tiny run prints test_loss= and test_accuracy= as its last lines, writes JSON-lines metrics,
 #    and takes its options from --config with the command line winning;
@@ -191,6 +193,25 @@ for step in 4 8; do
   [[ -n $line && $again == "$want" ]] ||
     fail "step $step: --eval-every printed '$line'; --eval-only at 3 ranks on $ckpt: '$again'"
 done
+
+# ---- OpenMP's settings cannot shrink oneDNN's thread team (the CNN's convolutions and products) ----
+# oneDNN plans each primitive's work for the threads it asks OpenMP for; OMP_DYNAMIC=true (fewer on
+# a loaded machine) or a count above OMP_THREAD_LIMIT gave it fewer, and the CNN trained on wrong
+# products (test_loss 11.96 where 0.56 is right). OMP_DYNAMIC is turned off; the limit caps the
+# default count and refuses a larger --threads.
+cnn_run() {
+  timeout 120 "$mpiexec" -n 1 --bind-to none "$bin/lockstep-train" --data fmnist.h5 --model cnn \
+    --global-batch 64 --steps 12 --seed 3 --progress none "$@" 2>&1 | grep -E '^test_(loss|accuracy)='
+}
+want2=$(cnn_run --threads 2)
+[[ -n $want2 ]] || fail "the CNN at --threads 2 printed no test figures"
+got=$(OMP_DYNAMIC=true cnn_run --threads 2)
+[[ $got == "$want2" ]] || fail "OMP_DYNAMIC=true --threads 2: '$got', without it: '$want2'"
+want1=$(cnn_run --threads 1)
+got=$(OMP_THREAD_LIMIT=1 cnn_run)
+[[ $got == "$want1" ]] || fail "OMP_THREAD_LIMIT=1, default threads: '$got'; --threads 1: '$want1'"
+OMP_THREAD_LIMIT=1 refuse "--threads 2 is more than OMP_THREAD_LIMIT=1 lets OpenMP run" \
+  --data fmnist.h5 --model cnn --threads 2
 
 [[ $failures -eq 0 ]] && echo "train_cli_test: all passed"
 exit $((failures > 0))

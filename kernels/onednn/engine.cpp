@@ -11,7 +11,12 @@ namespace lockstep::kernels {
 
 bool onednn_built() { return true; }
 
-void onednn_set_threads(int threads) { omp_set_num_threads(std::max(1, threads)); }
+int onednn_thread_limit() { return std::max(1, omp_get_thread_limit()); }
+
+void onednn_set_threads(int threads) {
+  omp_set_dynamic(0);
+  omp_set_num_threads(std::clamp(threads, 1, onednn_thread_limit()));
+}
 
 // The ISA values are bit sets: each AVX-512 flavour (VNNI, bf16, AMX) holds avx512_core's bits.
 bool onednn_avx512() {
@@ -41,6 +46,12 @@ const char* onednn_description() {
 namespace onednn {
 
 dnnl::engine& engine() {
+  // Each thread's first call: the team oneDNN will ask for is one OpenMP will give (onednn.h).
+  thread_local const bool whole_team = [] {
+    onednn_set_threads(omp_get_max_threads());
+    return true;
+  }();
+  (void)whole_team;
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }

@@ -17,8 +17,15 @@ namespace lockstep::kernels {
 
 bool onednn_built();
 // Threads oneDNN uses for calls from this thread (its CPU runtime is OpenMP here, so this sets
-// the calling thread's OpenMP thread count). A no-op without oneDNN.
+// the calling thread's OpenMP thread count, at most onednn_thread_limit(), and turns OpenMP's
+// dynamic adjustment off for it). oneDNN plans a primitive's work for the team it asks OpenMP for
+// and assumes it gets that team: a smaller one (OMP_DYNAMIC=true on a loaded machine, or a count
+// above OMP_THREAD_LIMIT) made oneDNN 2.6 compute wrong products and convolutions, or hang. Every
+// thread's first oneDNN call does the same for its default count. A no-op without oneDNN.
 void onednn_set_threads(int threads);
+// The most threads OpenMP gives this process (OMP_THREAD_LIMIT; unlimited: INT_MAX, and INT_MAX
+// without oneDNN).
+int onednn_thread_limit();
 // "oneDNN 2.6.3 (OpenMP, AVX2)", or "none" without oneDNN: the version and the instruction set
 // its kernels use on this machine (lockstep-bench train prints it).
 const char* onednn_description();

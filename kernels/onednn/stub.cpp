@@ -1,5 +1,6 @@
 // Stands in for the oneDNN twins in a build without oneDNN (onednn.h): onednn_built() is false,
 // and calling a twin is a programming error, reported as such.
+#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +20,7 @@ namespace {
 
 bool onednn_built() { return false; }
 void onednn_set_threads(int) {}
+int onednn_thread_limit() { return INT_MAX; }
 const char* onednn_description() { return "none"; }
 bool onednn_avx512() { return false; }
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "kernels/onednn/onednn.h"
+#include "runtime/base/error.h"
 
 // OpenBLAS's thread controls (declared in its cblas.h). Weak: null when another BLAS is linked.
 extern "C" {
@@ -29,11 +30,23 @@ int usable_cores() {
 int default_blas_threads(const World& world) {
   int mine = usable_cores();
   // A binding narrower than the host already is this rank's share of the cores.
-  if (mine < host_cores()) return mine;
-  return std::max(1, mine / std::max(1, world.local_size));
+  if (mine < host_cores()) return std::min(mine, kernels::onednn_thread_limit());
+  return std::clamp(mine / std::max(1, world.local_size), 1, kernels::onednn_thread_limit());
+}
+
+std::string blas_threads_problem(int threads) {
+  const int limit = kernels::onednn_thread_limit();
+  if (threads <= limit) return "";
+  return "--threads " + std::to_string(threads) +
+         " is more than OMP_THREAD_LIMIT=" + std::to_string(limit) +
+         " lets OpenMP run in this process (oneDNN would get " +
+         "fewer threads than it planned its work for, and compute wrong results): use --threads " +
+         std::to_string(limit) + " or fewer, or raise OMP_THREAD_LIMIT";
 }
 
 bool set_blas_threads(int threads) {
+  if (std::string problem = blas_threads_problem(threads); !problem.empty())
+    throw UsageError(problem);
   kernels::onednn_set_threads(threads);
   if (!openblas_set_num_threads) return false;
   openblas_set_num_threads(std::max(1, threads));

@@ -6,15 +6,22 @@
 // launcher's counts.
 #pragma once
 
+#include <string>
+
 #include "runtime/process/bootstrap.h"
 
 namespace lockstep {
 
 // Cores this process may run on (its affinity mask), or the host's count when unknown.
 int usable_cores();
+// At most OMP_THREAD_LIMIT, where one is set.
 int default_blas_threads(const World& world);
+// Why `threads` (a --threads value) cannot be used here, or "" when it can: more threads than
+// OMP_THREAD_LIMIT lets OpenMP give this process (oneDNN would get a smaller team than it planned
+// for and compute wrong results: kernels/onednn/onednn.h).
+std::string blas_threads_problem(int threads);
 // Sets the BLAS thread count, and oneDNN's for calls from this thread (kernels/onednn/onednn.h);
-// false when the BLAS offers no such control.
+// false when the BLAS offers no such control. Throws UsageError where blas_threads_problem says.
 bool set_blas_threads(int threads);
 // The BLAS's current thread count, or -1 when it cannot say.
 int blas_threads();
