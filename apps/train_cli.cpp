@@ -82,8 +82,11 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   }
   // Output files are checked before any training, by rank 0, which writes them.
   if (world.rank == 0) {
-    problem = output_path_problem("--metrics", o.config.metrics_path);
-    if (problem.empty()) problem = output_path_problem("--trace", o.trace);
+    const NamedPaths inputs = {{"--data", o.config.train.path}, {"--resume", o.resume}};
+    NamedPaths with_metrics = inputs;
+    with_metrics.emplace_back("--metrics", o.config.metrics_path);
+    problem = output_path_problem("--metrics", o.config.metrics_path, inputs);
+    if (problem.empty()) problem = output_path_problem("--trace", o.trace, with_metrics);
   }
   agree_or_throw(world_comm, problem.empty(), problem);
   // A build without CUDA refuses --device cuda in words, and --device auto trains on the CPU.

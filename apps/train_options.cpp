@@ -315,6 +315,20 @@ std::string program_name(const char* argv0) {
   return std::filesystem::path(argv0).filename().string();
 }
 
+namespace {
+// Whether --resume R continues the run whose checkpoints lie in --checkpoint-dir D: R is D, or a
+// file in D.
+bool resumes_from(const std::string& resume, const std::string& dir) {
+  if (resume.empty() || dir.empty()) return false;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::equivalent(resume, dir, ec)) return true;
+  const fs::path parent =
+      fs::path(resume).has_parent_path() ? fs::path(resume).parent_path() : fs::path(".");
+  return fs::is_regular_file(resume, ec) && fs::equivalent(parent, dir, ec);
+}
+}  // namespace
+
 TrainOptions parse_train_options(int argc, char** argv) {
   const std::string program = program_name(argc > 0 ? argv[0] : nullptr);
   po::options_description all = describe(program);
@@ -335,10 +349,21 @@ TrainOptions parse_train_options(int argc, char** argv) {
     }
     if (vm.count("config") && !vm["config"].as<std::string>().empty()) {
       const std::string path = vm["config"].as<std::string>();
+      std::error_code ec;
+      if (std::filesystem::is_directory(path, ec))
+        throw UsageError("--config " + path + ": is a folder, expected an INI file");
       std::ifstream in(path);
       if (!in) throw UsageError("--config: cannot read '" + path + "'");
       try {
-        po::store(po::parse_config_file(in, all), vm);
+        const po::parsed_options parsed = po::parse_config_file(in, all);
+        // What only the command line can ask for: a file that asked for help or the version
+        // would print instead of training, and one naming another file would be ignored.
+        for (const po::option& line : parsed.options)
+          if (line.string_key == "help" || line.string_key == "version" ||
+              line.string_key == "config")
+            throw UsageError("--config " + path + ": '" + line.string_key +
+                             "' is a command-line option only, not a line of a config file");
+        po::store(parsed, vm);
       } catch (const po::error& e) {
         throw UsageError("--config " + path + ": " + e.what());
       }
@@ -362,9 +387,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
     c.guard.checkpoint_dir.clear();
     c.guard.checkpoint_every = 0;
   }
-  c.guard.existing = !o.resume.empty()         ? ExistingCheckpoints::keep
-                     : o.overwrite_checkpoints ? ExistingCheckpoints::replace
-                                               : ExistingCheckpoints::refuse;
+  // A resumed run continues beside the checkpoints of the run it resumes; a --checkpoint-dir
+  // elsewhere holds another run's, which the overwrite rule protects as for a fresh run.
+  c.guard.existing = resumes_from(o.resume, c.guard.checkpoint_dir) ? ExistingCheckpoints::keep
+                     : o.overwrite_checkpoints                      ? ExistingCheckpoints::replace
+                                                                    : ExistingCheckpoints::refuse;
   return o;
 }
 

@@ -15,7 +15,9 @@
 #    changed global batch or seed, truncated / corrupt / garbage / non-checkpoint files, an empty
 #    folder, a missing path;
 #  - a fresh run pointed at a --checkpoint-dir holding another run's checkpoints is refused, naming
-#    them, and leaves them as they were; --overwrite-checkpoints deletes them and starts afresh.
+#    them, and leaves them as they were, and so is a run resumed from a third run's checkpoint
+#    (--resume elsewhere); --overwrite-checkpoints deletes them and starts afresh; a --resume whose
+#    checkpoint is at or past the run's --steps is refused (nothing left to train).
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC. Needs h5dump (hdf5-tools).
 set -u
 
@@ -346,10 +348,20 @@ before=$(cksum other/*.h5)
 train 2 "${other[@]}" --steps 3 --checkpoint-dir other
 errors=$(grep -c '^error:' <<<"$out")
 if [[ $rc -ne 2 || $errors -ne 1 ]] ||
-   ! grep -q -- "--checkpoint-dir other already holds 2 checkpoint(s) of an earlier run (ckpt-000000002.h5, ckpt-000000004.h5): continue that run with --resume other, or pass --overwrite-checkpoints" <<<"$out"; then
+   ! grep -q -- "--checkpoint-dir other already holds 2 checkpoint(s) of an earlier run (ckpt-000000002.h5, ckpt-000000004.h5): continue that run with --resume other, pass --overwrite-checkpoints" <<<"$out"; then
   fail "a fresh run into another run's checkpoints: exit $rc, expected 2 naming them"$'\n'"$out"
 fi
 [[ $(cksum other/*.h5) == "$before" ]] || fail "the refused run changed the other run's checkpoints"
+# A run resumed from a third run's checkpoint is not that run either: the same refusal.
+train 1 "${other[@]}" --steps 2 --seed 5 --checkpoint-dir third
+train 1 "${other[@]}" --steps 6 --seed 5 --checkpoint-dir other --resume third
+[[ $rc -eq 2 ]] && grep -q -- "--checkpoint-dir other already holds 2 checkpoint(s)" <<<"$out" ||
+  fail "resumed from third into other's checkpoints: exit $rc, expected 2 naming them"$'\n'"$out"
+[[ $(cksum other/*.h5) == "$before" ]] || fail "the run resumed from third changed other's checkpoints"
+# --steps counts from the run's start: a checkpoint at step 4 with --steps 4 has nothing to train.
+train 1 "${other[@]}" --steps 4 --seed 5 --checkpoint-dir other --resume other
+[[ $rc -eq 2 ]] && grep -q "is at step 4, and this run ends at step 4 (--steps 4): nothing is left to train" <<<"$out" ||
+  fail "--resume at step 4 with --steps 4: exit $rc, expected 2 saying nothing is left"$'\n'"$out"
 train 1 "${other[@]}" --steps 3 --checkpoint-dir other --overwrite-checkpoints
 left=$(cd other && echo *.h5)
 [[ $rc -eq 0 && $left == ckpt-000000002.h5\ ckpt-000000003.h5 ]] ||

@@ -3,7 +3,9 @@
 #  - --help lists every option with its default and exits 0;
 #  - each bad value is refused before training, at 2 ranks: one message (printed once, by rank 0)
 #    that names the option, and exit status 2 on every rank: among them a global batch larger than
-#    the split or than memory (no std::bad_alloc), and --trace or --metrics into a missing folder;
+#    the split or than memory (no std::bad_alloc), --trace or --metrics into a missing folder or
+#    onto the data file or each other, config files asking for help, version or another file;
+#  - metrics that cannot be written (/dev/full) end the run non-zero naming the file;
 #  - OMP_DYNAMIC=true and OMP_THREAD_LIMIT cannot make oneDNN compute on fewer threads than it
 #    planned for: the same figures as without them, and a --threads above the limit refused;
 #  - start-up is quiet: the launcher line (and the header's environment knobs) only with --verbose;
@@ -134,6 +136,33 @@ refuse "--trace nowhere/t.json: the folder nowhere does not exist" --data reg.h5
   --trace nowhere/t.json
 refuse "--metrics nowhere/m.jsonl: the folder nowhere does not exist" --data reg.h5 --model linear \
   --metrics nowhere/m.jsonl
+# An output naming the run's own data (or the other output) would destroy it: refused, the data kept.
+before=$(cksum < reg.h5)
+refuse "--trace ./reg.h5: the same file as --data reg.h5" --data reg.h5 --model linear --trace ./reg.h5
+refuse "--metrics reg.h5: the same file as --data reg.h5" --data reg.h5 --model linear --metrics reg.h5
+[[ $(cksum < reg.h5) == "$before" ]] || fail "a refused --trace/--metrics changed the data file"
+refuse "--trace m.jsonl: the same file as --metrics m.jsonl" --data reg.h5 --model linear \
+  --metrics m.jsonl --trace m.jsonl
+# A config file cannot ask for what only the command line can (help, version, another file), nor
+# be a folder.
+for key in help version config; do
+  printf '%s = 1\n' "$key" > "only_$key.ini"
+  refuse "--config only_$key.ini: '$key' is a command-line option only" --data reg.h5 \
+    --config "only_$key.ini"
+done
+mkdir -p cfg_folder
+refuse "--config cfg_folder: is a folder" --data reg.h5 --config cfg_folder
+# Metrics that cannot be written end the run naming the file, not silently.
+if [[ -w /dev/full ]]; then
+  out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data reg.h5 \
+        --model linear --global-batch 32 --steps 4 --log-every 1 --progress none \
+        --metrics /dev/full 2>&1)
+  rc=$?
+  [[ $rc -ne 0 ]] && grep -q -- "--metrics /dev/full: writing a line failed (No space left on device)" <<<"$out" ||
+    fail "--metrics /dev/full: exit $rc: $out"
+else
+  echo "skipped: --metrics on a full device: /dev/full is not writable here"
+fi
 
 # ---- start-up is quiet: the launcher line only with --verbose ----
 quiet=(--data reg.h5 --model linear --global-batch 32 --steps 2 --progress none)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "runtime/base/error.h"
 
@@ -44,6 +45,7 @@ Progress::Progress(bool enabled, bool bar, bool classification, const std::strin
                    bool bits_per_byte)
     : enabled_(enabled), bar_(bar), classification_(classification), bits_per_byte_(bits_per_byte) {
   if (metrics_path.empty()) return;
+  metrics_path_ = metrics_path;
   metrics_ = std::fopen(metrics_path.c_str(), "w");
   if (!metrics_)
     throw UsageError("--metrics: cannot write '" + metrics_path + "': " + std::strerror(errno));
@@ -51,6 +53,18 @@ Progress::Progress(bool enabled, bool bar, bool classification, const std::strin
 
 Progress::~Progress() {
   if (metrics_) std::fclose(metrics_);
+}
+
+void Progress::write_metrics(const std::string& line) {
+  errno = 0;
+  if (std::fputs(line.c_str(), metrics_) >= 0 && std::fflush(metrics_) == 0) return;
+  const int error = errno;
+  // Later lines would be lost as silently: the run ends here (its checkpoints so far are kept).
+  std::fclose(metrics_);
+  metrics_ = nullptr;
+  throw std::runtime_error("--metrics " + metrics_path_ + ": writing a line failed (" +
+                           (error != 0 ? std::strerror(error) : "an I/O error") +
+                           "); the lines before it are in the file");
 }
 
 void Progress::report(const ProgressReport& r) {
@@ -76,8 +90,7 @@ void Progress::report(const ProgressReport& r) {
     line += ",\"lr\":" + json_number(r.lr) +
             ",\"samples_per_sec\":" + json_number(r.samples_per_second) +
             ",\"data_wait_share\":" + json_number(r.data_wait_share) + "}\n";
-    std::fputs(line.c_str(), metrics_);
-    std::fflush(metrics_);
+    write_metrics(line);
   }
 }
 
@@ -129,8 +142,7 @@ void Progress::note(const std::string& text, const std::string& json) {
     std::fprintf(stderr, "%s\n", text.c_str());
   }
   if (metrics_) {
-    std::fputs((json + "\n").c_str(), metrics_);
-    std::fflush(metrics_);
+    write_metrics(json + "\n");
   }
 }
 
@@ -153,8 +165,7 @@ void Progress::epoch_end(const EpochSummary& s, int epochs) {
       line += ",\"train_bits_per_byte\":" + json_number(bits_per_byte(s.train_loss));
     line += test_json(s.test) + ",\"epoch_seconds\":" + json_number(s.seconds) +
             ",\"samples_per_sec\":" + json_number(s.samples_per_second) + "}\n";
-    std::fputs(line.c_str(), metrics_);
-    std::fflush(metrics_);
+    write_metrics(line);
   }
 }
 
@@ -182,8 +193,7 @@ void Progress::step_eval(int64_t step, int epoch, const EvalResult& e) {
   if (metrics_) {
     const std::string line = "{\"kind\":\"eval\",\"step\":" + std::to_string(step) +
                              ",\"epoch\":" + std::to_string(epoch) + test_json(e) + "}\n";
-    std::fputs(line.c_str(), metrics_);
-    std::fflush(metrics_);
+    write_metrics(line);
   }
 }
 

@@ -74,7 +74,11 @@ class Progress {
   std::string test_json(const EvalResult& e) const;
 
   bool enabled_, bar_, classification_, bits_per_byte_;
+  // Writes a line of --metrics and flushes it; throws std::runtime_error naming the file when
+  // either fails (a full disk, /dev/full).
+  void write_metrics(const std::string& line);
   std::FILE* metrics_ = nullptr;
+  std::string metrics_path_;
   double last_draw_ = -1;
   bool bar_open_ = false;
   ProgressReport last_;  // the last reduced figures, shown by the bar between reports

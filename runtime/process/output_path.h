@@ -6,11 +6,19 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lockstep {
 
+// Files a run reads or writes besides the one checked, as (option, path): "--data" and its file.
+using NamedPaths = std::vector<std::pair<std::string, std::string>>;
+
 // Empty when `path` can be written (its folder exists and is writable, and it is not a folder
-// itself); otherwise a message naming `option` and the path. An empty path is not checked.
-std::string output_path_problem(const std::string& option, const std::string& path);
+// itself) and names none of `others` (the same file, or the same path before it exists: writing it
+// would destroy a run's data or checkpoint, or two outputs would overwrite each other); otherwise a
+// message naming `option` and the path. An empty path is not checked, nor are empty others.
+std::string output_path_problem(const std::string& option, const std::string& path,
+                                const NamedPaths& others = {});
 
 }  // namespace lockstep

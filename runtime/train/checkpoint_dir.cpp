@@ -42,7 +42,8 @@ std::string check_on_rank0(const GuardOptions& o) {
     return "--checkpoint-dir " + dir + " already holds " + std::to_string(found.size()) +
            " checkpoint(s) of an earlier run (" + names_text(found) +
            "): continue that run with --resume " + dir +
-           ", or pass --overwrite-checkpoints to delete them and start afresh";
+           ", pass --overwrite-checkpoints to delete them and start afresh, or give another "
+           "--checkpoint-dir";
   for (const std::string& f : found)
     if (!std::filesystem::remove(f, ec) || ec)
       return "--overwrite-checkpoints: cannot delete " + f + ": " + ec.message();
