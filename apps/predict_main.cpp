@@ -3,10 +3,11 @@
 //
 //   mpiexec -n 2 lockstep-predict --checkpoint ckpt/ --data fmnist.h5 --group test --out pred.h5
 //
-// The rows are cut into batches of --batch rows from the first row on, and the batches into one
-// contiguous run per rank: a row meets the same batch and kernels at any world size, so the
-// predictions are the same bits at 1 rank or 3. Rank 0 gathers and writes PRED.h5 (to a temporary
-// name, renamed into place when complete), by the data's kind:
+// The rows are cut into batches of --batch rows from the first row on (one batch of every row when
+// --batch is larger), and the batches into one contiguous run per rank: a row meets the same batch
+// and kernels at any world size, so the predictions are the same bits at 1 rank or 3. Rank 0
+// gathers and writes PRED.h5 (to a temporary name, renamed into place when complete), by the data's
+// kind:
 //   classification  logits (N, classes) float32, predicted (N) int32 (the largest logit; the lowest
 //                   class on a tie)
 //   regression      predictions (N, K) float32
@@ -103,6 +104,10 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   const bool tokens = info.positions > 1;
   const int classes = info.classification ? info.num_classes : info.target_dim;
   if (!tokens && o.top > 0) throw UsageError("--top is for token data (a GPT's next tokens)");
+  // A --batch above the split's rows is cut to them before anything is sized by it: the one batch
+  // holds every row either way, so the predictions are the same, and the model's buffers and ours
+  // are sized by the rows rather than by a --batch of any size.
+  const int batch = static_cast<int>(std::clamp<int64_t>(info.rows, 1, o.batch));
 
   lockstep::ModelPlacement place;
   const lockstep::DeviceChoice choice = lockstep::choose_device(o.device, world);
@@ -111,7 +116,7 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   std::vector<int> shape(info.sample_shape.begin(), info.sample_shape.end());
   std::unique_ptr<lockstep::Model> model;
   try {
-    model = lockstep::apps::model_from_checkpoint(state, path, shape, classes, o.batch, place,
+    model = lockstep::apps::model_from_checkpoint(state, path, shape, classes, batch, place,
                                                   info.positions);
   } catch (const UsageError& e) {
     throw UsageError(path + " (model " + state.model_spec + ") cannot take the rows of " + o.data +
@@ -126,21 +131,21 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   const size_t row_ints =
       info.classification ? static_cast<size_t>(positions) * (1 + (tokens && o.top > 0 ? keep : 0))
                           : 0;
-  const int64_t rows = info.rows, nb = (rows + o.batch - 1) / o.batch;
+  const int64_t rows = info.rows, nb = (rows + batch - 1) / batch;
   const auto [first, last] = batches_of(nb, world.rank, world.size);
-  const int64_t row0 = std::min(rows, first * o.batch), row1 = std::min(rows, last * o.batch);
-  const int64_t max_rows = (nb + world.size - 1) / world.size * o.batch;  // any rank's most
+  const int64_t row0 = std::min(rows, first * batch), row1 = std::min(rows, last * batch);
+  const int64_t max_rows = (nb + world.size - 1) / world.size * batch;  // any rank's most
 
   std::vector<float> mine_f(static_cast<size_t>(max_rows) * row_floats, 0.0f);
   std::vector<int32_t> mine_i(static_cast<size_t>(max_rows) * std::max<size_t>(row_ints, 1), 0);
-  std::vector<float> x(static_cast<size_t>(o.batch) * info.sample_size);
-  std::vector<float> out_host(static_cast<size_t>(o.batch) * outputs);
+  std::vector<float> x(static_cast<size_t>(batch) * info.sample_size);
+  std::vector<float> out_host(static_cast<size_t>(batch) * outputs);
   lockstep::Buffer<float> input(place.device, x.size());
-  std::vector<int64_t> ids(static_cast<size_t>(o.batch));
+  std::vector<int64_t> ids(static_cast<size_t>(batch));
   std::vector<int> order(static_cast<size_t>(classes));
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t r = row0; r < row1; r += o.batch) {
-    const int n = static_cast<int>(std::min<int64_t>(o.batch, row1 - r));
+  for (int64_t r = row0; r < row1; r += batch) {
+    const int n = static_cast<int>(std::min<int64_t>(batch, row1 - r));
     std::iota(ids.begin(), ids.begin() + n, r);
     reader.read_rows(ids.data(), static_cast<size_t>(n), x.data(), nullptr, nullptr);
     input.write(x.data(), 0, static_cast<size_t>(n) * info.sample_size);
@@ -194,7 +199,7 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
     std::vector<int32_t> k(static_cast<size_t>(rows) * row_ints);
     for (int q = 0; q < world.size; ++q) {
       const auto [b0, b1] = batches_of(nb, q, world.size);
-      const int64_t q0 = std::min(rows, b0 * o.batch), q1 = std::min(rows, b1 * o.batch);
+      const int64_t q0 = std::min(rows, b0 * batch), q1 = std::min(rows, b1 * batch);
       std::copy_n(all_f.begin() + static_cast<ptrdiff_t>(q * mine_f.size()), (q1 - q0) * row_floats,
                   f.begin() + q0 * static_cast<ptrdiff_t>(row_floats));
       if (row_ints > 0)

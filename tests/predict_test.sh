@@ -4,6 +4,8 @@
 #    the same bits, in input order (their accuracy against the file's labels is the test_accuracy
 #    lockstep-train --eval-only prints for that checkpoint), with the model and step as attributes;
 #  - an MLP on a regression split: predictions whose mean squared error is --eval-only's test_mse;
+#    with --batch 1000000000 (far above the rows: cut to them) at 2 ranks, the same bits as with
+#    the default --batch 256 (also above them);
 #  - a small GPT on a byte corpus: predicted next bytes at every position (their accuracy is
 #    --eval-only's), all logits, and with --top 3 the three most likely bytes with their softmax
 #    probabilities, which must be the logits' own;
@@ -83,6 +85,22 @@ assert p.shape == y.shape, (p.shape, y.shape)
 print(f'{float(np.mean((p.astype(np.float64) - y) ** 2)):.6f}')") || fail "the MLP's predictions: $got"
 [[ -n $want && "$got" == "$want" ]] && echo "ok: regression predictions' MSE $got is --eval-only's" ||
   fail "the MLP's predicted MSE $got, --eval-only's $want"
+# A --batch far above the test split's 60 rows is cut to them: one batch of every row, as the
+# default --batch 256 gives, so the same bits (before, buffers were sized by --batch: bad_alloc).
+predict 2 --checkpoint reg_ckpt --data reg.h5 --out reg_256.h5
+[[ $rc -eq 0 ]] || fail "predict with the default --batch exits $rc: $out"
+predict 2 --checkpoint reg_ckpt --data reg.h5 --out reg_big.h5 --batch 1000000000
+if [[ $rc -ne 0 ]]; then
+  fail "predict with --batch 1000000000 exits $rc: $out"
+else
+  got=$(py "
+import h5py
+a, b = h5py.File('reg_256.h5')['predictions'][...], h5py.File('reg_big.h5')['predictions'][...]
+print('same' if a.shape == b.shape and a.tobytes() == b.tobytes() else f'{a.shape} {b.shape} differ')")
+  [[ "$got" == same ]] &&
+    echo "ok: --batch 1000000000 at 2 ranks gives the default --batch's predictions, bit for bit" ||
+    fail "--batch 1000000000's predictions: $got"
+fi
 
 # ---- tokens: a small GPT ----
 /usr/bin/python3 - >corpus.txt <<'EOF'
