@@ -10,6 +10,8 @@
 // generator seeded by --seed, so the same seed gives the same text (runtime/model/sample_text.h:
 // on the CPU a key/value cache while the text fits the context). stdout carries the generated
 // bytes alone (the prompt is not repeated); a summary goes to stderr.
+// The model's tokens must be bytes: a vocabulary over 256 is refused, and so is a prompt byte at or
+// above a smaller vocabulary (its generated tokens are below it, so each fits a byte).
 // One process; exit 2 for bad input (not a GPT checkpoint, bad option values), 1 at run time.
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -81,6 +83,21 @@ int run(int argc, char** argv, const lockstep::World& world) {
     throw UsageError(path + ": model " + state.model_spec +
                      " is not a GPT (lockstep-generate needs a checkpoint of a gpt: model)");
   const int vocab = static_cast<int>(wte->shape[0]), ctx = static_cast<int>(wpe->shape[0]);
+  // Tokens are bytes both ways (the prompt's bytes go in, each generated token goes out as one
+  // byte), so a larger vocabulary would have its tokens cut to bytes on stdout, and a prompt byte
+  // outside a smaller one is not a token the model knows: both refused before generating anything.
+  if (vocab > 256)
+    throw UsageError("lockstep-generate writes bytes: the checkpoint's model has a vocabulary of " +
+                     std::to_string(vocab) + " tokens, not at most 256; lockstep-predict gives " +
+                     "the next tokens of " + path + " (model " + state.model_spec + ") as ids");
+  for (size_t i = 0; i < o.prompt.size(); ++i) {
+    const int byte = static_cast<unsigned char>(o.prompt[i]);
+    if (byte >= vocab)
+      throw UsageError("--prompt holds byte " + std::to_string(byte) + " at position " +
+                       std::to_string(i) + ", outside the checkpoint's vocabulary of " +
+                       std::to_string(vocab) + " tokens (bytes 0 to " + std::to_string(vocab - 1) +
+                       ")");
+  }
 
   lockstep::ModelPlacement place;
   const lockstep::DeviceChoice choice = lockstep::choose_device(o.device, world);

@@ -9,7 +9,10 @@
 #  - lockstep-train --sample-every prints, at those steps, the bytes lockstep-generate samples from
 #    that step's checkpoint with the same seed; refused on data that is not tokens;
 #  - refusals, exit 2 with a message: a checkpoint of a non-GPT model, a negative --temperature,
-#    --tokens or --top-k, an empty prompt, two ranks.
+#    --tokens or --top-k, an empty prompt, two ranks;
+#  - tokens must be bytes: a GPT with a vocabulary of 1000 is refused (exit 2, nothing on stdout),
+#    so is a prompt byte (200) at or above a vocabulary of 100, and that vocabulary-100 GPT still
+#    generates, after an in-range prompt, tokens that are all below 100.
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
 set -u
 
@@ -106,5 +109,28 @@ e2e_refused "--tokens -1" "tokens" "$bin/lockstep-generate" --checkpoint "$ckpt"
 e2e_refused "--top-k -1" "top-k" "$bin/lockstep-generate" --checkpoint "$ckpt" --top-k -1
 e2e_refused "an empty prompt" "prompt" "$bin/lockstep-generate" --checkpoint "$ckpt" --prompt ""
 e2e_refused "two ranks" "one process" "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-generate" --checkpoint "$ckpt"
+
+# ---- vocabularies other than bytes: tiny GPTs, one step each on synthetic tokens ----
+for v in 1000 100; do
+  "$bin/lockstep-data" synthetic --out tok$v.h5 --kind tokens --samples 16 --test-samples 4 \
+    --seq-len 16 --vocab $v >/dev/null 2>&1 || fail "lockstep-data synthetic --vocab $v"
+  timeout 60 "$bin/lockstep-train" --data tok$v.h5 --model gpt:layers=1,dim=16,ctx=16 \
+    --global-batch 4 --steps 1 --threads 1 --progress none --checkpoint-dir v$v >/dev/null 2>&1 ||
+    fail "the vocabulary-$v GPT checkpoint"
+done
+e2e_refused "a vocabulary of 1000 tokens" "writes bytes: the checkpoint's model has a vocabulary of 1000 tokens, not at most 256" \
+  "$bin/lockstep-generate" --checkpoint v1000 --tokens 8
+[[ -z $(grep -v '^error' <<<"$out") ]] || fail "the refused vocabulary-1000 run wrote: $out"
+e2e_refused "prompt byte 200 for a vocabulary of 100" "byte 200 at position 2, outside the checkpoint's vocabulary of 100 tokens" \
+  "$bin/lockstep-generate" --checkpoint v100 --prompt "$(printf 'ab\xc8z')" --tokens 8
+small=$(timeout 60 "$bin/lockstep-generate" --checkpoint v100 --prompt "$(printf 'ab\x05')" --tokens 16 \
+          --seed 3 2>gen.err | od -An -tu1 -v | xargs)
+rc=${PIPESTATUS[0]}
+read -ra small_bytes <<<"$small"
+high=0
+for b in "${small_bytes[@]}"; do ((b > high)) && high=$b; done
+[[ $rc -eq 0 && ${#small_bytes[@]} -eq 16 && $high -lt 100 ]] &&
+  echo "ok: a vocabulary-100 GPT still generates 16 tokens below 100 after an in-range prompt: $small" ||
+  fail "vocabulary 100, in-range prompt: exit $rc, bytes '$small' ($(cat gen.err))"
 
 e2e_finish generate_test
