@@ -7,7 +7,8 @@
 #  - --top-k 1 samples exactly the greedy bytes, whatever the temperature and seed;
 #  - sampling is reproducible: the same seed gives the same bytes, another seed other bytes;
 #  - lockstep-train --sample-every prints, at those steps, the bytes lockstep-generate samples from
-#    that step's checkpoint with the same seed; refused on data that is not tokens;
+#    that step's checkpoint with the same seed; refused on data that is not tokens, and on a
+#    vocabulary over 256;
 #  - refusals, exit 2 with a message: a checkpoint of a non-GPT model, a negative --temperature,
 #    --tokens or --top-k, an empty prompt, two ranks;
 #  - tokens must be bytes: a GPT with a vocabulary of 1000 is refused (exit 2, nothing on stdout),
@@ -123,6 +124,12 @@ e2e_refused "a vocabulary of 1000 tokens" "writes bytes: the checkpoint's model 
 [[ -z $(grep -v '^error' <<<"$out") ]] || fail "the refused vocabulary-1000 run wrote: $out"
 e2e_refused "prompt byte 200 for a vocabulary of 100" "byte 200 at position 2, outside the checkpoint's vocabulary of 100 tokens" \
   "$bin/lockstep-generate" --checkpoint v100 --prompt "$(printf 'ab\xc8z')" --tokens 8
+out=$(timeout 60 "$bin/lockstep-train" --data tok1000.h5 --model gpt:layers=1,dim=16,ctx=16 \
+        --global-batch 4 --steps 1 --threads 1 --progress none --sample-every 1 2>&1)
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- "--sample-every prints bytes, and the 1000-token vocabulary" <<<"$out" &&
+  echo "ok: --sample-every on a vocabulary of 1000 refused" ||
+  fail "--sample-every on a vocabulary of 1000: exit $rc: $out"
 small=$(timeout 60 "$bin/lockstep-generate" --checkpoint v100 --prompt "$(printf 'ab\x05')" --tokens 16 \
           --seed 3 2>gen.err | od -An -tu1 -v | xargs)
 rc=${PIPESTATUS[0]}

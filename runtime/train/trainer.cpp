@@ -294,6 +294,9 @@ void Trainer::check_sample_options(const DatasetInfo& info) const {
         "--sample-every needs a language model on token data (a gpt: model on a "
         "split with tokens); " +
         info.path + ":" + info.group + " holds " + info.x_name);
+  if (info.num_classes > 256)
+    throw UsageError("--sample-every prints bytes, and the " + std::to_string(info.num_classes) +
+                     "-token vocabulary of " + info.path + " is not bytes (at most 256 tokens)");
   if (config_.sample_prompt.empty()) throw UsageError("--sample-prompt must not be empty");
   for (unsigned char c : config_.sample_prompt)
     if (c >= info.num_classes)
