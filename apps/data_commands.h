@@ -11,6 +11,7 @@
 
 #include <boost/program_options.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/process/bootstrap.h"
 
@@ -53,9 +54,12 @@ Parsed parse_options(const std::string& command, int argc, char** argv,
 void require_one_process(const std::string& command, const World& world);
 
 // Writers write to `out`.tmp and rename it over `out` when complete, so a failed or interrupted
-// conversion never leaves a half-written file under the final name. Checks up front that the
-// folder of `out` exists (UsageError naming it).
-std::string temp_path_for(const std::string& out);
+// conversion never leaves a half-written file under the final name. Checks up front, before
+// anything is read, and throws UsageError naming the path when: the folder of `out` does not exist;
+// `out` or `out`.tmp exists and is not a regular file (a folder, a device, a fifo: the rename would
+// replace it); or either is the same file as one of `inputs` (which the write would destroy). An
+// existing regular `out` is replaced.
+std::string temp_path_for(const std::string& out, const std::vector<std::string>& inputs = {});
 
 // Removes the temporary file unless commit() moved it into place.
 class TempFile {

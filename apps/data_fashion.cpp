@@ -34,15 +34,25 @@ std::string find_idx(const std::string& dir, const std::string& stem) {
                    "point --source at a folder holding the four Fashion-MNIST IDX files)");
 }
 
+// A split's two IDX files, found before anything is read or written.
+struct SplitFiles {
+  std::string images_path, labels_path;
+};
+
+SplitFiles find_split(const std::string& dir, const std::string& prefix) {
+  return {find_idx(dir, prefix + "-images-idx3-ubyte"),
+          find_idx(dir, prefix + "-labels-idx1-ubyte")};
+}
+
 struct Split {
   IdxArray images, labels;
   std::string images_path;
 };
 
-Split load_split(const std::string& dir, const std::string& prefix) {
+Split load_split(const SplitFiles& files) {
   Split s;
-  s.images_path = find_idx(dir, prefix + "-images-idx3-ubyte");
-  const std::string labels_path = find_idx(dir, prefix + "-labels-idx1-ubyte");
+  s.images_path = files.images_path;
+  const std::string& labels_path = files.labels_path;
   s.images = read_idx(s.images_path, 3);
   s.labels = read_idx(labels_path, 1);
   if (s.images.dims[1] != 28 || s.images.dims[2] != 28)
@@ -96,8 +106,12 @@ int run_fashion_mnist(int argc, char** argv, const World& world) {
   if (gzip < 0 || gzip > 9) throw UsageError("--gzip must be 0 to 9, not " + std::to_string(gzip));
   if (chunk_rows < 0) throw UsageError("--chunk-rows must be 0 (automatic) or positive");
 
-  Split train = load_split(source, "train");
-  Split test = load_split(source, "t10k");
+  const SplitFiles train_files = find_split(source, "train"),
+                   test_files = find_split(source, "t10k");
+  const std::string temp = temp_path_for(out, {train_files.images_path, train_files.labels_path,
+                                               test_files.images_path, test_files.labels_path});
+  Split train = load_split(train_files);
+  Split test = load_split(test_files);
 
   // Normalisation from the training images only, on the [0, 1] scale the loader applies first.
   double sum = 0, sum_sq = 0;
@@ -113,7 +127,6 @@ int run_fashion_mnist(int argc, char** argv, const World& world) {
   H5WriteOptions opt;
   opt.gzip_level = gzip;
   if (chunk_rows > 0) opt.chunk = {chunk_rows};
-  const std::string temp = temp_path_for(out);
   TempFile guard(temp);
   {
     H5Id file = create_h5_file(temp);

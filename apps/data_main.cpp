@@ -12,6 +12,7 @@
 #include <iostream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "apps/data_commands.h"
 #include "apps/subcommands.h"
@@ -58,14 +59,28 @@ void require_one_process(const std::string& command, const World& world) {
                      std::to_string(world.size) + " ranks (start it without mpiexec)");
 }
 
-std::string temp_path_for(const std::string& out) {
+std::string temp_path_for(const std::string& out, const std::vector<std::string>& inputs) {
   std::filesystem::path parent = std::filesystem::path(out).parent_path();
   std::error_code ec;
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
     throw UsageError(out + ": folder " + parent.string() + " does not exist");
   if (std::filesystem::is_directory(out, ec))
     throw UsageError(out + ": is a folder, not a file name");
-  return out + ".tmp";
+  const std::string temp = out + ".tmp";
+  // The temporary file is created over whatever has its name, and renamed over `out`.
+  for (const std::string& path : {out, temp}) {
+    const auto status = std::filesystem::status(path, ec);
+    if (!std::filesystem::exists(status)) continue;
+    if (!std::filesystem::is_regular_file(status))
+      throw UsageError(path +
+                       ": exists and is not a regular file (a folder, a device or a fifo); " +
+                       "lockstep-data replaces only regular files (choose another --out)");
+    for (const std::string& in : inputs)
+      if (std::filesystem::exists(in, ec) && std::filesystem::equivalent(in, path, ec))
+        throw UsageError(path + ": is the input " + in +
+                         "; writing it would destroy the input (choose another --out)");
+  }
+  return temp;
 }
 
 TempFile::~TempFile() {

@@ -89,7 +89,7 @@ int run_text(int argc, char** argv, const World& world) {
   if (!(test_fraction > 0 && test_fraction < 1))
     throw UsageError("--test-fraction must be between 0 and 1 (exclusive), not " +
                      std::to_string(test_fraction));
-  const std::string temp = temp_path_for(out);
+  const std::string temp = temp_path_for(out, inputs);
 
   const std::vector<uint8_t> bytes = read_inputs(inputs);
   const int64_t total = static_cast<int64_t>(bytes.size());

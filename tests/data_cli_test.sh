@@ -2,7 +2,9 @@
 # lockstep-data end to end: regression generation and inspect; the bench at 2 ranks (each reads
 # half); a small Fashion-MNIST-shaped IDX set made here converts, and damaged ones are refused
 # with a message naming the file; bad inputs give a non-zero exit and one clear message (also one
-# that only rank 1 has, which ends the job at once); then the
+# that only rank 1 has, which ends the job at once); an --out that is one of the inputs (the same
+# file, also through a link) or exists and is not a regular file (a fifo, a folder) is refused with
+# exit 2 and the input left as it was, while an existing regular output is replaced; then the
 # real Fashion-MNIST conversion when Debian's dataset-fashion-mnist is installed (else exit 77,
 # after the other checks have passed).
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
@@ -156,6 +158,41 @@ took=$((SECONDS - start))
 grep -q '^error: \[rank 1/2 .*\] --epochs must be at least 1' <<<"$out" ||
   fail "a usage error on rank 1 only: rank 1 did not print it"$'\n'"$out"
 [[ $took -lt 30 ]] || fail "a usage error on rank 1 only took ${took}s to end the job"
+
+# --- an --out that would destroy an input or is not a regular file: exit 2 before any reading ---
+# expect_refused WORDS ARGS...: exit 2 (a usage error) and WORDS in the message.
+expect_refused() {
+  local words=$1
+  shift
+  local out rc
+  out=$(run "$@" 2>&1)
+  rc=$?
+  [[ $rc -eq 2 ]] || fail "lockstep-data $*: exit $rc, expected 2 (refused)"$'\n'"$out"
+  grep -qF -- "$words" <<<"$out" || fail "lockstep-data $*: message lacks '$words'"$'\n'"$out"
+}
+seq 1 5000 >"$work/notes.txt"
+sum=$(cksum <"$work/notes.txt")
+expect_refused "$work/notes.txt: is the input $work/notes.txt" \
+  text --in "$work/notes.txt" --out "$work/notes.txt" --seq-len 64
+ln -s notes.txt "$work/link.h5"
+expect_refused "is the input" text --in "$work/notes.txt" --out "$work/link.h5" --seq-len 64
+[[ $(cksum <"$work/notes.txt") == "$sum" && -L $work/link.h5 ]] || fail "a refused text run changed its input"
+[[ ! -e $work/notes.txt.tmp && ! -e $work/link.h5.tmp ]] || fail "a refused text run left a temp file"
+idx_sum=$(cksum <"$work/idx/t10k-labels-idx1-ubyte.gz")
+expect_refused "is the input" fashion-mnist --source "$work/idx" --out "$work/idx/t10k-labels-idx1-ubyte.gz"
+[[ $(cksum <"$work/idx/t10k-labels-idx1-ubyte.gz") == "$idx_sum" ]] || fail "a refused fashion-mnist run changed its input"
+mkfifo "$work/fifo"
+expect_refused "$work/fifo: exists and is not a regular file" \
+  text --in "$work/notes.txt" --out "$work/fifo" --seq-len 64
+[[ -p $work/fifo ]] || fail "a refused text run replaced the fifo given as --out"
+mkdir "$work/folder.h5"
+expect_refused "$work/folder.h5: is a folder" regression --out "$work/folder.h5"
+[[ -d $work/folder.h5 ]] || fail "a refused regression run replaced the folder given as --out"
+# An existing regular output is replaced (scripts rerun conversions).
+for i in 1 2; do
+  out=$(run text --in "$work/notes.txt" --out "$work/notes.h5" --seq-len 64 2>&1)
+  [[ $? -eq 0 ]] || fail "text over an existing output (run $i) exited non-zero"$'\n'"$out"
+done
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
