@@ -54,11 +54,12 @@ Parsed parse_options(const std::string& command, int argc, char** argv,
 void require_one_process(const std::string& command, const World& world);
 
 // Writers write to `out`.tmp and rename it over `out` when complete, so a failed or interrupted
-// conversion never leaves a half-written file under the final name. Checks up front, before
-// anything is read, and throws UsageError naming the path when: the folder of `out` does not exist;
-// `out` or `out`.tmp exists and is not a regular file (a folder, a device, a fifo: the rename would
-// replace it); or either is the same file as one of `inputs` (which the write would destroy). An
-// existing regular `out` is replaced.
+// conversion never leaves a half-written file under the final name; they close the file with
+// close_h5_file (h5_writer.h) before the rename, so a failed write (a full disk) is an Error and
+// nothing is renamed. Checks up front, before anything is read, and throws UsageError naming the
+// path when: the folder of `out` does not exist; `out` or `out`.tmp exists and is not a regular
+// file (a folder, a device, a fifo: the rename would replace it); or either is the same file as
+// one of `inputs` (which the write would destroy). An existing regular `out` is replaced.
 std::string temp_path_for(const std::string& out, const std::vector<std::string>& inputs = {});
 
 // Removes the temporary file unless commit() moved it into place.

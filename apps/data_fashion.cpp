@@ -141,6 +141,7 @@ int run_fashion_mnist(int argc, char** argv, const World& world) {
     write_h5_attr_string(file.get(), "source",
                          "Fashion-MNIST (Zalando Research), IDX files from " + source);
     write_h5_attr_int(file.get(), "lockstep_format", 1);
+    close_h5_file(file, temp);
   }
   guard.commit(out);
   std::error_code ec;

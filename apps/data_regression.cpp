@@ -126,6 +126,7 @@ int run_regression(int argc, char** argv, const World& world) {
     write_h5_attr_string(file.get(), "source",
                          "lockstep-data regression: y = x.w + b + noise*N(0,1)");
     write_h5_attr_int(file.get(), "lockstep_format", 1);
+    close_h5_file(file, temp);
   }
   guard.commit(out);
   std::printf("wrote %s: train %lld, test %lld rows, %lld features, noise %g, seed %llu, b %.6f\n",

@@ -136,6 +136,7 @@ int run_text(int argc, char** argv, const World& world) {
     write_h5_attr_string(file.get(), "source",
                          "lockstep-data text: byte-level sequences of seq_len + 1 tokens");
     write_h5_attr_int(file.get(), "lockstep_format", 1);
+    close_h5_file(file, temp);
   }
   guard.commit(out);
   std::printf(

@@ -4,7 +4,10 @@
 # with a message naming the file; bad inputs give a non-zero exit and one clear message (also one
 # that only rank 1 has, which ends the job at once); an --out that is one of the inputs (the same
 # file, also through a link) or exists and is not a regular file (a fifo, a folder) is refused with
-# exit 2 and the input left as it was, while an existing regular output is replaced; then the
+# exit 2 and the input left as it was, while an existing regular output is replaced; on a full
+# disk (a 300 KiB tmpfs, mounted when the test runs as root, else that case is skipped with the
+# reason) text, regression and synthetic exit 1 with one line naming the file and the cause, and
+# leave neither the file nor its temporary; then the
 # real Fashion-MNIST conversion when Debian's dataset-fashion-mnist is installed (else exit 77,
 # after the other checks have passed).
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
@@ -193,6 +196,31 @@ for i in 1 2; do
   out=$(run text --in "$work/notes.txt" --out "$work/notes.h5" --seq-len 64 2>&1)
   [[ $? -eq 0 ]] || fail "text over an existing output (run $i) exited non-zero"$'\n'"$out"
 done
+
+# --- a full disk: exit 1 with one message naming the file, nothing under the final name, no temp
+# file, no crash at exit; needs a small tmpfs (root), else skipped with the reason ---
+mkdir "$work/small"
+if mount -t tmpfs -o size=300k tmpfs "$work/small" 2>/dev/null; then
+  trap 'umount "$work/small"; rm -rf "$work"' EXIT
+  for i in 1 2 3 4 5 6 7 8 9; do cat "$work/notes.txt" "$work/notes.txt"; done | head -c 320000 >"$work/big.txt"
+  # text fills the disk only when the file is flushed and closed; the generators fail mid-write.
+  for args in "text --in $work/big.txt --seq-len 64" "regression --samples 20000" \
+              "synthetic --samples 1000"; do
+    out=$(run $args --out "$work/small/a.h5" 2>&1)
+    rc=$?
+    [[ $rc -eq 1 ]] || fail "$args on a full disk: exit $rc, expected 1"$'\n'"$out"
+    grep -qiF "writing $work/small/a.h5.tmp failed: No space left on device" <<<"$out" ||
+      fail "$args on a full disk: no message naming the file and the cause"$'\n'"$out"
+    [[ $(grep -c . <<<"$out") -eq 1 ]] || fail "$args on a full disk: not a one-line message"$'\n'"$out"
+    if grep -qi 'segmentation fault\|HDF5-DIAG' <<<"$out"; then fail "$args on a full disk crashed or dumped HDF5's stack"; fi
+    [[ ! -e $work/small/a.h5 ]] || fail "$args on a full disk put a file in place"
+    [[ ! -e $work/small/a.h5.tmp ]] || fail "$args on a full disk left the temp file"
+  done
+  umount "$work/small" || fail "cannot unmount $work/small"
+  trap 'rm -rf "$work"' EXIT
+else
+  echo "skipped the full-disk case: mount -t tmpfs is not permitted here (the test runs it as root)"
+fi
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"

@@ -1,6 +1,7 @@
 // h5_writer and hdf5_util: datasets of every supported type round-trip with and without chunking
 // and gzip, attributes of every kind round-trip and can be replaced, and failures are messages that
-// name the file (never an HDF5 error-stack dump).
+// name the file (never an HDF5 error-stack dump); close_h5_file empties its handle, and refuses a
+// file that an open object would keep open.
 #include "runtime/data/h5_writer.h"
 
 #include <gtest/gtest.h>
@@ -168,6 +169,36 @@ TEST_F(H5Writer, UnusableFilesAreNamedNotDumped) {
     }
     EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << "HDF5 printed its error stack";
   }
+}
+
+TEST_F(H5Writer, CloseIsCheckedAndRefusesWhileAnObjectIsOpen) {
+  // A clean close empties the handle and leaves a complete file.
+  H5Id file = create_h5_file(path("closed.h5"));
+  write_h5_dataset(file.get(), "x", {100}, ramp<float>(100));
+  close_h5_file(file, path("closed.h5"));
+  EXPECT_FALSE(file.valid());
+  EXPECT_EQ(h5_dataset_shape(open_h5_readonly(path("closed.h5")).get(), "x"),
+            std::vector<int64_t>{100});
+  // An object still open would keep the file open past the close (and its write errors unseen).
+  file = create_h5_file(path("open.h5"));
+  write_h5_dataset(file.get(), "x", {100}, ramp<float>(100));
+  H5Id dset;
+  {
+    Hdf5Lock lock;
+    dset = H5Id(LS_CHECK_HDF5(H5Dopen2(file.get(), "x", H5P_DEFAULT)));
+  }
+  try {
+    close_h5_file(file, path("open.h5"));
+    ADD_FAILURE() << "closed with a dataset open";
+  } catch (const UsageError&) {
+    ADD_FAILURE() << "a failed close is Error, not UsageError";
+  } catch (const Error& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("writing " + path("open.h5") + " failed: 1 HDF5 object(s) still open"),
+              std::string::npos)
+        << text;
+  }
+  EXPECT_FALSE(file.valid());
 }
 
 TEST_F(H5Writer, CheckMacroReportsTheCallAndHdf5sReason) {

@@ -113,6 +113,25 @@ H5Id create_h5_file(const std::string& path) {
   return H5Id(id);
 }
 
+void close_h5_file(H5Id& file, const std::string& path) {
+  Hdf5Lock lock;
+  const hid_t id = file.release();
+  if (id < 0) throw Error("writing " + path + " failed: the file is not open");
+  // HDF5's default (weak) close leaves the file open while an object in it is, so a write error
+  // would surface later, at exit, where nobody checks it.
+  const ssize_t objects = H5Fget_obj_count(
+      id, H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_DATATYPE | H5F_OBJ_ATTR | H5F_OBJ_LOCAL);
+  std::string reason;
+  if (objects != 0)
+    reason = objects < 0 ? hdf5_error_text()
+                         : std::to_string(objects) + " HDF5 object(s) still open in it (a bug)";
+  // Flush first so a failure names its cause; close anyway, to give the handle back.
+  if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0 && reason.empty()) reason = hdf5_system_error_text();
+  if (H5Fclose(id) < 0 && reason.empty()) reason = hdf5_system_error_text();
+  hdf5_error_text();  // a second failure adds nothing to the first
+  if (!reason.empty()) throw Error("writing " + path + " failed: " + reason);
+}
+
 H5Id open_h5_readwrite(const std::string& path) {
   Hdf5Lock lock;
   open_h5_readonly(path);  // the same checks and messages for a missing or damaged file
@@ -144,16 +163,23 @@ H5Id ensure_h5_group(hid_t loc, const std::string& path) {
   return current;
 }
 
-std::string h5_object_name(hid_t obj) {
+std::string h5_file_name(hid_t obj) {
   Hdf5Lock lock;
-  std::string file = "?", path = "?";
-  ssize_t n = H5Fget_name(obj, nullptr, 0);
+  std::string file = "?";
+  const ssize_t n = H5Fget_name(obj, nullptr, 0);
   if (n > 0) {
     file.assign(static_cast<size_t>(n) + 1, '\0');
     H5Fget_name(obj, file.data(), file.size());
     file.resize(static_cast<size_t>(n));
   }
-  n = H5Iget_name(obj, nullptr, 0);
+  hdf5_error_text();  // a failed lookup leaves nothing worth keeping
+  return file;
+}
+
+std::string h5_object_name(hid_t obj) {
+  Hdf5Lock lock;
+  std::string file = h5_file_name(obj), path = "?";
+  ssize_t n = H5Iget_name(obj, nullptr, 0);
   if (n > 0) {
     path.assign(static_cast<size_t>(n) + 1, '\0');
     H5Iget_name(obj, path.data(), path.size());
@@ -206,8 +232,13 @@ void write_h5_dataset(hid_t loc, const std::string& name, DType type,
     throw UsageError(h5_object_name(loc) + ": cannot create dataset " + name + " (" +
                      hdf5_error_text() + ")");
   H5Id dset(id);
-  if (count > 0)
-    LS_CHECK_HDF5(H5Dwrite(dset.get(), h5_memory_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  // The values go to the file here, so a full disk shows here first: the same message as
+  // close_h5_file's.
+  if (count > 0 &&
+      H5Dwrite(dset.get(), h5_memory_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    const std::string reason = hdf5_system_error_text();
+    throw Error("writing " + h5_file_name(loc) + " failed: " + reason);
+  }
 }
 
 std::vector<int64_t> h5_dataset_shape(hid_t loc, const std::string& name) {

@@ -7,8 +7,9 @@
 // attributes of any integer or float type, fixed- or variable-length strings.
 //
 // Every function takes the process-wide Hdf5Lock (hdf5_util.h), so any thread may call them.
-// Failures of the library are Error (LS_CHECK_HDF5); a path that cannot be created, or an
-// attribute of the wrong kind, is a UsageError naming the file and the object.
+// Failures of the library are Error (LS_CHECK_HDF5); a failed write of a dataset's values (a full
+// disk) is Error "writing FILE failed: REASON", as in close_h5_file; a path that cannot be
+// created, or an attribute of the wrong kind, is a UsageError naming the file and the object.
 // No collective calls: a file is written by the one rank that calls.
 #pragma once
 
@@ -24,14 +25,22 @@ namespace lockstep {
 
 // Creates `path`, replacing an existing file. Throws UsageError naming the path on failure.
 H5Id create_h5_file(const std::string& path);
+// Flushes and closes a file that `file` owns, checking each step, which the H5Id destructor cannot
+// report: on a full disk, or when the file system reports a write error only at close, this is
+// where HDF5 fails. Call it before a written file is used or renamed into place. `file` is empty
+// afterwards, also when it throws. Throws Error "writing PATH failed: REASON" (the system's reason
+// where there is one: "No space left on device"), also when an object in the file is still open,
+// as it would keep the file open past the close.
+void close_h5_file(H5Id& file, const std::string& path);
 // Opens an existing file for reading and writing (a checkpoint appended to, for example).
 H5Id open_h5_readwrite(const std::string& path);
 
 // Opens the group at `path` under `loc` ("train", "a/b"), creating it and its parents if missing.
 H5Id ensure_h5_group(hid_t loc, const std::string& path);
 
-// "file.h5:/train/images": where an object is, for messages.
+// "file.h5:/train/images": where an object is, for messages; h5_file_name: "file.h5" alone.
 std::string h5_object_name(hid_t obj);
+std::string h5_file_name(hid_t obj);
 
 struct H5WriteOptions {
   // Chunk dimensions, one per data dimension. Empty: contiguous storage, or, when gzip_level > 0,

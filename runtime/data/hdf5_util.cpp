@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -65,6 +66,23 @@ std::string hdf5_error_text() {
   const std::string& inner = walk.descriptions.back();
   if (walk.descriptions.size() == 1 || outer == inner) return outer;
   return outer + " (" + inner + ")";
+}
+
+std::string hdf5_system_error_text() {
+  Hdf5Lock lock;
+  ErrorWalk walk;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &walk);
+  // The innermost record that names an errno is the failed read, write or close.
+  for (auto it = walk.descriptions.rbegin(); it != walk.descriptions.rend(); ++it) {
+    const size_t at = it->find("errno = ");
+    if (at == std::string::npos) continue;
+    const int code = std::atoi(it->c_str() + at + 8);
+    if (code > 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return std::strerror(code);
+    }
+  }
+  return hdf5_error_text();
 }
 
 H5Id open_h5_readonly(const std::string& path, hid_t fapl) {

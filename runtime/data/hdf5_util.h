@@ -65,6 +65,11 @@ class H5Id {
 // Clears the stack. Empty when nothing is recorded.
 std::string hdf5_error_text();
 
+// The same, except that when a system call failed beneath HDF5 (its POSIX driver records "errno =
+// 28, error message = ..."), only that call's reason, e.g. "No space left on device": what a user
+// needs to know about a failed write. Clears the stack.
+std::string hdf5_system_error_text();
+
 // Opens an existing file read-only (H5F_ACC_RDONLY). Throws UsageError naming the file when it is
 // missing, unreadable, not HDF5, or damaged (HDF5's reason is included).
 // `fapl` is a file-access property list (H5P_DEFAULT for the defaults).

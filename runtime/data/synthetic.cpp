@@ -26,6 +26,7 @@ void write_synthetic_images(const std::string& path, int64_t train_rows, int64_t
   write_h5_attr_int(file.get(), "num_classes", 10);
   write_h5_attr_double(file.get(), "norm_mean", 0.5);
   write_h5_attr_double(file.get(), "norm_std", 0.25);
+  close_h5_file(file, path);
 }
 
 void write_synthetic_tokens(const std::string& path, int64_t train_rows, int64_t test_rows,
@@ -49,6 +50,7 @@ void write_synthetic_tokens(const std::string& path, int64_t train_rows, int64_t
     write_h5_attr_int(d.get(), "vocab_size", vocab);
     write_h5_attr_int(d.get(), "seq_len", T);
   }
+  close_h5_file(file, path);
 }
 
 }  // namespace lockstep

@@ -1,6 +1,8 @@
 // Synthetic datasets in the layout the loader reads, for trying Lockstep without a download and for
 // benchmarks whose speed does not depend on the values (lockstep-data synthetic, lockstep-bench
-// train). Deterministic: the same arguments write the same file. Throws Error on an HDF5 failure.
+// train). Deterministic: the same arguments write the same file. Throws Error on an HDF5 failure,
+// a failed write (a full disk) included: the writers flush and close the file, checked, before
+// they return.
 // One thread; no collective calls.
 #pragma once
 
