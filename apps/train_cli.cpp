@@ -58,12 +58,12 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
     set_log_level(LogLevel::debug);
     LS_LOG(debug) << world.launch_summary;
   }
-  // --eval-only: the checkpoint's run's options where the command line gives none (rank 0 reads
-  // them; the other ranks need not see the file).
-  if (o.eval_only) {
+  // --resume and --eval-only: the checkpoint's run's options where the command line gives none
+  // (rank 0 reads the file's attributes; the other ranks need not see the file).
+  if (!o.resume.empty()) {
     std::string record;
     if (world.rank == 0) try {
-        record = load_checkpoint(o.resume).config;
+        record = load_checkpoint_header(o.resume).config;
       } catch (const UsageError& e) {
         problem = e.what();
       }
@@ -73,7 +73,12 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
     record.resize(static_cast<size_t>(size));
     world_comm.broadcast(record.data(), record.size(), DType::u8, 0);
     try {
-      adopt_checkpoint_options(o, record, world.size);
+      if (o.eval_only) {
+        adopt_checkpoint_options(o, record, world.size);
+      } else if (const std::string taken = adopt_resumed_options(o, record);
+                 !taken.empty() && world.rank == 0) {
+        LS_LOG(info) << "--resume " << o.resume << ": as the checkpoint's run had them, " << taken;
+      }
       if (o.device == "cuda") check_cuda_layers(parse_model_spec(o.config.model));
     } catch (const UsageError& e) {
       problem = e.what();

@@ -310,6 +310,34 @@ void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int wo
   c.global_batch = std::max(p, rows / p * p);
 }
 
+std::string adopt_resumed_options(TrainOptions& o, const std::string& record) {
+  auto given = [&](const std::string& name) {
+    return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
+  };
+  std::map<std::string, std::string> saved;
+  std::istringstream lines(record);
+  for (std::string line; std::getline(lines, line);)
+    if (const size_t eq = line.find('='); eq != std::string::npos)
+      saved[line.substr(0, eq)] = line.substr(eq + 1);
+  const bool length_given = given("steps") || given("epochs");
+  std::string taken;
+  for (const Row& r : table()) {
+    if (r.record == nullptr || given(r.name)) continue;
+    const std::string key = r.record;
+    if (key == "data" || key == "group" || key == "test_group" || key == "zero") continue;
+    if ((key == "steps" || key == "epochs") && length_given) continue;
+    const auto it = saved.find(key);
+    if (it == saved.end()) continue;
+    // The remainder is recorded as a flag, the option takes a word.
+    const std::string value =
+        key == "drop_remainder" ? (it->second == "1" ? "drop" : "mask") : it->second;
+    if (r.get && r.get(o) == value) continue;
+    r.set(o, value);
+    taken += (taken.empty() ? "--" : ", --") + std::string(r.name) + " " + value;
+  }
+  return taken;
+}
+
 std::string program_name(const char* argv0) {
   if (argv0 == nullptr || *argv0 == '\0') return "lockstep-train";
   return std::filesystem::path(argv0).filename().string();

@@ -44,6 +44,12 @@ TrainOptions parse_train_options(int argc, char** argv);
 // --global-batch is given, the run's rows per step rounded down to a multiple of the `world_size`
 // ranks (it only groups the test rows). Throws UsageError for a recorded value its row refuses.
 void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size);
+// --resume (training): the checkpoint's run's options (`record`) where not given, so a resumed run
+// continues that run: its model, loss, optimizer and hyper-parameters, batch, seed, remainder and
+// length (--steps and --epochs both, unless either is given); not its data, groups or --zero.
+// Returns the options taken, "--model mlp:8, --lr 0.001", empty when none. Throws UsageError for
+// a recorded value its row refuses.
+std::string adopt_resumed_options(TrainOptions& o, const std::string& record);
 
 // Another program's options that are lockstep-train's (lockstep-bench train): each named row
 // added to `desc` with lockstep-train's help and default, and set from `vm` by the same row, so

@@ -17,6 +17,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/process/signals.h"
+#include "runtime/train/checkpoint_io.h"
 #include "test_util.h"
 
 using namespace lockstep;
@@ -165,6 +166,28 @@ TEST(Checkpoint, NeverWritesNonFiniteParameters) {
   EXPECT_THROW(save_checkpoint(dir, bad, 0), Error);
   EXPECT_EQ(list_checkpoints(dir).size(), 1u);
   EXPECT_EQ(load_checkpoint(dir).global_step, 1);
+}
+
+// A NaN under a valid CRC32 (written past save_checkpoint's check, as an edited file would be) is
+// refused on reading, naming the tensor; the header alone still reads (what the run was).
+TEST(Checkpoint, RefusesNonFiniteValuesUnderAValidCrc) {
+  std::string dir = testing_util::local_temp_dir("ckpt-nan-read");
+  CheckpointState bad = sample_state(2);
+  bad.params[1].data[2] = std::nanf("");
+  const std::string path = checkpoint_file_name(dir, 2);
+  detail::write_checkpoint_h5(path, bad);
+  try {
+    load_checkpoint(path);
+    ADD_FAILURE() << "a checkpoint holding a NaN parameter was loaded";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("/params/dense0.bias holds a non-finite value"),
+              std::string::npos)
+        << e.what();
+  }
+  const CheckpointState header = load_checkpoint_header(path);
+  EXPECT_EQ(header.global_step, 2);
+  EXPECT_EQ(header.config, bad.config);
+  EXPECT_TRUE(header.params.empty());
 }
 
 TEST(Checkpoint, RefusesMissingPathsAndEmptyFolders) {

@@ -3,6 +3,8 @@
 #  - a run whose rank 0 dies while saving (test hook: killed after writing the temporary file, before
 #    the rename) leaves the previous checkpoint intact; resuming from it at the same world size ends
 #    with parameters and optimizer state bitwise identical to an uninterrupted run;
+#    and so it does given only --data and --resume: the options not given are the checkpoint's
+#    run's (model, optimizer, schedule, batch, length);
 #  - resumed at another world size (4 -> 2, 2 -> 4) it matches within float tolerance;
 #  - --eval-only evaluates a checkpoint at 1, 2 and 3 ranks with the figures its run printed;
 #  - --zero 1 and 2 (sharded optimizer state, and gradients) write the same files: saved sharded at
@@ -99,6 +101,7 @@ train 2 "${args[@]}" --checkpoint-dir crash2
   fail "after a crash in the save of step 30, expected ckpt-20 and no ckpt-30: $(ls -a crash2)"
 [[ -f crash2/.ckpt-000000030.h5.tmp ]] || fail "the hook did not fire after the temporary file"
 cp -r crash2 crash2b
+cp -r crash2 crash2c
 unset LOCKSTEP_TEST_CRASH_IN_SAVE
 train 2 "${args[@]}" --checkpoint-dir crash2 --resume crash2
 [[ $rc -eq 0 ]] || fail "resume at 2 ranks exited $rc"$'\n'"$out"
@@ -109,6 +112,18 @@ if same_bits full2/$final crash2/$final; then
   echo "ok: resumed at the same world size: bitwise identical to the uninterrupted run"
 else
   fail "resumed run at 2 ranks differs from the uninterrupted run"
+fi
+
+# Given only --data and --resume (and where to save), the run continues with the checkpoint's
+# model, optimizer, schedule, batch and length: the same bits again.
+train 2 --data reg.h5 --progress none --checkpoint-every 10 --checkpoint-dir crash2c --resume crash2c
+[[ $rc -eq 0 ]] || fail "resume with only --data and --resume exited $rc"$'\n'"$out"
+grep -q -- "as the checkpoint's run had them, .*--model mlp:16, .*--optimizer momentum, --lr 0.05" <<<"$out" ||
+  fail "the resume did not say which options it took from the checkpoint"$'\n'"$out"
+if same_bits full2/$final crash2c/$final; then
+  echo "ok: resumed with only --data and --resume: bitwise identical to the uninterrupted run"
+else
+  fail "resumed with the checkpoint's options, the run differs from the uninterrupted run"
 fi
 
 # --- another world size: 2 -> 4 and 4 -> 2 ---

@@ -220,6 +220,10 @@ CheckpointState load_checkpoint(const std::string& path) {
   return detail::read_checkpoint_h5(resolve_checkpoint(path));
 }
 
+CheckpointState load_checkpoint_header(const std::string& path) {
+  return detail::read_checkpoint_h5(resolve_checkpoint(path), true);
+}
+
 void check_compatible(const CheckpointState& state, const CheckpointExpectation& expected,
                       const std::string& path) {
   if (state.model_spec != expected.model_spec)

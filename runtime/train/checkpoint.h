@@ -84,6 +84,9 @@ std::string resolve_checkpoint(const std::string& path);
 
 // Reads and validates a checkpoint file (or the newest in a folder). Throws UsageError as above.
 CheckpointState load_checkpoint(const std::string& path);
+// Its attributes alone (model spec, config, position, seed; params, optimizer and scalars empty):
+// what the run that wrote it was, without reading its tensors.
+CheckpointState load_checkpoint_header(const std::string& path);
 
 // Throws UsageError naming `path` when `state` does not fit the model: another spec, a parameter or
 // optimizer buffer that is missing or has another shape, a missing scalar, extra parameters.

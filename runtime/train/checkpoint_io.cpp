@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -185,6 +186,12 @@ class Reader {
       NamedTensor t;
       t.name = name;
       t.shape = get_dataset(group.get(), where, name, H5T_FLOAT, H5T_NATIVE_FLOAT, t.data);
+      // Lockstep never saves a NaN or an infinity (a non-finite step is stopped or skipped before
+      // its update): one here is damage the CRC32 was computed over, an edited file say.
+      for (size_t i = 0; i < t.data.size(); ++i)
+        if (!std::isfinite(t.data[i]))
+          fail(where + name + " holds a non-finite value (" + std::to_string(t.data[i]) +
+               " at element " + std::to_string(i) + "), which Lockstep never saves");
       out.push_back(std::move(t));
     }
     return out;
@@ -255,7 +262,7 @@ void write_checkpoint_h5(const std::string& path, const CheckpointState& s) {
   LS_CHECK_HDF5(H5Fclose(file.release()));
 }
 
-CheckpointState read_checkpoint_h5(const std::string& path) {
+CheckpointState read_checkpoint_h5(const std::string& path, bool header_only) {
   Hdf5Lock lock;
   Reader r(path);
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
@@ -282,6 +289,7 @@ CheckpointState read_checkpoint_h5(const std::string& path) {
   s.seed = r.get_number<uint64_t>(root, "/", "seed", H5T_NATIVE_UINT64);
   if (s.world_size < 1 || s.epoch < 0 || s.step_in_epoch < 0 || s.global_step < 0)
     r.fail("its position (world size, epoch, step) is out of range");
+  if (header_only) return s;
   r.get_dataset(root, "/", "rng", H5T_INTEGER, H5T_NATIVE_UINT64, s.rng_state);
   s.params = r.get_tensors(root, "params");
   s.optimizer = r.get_tensors(root, "optimizer");

@@ -25,7 +25,7 @@ namespace lockstep::detail {
 void write_checkpoint_h5(const std::string& path, const CheckpointState& state);
 
 // Reads and checks a file written by write_checkpoint_h5. Throws UsageError naming `path` and what
-// is wrong with it.
-CheckpointState read_checkpoint_h5(const std::string& path);
+// is wrong with it. header_only: the attributes alone (spec, config, position, seed), no tensors.
+CheckpointState read_checkpoint_h5(const std::string& path, bool header_only = false);
 
 }  // namespace lockstep::detail

@@ -89,11 +89,13 @@ Verdict StepGuard::check_update(bool grads_finite, int64_t step, int epoch) {
   }
   // Every rank reached this verdict from the agreed flags; saying so through the agreement makes it
   // the AgreedUsageError that rank 0 alone prints (run_app).
-  agree_or_throw(comm_, false,
-                 what + ": training stopped, nothing was applied or saved from this step; " +
-                     (keep.empty() ? std::string("there is no checkpoint to go back to")
-                                   : "the last good checkpoint is " + keep) +
-                     " (lower --lr, clip with --clip-norm, or use --on-nan skip)");
+  agree_or_throw(
+      comm_, false,
+      what + ": training stopped, nothing was applied or saved from this step; " +
+          (keep.empty() ? std::string("there is no checkpoint to go back to")
+                        : "the last good checkpoint is " + keep) +
+          " (lower --lr, clip with --clip-norm, check the data for NaN or infinite values, or use "
+          "--on-nan skip)");
   return Verdict::stop;  // not reached: a failed agreement throws
 }
 
