@@ -35,6 +35,7 @@
 #include "runtime/base/buffer.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
+#include "runtime/comm/agree.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
@@ -89,10 +90,22 @@ std::pair<int64_t, int64_t> batches_of(int64_t nb, int r, int P) {
 
 int run(int argc, char** argv, const lockstep::World& world, lockstep::Communicator& comm) {
   bool done = false;
-  const Options o = parse(argc, argv, world, &done);
+  Options o;
+  // Every rank finds the same problem with the command line and --out: agreed, it is printed once
+  // and every rank exits 2 (no MPI_Abort).
+  std::string problem;
+  try {
+    o = parse(argc, argv, world, &done);
+    if (!done) {
+      if (o.out.empty()) throw UsageError("--out must name the file to write");
+      lockstep::apps::require_new_output("lockstep-predict", o.out);
+      lockstep::set_blas_threads(o.threads > 0 ? o.threads : lockstep::default_blas_threads(world));
+    }
+  } catch (const UsageError& e) {
+    problem = e.what();
+  }
+  lockstep::agree_or_throw(comm, problem.empty(), problem);
   if (done) return 0;
-  lockstep::apps::require_new_output("lockstep-predict", o.out);
-  lockstep::set_blas_threads(o.threads > 0 ? o.threads : lockstep::default_blas_threads(world));
 
   const std::string path = lockstep::resolve_checkpoint(o.checkpoint);
   const lockstep::CheckpointState state = lockstep::load_checkpoint(path);

@@ -121,7 +121,20 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   if (world.rank == 0 && c.print)
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
                      backend_name(ctx.grads->backend()), threads);
-  if (!o.resume.empty()) resume_from_checkpoint(trainer, o.resume, o.eval_only);
+  if (!o.resume.empty()) {
+    const std::string file = resume_from_checkpoint(trainer, o.resume, o.eval_only);
+    // --steps and --epochs count from the run's start, not from the checkpoint (every rank holds
+    // the same position now).
+    const int64_t at = trainer.state().global_step, end = trainer.total_steps();
+    agree_or_throw(
+        world_comm, o.eval_only || at < end,
+        "checkpoint " + file + " is at step " + std::to_string(at) +
+            ", and this run ends at step " + std::to_string(end) +
+            (c.steps > 0 ? " (--steps " + std::to_string(c.steps) + ")"
+                         : " (--epochs " + std::to_string(c.epochs) + ")") +
+            ": nothing is left to train (--steps and --epochs count from the run's start); ask "
+            "for more, or evaluate the checkpoint with --eval-only");
+  }
   if (o.eval_only) {
     // The evaluation of the end of training, on --test-group, sharded over the ranks as in
     // training.

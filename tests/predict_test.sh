@@ -9,7 +9,8 @@
 #  - a small GPT on a byte corpus: predicted next bytes at every position (their accuracy is
 #    --eval-only's), all logits, and with --top 3 the three most likely bytes with their softmax
 #    probabilities, which must be the logits' own;
-#  - refusals, exit 2 and no file: an output that exists (left as it was), a checkpoint whose model
+#  - refusals, exit 2 and no file: an output that exists (left as it was; at 2 ranks printed once,
+#    without MPI_Abort), an empty --out, a checkpoint whose model
 #    cannot take the rows, a missing group, --batch 0, --top on image data.
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
 set -u
@@ -142,6 +143,13 @@ print(f\"{(a['predicted'][...] == tokens[:, 1:]).mean():.4f}\")") || fail "the G
 before=$(md5sum <reg_pred.h5)
 e2e_refused "an output that exists" "exists" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out reg_pred.h5
 [[ $(md5sum <reg_pred.h5) == "$before" ]] || fail "a refused prediction changed the existing output"
+# At 2 ranks the same refusal is printed once and every rank exits 2, without MPI_Abort's banner.
+predict 2 --checkpoint reg_ckpt --data reg.h5 --out reg_pred.h5
+[[ $rc -eq 2 && $(grep -c '^error:' <<<"$out") -eq 1 ]] && ! grep -q MPI_ABORT <<<"$out" ||
+  fail "an output that exists, at 2 ranks: exit $rc, expected 2, one error line, no abort: $out"
+predict 2 --checkpoint reg_ckpt --data reg.h5 --out ""
+[[ $rc -eq 2 ]] && grep -q -- "--out must name the file to write" <<<"$out" ||
+  fail "an empty --out: exit $rc: $out"
 e2e_refused "a GPT checkpoint on regression rows" "cannot take the rows" "$bin/lockstep-predict" --checkpoint gpt_ckpt --data reg.h5 --out x1.h5
 e2e_refused "a missing group" "no group 'nope'" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --group nope --out x2.h5
 e2e_refused "--batch 0" "batch" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out x3.h5 --batch 0

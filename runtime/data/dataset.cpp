@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -17,6 +18,15 @@
 
 namespace lockstep {
 namespace {
+
+// A number read from a file, for a message: a whole one without a fraction ("10", not
+// "10.000000"; 2^63 and above too), others as printf's %g.
+std::string number_text(double v) {
+  if (std::trunc(v) == v && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
 
 using namespace h5_read;
 
@@ -94,19 +104,18 @@ void scan_labels(Split& s, std::optional<double> declared, TargetKind targets) {
     lo = std::min(lo, *mn);
     hi = std::max(hi, *mx);
   }
-  auto whole = [](double v) { return std::to_string(static_cast<long long>(v)); };
-  if (lo < 0) throw UsageError(labels + ": holds a negative label (" + whole(lo) + ")");
+  if (lo < 0) throw UsageError(labels + ": holds a negative label (" + number_text(lo) + ")");
   if (declared) {
     if (!(*declared >= 1 && *declared <= 1e9) || std::trunc(*declared) != *declared)
-      throw UsageError(info.path + ": attribute num_classes is " + std::to_string(*declared) +
+      throw UsageError(info.path + ": attribute num_classes is " + number_text(*declared) +
                        ", expected a positive whole number");
     info.num_classes = static_cast<int>(*declared);
     if (hi >= info.num_classes)
-      throw UsageError(labels + ": holds label " + whole(hi) + " but num_classes is " +
+      throw UsageError(labels + ": holds label " + number_text(hi) + " but num_classes is " +
                        std::to_string(info.num_classes) + " (labels must be 0 to num_classes-1)");
   } else {
     if (hi >= 1e9)
-      throw UsageError(labels + ": holds label " + whole(hi) + ", too large for a class id");
+      throw UsageError(labels + ": holds label " + number_text(hi) + ", too large for a class id");
     info.num_classes = static_cast<int>(hi + 1);
   }
 }
@@ -179,7 +188,7 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
     throw UsageError(xw + ": rows of " + std::to_string(T + 1) + " tokens, too long a sequence");
   const std::optional<double> seq_len = find_attr(s, "seq_len");
   if (seq_len && *seq_len != static_cast<double>(T))
-    throw UsageError(xw + ": attribute seq_len is " + std::to_string(*seq_len) + " but rows hold " +
+    throw UsageError(xw + ": attribute seq_len is " + number_text(*seq_len) + " but rows hold " +
                      std::to_string(T + 1) + " tokens (seq_len + 1 expected)");
   std::optional<double> vocab = find_attr(s, "vocab_size");
   if (!vocab && s.x_elem != Elem::u8)
@@ -187,7 +196,7 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
                      " tokens need a vocab_size attribute (the number "
                      "of distinct token ids; only uint8 tokens default to 256)");
   if (vocab && (!(*vocab >= 1 && *vocab <= kMaxVocab) || std::trunc(*vocab) != *vocab))
-    throw UsageError(xw + ": attribute vocab_size is " + std::to_string(*vocab) +
+    throw UsageError(xw + ": attribute vocab_size is " + number_text(*vocab) +
                      ", expected a whole number from 1 to 2^24");
   info.num_classes = static_cast<int>(vocab.value_or(256.0));
   info.classification = true;

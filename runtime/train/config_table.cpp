@@ -105,7 +105,10 @@ Row number(const char* name, OptionGroup g, const char* help, const char* record
       using Limits = std::numeric_limits<F>;
       if (static_cast<double>(n) < static_cast<double>(Limits::min()) ||
           static_cast<double>(n) > static_cast<double>(Limits::max()))
-        throw bad(name, "between " + shown(+Limits::min()) + " and " + shown(+Limits::max()), v);
+        throw bad(name,
+                  "between " + shown(std::isinf(b.lo) ? +Limits::min() : static_cast<F>(b.lo)) +
+                      " and " + shown(+Limits::max()),
+                  v);
       m(c) = static_cast<F>(n);
     } else {
       const double d = std::strtod(v.c_str(), &end);

@@ -72,15 +72,6 @@ void check_resumable(Trainer& t, const CheckpointState& s, const std::string& pa
     throw UsageError("checkpoint " + path + " is at step " + std::to_string(s.step_in_epoch) +
                      " of an epoch that has only " + std::to_string(t.steps_per_epoch()) +
                      " steps");
-  // --steps and --epochs count from the run's start, not from the checkpoint.
-  if (s.global_step >= t.total_steps())
-    throw UsageError(
-        "checkpoint " + path + " is at step " + std::to_string(s.global_step) +
-        ", and this run ends at step " + std::to_string(t.total_steps()) +
-        (t.config().steps > 0 ? " (--steps " + std::to_string(t.config().steps) + ")"
-                              : " (--epochs " + std::to_string(t.config().epochs) + ")") +
-        ": nothing is left to train (--steps and --epochs count from the run's start); ask for "
-        "more, or evaluate the checkpoint with --eval-only");
 }
 
 // The checkpoint's parameters and optimizer buffers as whole flat buffers of this trainer's
