@@ -283,17 +283,25 @@ void adopt_into(TrainOptions& o, const std::map<std::string, std::string>& saved
   if (r.record == nullptr) return;
   if (auto it = saved.find(r.record); it != saved.end()) r.set(o, it->second);
 }
-}  // namespace
 
-void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size) {
-  auto given = [&](const char* name) {
-    return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
-  };
+// A checkpoint's record of its run's options ("key=value" lines) as a map.
+std::map<std::string, std::string> record_values(const std::string& record) {
   std::map<std::string, std::string> saved;
   std::istringstream lines(record);
   for (std::string line; std::getline(lines, line);)
     if (const size_t eq = line.find('='); eq != std::string::npos)
       saved[line.substr(0, eq)] = line.substr(eq + 1);
+  return saved;
+}
+
+bool was_given(const TrainOptions& o, const std::string& name) {
+  return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
+}
+}  // namespace
+
+void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size) {
+  const std::map<std::string, std::string> saved = record_values(record);
+  auto given = [&](const char* name) { return was_given(o, name); };
   for (const char* name : {"model", "loss", "optimizer", "seed"})
     if (!given(name)) adopt_into(o, saved, name);
   // The evaluation's batch: the run's rows per step (its micro-batch over all ranks), in one
@@ -311,14 +319,8 @@ void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int wo
 }
 
 std::string adopt_resumed_options(TrainOptions& o, const std::string& record) {
-  auto given = [&](const std::string& name) {
-    return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
-  };
-  std::map<std::string, std::string> saved;
-  std::istringstream lines(record);
-  for (std::string line; std::getline(lines, line);)
-    if (const size_t eq = line.find('='); eq != std::string::npos)
-      saved[line.substr(0, eq)] = line.substr(eq + 1);
+  const std::map<std::string, std::string> saved = record_values(record);
+  auto given = [&](const std::string& name) { return was_given(o, name); };
   const bool length_given = given("steps") || given("epochs");
   std::string taken;
   for (const Row& r : table()) {

@@ -22,13 +22,15 @@ e2e_workdir data-cli
 
 run() { timeout 300 "$bin" "$@"; }
 
-# expect_error WORDS ARGS...: non-zero exit, WORDS in the message, no HDF5 error-stack dump.
+# expect_error WORDS ARGS...: non-zero exit (left in $last_rc), WORDS in the message, no HDF5
+# error-stack dump.
 expect_error() {
   local words=$1
   shift
   local out rc
   out=$(run "$@" 2>&1)
   rc=$?
+  last_rc=$rc
   [[ $rc -ne 0 ]] || fail "lockstep-data $* succeeded"$'\n'"$out"
   grep -qF -- "$words" <<<"$out" || fail "lockstep-data $*: message lacks '$words'"$'\n'"$out"
   if grep -q 'HDF5-DIAG' <<<"$out"; then fail "lockstep-data $*: HDF5 printed its error stack"; fi
@@ -163,15 +165,10 @@ grep -q '^error: \[rank 1/2 .*\] --epochs must be at least 1' <<<"$out" ||
 [[ $took -lt 30 ]] || fail "a usage error on rank 1 only took ${took}s to end the job"
 
 # --- an --out that would destroy an input or is not a regular file: exit 2 before any reading ---
-# expect_refused WORDS ARGS...: exit 2 (a usage error) and WORDS in the message.
+# expect_refused WORDS ARGS...: expect_error's checks, with exit 2 (a usage error).
 expect_refused() {
-  local words=$1
-  shift
-  local out rc
-  out=$(run "$@" 2>&1)
-  rc=$?
-  [[ $rc -eq 2 ]] || fail "lockstep-data $*: exit $rc, expected 2 (refused)"$'\n'"$out"
-  grep -qF -- "$words" <<<"$out" || fail "lockstep-data $*: message lacks '$words'"$'\n'"$out"
+  expect_error "$@"
+  [[ $last_rc -eq 2 ]] || fail "lockstep-data ${*:2}: exit $last_rc, expected 2 (refused)"
 }
 seq 1 5000 >"$work/notes.txt"
 sum=$(cksum <"$work/notes.txt")
