@@ -9,7 +9,8 @@
 namespace lockstep::testing_util {
 
 // A fresh folder under $TMPDIR (or /tmp) that the same test on every rank agrees on (rank 0 makes
-// it and broadcasts the name). Collective.
+// it and broadcasts the name). Collective. Removed with what it holds when the process that made
+// it exits (LOCKSTEP_KEEP_TEST_DIRS=1 keeps it).
 std::string shared_temp_dir(const std::string& tag);
 
 // The same, for a single-process test.
