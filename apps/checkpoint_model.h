@@ -1,7 +1,7 @@
 // A trained model for inference, rebuilt from a checkpoint: the checkpoint's spec planned against
 // an input shape, its parameters written in by tensor name. Shared by the inference programs
-// (lockstep-generate); header-only, as apps/ builds each executable from its own files.
-// Used by one thread. No collective calls.
+// (lockstep-generate, lockstep-predict); header-only, as apps/ builds each executable from its own
+// files. Used by one thread. No collective calls.
 #pragma once
 
 #include <memory>
@@ -32,6 +32,32 @@ inline std::unique_ptr<Model> model_from_checkpoint(const CheckpointState& state
     model->write_params(t.offset, p->data.data(), t.count);
   }
   return model;
+}
+
+// The outputs per position of `state`'s model, read off its parameters: the model is planned for
+// 1 and for 2 outputs, and the checkpoint's size of the dimension that changes between the two (the
+// head's) is the answer. UsageError naming `path` when the model cannot take `input`, or when the
+// checkpoint lacks the head's tensor.
+inline int checkpoint_outputs(const CheckpointState& state, const std::string& path,
+                              const SampleShape& input, int positions = 1) {
+  const ModelSpec spec = parse_model_spec(state.model_spec);
+  const ModelPlacement host;
+  const std::vector<ParamTensorInfo> one =
+      Model(spec, input, 1, 1, host, positions).param_tensors();
+  const std::vector<ParamTensorInfo> two =
+      Model(spec, input, 2, 1, host, positions).param_tensors();
+  for (size_t t = 0; t < one.size() && t < two.size(); ++t) {
+    if (one[t].shape == two[t].shape || one[t].shape.size() != two[t].shape.size()) continue;
+    const NamedTensor* p = find_tensor(state.params, one[t].name);
+    if (p == nullptr || p->shape.size() != one[t].shape.size())
+      throw UsageError(path + ": parameter " + one[t].name +
+                       (p == nullptr ? " is missing" : " has another shape") + " for model " +
+                       state.model_spec);
+    for (size_t d = 0; d < one[t].shape.size(); ++d)
+      if (one[t].shape[d] != two[t].shape[d]) return static_cast<int>(p->shape[d]);
+  }
+  throw UsageError(path + ": cannot tell the outputs of model " + state.model_spec +
+                   " from its parameters");
 }
 
 }  // namespace lockstep::apps

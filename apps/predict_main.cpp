@@ -6,8 +6,10 @@
 // The rows are cut into batches of --batch rows from the first row on (one batch of every row when
 // --batch is larger), and the batches into one contiguous run per rank: a row meets the same batch
 // and kernels at any world size, so the predictions are the same bits at 1 rank or 3. Rank 0
-// gathers and writes PRED.h5 (to a temporary name, renamed into place when complete), by the data's
-// kind:
+// gathers and writes PRED.h5 (to a temporary name, renamed into place when complete). Only the
+// split's inputs are read (labels or targets may be absent); what is written follows the
+// checkpoint's model: its run's loss (cross-entropy or mse, else the file's targets by the label
+// rule) and its head's width:
 //   classification  logits (N, classes) float32, predicted (N) int32 (the largest logit; the lowest
 //                   class on a tie)
 //   regression      predictions (N, K) float32
@@ -109,14 +111,49 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
 
   const std::string path = lockstep::resolve_checkpoint(o.checkpoint);
   const lockstep::CheckpointState state = lockstep::load_checkpoint(path);
+  // The inputs alone are read: a file of inputs without labels or targets predicts.
   lockstep::DatasetSpec spec;
   spec.path = o.data;
   spec.group = o.group;
+  spec.inputs_only = true;
   lockstep::DatasetReader reader(spec);
   const lockstep::DatasetInfo& info = reader.info();
   const bool tokens = info.positions > 1;
-  const int classes = info.classification ? info.num_classes : info.target_dim;
   if (!tokens && o.top > 0) throw UsageError("--top is for token data (a GPT's next tokens)");
+  std::vector<int> shape(info.sample_shape.begin(), info.sample_shape.end());
+  // What the model outputs follows the checkpoint, not the file: a token split's vocabulary, else
+  // the head's width, as classes (the run's loss was cross-entropy) or regression values (mse).
+  const std::string loss = lockstep::config_record_values(state.config)["loss"];
+  bool classification = tokens || loss == "cross-entropy";
+  if (!tokens && loss != "cross-entropy" && loss != "mse") {
+    // A checkpoint without the record (written through the library): the file's targets decide,
+    // by the label rule, as training would have.
+    lockstep::DatasetSpec with_targets = spec;
+    with_targets.inputs_only = false;
+    try {
+      classification = lockstep::inspect_dataset(with_targets).classification;
+    } catch (const UsageError& e) {
+      throw UsageError(path +
+                       " records no loss, so the file's targets must say whether its model "
+                       "classifies or regresses: " +
+                       e.what());
+    }
+  }
+  const std::vector<lockstep::LayerSpec> layers =
+      lockstep::parse_model_spec(state.model_spec).layers;
+  if (!tokens && !layers.empty() && layers.front().type == "embed")
+    throw UsageError(path + " (model " + state.model_spec + ") reads token rows, a GPT's, but " +
+                     o.data + ":" + o.group + " is not a token split (its inputs are " +
+                     info.x_name + ", not tokens)");
+  int classes = info.num_classes;
+  if (!tokens) {
+    try {
+      classes = lockstep::apps::checkpoint_outputs(state, path, shape);
+    } catch (const UsageError& e) {
+      throw UsageError(path + " (model " + state.model_spec + ") cannot take the rows of " +
+                       o.data + ":" + o.group + ": " + e.what());
+    }
+  }
   // A --batch above the split's rows is cut to them before anything is sized by it: the one batch
   // holds every row either way, so the predictions are the same, and the model's buffers and ours
   // are sized by the rows rather than by a --batch of any size.
@@ -126,7 +163,6 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   const lockstep::DeviceChoice choice = lockstep::choose_device(o.device, world);
   lockstep::activate_device(choice);
   place.device = choice.kind;
-  std::vector<int> shape(info.sample_shape.begin(), info.sample_shape.end());
   std::unique_ptr<lockstep::Model> model;
   try {
     model = lockstep::apps::model_from_checkpoint(state, path, shape, classes, batch, place,
@@ -142,8 +178,7 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   const int keep = tokens && o.top > 0 ? std::min(o.top, classes) : classes;
   const size_t row_floats = static_cast<size_t>(positions) * keep;
   const size_t row_ints =
-      info.classification ? static_cast<size_t>(positions) * (1 + (tokens && o.top > 0 ? keep : 0))
-                          : 0;
+      classification ? static_cast<size_t>(positions) * (1 + (tokens && o.top > 0 ? keep : 0)) : 0;
   const int64_t rows = info.rows, nb = (rows + batch - 1) / batch;
   const auto [first, last] = batches_of(nb, world.rank, world.size);
   const int64_t row0 = std::min(rows, first * batch), row1 = std::min(rows, last * batch);
@@ -173,7 +208,7 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
       for (int p = 0; p < positions; ++p) {
         const float* l = out_host.data() + (static_cast<size_t>(i) * positions + p) * classes;
         float* f = mine_f.data() + at * row_floats + static_cast<size_t>(p) * keep;
-        if (!info.classification) {
+        if (!classification) {
           std::copy(l, l + classes, f);
           continue;
         }
@@ -220,7 +255,10 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
                     k.begin() + q0 * static_cast<ptrdiff_t>(row_ints));
     }
     const std::string tmp = o.out + ".tmp";
-    {
+    // Written in full and closed with every step checked (close_h5_file) before the rename: a
+    // full disk is "writing PRED.h5.tmp failed: No space left on device", and the temporary file
+    // is removed on any failure.
+    try {
       const lockstep::Hdf5Lock lock;
       lockstep::H5Id file = lockstep::create_h5_file(tmp);
       const std::vector<int64_t> rshape =
@@ -229,7 +267,7 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
         s.push_back(last);
         return s;
       };
-      if (!info.classification) {
+      if (!classification) {
         lockstep::write_h5_dataset(file.get(), "predictions", lockstep::DType::f32,
                                    with(rshape, classes), f.data());
       } else {
@@ -258,6 +296,11 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
       lockstep::write_h5_attr_string(file.get(), "data", o.data);
       lockstep::write_h5_attr_string(file.get(), "group", o.group);
       lockstep::write_h5_attr_int(file.get(), "rows", rows);
+      lockstep::close_h5_file(file, tmp);
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw;
     }
     std::error_code ec;
     std::filesystem::rename(tmp, o.out, ec);

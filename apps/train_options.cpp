@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "runtime/base/error.h"
+#include "runtime/train/checkpoint.h"
 #include "runtime/train/config_table.h"
 
 namespace lockstep {
@@ -284,23 +285,13 @@ void adopt_into(TrainOptions& o, const std::map<std::string, std::string>& saved
   if (auto it = saved.find(r.record); it != saved.end()) r.set(o, it->second);
 }
 
-// A checkpoint's record of its run's options ("key=value" lines) as a map.
-std::map<std::string, std::string> record_values(const std::string& record) {
-  std::map<std::string, std::string> saved;
-  std::istringstream lines(record);
-  for (std::string line; std::getline(lines, line);)
-    if (const size_t eq = line.find('='); eq != std::string::npos)
-      saved[line.substr(0, eq)] = line.substr(eq + 1);
-  return saved;
-}
-
 bool was_given(const TrainOptions& o, const std::string& name) {
   return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
 }
 }  // namespace
 
 void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size) {
-  const std::map<std::string, std::string> saved = record_values(record);
+  const std::map<std::string, std::string> saved = config_record_values(record);
   auto given = [&](const char* name) { return was_given(o, name); };
   for (const char* name : {"model", "loss", "optimizer", "seed"})
     if (!given(name)) adopt_into(o, saved, name);
@@ -319,7 +310,7 @@ void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int wo
 }
 
 std::string adopt_resumed_options(TrainOptions& o, const std::string& record) {
-  const std::map<std::string, std::string> saved = record_values(record);
+  const std::map<std::string, std::string> saved = config_record_values(record);
   auto given = [&](const std::string& name) { return was_given(o, name); };
   const bool length_given = given("steps") || given("epochs");
   std::string taken;

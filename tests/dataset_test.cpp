@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "data_fixtures.h"
 #include "runtime/base/error.h"
@@ -128,6 +129,71 @@ TEST_F(Dataset, ReaderReadsRegressionTargets) {
     for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(x[i * 4 + j], static_cast<float>(ids[i] * 4 + j));
     for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(t[i * 3 + j], target_value(ids[i], j));
   }
+}
+
+// lockstep-predict's reading: the inputs alone, from a split that has no targets, converted as a
+// split with them would be; without inputs_only such a split is refused naming the dataset.
+TEST_F(Dataset, InputsOnlyReadsASplitWithoutTargets) {
+  ClassificationFixture f;
+  f.rows = 9;
+  write_classification(path("full.h5"), f);
+  {
+    H5Id file = create_h5_file(path("bare.h5"));
+    std::vector<uint8_t> images(static_cast<size_t>(f.rows) * 6);
+    for (int64_t r = 0; r < f.rows; ++r)
+      for (int64_t k = 0; k < 6; ++k) images[static_cast<size_t>(r * 6 + k)] = pixel_value(r, k);
+    write_h5_dataset(file.get(), "train/images", {f.rows, 3, 2, 1}, images);
+    for (const char* name : {"norm_mean", "norm_std"})
+      write_h5_attr_double(file.get(), name, name[5] == 'm' ? kFixtureMean : kFixtureStd);
+  }
+  expect_refused(spec_of(path("bare.h5")), {"train/labels", "no such dataset"});
+  DatasetSpec bare = spec_of(path("bare.h5")), full = spec_of(path("full.h5"));
+  bare.inputs_only = full.inputs_only = true;
+  DatasetReader a(bare), b(full);
+  EXPECT_FALSE(a.info().has_targets);
+  EXPECT_FALSE(b.info().has_targets);
+  EXPECT_EQ(a.info().rows, 9);
+  const std::vector<int64_t> ids = {8, 0, 4};
+  std::vector<float> xa(ids.size() * 6), xb(ids.size() * 6);
+  a.read_rows(ids.data(), ids.size(), xa.data(), nullptr, nullptr);
+  b.read_rows(ids.data(), ids.size(), xb.data(), nullptr, nullptr);
+  EXPECT_EQ(xa, xb);
+  EXPECT_NEAR(xa[6], normalised_pixel(0, 0), 1e-6);
+}
+
+// A NaN or an infinity in float inputs or regression targets (also a float64 beyond float32's
+// range) is refused when its row is read, naming the dataset and the row; nothing reads it as NaN.
+TEST_F(Dataset, NonFiniteInputsAndTargetsAreRefusedNamingTheRow) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  {
+    H5Id file = create_h5_file(path("nan.h5"));
+    std::vector<float> x(6 * 2, 1.0f), y(6, 0.5f), ty(6 * 2, 0.5f);
+    x[3 * 2 + 1] = nan;  // row 3, value 1
+    write_h5_dataset(file.get(), "x_nan/x", {6, 2}, x);
+    write_h5_dataset(file.get(), "x_nan/y", {6}, y);
+    std::vector<float> ok(6 * 2, 1.0f);
+    ty[4 * 2] = -inf;  // row 4, value 0
+    write_h5_dataset(file.get(), "y_inf/x", {6, 2}, ok);
+    write_h5_dataset(file.get(), "y_inf/y", {6, 2}, ty);
+    std::vector<double> big(6 * 2, 1.0);
+    big[5 * 2] = 1e300;  // finite as a double, not as a float
+    write_h5_dataset(file.get(), "x_big/x", {6, 2}, big);
+    write_h5_dataset(file.get(), "x_big/y", {6}, y);
+  }
+  auto refusal = [&](const std::string& group, int64_t row) {
+    DatasetReader reader(spec_of(path("nan.h5"), group));
+    std::vector<float> x(2), t(2);
+    const int64_t fine = 0;
+    reader.read_rows(&fine, 1, x.data(), nullptr, t.data());  // another row reads
+    return usage_message([&] { reader.read_rows(&row, 1, x.data(), nullptr, t.data()); });
+  };
+  const std::string x_nan = refusal("x_nan", 3);
+  EXPECT_NE(x_nan.find("x_nan/x: row 3, value 1 is nan"), std::string::npos) << x_nan;
+  const std::string y_inf = refusal("y_inf", 4);
+  EXPECT_NE(y_inf.find("y_inf/y: row 4, value 0 is -inf"), std::string::npos) << y_inf;
+  const std::string x_big = refusal("x_big", 5);
+  EXPECT_NE(x_big.find("x_big/x: row 5, value 0 is inf"), std::string::npos) << x_big;
 }
 
 // A file as h5py writes it from numpy arrays: float64 images in [0, 1] (chunked, gzip), int64

@@ -9,6 +9,9 @@
 #  - a small GPT on a byte corpus: predicted next bytes at every position (their accuracy is
 #    --eval-only's), all logits, and with --top 3 the three most likely bytes with their softmax
 #    probabilities, which must be the logits' own;
+#  - only the inputs are read and the checkpoint decides what is written: the regression split's
+#    inputs alone, or with integer labels, give the regression predictions; a NaN input is refused
+#    naming its row;
 #  - refusals, exit 2 and no file: an output that exists (left as it was; at 2 ranks printed once,
 #    without MPI_Abort), an empty --out, a checkpoint whose model
 #    cannot take the rows, a missing group, --batch 0, --top on image data.
@@ -103,6 +106,41 @@ print('same' if a.shape == b.shape and a.tobytes() == b.tobytes() else f'{a.shap
     fail "--batch 1000000000's predictions: $got"
 fi
 
+# Only the inputs are read, and what is written follows the checkpoint: the test split's x alone
+# (no y), and the same x with integer labels (a classification file by the label rule), give the
+# regression checkpoint's predictions, the same bits. Before, the first was refused (no y) and the
+# second read as 4 classes ("has another shape").
+py "
+import h5py, numpy as np
+src = h5py.File('reg.h5')
+for name, labels in (('reg_x.h5', None), ('reg_cls.h5', np.arange(60) % 4)):
+    with h5py.File(name, 'w') as f:
+        for k, v in src.attrs.items(): f.attrs[k] = v
+        f['test/x'] = src['test']['x'][...]
+        if labels is not None: f['test/y'] = labels.astype(np.int32)
+assert src['test']['x'].shape[0] == 60, src['test']['x'].shape" || fail "writing reg_x.h5"
+for f in reg_x reg_cls; do
+  predict 2 --checkpoint reg_ckpt --data $f.h5 --out ${f}_pred.h5 --batch 7
+  [[ $rc -eq 0 ]] || fail "predict on $f.h5 exits $rc: $out"
+  got=$(py "
+import h5py
+a, b = h5py.File('reg_pred.h5'), h5py.File('${f}_pred.h5')
+print('same' if list(b) == ['predictions'] and a['predictions'][...].tobytes() == b['predictions'][...].tobytes() else f'{list(b)} differ')")
+  [[ "$got" == same ]] && echo "ok: $f.h5 (inputs only, or other targets) gives the checkpoint's regression predictions" ||
+    fail "predictions on $f.h5: $got"
+done
+# A NaN among the inputs: refused naming the row, exit 2, no file (before: NaN predictions).
+py "
+import h5py, numpy as np
+x = h5py.File('reg.h5')['test']['x'][...].astype(np.float32)
+x[41, 1] = np.nan
+h5py.File('reg_nan.h5', 'w')['test/x'] = x" || fail "writing reg_nan.h5"
+predict 2 --checkpoint reg_ckpt --data reg_nan.h5 --out nan_pred.h5 --batch 7
+[[ $rc -eq 2 && ! -e nan_pred.h5 && ! -e nan_pred.h5.tmp ]] &&
+  grep -q "test/x: row 41, value 1 is nan" <<<"$out" &&
+  echo "ok: a NaN input is refused naming its row, exit 2, no file" ||
+  fail "a NaN input: exit $rc, expected 2 naming row 41 and no file: $out"
+
 # ---- tokens: a small GPT ----
 /usr/bin/python3 - >corpus.txt <<'EOF'
 import random
@@ -150,12 +188,29 @@ predict 2 --checkpoint reg_ckpt --data reg.h5 --out reg_pred.h5
 predict 2 --checkpoint reg_ckpt --data reg.h5 --out ""
 [[ $rc -eq 2 ]] && grep -q -- "--out must name the file to write" <<<"$out" ||
   fail "an empty --out: exit $rc: $out"
-e2e_refused "a GPT checkpoint on regression rows" "cannot take the rows" "$bin/lockstep-predict" --checkpoint gpt_ckpt --data reg.h5 --out x1.h5
+e2e_refused "a GPT checkpoint on regression rows" "reads token rows, a GPT's, but reg.h5:test is not a token split" "$bin/lockstep-predict" --checkpoint gpt_ckpt --data reg.h5 --out x1.h5
 e2e_refused "a missing group" "no group 'nope'" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --group nope --out x2.h5
 e2e_refused "--batch 0" "batch" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out x3.h5 --batch 0
 e2e_refused "--top on regression data" "top" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out x4.h5 --top 2
 for f in x1 x2 x3 x4; do
   [[ ! -e $f.h5 && ! -e $f.h5.tmp ]] || fail "a refused prediction left $f.h5"
 done
+
+# A full disk (a 300 KiB tmpfs, root only; else skipped with the reason): the GPT's logits do not
+# fit. Exit 1, one line naming the file and the cause, no temporary or final file left (before: a
+# stack of HDF5 diagnostics, and PRED.h5.tmp left behind).
+mkdir small
+if mount -t tmpfs -o size=300k tmpfs small 2>/dev/null; then
+  predict 2 --checkpoint gpt_ckpt --data corpus.h5 --out small/full.h5 --batch 8
+  left=$(ls -A small)
+  umount small || fail "cannot unmount small"
+  [[ -z $left ]] || fail "a full disk left $left"
+  [[ $rc -eq 1 ]] && grep -q "writing small/full.h5.tmp failed: No space left on device" <<<"$out" &&
+    ! grep -q "HDF5-DIAG" <<<"$out" &&
+    echo "ok: a full disk: exit 1 naming the file and the cause" ||
+    fail "a full disk: exit $rc, expected 1 with one message naming the file: $out"
+else
+  echo "skipped the full-disk case: mount -t tmpfs is not permitted here (the test runs it as root)"
+fi
 
 e2e_finish predict_test

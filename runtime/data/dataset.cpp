@@ -39,6 +39,7 @@ struct Split {
   std::vector<int64_t> x_dims, y_dims;
   size_t x_size = 0, y_size = 0;  // bytes per stored element
   Elem x_elem = Elem::u8, y_elem = Elem::u8;
+  bool tokens = false;  // a token split: no y, targets come from x
 };
 
 std::string where(const DatasetInfo& info, const std::string& name) {
@@ -162,6 +163,7 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
                        "be tokens or left out, not '" +
                        *name + "'");
   info.x_name = info.y_name = "tokens";
+  s.tokens = true;
   s.x = open_dataset(s.group.get(), info, info.x_name, H5P_DEFAULT);
   if (chunk_cache_bytes > 0) {
     H5Id dapl = chunk_cache_access(s.x.get(), chunk_cache_bytes);
@@ -206,6 +208,42 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   if (!(s.x_elem == Elem::u8 && info.num_classes >= 256)) scan_tokens(s);
 }
 
+// The targets of an inputs-and-targets split whose inputs open_split has opened: their dataset,
+// type, shape against the inputs' rows, and the label rule (dataset.h).
+void open_targets(Split& s, const DatasetSpec& spec) {
+  DatasetInfo& info = s.info;
+  info.y_name = spec.y_name;
+  if (info.y_name.empty()) info.y_name = std::string(info.x_name == "images" ? "labels" : "y");
+  s.y = open_dataset(s.group.get(), info, info.y_name, H5P_DEFAULT);
+  const std::string xw = where(info, info.x_name), yw = where(info, info.y_name);
+  require_h5_filters(s.y.get(), yw);
+  H5Id yt(LS_CHECK_HDF5(H5Dget_type(s.y.get())));
+  info.y_type = type_text(yt.get());
+  const std::optional<Elem> ye = elem_of(yt.get());
+  if (!ye)
+    throw UsageError(yw + ": has type " + info.y_type +
+                     ", expected integer labels or float targets");
+  s.y_elem = *ye;
+  s.y_size = H5Tget_size(yt.get());
+  s.y_dims = dims_of(s.y.get());
+  // The label rule (dataset.h); one-hot rows (N, K > 1) stay regression targets.
+  const std::optional<double> num_classes = find_attr(s, "num_classes");
+  const bool one_per_row = s.y_dims.size() == 1 || (s.y_dims.size() == 2 && s.y_dims[1] == 1);
+  info.classification = H5Tget_class(yt.get()) == H5T_INTEGER ||
+                        spec.targets == TargetKind::labels ||
+                        (spec.targets == TargetKind::automatic && num_classes && one_per_row);
+  if (s.y_dims.empty() || s.y_dims.size() > 2)
+    throw UsageError(yw + ": has shape " + shape_text(s.y_dims) + ", expected (N,) or (N, K)");
+  if (s.y_dims[0] != info.rows)
+    throw UsageError(xw + " has " + std::to_string(info.rows) + " rows but " + info.y_name +
+                     " has " + std::to_string(s.y_dims[0]) + "; they must match");
+  if (s.y_dims.size() == 2 && (s.y_dims[1] == 0 || (info.classification && s.y_dims[1] != 1)))
+    throw UsageError(yw + ": has shape " + shape_text(s.y_dims) + ", expected " +
+                     (info.classification ? "(N,) labels" : "(N,) or (N, K) targets with K > 0"));
+  info.target_dim = s.y_dims.size() == 2 ? static_cast<int>(s.y_dims[1]) : 1;
+  if (info.classification) scan_labels(s, num_classes, spec.targets);
+}
+
 Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   Hdf5Lock lock;
   Split s;
@@ -236,11 +274,7 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   if (info.x_name.empty())
     throw UsageError(where(info, "") + ": no dataset 'images' or 'x' (" +
                      holds_text(s.group.get()) + "; --x-name picks another)");
-  info.y_name = spec.y_name;
-  if (info.y_name.empty()) info.y_name = std::string(info.x_name == "images" ? "labels" : "y");
-
   s.x = open_dataset(s.group.get(), info, info.x_name, H5P_DEFAULT);
-  s.y = open_dataset(s.group.get(), info, info.y_name, H5P_DEFAULT);
   // The chunk cache is set when a dataset is opened, and sizing its hash table needs the chunk
   // size: reopen x with a cache sized for its chunks.
   if (chunk_cache_bytes > 0) {
@@ -249,37 +283,17 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
     s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get());
   }
 
-  const std::string xw = where(info, info.x_name), yw = where(info, info.y_name);
+  const std::string xw = where(info, info.x_name);
   require_h5_filters(s.x.get(), xw);
-  require_h5_filters(s.y.get(), yw);
-  H5Id xt(LS_CHECK_HDF5(H5Dget_type(s.x.get()))), yt(LS_CHECK_HDF5(H5Dget_type(s.y.get())));
+  H5Id xt(LS_CHECK_HDF5(H5Dget_type(s.x.get())));
   info.x_type = type_text(xt.get());
-  info.y_type = type_text(yt.get());
-  const std::optional<Elem> xe = elem_of(xt.get()), ye = elem_of(yt.get());
+  const std::optional<Elem> xe = elem_of(xt.get());
   if (!xe) throw UsageError(xw + ": has type " + info.x_type + ", expected integers or floats");
-  if (!ye)
-    throw UsageError(yw + ": has type " + info.y_type +
-                     ", expected integer labels or float targets");
   s.x_elem = *xe;
-  s.y_elem = *ye;
   s.x_size = H5Tget_size(xt.get());
-  s.y_size = H5Tget_size(yt.get());
-
   s.x_dims = dims_of(s.x.get());
-  s.y_dims = dims_of(s.y.get());
-  // The label rule (dataset.h); one-hot rows (N, K > 1) stay regression targets.
-  const std::optional<double> num_classes = find_attr(s, "num_classes");
-  const bool one_per_row = s.y_dims.size() == 1 || (s.y_dims.size() == 2 && s.y_dims[1] == 1);
-  info.classification = H5Tget_class(yt.get()) == H5T_INTEGER ||
-                        spec.targets == TargetKind::labels ||
-                        (spec.targets == TargetKind::automatic && num_classes && one_per_row);
   if (s.x_dims.empty()) throw UsageError(xw + ": is a scalar, expected one row per sample");
-  if (s.y_dims.empty() || s.y_dims.size() > 2)
-    throw UsageError(yw + ": has shape " + shape_text(s.y_dims) + ", expected (N,) or (N, K)");
   info.rows = s.x_dims[0];
-  if (s.y_dims[0] != info.rows)
-    throw UsageError(xw + " has " + std::to_string(info.rows) + " rows but " + info.y_name +
-                     " has " + std::to_string(s.y_dims[0]) + "; they must match");
   if (info.rows == 0) throw UsageError(xw + ": is empty (0 rows)");
   info.sample_shape.assign(s.x_dims.begin() + 1, s.x_dims.end());
   if (info.sample_shape.empty()) info.sample_shape = {1};
@@ -287,10 +301,6 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   for (int64_t d : info.sample_shape) info.sample_size *= d;
   if (info.sample_size == 0)
     throw UsageError(xw + ": has empty samples, shape " + shape_text(s.x_dims));
-  if (s.y_dims.size() == 2 && (s.y_dims[1] == 0 || (info.classification && s.y_dims[1] != 1)))
-    throw UsageError(yw + ": has shape " + shape_text(s.y_dims) + ", expected " +
-                     (info.classification ? "(N,) labels" : "(N,) or (N, K) targets with K > 0"));
-  info.target_dim = s.y_dims.size() == 2 ? static_cast<int>(s.y_dims[1]) : 1;
 
   info.norm_scale = static_cast<float>(
       find_attr(s, "norm_scale").value_or(s.x_elem == Elem::u8 ? 1.0 / 255.0 : 1.0));
@@ -301,7 +311,10 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
     throw UsageError(
         info.path + ": normalisation attributes must be finite with norm_std > 0 (norm_mean " +
         std::to_string(info.norm_mean) + ", norm_std " + std::to_string(info.norm_std) + ")");
-  if (info.classification) scan_labels(s, num_classes, spec.targets);
+  if (spec.inputs_only)
+    info.has_targets = false;
+  else
+    open_targets(s, spec);
   return s;
 }
 
@@ -319,6 +332,30 @@ void check_sample_shape(const DatasetInfo& info, const std::vector<int64_t>& mod
                    shape_text(info.sample_shape) + " but the model expects input of shape " +
                    shape_text(model_input));
 }
+
+namespace {
+// Throws if a value of row `row`'s v[0, n) (read from dataset `name`) is NaN or an infinity as a
+// float32: the exponent's bits all set. One pass that vectorises; the row is searched only then.
+void require_finite(const float* v, size_t n, const DatasetInfo& info, const std::string& name,
+                    int64_t row) {
+  uint32_t bad = 0;
+  for (size_t k = 0; k < n; ++k) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, v + k, sizeof(bits));
+    bad |= static_cast<uint32_t>((~bits & 0x7f800000u) == 0);
+  }
+  if (bad == 0) return;
+  size_t at = 0;
+  while (at < n && std::isfinite(v[at])) ++at;
+  std::ostringstream value;
+  value << v[at];
+  throw UsageError(where(info, name) + ": row " + std::to_string(row) +
+                   (n > 1 ? ", value " + std::to_string(at) : std::string()) + " is " +
+                   value.str() +
+                   " as a float32: inputs (after the file's normalisation) and regression "
+                   "targets must be finite, or the loss and predictions turn NaN");
+}
+}  // namespace
 
 struct DatasetReader::Impl {
   Split s;
@@ -450,7 +487,7 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
   if (*lo < 0 || *hi >= info.rows)
     throw Error("DatasetReader::read_rows: row outside [0, " + std::to_string(info.rows) + ")");
   m.fetch(ids, n);
-  if (!m.s.y.valid()) return m.token_rows(ids, n, x, labels);
+  if (m.s.tokens) return m.token_rows(ids, n, x, labels);
   const auto sample = static_cast<size_t>(info.sample_size);
   const size_t ycols = info.classification ? 1 : static_cast<size_t>(info.target_dim);
   for (size_t i = 0; i < n; ++i) {
@@ -462,7 +499,9 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
     } else {
       convert(m.s.x_elem, m.x_raw.data() + j * sample * m.s.x_size, sample, out);
       for (size_t k = 0; k < sample; ++k) out[k] = out[k] * m.scale - m.shift;
+      require_finite(out, sample, info, info.x_name, ids[i]);
     }
+    if (!m.s.y.valid()) continue;
     const unsigned char* y_in = m.y_raw.data() + j * ycols * m.s.y_size;
     if (info.classification && labels != nullptr) {
       int64_t label = 0;
@@ -475,6 +514,7 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
       labels[i] = static_cast<int32_t>(label);
     } else if (!info.classification && targets != nullptr) {
       convert(m.s.y_elem, y_in, ycols, targets + i * ycols);
+      require_finite(targets + i * ycols, ycols, info, info.y_name, ids[i]);
     }
   }
 }

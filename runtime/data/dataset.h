@@ -39,6 +39,11 @@ struct DatasetSpec {
   std::string x_name;  // empty: "tokens" if present, else "images" if present, else "x"
   std::string y_name;  // empty: "labels" if x is "images", else "y"
   TargetKind targets = TargetKind::automatic;
+  // Read the inputs alone (lockstep-predict): the targets dataset is neither needed nor opened, so
+  // a file of inputs without labels reads; DatasetInfo::has_targets is then false and the target
+  // fields (classification, num_classes, target_dim) say nothing. A token split is unchanged (its
+  // targets are its inputs shifted).
+  bool inputs_only = false;
 };
 
 struct DatasetInfo {
@@ -54,6 +59,7 @@ struct DatasetInfo {
   float norm_mean = 0.0f;             // x is converted to (x * norm_scale - norm_mean) / norm_std
   float norm_std = 1.0f;
   float norm_scale = 1.0f;     // 1/255 for uint8 images, 1 for float
+  bool has_targets = true;     // false: DatasetSpec::inputs_only (not a token split)
   std::string x_type, y_type;  // file types in words, for messages and inspect
 };
 
@@ -99,9 +105,12 @@ class DatasetReader {
 
   // Reads rows ids[0, n) (any order, repeats allowed, each in [0, rows)) into x (n * sample_size
   // floats) and, for classification, labels (n * positions: a token split's T next tokens per
-  // row) or, for regression, targets (n * target_dim); the other target pointer may be null. The
-  // rows are sorted and read as runs of consecutive rows (one H5Dread per run), so chunks are
-  // visited in file order and a chunk's rows follow each other through the chunk cache.
+  // row) or, for regression, targets (n * target_dim); the other target pointer may be null (both,
+  // without targets). The rows are sorted and read as runs of consecutive rows (one H5Dread per
+  // run), so chunks are visited in file order and a chunk's rows follow each other through the
+  // chunk cache. An input or regression target that is not finite as a float (NaN, an infinity,
+  // a float64 beyond float32's range) throws SharedInputError naming the dataset, row and column:
+  // such a row would make the loss, or a prediction, NaN.
   void read_rows(const int64_t* ids, size_t n, float* x, int32_t* labels, float* targets);
 
   // Bytes of the datasets (uncompressed, as stored) this reader has read so far.

@@ -146,6 +146,15 @@ std::string checkpoint_file_name(const std::string& dir, int64_t global_step) {
   return (fs::path(dir) / name).string();
 }
 
+std::map<std::string, std::string> config_record_values(const std::string& config) {
+  std::map<std::string, std::string> saved;
+  std::istringstream lines(config);
+  for (std::string line; std::getline(lines, line);)
+    if (const size_t eq = line.find('='); eq != std::string::npos)
+      saved[line.substr(0, eq)] = line.substr(eq + 1);
+  return saved;
+}
+
 const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const std::string& name) {
   for (const NamedTensor& t : tensors)
     if (t.name == name) return &t;

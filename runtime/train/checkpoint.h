@@ -61,6 +61,9 @@ struct CheckpointExpectation {
   std::vector<std::string> scalars;
 };
 
+// A checkpoint's record of its run's options (CheckpointState::config, "key=value" lines) as a map.
+std::map<std::string, std::string> config_record_values(const std::string& config);
+
 // The tensor called `name`, or null.
 const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const std::string& name);
 
