@@ -75,6 +75,7 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
     try {
       if (o.eval_only) {
         adopt_checkpoint_options(o, record, world.size);
+        evaluate_test_split_only(o, world.size);
       } else if (const std::string taken = adopt_resumed_options(o, record);
                  !taken.empty() && world.rank == 0) {
         LS_LOG(info) << "--resume " << o.resume << ": as the checkpoint's run had them, " << taken;

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "runtime/base/error.h"
+#include "runtime/data/dataset.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/config_table.h"
 
@@ -307,6 +308,15 @@ void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int wo
   const int64_t rows = run.config.global_batch / std::max(run.config.grad_accum, 1);
   const int64_t p = std::max(world_size, 1) * static_cast<int64_t>(c.grad_accum);
   c.global_batch = std::max(p, rows / p * p);
+}
+
+void evaluate_test_split_only(TrainOptions& o, int world_size) {
+  TrainConfig& c = o.config;
+  c.train.group = c.test_group;
+  if (was_given(o, "global-batch")) return;
+  const int64_t rows = inspect_dataset(c.train).rows;
+  const int64_t p = std::max(world_size, 1) * static_cast<int64_t>(std::max(c.grad_accum, 1));
+  if (rows < c.global_batch) c.global_batch = std::max(p, rows / p * p);
 }
 
 std::string adopt_resumed_options(TrainOptions& o, const std::string& record) {

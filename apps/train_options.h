@@ -44,6 +44,12 @@ TrainOptions parse_train_options(int argc, char** argv);
 // --global-batch is given, the run's rows per step rounded down to a multiple of the `world_size`
 // ranks (it only groups the test rows). Throws UsageError for a recorded value its row refuses.
 void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size);
+
+// --eval-only reads the --test-group split alone (it becomes the trainer's only split, so a file
+// without a training split evaluates, and nothing else is read or held), and, unless
+// --global-batch is given, cuts the batch to that split's rows (a multiple of the ranks) when the
+// run's batch is larger. Opens the file (every rank); throws UsageError as the data checks do.
+void evaluate_test_split_only(TrainOptions& o, int world_size);
 // --resume (training): the checkpoint's run's options (`record`) where not given, so a resumed run
 // continues that run: its model, loss, optimizer and hyper-parameters, batch, seed, remainder and
 // length (--steps and --epochs both, unless either is given); not its data, groups or --zero.

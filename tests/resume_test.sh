@@ -6,7 +6,8 @@
 #    and so it does given only --data and --resume: the options not given are the checkpoint's
 #    run's (model, optimizer, schedule, batch, length);
 #  - resumed at another world size (4 -> 2, 2 -> 4) it matches within float tolerance;
-#  - --eval-only evaluates a checkpoint at 1, 2 and 3 ranks with the figures its run printed;
+#  - --eval-only evaluates a checkpoint at 1, 2 and 3 ranks with the figures its run printed, also
+#    from a file holding the test split alone, and cuts its batch to a smaller test split;
 #  - --zero 1 and 2 (sharded optimizer state, and gradients) write the same files: saved sharded at
 #    4 ranks they resume at 1-4 ranks at any stage, and unsharded checkpoints resume sharded;
 #  - SIGTERM to one rank: every rank stops after the same step, a checkpoint is written, exit 75
@@ -222,6 +223,29 @@ for np in 1 2 3; do
   [[ $rc -eq 0 && -n $got && $got == "$trained_figures" ]] ||
     fail "--eval-only at $np rank(s): exit $rc, '$got' against the run's '$trained_figures'"$'\n'"$out"
 done
+# It reads the test split alone: a file holding nothing else gives the same figures (before: "no
+# group 'train'"). A test split smaller than the run's batch of 48 is evaluated in batches cut to
+# its 30 rows, as an explicit --global-batch 30 evaluates it (before: refused, "--global-batch 48 is
+# larger than the 30 training samples").
+if command -v h5copy >/dev/null; then
+  h5copy -i reg.h5 -o test_only.h5 -s /test -d /test || fail "h5copy of reg.h5's test split"
+  train 2 "${zargs[@]/reg.h5/test_only.h5}" --resume zfull2/$zfinal --eval-only
+  got=$(grep -E '^test_(mse|loss)=' <<<"$out")
+  [[ $rc -eq 0 && $got == "$trained_figures" ]] ||
+    fail "--eval-only on a file of the test split alone: exit $rc, '$got'"$'
+'"$out"
+  "$bin/lockstep-data" regression --out small_test.h5 --samples 460 --test-samples 30 --features 6 \
+    --seed 3 >/dev/null 2>&1 && h5copy -i small_test.h5 -o small_only.h5 -s /test -d /test ||
+    fail "writing small_only.h5"
+  train 2 --data small_only.h5 --resume zfull2/$zfinal --eval-only
+  got=$(grep -E '^test_(mse|loss)=' <<<"$out")
+  train 2 --data small_only.h5 --resume zfull2/$zfinal --eval-only --global-batch 30
+  want=$(grep -E '^test_(mse|loss)=' <<<"$out")
+  [[ -n $got && $got == "$want" ]] ||
+    fail "--eval-only on 30 test rows: '$got', with --global-batch 30: '$want'"$'\n'"$out"
+else
+  echo "skipped --eval-only on a file of the test split alone: no h5copy (Debian's hdf5-tools)"
+fi
 train 1 "${zargs[@]}" --eval-only
 [[ $rc -eq 2 ]] && grep -q -- "--eval-only needs --resume" <<<"$out" ||
   fail "--eval-only without --resume: exit $rc"$'\n'"$out"

@@ -235,9 +235,14 @@ std::string resume_from_checkpoint(Trainer& t, const std::string& path, bool eva
   state.global_step = counters[2];
   state.samples_seen = counters[5];
   t.restore(state);
-  LS_LOG(info) << "resuming from " << file << ": step " << state.global_step << " (epoch "
-               << state.epoch + 1 << ", step " << state.step_in_epoch << " of "
-               << t.steps_per_epoch() << "), written at " << counters[3] << " rank(s)";
+  // An evaluation's steps per epoch are not the run's (it reads the test split alone).
+  if (evaluate_only)
+    LS_LOG(info) << "evaluating " << file << ": step " << state.global_step << " (epoch "
+                 << state.epoch + 1 << "), written at " << counters[3] << " rank(s)";
+  else
+    LS_LOG(info) << "resuming from " << file << ": step " << state.global_step << " (epoch "
+                 << state.epoch + 1 << ", step " << state.step_in_epoch << " of "
+                 << t.steps_per_epoch() << "), written at " << counters[3] << " rank(s)";
   return file;
 }
 
