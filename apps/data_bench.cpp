@@ -13,6 +13,7 @@
 #include "apps/data_commands.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
+#include "runtime/data/dataset.h"
 #include "runtime/data/sharded_loader.h"
 
 namespace lockstep::data {
@@ -84,6 +85,12 @@ int run_bench(int argc, char** argv, const World& world) {
     throw UsageError("--in-memory-mb must be 0 to 2^30 MiB, not " + std::to_string(in_memory_mb));
   lo.in_memory_bytes = in_memory_mb << 20;
 
+  // A batch above the split's rows is refused before the loader sizes its buffers by it (as
+  // lockstep-train refuses it): one batch of mostly masked rows measures nothing.
+  if (const int64_t rows = inspect_dataset(spec).rows; lo.rows_per_step > rows)
+    throw UsageError("--global-batch " + std::to_string(lo.rows_per_step) + " is larger than the " +
+                     std::to_string(rows) + " rows of " + spec.path + ":/" + spec.group +
+                     ": use at most " + std::to_string(rows));
   auto comm = make_mpi_communicator();
   std::unique_ptr<ShardedLoader> loader = open_sharded_loader(spec, lo, *comm);
   const DatasetInfo& info = loader->info();

@@ -144,6 +144,8 @@ expect_error "unrecognised option '--sampels'" regression --out "$work/x.h5" --s
 expect_error "unknown command 'convert'" convert
 expect_error "the option '--out' is required" regression
 expect_error "no group 'validation'" bench "$work/reg.h5" --group validation --global-batch 8
+# A batch above the split's rows (before: accepted, and std::bad_alloc for a huge one).
+expect_error "is larger than the" bench "$work/reg.h5" --global-batch 100000000
 out=$(timeout 300 "$mpiexec" -n 2 --oversubscribe "$bin" bench "$work/reg.h5" --global-batch 9 2>&1)
 rc=$?
 [[ $rc -ne 0 ]] || fail "bench --global-batch 9 at 2 ranks succeeded"
