@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/base/error.h"
+#include "runtime/data/h5_read.h"
 #include "runtime/model/model.h"
 #include "runtime/train/checkpoint.h"
 
@@ -25,13 +26,25 @@ inline std::unique_ptr<Model> model_from_checkpoint(const CheckpointState& state
                                        max_batch, place, positions);
   for (const ParamTensorInfo& t : model->param_tensors()) {
     const NamedTensor* p = find_tensor(state.params, t.name);
-    if (p == nullptr || p->shape != t.shape || p->data.size() != t.count)
-      throw UsageError(path + ": parameter " + t.name +
-                       (p == nullptr ? " is missing" : " has another shape") + " for model " +
+    if (p == nullptr)
+      throw UsageError(path + ": parameter " + t.name + " is missing for model " +
                        state.model_spec);
+    if (p->shape != t.shape || p->data.size() != t.count)
+      throw UsageError(path + ": parameter " + t.name + " has shape " +
+                       h5_read::shape_text(p->shape) + " in the checkpoint, but model " +
+                       state.model_spec + " needs " + h5_read::shape_text(t.shape) +
+                       " for these inputs");
     model->write_params(t.offset, p->data.data(), t.count);
   }
   return model;
+}
+
+// A planning error of the checkpoint's model as an inference program says it: the spec's parser
+// and planner speak of lockstep-train's --model option ("--model 'SPEC': ..."), which these
+// programs do not have; the prefix goes.
+inline std::string planning_problem(const std::string& message, const std::string& spec) {
+  const std::string prefix = "--model '" + spec + "': ";
+  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
 // The outputs per position of `state`'s model, read off its parameters: the model is planned for

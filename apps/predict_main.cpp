@@ -151,7 +151,8 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
       classes = lockstep::apps::checkpoint_outputs(state, path, shape);
     } catch (const UsageError& e) {
       throw UsageError(path + " (model " + state.model_spec + ") cannot take the rows of " +
-                       o.data + ":" + o.group + ": " + e.what());
+                       o.data + ":" + o.group + ": " +
+                       lockstep::apps::planning_problem(e.what(), state.model_spec));
     }
   }
   // A --batch above the split's rows is cut to them before anything is sized by it: the one batch
@@ -168,8 +169,8 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
     model = lockstep::apps::model_from_checkpoint(state, path, shape, classes, batch, place,
                                                   info.positions);
   } catch (const UsageError& e) {
-    throw UsageError(path + " (model " + state.model_spec + ") cannot take the rows of " + o.data +
-                     ":" + o.group + ": " + e.what());
+    throw UsageError("the checkpoint's model cannot take the rows of " + o.data + ":" + o.group +
+                     ": " + lockstep::apps::planning_problem(e.what(), state.model_spec));
   }
 
   // What a row produces: its floats (logits, predictions, or top probabilities) and its ints

@@ -189,10 +189,13 @@ predict 2 --checkpoint reg_ckpt --data reg.h5 --out ""
 [[ $rc -eq 2 ]] && grep -q -- "--out must name the file to write" <<<"$out" ||
   fail "an empty --out: exit $rc: $out"
 e2e_refused "a GPT checkpoint on regression rows" "reads token rows, a GPT's, but reg.h5:test is not a token split" "$bin/lockstep-predict" --checkpoint gpt_ckpt --data reg.h5 --out x1.h5
+"$bin/lockstep-data" synthetic --kind tokens --vocab 300 --seq-len 32 --samples 40 --out v300.h5 >/dev/null ||
+  fail "lockstep-data synthetic --kind tokens"
+e2e_refused "a GPT checkpoint on tokens of another vocabulary" "wte has shape (256, 32) in the checkpoint, but model" "$bin/lockstep-predict" --checkpoint gpt_ckpt --data v300.h5 --out x5.h5
 e2e_refused "a missing group" "no group 'nope'" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --group nope --out x2.h5
 e2e_refused "--batch 0" "batch" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out x3.h5 --batch 0
 e2e_refused "--top on regression data" "top" "$bin/lockstep-predict" --checkpoint reg_ckpt --data reg.h5 --out x4.h5 --top 2
-for f in x1 x2 x3 x4; do
+for f in x1 x2 x3 x4 x5; do
   [[ ! -e $f.h5 && ! -e $f.h5.tmp ]] || fail "a refused prediction left $f.h5"
 done
 
