@@ -109,6 +109,9 @@ refuse "--global-batch 1000000000 is larger than the 60000 training samples of f
   --data fmnist.h5 --global-batch 1000000000
 refuse "--global-batch 60000 with --model mlp:1048576 needs about" --data fmnist.h5 \
   --model mlp:1048576 --global-batch 60000
+# A prefetch queue too large names --prefetch as the cause (before: "batches and activations").
+refuse "batches in flight (--prefetch 1000000 + 2)" --data fmnist.h5 --model mlp:8 --prefetch 1000000
+grep -q -- "lower --prefetch" <<<"$out" || fail "the refusal does not say to lower --prefetch: $out"
 # A split that would be held in memory but is larger than this host's available memory (a sparse
 # HDF5 file: its images are never written, so it takes no disk space) is refused before training.
 if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then

@@ -139,13 +139,16 @@ void check_batch_fits(const TrainConfig& c, const DatasetInfo& info, int outputs
                      (ranks > 1 ? ", " + gib(need * ranks) + " for the " + std::to_string(ranks) +
                                       " ranks on this host"
                                 : std::string()) +
-                     " (" + gib(batches + activations) + " for batches and activations at " +
-                     std::to_string(micro_rows) + " rows per rank and micro-batch, " + gib(params) +
+                     " (" + gib(batches) + " for " + std::to_string(c.prefetch + 2) +
+                     " batches in flight (--prefetch " + std::to_string(c.prefetch) + " + 2), " +
+                     gib(activations) + " for activations, at " + std::to_string(micro_rows) +
+                     " rows per rank and micro-batch, " + gib(params) +
                      " for parameters, gradients and optimizer state" +
                      (held > 0 ? ", " + gib(held) + " for the data held in memory" : "") +
                      "), more than the " + gib(static_cast<double>(have)) +
                      " of memory this host has available: " +
                      (held > 0 ? "read the data from the file (--data-in-memory-mb 0), " : "") +
+                     (batches > activations + params ? "lower --prefetch, " : "") +
                      "lower --global-batch, raise --grad-accum or use a smaller --model");
 }
 
