@@ -121,7 +121,7 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   trainer.set_deadlines(co.timeout, co.startup_timeout);
   if (world.rank == 0 && c.print)
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
-                     backend_name(ctx.grads->backend()), threads);
+                     backend_name(ctx.grads->backend()), threads, o.eval_only);
   if (!o.resume.empty()) {
     const std::string file = resume_from_checkpoint(trainer, o.resume, o.eval_only);
     // --steps and --epochs count from the run's start, not from the checkpoint (every rank holds

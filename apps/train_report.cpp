@@ -65,30 +65,42 @@ const char* recompute_text(Recompute r, const Model& m) {
 }  // namespace
 
 void print_run_header(Trainer& t, int world_size, const char* device, const char* comm,
-                      int blas_threads) {
+                      int blas_threads, bool evaluate_only) {
   const TrainConfig& c = t.config();
   const DatasetInfo& info = t.train_info();
+  // --eval-only: the trainer's split is the one evaluated, and nothing is trained.
+  const std::string samples =
+      evaluate_only ? "samples of split " + info.group + " (evaluated)" : "training samples";
+  char steps[256];
+  if (evaluate_only)
+    std::snprintf(steps, sizeof steps, "evaluation batch %lld (%lld per rank); nothing is trained",
+                  static_cast<long long>(c.global_batch / c.grad_accum),
+                  static_cast<long long>(c.global_batch / c.grad_accum / world_size));
+  else
+    std::snprintf(steps, sizeof steps,
+                  "global batch %lld (%lld per rank x %d micro-batch(es)), %lld steps per epoch, "
+                  "%lld steps in all; optimizer %s, peak lr %g, schedule %s",
+                  static_cast<long long>(c.global_batch),
+                  static_cast<long long>(c.global_batch / c.grad_accum / world_size), c.grad_accum,
+                  static_cast<long long>(t.steps_per_epoch()),
+                  static_cast<long long>(t.total_steps()), optimizer_name(c.optimizer.kind),
+                  t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
+                  lr_schedule_name(c.lr_schedule));
   std::fprintf(
       stderr,
       "lockstep-train: %d rank(s) on %s, %s communicator, %d BLAS thread(s) per rank\n"
-      "data: %s, %lld training samples of shape %s, %s%s\n"
+      "data: %s, %lld %s of shape %s, %s%s\n"
       "model: %s%s\n%s\n"
-      "global batch %lld (%lld per rank x %d micro-batch(es)), %lld steps per epoch, "
-      "%lld steps in all; optimizer %s, peak lr %g, schedule %s\n",
+      "%s\n",
       world_size, device, comm, blas_threads, info.path.c_str(), static_cast<long long>(info.rows),
-      to_string(t.model().plan().front().in).c_str(),
+      samples.c_str(), to_string(t.model().plan().front().in).c_str(),
       info.classification ? (std::to_string(info.num_classes) + " classes").c_str() : "regression",
       info.positions > 1 ? (", a prediction per token at " + std::to_string(info.positions) +
                             " positions (losses per token" +
                             (byte_level_tokens(info) ? ", and in bits per byte" : "") + ")")
                                .c_str()
                          : "",
-      c.model.c_str(), recompute_text(c.recompute, t.model()), t.model().summary().c_str(),
-      static_cast<long long>(c.global_batch),
-      static_cast<long long>(c.global_batch / c.grad_accum / world_size), c.grad_accum,
-      static_cast<long long>(t.steps_per_epoch()), static_cast<long long>(t.total_steps()),
-      optimizer_name(c.optimizer.kind), t.lr_at_step(std::max<int64_t>(c.warmup_steps, 0)),
-      lr_schedule_name(c.lr_schedule));
+      c.model.c_str(), recompute_text(c.recompute, t.model()), t.model().summary().c_str(), steps);
   if (c.eval_every > 0 || c.eval_steps > 0) {
     const std::string every =
         c.eval_every > 0 ? " and every " + std::to_string(c.eval_every) + " steps" : "";

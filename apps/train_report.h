@@ -10,8 +10,10 @@
 
 namespace lockstep {
 
+// The run's header on stderr; with evaluate_only (--eval-only) its data line names the split
+// evaluated and the batch line the evaluation's batch.
 void print_run_header(Trainer& trainer, int world_size, const char* device, const char* comm,
-                      int blas_threads);
+                      int blas_threads, bool evaluate_only = false);
 void print_final_report(Trainer& trainer, const TrainResult& result);
 // The evaluation's figures alone, as the final report ends (--eval-only prints just these).
 void print_test_figures(Trainer& trainer, const EvalResult& test);

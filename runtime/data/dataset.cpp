@@ -334,19 +334,25 @@ void check_sample_shape(const DatasetInfo& info, const std::vector<int64_t>& mod
 }
 
 namespace {
-// Throws if a value of row `row`'s v[0, n) (read from dataset `name`) is NaN or an infinity as a
-// float32: the exponent's bits all set. One pass that vectorises; the row is searched only then.
-void require_finite(const float* v, size_t n, const DatasetInfo& info, const std::string& name,
-                    int64_t row) {
+// v[k] = v[k] * scale - shift for k in [0, n), and whether a result is NaN or an infinity as a
+// float32 (its exponent's bits all set): one pass that vectorises, beside the normalisation.
+bool normalise(float* v, size_t n, float scale, float shift) {
   uint32_t bad = 0;
   for (size_t k = 0; k < n; ++k) {
+    const float r = v[k] * scale - shift;
+    v[k] = r;
     uint32_t bits = 0;
-    std::memcpy(&bits, v + k, sizeof(bits));
+    std::memcpy(&bits, &r, sizeof(bits));
     bad |= static_cast<uint32_t>((~bits & 0x7f800000u) == 0);
   }
-  if (bad == 0) return;
+  return bad != 0;
+}
+
+// Throws for the first value of row `row`'s v[0, n) (read from dataset `name`) that is not finite.
+[[noreturn]] void refuse_non_finite(const float* v, size_t n, const DatasetInfo& info,
+                                   const std::string& name, int64_t row) {
   size_t at = 0;
-  while (at < n && std::isfinite(v[at])) ++at;
+  while (at + 1 < n && std::isfinite(v[at])) ++at;
   std::ostringstream value;
   value << v[at];
   throw UsageError(where(info, name) + ": row " + std::to_string(row) +
@@ -498,8 +504,8 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
       for (size_t k = 0; k < sample; ++k) out[k] = m.lut[in[k]];
     } else {
       convert(m.s.x_elem, m.x_raw.data() + j * sample * m.s.x_size, sample, out);
-      for (size_t k = 0; k < sample; ++k) out[k] = out[k] * m.scale - m.shift;
-      require_finite(out, sample, info, info.x_name, ids[i]);
+      if (normalise(out, sample, m.scale, m.shift))
+        refuse_non_finite(out, sample, info, info.x_name, ids[i]);
     }
     if (!m.s.y.valid()) continue;
     const unsigned char* y_in = m.y_raw.data() + j * ycols * m.s.y_size;
@@ -513,8 +519,9 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
                     ")");
       labels[i] = static_cast<int32_t>(label);
     } else if (!info.classification && targets != nullptr) {
-      convert(m.s.y_elem, y_in, ycols, targets + i * ycols);
-      require_finite(targets + i * ycols, ycols, info, info.y_name, ids[i]);
+      float* t = targets + i * ycols;
+      convert(m.s.y_elem, y_in, ycols, t);
+      if (normalise(t, ycols, 1.0f, 0.0f)) refuse_non_finite(t, ycols, info, info.y_name, ids[i]);
     }
   }
 }
