@@ -1,11 +1,14 @@
 // A trained model for inference, rebuilt from a checkpoint: the checkpoint's spec planned against
 // an input shape, its parameters written in by tensor name. Shared by the inference programs
-// (lockstep-generate, lockstep-predict); header-only, as apps/ builds each executable from its own
-// files. Used by one thread. No collective calls.
+// (lockstep-generate, lockstep-predict, lockstep-export); header-only, as apps/ builds each
+// executable from its own files. Used by one thread. No collective calls.
 #pragma once
 
+#include <exception>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/base/error.h"
 #include "runtime/data/h5_read.h"
@@ -47,18 +50,17 @@ inline std::string planning_problem(const std::string& message, const std::strin
   return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
-// The outputs per position of `state`'s model, read off its parameters: the model is planned for
-// 1 and for 2 outputs, and the checkpoint's size of the dimension that changes between the two (the
-// head's) is the answer. UsageError naming `path` when the model cannot take `input`, or when the
-// checkpoint lacks the head's tensor.
+// The outputs per position of `state`'s model, read off its parameters: the model is planned (not
+// built) for 1 and for 2 outputs, and the checkpoint's size of the dimension that changes between
+// the two (the head's) is the answer. UsageError naming `path` when the model cannot take `input`,
+// or when the checkpoint lacks the head's tensor.
 inline int checkpoint_outputs(const CheckpointState& state, const std::string& path,
                               const SampleShape& input, int positions = 1) {
   const ModelSpec spec = parse_model_spec(state.model_spec);
-  const ModelPlacement host;
   const std::vector<ParamTensorInfo> one =
-      Model(spec, input, 1, 1, host, positions).param_tensors();
+      planned_param_tensors(plan_model(spec, input, 1, positions));
   const std::vector<ParamTensorInfo> two =
-      Model(spec, input, 2, 1, host, positions).param_tensors();
+      planned_param_tensors(plan_model(spec, input, 2, positions));
   for (size_t t = 0; t < one.size() && t < two.size(); ++t) {
     if (one[t].shape == two[t].shape || one[t].shape.size() != two[t].shape.size()) continue;
     const NamedTensor* p = find_tensor(state.params, one[t].name);
@@ -71,6 +73,42 @@ inline int checkpoint_outputs(const CheckpointState& state, const std::string& p
   }
   throw UsageError(path + ": cannot tell the outputs of model " + state.model_spec +
                    " from its parameters");
+}
+
+// Checks `state`'s parameter tensors against its model spec planned for what the run recorded
+// (input_shape, outputs, positions: CheckpointState::config): every tensor the model has, with its
+// shape, and none other (UsageError naming `path` and the tensor, as --resume refuses). Returns
+// false, checking nothing, for a checkpoint without that record (written before it was kept).
+inline bool check_checkpoint_tensors(const CheckpointState& state, const std::string& path) {
+  std::map<std::string, std::string> record = config_record_values(state.config);
+  if (!record.count("input_shape") || !record.count("outputs") || !record.count("positions"))
+    return false;
+  SampleShape input;
+  int outputs = 0, positions = 0;
+  try {
+    for (const std::string& d : split_spec(record["input_shape"], ','))
+      input.push_back(std::stoi(d));
+    outputs = std::stoi(record["outputs"]);
+    positions = std::stoi(record["positions"]);
+  } catch (const std::exception&) {
+    throw UsageError(path + ": its record of the model's input_shape, outputs and positions is " +
+                     "damaged ('" + record["input_shape"] + "', '" + record["outputs"] + "', '" +
+                     record["positions"] + "')");
+  }
+  CheckpointExpectation want;
+  want.model_spec = state.model_spec;
+  want.optimizer = state.optimizer;
+  try {
+    const std::vector<LayerPlan> plan =
+        plan_model(parse_model_spec(state.model_spec), input, outputs, positions);
+    for (const ParamTensorInfo& t : planned_param_tensors(plan))
+      want.params.push_back({t.name, t.shape, {}});
+  } catch (const UsageError& e) {
+    throw UsageError(path + ": its model does not plan for the input it recorded: " +
+                     planning_problem(e.what(), state.model_spec));
+  }
+  check_compatible(state, want, path);
+  return true;
 }
 
 }  // namespace lockstep::apps

@@ -14,8 +14,8 @@
 // naming each tensor's dtype, shape and byte range, then the raw little-endian data) is written by
 // the small writer below, to a temporary name renamed into place when complete; metadata: format
 // "pt", lockstep_model (the spec), lockstep_step (the checkpoint's global step). One process; exit
-// 2 for bad input (a missing or damaged checkpoint, an output that exists), 1 when the file system
-// refuses.
+// 2 for bad input (a missing or damaged checkpoint, tensors that do not fit the model it records,
+// an output that exists), 1 when the file system refuses.
 #include <bit>
 #include <boost/program_options.hpp>
 #include <cctype>
@@ -28,6 +28,7 @@
 #include <system_error>
 #include <vector>
 
+#include "apps/checkpoint_model.h"
 #include "apps/tool_options.h"
 #include "runtime/base/error.h"
 #include "runtime/model/model_spec.h"
@@ -219,6 +220,9 @@ int run(int argc, char** argv, const lockstep::World& world) {
   lockstep::apps::require_new_output("lockstep-export", out);
   const std::string path = lockstep::resolve_checkpoint(checkpoint);
   const lockstep::CheckpointState state = lockstep::load_checkpoint(path);
+  // Tensors that do not fit the recorded model (an edited checkpoint) would fail only in
+  // load_state_dict: refused here, naming the tensor.
+  lockstep::apps::check_checkpoint_tensors(state, path);
   const std::vector<NamedTensor> tensors = torch_tensors(state);
   write_safetensors(out, tensors,
                     {{"format", "pt"},

@@ -6,7 +6,8 @@
 # digit, what lockstep-train --eval-only prints for the same checkpoint. Where the reference venv
 # (scripts/setup.sh --test) has the `safetensors` package, it must read the same tensors as our
 # own reader. Refusals, exit 2 and no file left: an output that exists, a missing checkpoint, a
-# file that is not a checkpoint, mpiexec with 2 ranks.
+# file that is not a checkpoint, mpiexec with 2 ranks, a checkpoint whose tensors do not fit the
+# model its run recorded (one written before that record was kept still exports).
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
 set -u
 
@@ -97,7 +98,31 @@ e2e_refused "a missing checkpoint" "does not exist" "$bin/lockstep-export" --che
 e2e_refused "a file that is not a checkpoint" "corpus.h5" "$bin/lockstep-export" --checkpoint corpus.h5 --out y.safetensors
 e2e_refused "two ranks" "one process" "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-export" --checkpoint gpt_ckpt --out z.safetensors
 e2e_refused "no --out" "out" "$bin/lockstep-export" --checkpoint gpt_ckpt
-for f in x y z; do
+# An edited checkpoint (the MLP's output weight widened, its CRC32 made valid again) no longer fits
+# the model its run recorded: refused naming the tensor (before: exported, and load_state_dict
+# failed later). The same checkpoint without that record (as written before it was kept) exports.
+cp "$(ls mlp_ckpt/ckpt-*.h5 | tail -1)" edited.h5 && cp edited.h5 unrecorded.h5
+/usr/bin/python3 - <<'EOF' || fail "editing the MLP's checkpoint"
+import h5py, numpy as np, zlib
+with h5py.File("edited.h5", "r+") as f:
+    w = f["params"]["dense4.weight"][...]
+    del f["params"]["dense4.weight"]
+    wide = np.concatenate([w, w], axis=1).astype(np.float32)
+    f["params"].create_dataset("dense4.weight", data=wide).attrs.create(
+        "crc32", zlib.crc32(wide.tobytes()), dtype=np.uint32)
+with h5py.File("unrecorded.h5", "r+") as f:
+    config = f.attrs["config"]
+    config = config.decode() if isinstance(config, bytes) else config
+    assert "input_shape=5\n" in config, config
+    kept = "".join(l + "\n" for l in config.splitlines()
+                   if l.split("=")[0] not in ("input_shape", "outputs", "positions"))
+    f.attrs["config"] = np.bytes_(kept)
+EOF
+e2e_refused "an edited checkpoint" "parameter dense4.weight has shape (8, 2) in the checkpoint, the model needs (8, 1)" "$bin/lockstep-export" --checkpoint edited.h5 --out w.safetensors
+out=$(timeout 60 "$bin/lockstep-export" --checkpoint unrecorded.h5 --out unrecorded.safetensors 2>&1) &&
+  [[ -s unrecorded.safetensors ]] && echo "ok: a checkpoint without the model's record exports" ||
+  fail "a checkpoint without the model's record: $out"
+for f in w x y z; do
   [[ ! -e $f.safetensors && ! -e $f.safetensors.tmp ]] || fail "a refused export left $f.safetensors"
 done
 

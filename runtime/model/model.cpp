@@ -220,25 +220,34 @@ std::vector<int> Model::tie_targets() const {
   return out;
 }
 
-std::vector<ParamTensorInfo> Model::param_tensors() const {
+std::vector<ParamTensorInfo> planned_param_tensors(const std::vector<LayerPlan>& plan,
+                                                   const std::vector<size_t>* layer_offsets) {
   std::vector<ParamTensorInfo> out;
-  for (const ParamRange& r : ranges_) {
-    const LayerPlan& p = plan_[r.layer];
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const LayerPlan& p = plan[i];
+    if (p.params == 0) continue;
     const LayerType& type = find_layer_type(p.spec.type);
-    const std::string base = type.name + std::to_string(r.layer);
-    size_t offset = r.offset;
+    const std::string base = type.name + std::to_string(i);
+    const size_t start = layer_offsets != nullptr ? (*layer_offsets)[i] : 0;
+    size_t offset = start;
     for (LayerTensor& t : type.tensors(p)) {
       size_t count = 1;
       for (int64_t d : t.shape) count *= static_cast<size_t>(d);
       out.push_back({base + "." + t.name, std::move(t.shape), offset, count});
       offset += count;
     }
-    if (offset != r.offset + r.count)
+    if (offset != start + p.params)
       throw std::logic_error("the '" + type.name + "' layer type's tensors cover " +
-                             std::to_string(offset - r.offset) + " of its " +
-                             std::to_string(r.count) + " parameters");
+                             std::to_string(offset - start) + " of its " +
+                             std::to_string(p.params) + " parameters");
   }
   return out;
+}
+
+std::vector<ParamTensorInfo> Model::param_tensors() const {
+  std::vector<size_t> offsets(plan_.size(), 0);
+  for (const ParamRange& r : ranges_) offsets[static_cast<size_t>(r.layer)] = r.offset;
+  return planned_param_tensors(plan_, &offsets);
 }
 
 std::string Model::summary() const {

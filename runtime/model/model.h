@@ -60,6 +60,14 @@ struct ParamTensorInfo {
   size_t count = 0;
 };
 
+// The parameter tensors a model planned as `plan` has, in Model::param_tensors()'s order, names
+// and shapes, without building it (no parameters allocated): a checkpoint's tensors can be checked
+// against a spec without the model. `layer_offsets`, where given, holds each layer's first float in
+// the flat buffers (indexed by layer) and the offsets are the model's; otherwise they count from
+// each layer's start.
+std::vector<ParamTensorInfo> planned_param_tensors(
+    const std::vector<LayerPlan>& plan, const std::vector<size_t>* layer_offsets = nullptr);
+
 class GpuTrace;
 
 // Where a model computes: the CPU, or a CUDA device through one stream (the current device's).

@@ -40,7 +40,9 @@ struct NamedTensor {
 struct CheckpointState {
   int format_version = kCheckpointFormatVersion;
   std::string model_spec;     // the model as the user named it, e.g. "mlp:64,64"
-  std::string config;         // the run's options, one "key=value" per line, for the record
+  std::string config;         // the run's options, one "key=value" per line, for the record,
+                              // and what its model was planned for (input_shape, outputs per
+                              // position, positions; absent in checkpoints before 2026-11-30)
   int world_size = 1;         // P at which it was written
   int epoch = 0;              // the epoch to continue in
   int64_t step_in_epoch = 0;  // steps of `epoch` already applied

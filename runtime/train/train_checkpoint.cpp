@@ -94,6 +94,16 @@ std::vector<std::vector<float>> whole_buffers(Trainer& t, const CheckpointState&
   return out;
 }
 
+// What the model was planned for, beside the options in the record: its input's shape
+// ("input_shape=28,28,1"), its outputs per position and its positions, so that a program holding
+// only the checkpoint (lockstep-export) can plan the model and check the tensors against it.
+std::string model_record(const Model& m) {
+  std::string shape;
+  for (int d : m.plan().front().in) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+  return "input_shape=" + shape + "\noutputs=" + std::to_string(m.outputs() / m.positions()) +
+         "\npositions=" + std::to_string(m.positions()) + "\n";
+}
+
 std::string seconds_text(Millis t) {
   char text[32];
   std::snprintf(text, sizeof text, "%g s", static_cast<double>(t.count()) / 1000.0);
@@ -106,7 +116,7 @@ CheckpointState capture_checkpoint(const TrainingParts& t, int world_size) {
   CheckpointState s;
   const TrainConfig& c = t.config;
   s.model_spec = canonical_spec(c);
-  s.config = config_record(c);
+  s.config = config_record(c) + model_record(t.model);
   s.world_size = world_size;
   const TrainState& now = t.state;
   s.epoch = now.epoch;
