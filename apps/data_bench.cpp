@@ -48,7 +48,7 @@ int run_bench(int argc, char** argv, const World& world) {
       ("file", po::value(&spec.path)->required(), "HDF5 dataset file")
       ("group", po::value(&spec.group)->default_value("train"), "split to read")
       ("x-name", po::value(&spec.x_name), "input dataset (default images, else x)")
-      ("y-name", po::value(&spec.y_name), "target dataset (default labels, else y)")
+      ("y-name", po::value(&spec.y_name), "target dataset (default: labels beside images, y beside x; else labels if present, else y)")
       ("global-batch", po::value(&lo.rows_per_step)->required(),
        "global batch B (divisible by the ranks)")
       ("epochs", po::value(&epochs)->default_value(2), "epochs to read")

@@ -1,13 +1,15 @@
 // lockstep-data inspect FILE: every group and dataset of an HDF5 file (shape, type, layout,
 // chunking, filters, stored size) with their attributes, then, for each split the loader could
 // use (a group holding images/labels, x/y or tokens), what the loader sees or why it would refuse
-// it: for a token split (lockstep-data text) its sequences, length and vocabulary.
+// it: for a token split (lockstep-data text) its sequences, length and vocabulary. Exit 0 when
+// every such split is usable, 2 when one is refused or there is none.
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
 
 #include "apps/data_commands.h"
 #include "runtime/base/error.h"
+#include "runtime/base/exit.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/h5_filters.h"
 #include "runtime/data/h5_writer.h"
@@ -153,7 +155,8 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return dims_text(d);
 }
 
-void print_loader_view(const std::string& file, const std::string& split) {
+// Prints what the loader sees of `split`, or why it refuses it; false for a refusal.
+bool print_loader_view(const std::string& file, const std::string& split) {
   DatasetSpec spec;
   spec.path = file;
   spec.group = split;
@@ -166,7 +169,7 @@ void print_loader_view(const std::string& file, const std::string& split) {
           "%lld), vocabulary %d; %s ids -> float32 as they are, a loss per token%s\n",
           split.c_str(), static_cast<long long>(i.rows), t + 1, t, t, i.num_classes,
           i.x_type.c_str(), byte_level_tokens(i) ? " (and in bits per byte)" : "");
-      return;
+      return true;
     }
     std::printf("%s: %lld rows of %s %s -> float32 (x * %g - %g) / %g; ", split.c_str(),
                 static_cast<long long>(i.rows), i.x_type.c_str(),
@@ -175,8 +178,10 @@ void print_loader_view(const std::string& file, const std::string& split) {
       std::printf("%s labels, %d classes\n", i.y_type.c_str(), i.num_classes);
     else
       std::printf("%s regression targets, %d per row\n", i.y_type.c_str(), i.target_dim);
+    return true;
   } catch (const UsageError& e) {
     std::printf("%s: not usable by the loader: %s\n", split.c_str(), e.what());
+    return false;
   }
 }
 
@@ -202,13 +207,15 @@ int run_inspect(int argc, char** argv, const World& world) {
   walk(root.get(), "/", splits);
   std::printf("\nloader view:\n");
   if (splits.empty()) std::printf("  no group holds images/labels, x/y or tokens\n");
+  bool usable = !splits.empty();
   for (const auto& s : splits) {
     const std::string split = s == "/" ? "/" : s.substr(1);
     H5Id g(LS_CHECK_HDF5(H5Gopen2(f.get(), s.c_str(), H5P_DEFAULT)));
     std::printf("  ");
-    print_loader_view(file, split);
+    usable = print_loader_view(file, split) && usable;
   }
-  return 0;
+  // As the trainer would refuse the file: exit 2 (the description above is printed either way).
+  return usable ? 0 : kExitUsage;
 }
 
 }  // namespace lockstep::data

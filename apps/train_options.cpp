@@ -294,7 +294,7 @@ bool was_given(const TrainOptions& o, const std::string& name) {
 void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size) {
   const std::map<std::string, std::string> saved = config_record_values(record);
   auto given = [&](const char* name) { return was_given(o, name); };
-  for (const char* name : {"model", "loss", "optimizer", "seed"})
+  for (const char* name : {"model", "loss", "optimizer", "seed", "eval-steps"})
     if (!given(name)) adopt_into(o, saved, name);
   // The evaluation's batch: the run's rows per step (its micro-batch over all ranks), in one
   // micro-batch, as a multiple of the ranks.
@@ -414,10 +414,17 @@ TrainOptions parse_train_options(int argc, char** argv) {
     throw UsageError(
         "--eval-only needs --resume: the checkpoint (file, or folder's newest) to "
         "evaluate");
-  if (o.eval_only) {  // writes nothing
+  if (o.eval_only) {  // writes nothing: the outputs a training command line names are not used
+    for (const char* name : {"checkpoint-dir", "metrics", "trace"})
+      if (was_given(o, name))
+        o.unused_outputs += (o.unused_outputs.empty() ? "--" : ", --") + std::string(name);
     c.guard.checkpoint_dir.clear();
     c.guard.checkpoint_every = 0;
+    c.metrics_path.clear();
+    o.trace.clear();
   }
+  // A resumed run adds to its --metrics lines (a preempted job's file keeps its first part).
+  c.append_metrics = !o.resume.empty();
   // A resumed run continues beside the checkpoints of the run it resumes; a --checkpoint-dir
   // elsewhere holds another run's, which the overwrite rule protects as for a fresh run.
   c.guard.existing = resumes_from(o.resume, c.guard.checkpoint_dir) ? ExistingCheckpoints::keep

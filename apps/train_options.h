@@ -22,7 +22,8 @@ struct TrainOptions {
   double timeout_seconds = 60;
   double startup_timeout_seconds = 600;  // one-off start-up work across ranks (at least timeout)
   std::string resume;                    // --resume: a checkpoint file or folder
-  bool eval_only = false;  // --eval-only: evaluate the --resume checkpoint, train nothing
+  bool eval_only = false;      // --eval-only: evaluate the --resume checkpoint, train nothing
+  std::string unused_outputs;  // --eval-only: the output options given, which it does not use
   bool overwrite_checkpoints = false;  // a fresh run deletes the checkpoints already there
   int threads = 0;                     // BLAS threads per rank; 0: cores / ranks on the host
   std::string progress = "auto";       // auto | bar | lines | none
@@ -40,7 +41,8 @@ TrainOptions parse_train_options(int argc, char** argv);
 
 // --eval-only: what the checkpoint's run recorded (`record`, CheckpointState::config) for the
 // options the evaluation needs to build its model and read the checkpoint (--model, --loss,
-// --optimizer, --seed), where not given; one micro-batch (unless --grad-accum is given) of, unless
+// --optimizer, --seed) and for its figures to be the run's (--eval-steps), where not given; one
+// micro-batch (unless --grad-accum is given) of, unless
 // --global-batch is given, the run's rows per step rounded down to a multiple of the `world_size`
 // ranks (it only groups the test rows). Throws UsageError for a recorded value its row refuses.
 void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size);

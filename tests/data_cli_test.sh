@@ -137,6 +137,18 @@ echo "a,b" >"$work/text.h5"
 expect_error "not an HDF5 file" inspect "$work/text.h5"
 head -c 20000 "$work/reg.h5" >"$work/cut.h5"
 expect_error "truncated" inspect "$work/cut.h5"
+# A file the loader would refuse (x and y of different row counts) is described, and inspect exits 2
+# as the trainer would (before: 0); needs h5copy (Debian's hdf5-tools), else skipped with the reason.
+if command -v h5copy >/dev/null; then
+  run regression --out "$work/other.h5" --samples 50 >/dev/null 2>&1 &&
+    h5copy -p -i "$work/reg.h5" -o "$work/badrows.h5" -s /train/x -d /train/x &&
+    h5copy -p -i "$work/other.h5" -o "$work/badrows.h5" -s /train/y -d /train/y ||
+    fail "writing badrows.h5"
+  expect_error "train: not usable by the loader" inspect "$work/badrows.h5"
+  [[ $last_rc -eq 2 ]] || fail "inspect of a file the loader refuses: exit $last_rc, expected 2"
+else
+  echo "skipped inspect's exit status for an unusable file: no h5copy (hdf5-tools)"
+fi
 expect_error "--samples must be at least 1" regression --out "$work/x.h5" --samples 0
 expect_error "--noise must be a finite value >= 0" regression --out "$work/x.h5" --noise -1
 expect_error "folder $work/nowhere does not exist" regression --out "$work/nowhere/x.h5"

@@ -97,6 +97,38 @@ TEST_F(Dataset, DescribesRegressionSplitsAndCustomNames) {
   DatasetInfo named = inspect_dataset(s);
   EXPECT_EQ(named.rows, 5);
   EXPECT_EQ(named.x_type, "float64");
+
+  // Inputs named otherwise (--x-name) find whichever targets the group holds, labels first (before:
+  // y whenever x was not "images", so a group of pix and labels was refused for want of y).
+  {
+    H5Id file = create_h5_file(path("pix.h5"));
+    write_h5_dataset(file.get(), "withlabels/pix", {4, 2}, std::vector<uint8_t>(8, 1));
+    write_h5_dataset(file.get(), "withlabels/labels", {4}, std::vector<uint8_t>{0, 1, 2, 1});
+    write_h5_dataset(file.get(), "withy/pix", {4, 2}, std::vector<float>(8, 1.0f));
+    write_h5_dataset(file.get(), "withy/y", {4}, std::vector<float>(4, 0.5f));
+  }
+  DatasetSpec pix = spec_of(path("pix.h5"), "withlabels");
+  pix.x_name = "pix";
+  EXPECT_EQ(inspect_dataset(pix).y_name, "labels");
+  EXPECT_TRUE(inspect_dataset(pix).classification);
+  pix.group = "withy";
+  EXPECT_EQ(inspect_dataset(pix).y_name, "y");
+  EXPECT_FALSE(inspect_dataset(pix).classification);
+}
+
+// num_classes on the labels dataset itself (where h5py users put it) counts, as on the inputs, the
+// group or the root (before: ignored there, and float labels trained as a regression).
+TEST_F(Dataset, NumClassesOnTheLabelsCounts) {
+  {
+    H5Id file = create_h5_file(path("lab.h5"));
+    write_h5_dataset(file.get(), "train/x", {4, 2}, std::vector<float>(8, 1.0f));
+    write_h5_dataset(file.get(), "train/y", {4}, std::vector<float>{0, 1, 2, 1});
+    H5Id y(H5Dopen2(file.get(), "train/y", H5P_DEFAULT));
+    write_h5_attr_double(y.get(), "num_classes", 5);
+  }
+  const DatasetInfo info = inspect_dataset(spec_of(path("lab.h5")));
+  EXPECT_TRUE(info.classification);
+  EXPECT_EQ(info.num_classes, 5);
 }
 
 TEST_F(Dataset, ReaderConvertsRowsInAnyOrderWithRepeats) {

@@ -77,6 +77,8 @@ for filter in "LZF:compression='lzf'" "LZ4:compression=32004" "bzip2:compression
 
   # The same file where HDF5 finds no plugin.
   out=$(HDF5_PLUGIN_PATH=$work/no-plugins "$bin/lockstep-data" inspect "$name.h5" 2>&1)
+  rc=$?
+  [[ $rc -eq 2 ]] || fail "inspect of $name.h5 without its plugin: exit $rc, expected 2 (before: 0)"
   grep -q "train: not usable by the loader: .*compressed with the $name filter.*h5repack -f NONE" \
     <<<"$out" || fail "inspect without plugins does not refuse $name.h5 naming the filter"$'\n'"$out"
   out=$(HDF5_PLUGIN_PATH=$work/no-plugins timeout 120 "$bin/lockstep-train" --progress none \

@@ -11,6 +11,8 @@
 #  - start-up is quiet: the launcher line (and the header's environment knobs) only with --verbose;
 #  - a tiny run prints test_loss= and test_accuracy= as its last lines, writes JSON-lines metrics,
 #    and takes its options from --config with the command line winning;
+#  - --eval-only takes --eval-steps from the checkpoint (the run's figures) and leaves a --metrics
+#    file alone; a resumed run appends to its --metrics;
 #  - --eval-every N evaluates after every N steps between epoch ends, the figures --eval-only
 #    prints for the checkpoint of that step, at 3 ranks and given only --data and --resume.
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC. Needs the Fashion-MNIST IDX files
@@ -225,6 +227,32 @@ for step in 4 8; do
   [[ -n $line && $again == "$want" ]] ||
     fail "step $step: --eval-every printed '$line'; --eval-only at 3 ranks on $ckpt: '$again'"
 done
+
+# ---- --eval-only and a run's outputs: --eval-steps comes from the checkpoint; --metrics is neither
+# read nor written by --eval-only (before: emptied); a resumed run appends to its --metrics ----
+out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+      --model mlp:16 --global-batch 64 --steps 6 --eval-steps 2 --log-every 1 \
+      --checkpoint-dir esck --metrics part.jsonl --progress none 2>&1)
+[[ $? -eq 0 ]] || fail "the --eval-steps run exits non-zero: $out"
+want=$(grep -E '^test_(loss|accuracy)=' <<<"$out" | tr '\n' ' ')
+cp part.jsonl part_before.jsonl
+again=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+        --resume esck --eval-only --metrics part.jsonl --checkpoint-dir esck 2>&1)
+got=$(grep -E '^test_(loss|accuracy)=' <<<"$again" | tr '\n' ' ')
+[[ -n $want && $got == "$want" ]] ||
+  fail "--eval-only on an --eval-steps 2 run: '$got', the run printed '$want': $again"
+cmp -s part.jsonl part_before.jsonl || fail "--eval-only changed the --metrics file it was given"
+grep -q -- "--eval-only writes nothing: --checkpoint-dir, --metrics not used" <<<"$again" ||
+  fail "--eval-only does not say it leaves --metrics and --checkpoint-dir alone: $again"
+out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$bin/lockstep-train" --data fmnist.h5 \
+      --resume esck --steps 9 --log-every 1 --checkpoint-dir esck --metrics part.jsonl \
+      --progress none 2>&1)
+[[ $? -eq 0 ]] || fail "the resumed run exits non-zero: $out"
+[[ $(head -c "$(stat -c %s part_before.jsonl)" part.jsonl | cmp -s - part_before.jsonl && echo kept) == kept ]] ||
+  fail "the resumed run did not keep the first run's metrics lines"
+steps=$(grep -oE '"kind":"train","step":[0-9]+' part.jsonl | grep -oE '[0-9]+$' | tr '\n' ' ')
+[[ $steps == "1 2 3 4 5 6 7 8 9 " ]] ||
+  fail "metrics steps after the resume: '$steps', expected 1 to 9"
 
 # ---- OpenMP's settings cannot shrink oneDNN's thread team (the CNN's convolutions and products) ----
 # oneDNN plans each primitive's work for the threads it asks OpenMP for; OMP_DYNAMIC=true (fewer on

@@ -212,8 +212,15 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
 // type, shape against the inputs' rows, and the label rule (dataset.h).
 void open_targets(Split& s, const DatasetSpec& spec) {
   DatasetInfo& info = s.info;
+  // By default labels beside images and y beside x; beside inputs of another name, whichever of
+  // labels and y the group holds (labels first).
   info.y_name = spec.y_name;
-  if (info.y_name.empty()) info.y_name = std::string(info.x_name == "images" ? "labels" : "y");
+  if (info.y_name.empty())
+    info.y_name = info.x_name == "images" ? "labels"
+                  : info.x_name == "x"    ? "y"
+                  : h5_has_child(s.group.get(), "labels") || !h5_has_child(s.group.get(), "y")
+                      ? "labels"
+                      : "y";
   s.y = open_dataset(s.group.get(), info, info.y_name, H5P_DEFAULT);
   const std::string xw = where(info, info.x_name), yw = where(info, info.y_name);
   require_h5_filters(s.y.get(), yw);
@@ -227,7 +234,10 @@ void open_targets(Split& s, const DatasetSpec& spec) {
   s.y_size = H5Tget_size(yt.get());
   s.y_dims = dims_of(s.y.get());
   // The label rule (dataset.h); one-hot rows (N, K > 1) stay regression targets.
-  const std::optional<double> num_classes = find_attr(s, "num_classes");
+  // num_classes is looked for on the labels themselves first (where an h5py user puts it), then
+  // where the other attributes are.
+  std::optional<double> num_classes = read_h5_attr_double(s.y.get(), "num_classes");
+  if (!num_classes) num_classes = find_attr(s, "num_classes");
   const bool one_per_row = s.y_dims.size() == 1 || (s.y_dims.size() == 2 && s.y_dims[1] == 1);
   info.classification = H5Tget_class(yt.get()) == H5T_INTEGER ||
                         spec.targets == TargetKind::labels ||
@@ -350,7 +360,7 @@ bool normalise(float* v, size_t n, float scale, float shift) {
 
 // Throws for the first value of row `row`'s v[0, n) (read from dataset `name`) that is not finite.
 [[noreturn]] void refuse_non_finite(const float* v, size_t n, const DatasetInfo& info,
-                                   const std::string& name, int64_t row) {
+                                    const std::string& name, int64_t row) {
   size_t at = 0;
   while (at + 1 < n && std::isfinite(v[at])) ++at;
   std::ostringstream value;

@@ -8,9 +8,9 @@
 //                   exact floats, not normalised), labels its last T (position t's next token);
 //                   T predictions per sample (DatasetInfo::positions), classes = vocab_size
 //   attributes:     num_classes, norm_scale, norm_mean, norm_std, on the input dataset, else its
-//                   group, else the file root; a token split reads vocab_size (needed unless the
-//                   tokens are uint8, then 256; every token must be below it) and seq_len (if
-//                   present, T) instead
+//                   group, else the file root (num_classes on the targets dataset first); a token
+//                   split reads vocab_size (needed unless the tokens are uint8, then 256; every
+//                   token must be below it) and seq_len (if present, T) instead
 // A group holding `tokens` is a token split whatever else it holds; --x-name and --y-name then
 // must be tokens or left out.
 // The label rule: integer targets are class labels; float targets are class labels when the
@@ -37,7 +37,8 @@ struct DatasetSpec {
   std::string path;
   std::string group = "train";
   std::string x_name;  // empty: "tokens" if present, else "images" if present, else "x"
-  std::string y_name;  // empty: "labels" if x is "images", else "y"
+  std::string y_name;  // empty: "labels" beside "images", "y" beside "x"; beside another x name,
+                       // "labels" if the group holds it, else "y"
   TargetKind targets = TargetKind::automatic;
   // Read the inputs alone (lockstep-predict): the targets dataset is neither needed nor opened, so
   // a file of inputs without labels reads; DatasetInfo::has_targets is then false and the target

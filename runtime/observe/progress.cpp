@@ -42,11 +42,11 @@ std::string format_duration(double s) {
 }
 
 Progress::Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path,
-                   bool bits_per_byte)
+                   bool bits_per_byte, bool append_metrics)
     : enabled_(enabled), bar_(bar), classification_(classification), bits_per_byte_(bits_per_byte) {
   if (metrics_path.empty()) return;
   metrics_path_ = metrics_path;
-  metrics_ = std::fopen(metrics_path.c_str(), "w");
+  metrics_ = std::fopen(metrics_path.c_str(), append_metrics ? "a" : "w");
   if (!metrics_)
     throw UsageError("--metrics: cannot write '" + metrics_path + "': " + std::strerror(errno));
 }

@@ -44,10 +44,11 @@ struct ProgressReport {
 class Progress {
  public:
   // `enabled`: this rank prints progress (lines or a bar) and epoch summaries. Opens the metrics
-  // file (truncating it) when the path is non-empty, printing or not (a batch job's --progress
-  // none keeps its --metrics); throws UsageError naming --metrics when it cannot.
+  // file when the path is non-empty, printing or not (a batch job's --progress none keeps its
+  // --metrics): truncated, or with `append_metrics` (a resumed run) appended to; throws UsageError
+  // naming --metrics when it cannot.
   Progress(bool enabled, bool bar, bool classification, const std::string& metrics_path,
-           bool bits_per_byte = false);
+           bool bits_per_byte = false, bool append_metrics = false);
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;

@@ -171,8 +171,9 @@ std::vector<Row> build() {
       "x-name", G::data, "input dataset (default: images, else x)", nullptr,
       +[](TrainConfig & c) -> auto& { return c.train.x_name; }));
   t.push_back(text(
-      "y-name", G::data, "target dataset (default: labels, else y)", nullptr,
-      +[](TrainConfig & c) -> auto& { return c.train.y_name; }));
+      "y-name", G::data,
+      "target dataset (default: labels beside images, y beside x; else labels if present, else y)",
+      nullptr, +[](TrainConfig & c) -> auto& { return c.train.y_name; }));
   Row rem{"remainder"};
   rem.group = G::data;
   rem.help = "last partial global batch: mask (kept, padding weighted 0) or drop";
@@ -267,7 +268,7 @@ std::vector<Row> build() {
   t.push_back(number<int64_t>(
       "eval-steps", G::loop,
       "evaluations read only the first N batches of --test-group, in file order (0: all of it)",
-      nullptr, +[](TrainConfig & c) -> auto& { return c.eval_steps; }, at_least(0)));
+      "eval_steps", +[](TrainConfig & c) -> auto& { return c.eval_steps; }, at_least(0)));
   t.push_back(number<int>(
       "grad-accum", G::loop,
       "micro-batches per update (global batch / K each), one gradient "

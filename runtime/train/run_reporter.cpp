@@ -14,7 +14,7 @@ RunReporter::RunReporter(Communicator& comm, const ReportOptions& options)
     : comm_(comm),
       options_(options),
       progress_(options.print, options.progress_bar, options.classification, options.metrics_path,
-                options.bits_per_byte) {}
+                options.bits_per_byte, options.append_metrics) {}
 
 void RunReporter::start(const StepTimes& times) {
   window_ = kernels::LossTotals{};

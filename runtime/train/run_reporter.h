@@ -24,8 +24,9 @@ struct ReportOptions {
   bool print = true;  // this rank prints
   bool progress_bar = false;
   bool classification = true;
-  bool bits_per_byte = false;  // a byte-level language model: per-token losses, also in bits/byte
-  std::string metrics_path;    // JSON lines; empty: none
+  bool bits_per_byte = false;   // a byte-level language model: per-token losses, also in bits/byte
+  std::string metrics_path;     // JSON lines; empty: none
+  bool append_metrics = false;  // append to metrics_path (a resumed run) rather than replace it
   int64_t log_every = 50;
   int64_t straggler_every = 100;  // 0: no straggler notes
   int64_t steps_per_epoch = 1;

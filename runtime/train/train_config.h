@@ -84,7 +84,8 @@ struct TrainConfig {
   // Each split of at most this many MiB as stored is read whole into memory once (every rank
   // holds it); 0: each batch reads its rows from the file (ShardedLoader).
   int64_t data_in_memory_mb = kDefaultInMemoryBytes >> 20;
-  std::string metrics_path;  // JSON lines, written by rank 0; empty: none
+  std::string metrics_path;     // JSON lines, written by rank 0; empty: none
+  bool append_metrics = false;  // add to metrics_path's lines (a resumed run) instead of replacing
   // A GPT on token data: every sample_every steps (0: never), rank 0 prints sample_bytes tokens
   // sampled after sample_prompt (sample_text.h: temperature 1, seeded by seed + the step).
   int64_t sample_every = 0;

@@ -127,6 +127,7 @@ void Trainer::build() {
   ro.bits_per_byte = byte_level_tokens(m.info);
   ro.metrics_path =
       comm_.rank() == 0 ? config_.metrics_path : "";  // rank 0 writes, printing or not
+  ro.append_metrics = config_.append_metrics;
   ro.log_every = config_.log_every;
   ro.straggler_every = config_.straggler_every;
   ro.steps_per_epoch = m.steps_per_epoch;
