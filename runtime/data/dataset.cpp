@@ -382,6 +382,7 @@ struct DatasetReader::Impl {
   uint64_t stored = 0;  // the split's bytes as stored
   bool whole = false;   // the split is held in memory: sorted is every row, read once
   bool loaded = false;
+  bool allow_non_finite = false;            // DatasetSpec::allow_non_finite
   std::vector<int64_t> sorted;              // the rows x_raw and y_raw hold, ascending
   std::vector<unsigned char> x_raw, y_raw;  // rows as stored
   std::vector<int64_t> row_tokens;          // a token split: one row's T + 1 tokens
@@ -408,6 +409,7 @@ DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes,
     : impl_(std::make_unique<Impl>()) {
   Hdf5Lock lock;
   impl_->s = open_split(spec, chunk_cache_bytes);
+  impl_->allow_non_finite = spec.allow_non_finite;
   impl_->x_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.x.get())));
   if (impl_->s.y.valid()) impl_->y_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.y.get())));
   const DatasetInfo& info = impl_->s.info;
@@ -514,7 +516,7 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
       for (size_t k = 0; k < sample; ++k) out[k] = m.lut[in[k]];
     } else {
       convert(m.s.x_elem, m.x_raw.data() + j * sample * m.s.x_size, sample, out);
-      if (normalise(out, sample, m.scale, m.shift))
+      if (normalise(out, sample, m.scale, m.shift) && !m.allow_non_finite)
         refuse_non_finite(out, sample, info, info.x_name, ids[i]);
     }
     if (!m.s.y.valid()) continue;
@@ -531,7 +533,8 @@ void DatasetReader::read_rows(const int64_t* ids, size_t n, float* x, int32_t* l
     } else if (!info.classification && targets != nullptr) {
       float* t = targets + i * ycols;
       convert(m.s.y_elem, y_in, ycols, t);
-      if (normalise(t, ycols, 1.0f, 0.0f)) refuse_non_finite(t, ycols, info, info.y_name, ids[i]);
+      if (normalise(t, ycols, 1.0f, 0.0f) && !m.allow_non_finite)
+        refuse_non_finite(t, ycols, info, info.y_name, ids[i]);
     }
   }
 }

@@ -45,6 +45,9 @@ struct DatasetSpec {
   // fields (classification, num_classes, target_dim) say nothing. A token split is unchanged (its
   // targets are its inputs shifted).
   bool inputs_only = false;
+  // Read NaN and infinite inputs and targets as they are instead of refusing them: the training
+  // split under --on-nan skip, whose step guard leaves out the steps they reach.
+  bool allow_non_finite = false;
 };
 
 struct DatasetInfo {
@@ -111,7 +114,7 @@ class DatasetReader {
   // run), so chunks are visited in file order and a chunk's rows follow each other through the
   // chunk cache. An input or regression target that is not finite as a float (NaN, an infinity,
   // a float64 beyond float32's range) throws SharedInputError naming the dataset, row and column:
-  // such a row would make the loss, or a prediction, NaN.
+  // such a row would make the loss, or a prediction, NaN (DatasetSpec::allow_non_finite reads it).
   void read_rows(const int64_t* ids, size_t n, float* x, int32_t* labels, float* targets);
 
   // Bytes of the datasets (uncompressed, as stored) this reader has read so far.

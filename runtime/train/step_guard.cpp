@@ -73,14 +73,24 @@ Verdict StepGuard::check_update(bool grads_finite, int64_t step, int epoch) {
                                                      : ", writing a checkpoint, then stopping");
   }
   const bool loss_bad = flags_[1] != 0;
-  if (!loss_bad && grads_finite) return Verdict::proceed;
-  const std::string what = std::string(loss_bad ? "the loss" : "the averaged gradient") +
-                           " is not finite (NaN or Inf) at step " + std::to_string(step + 1) +
-                           " (epoch " + std::to_string(epoch + 1) + ")";
+  if (!loss_bad && grads_finite) {
+    skipped_in_a_row_ = 0;
+    return Verdict::proceed;
+  }
+  std::string what = std::string(loss_bad ? "the loss" : "the averaged gradient") +
+                     " is not finite (NaN or Inf) at step " + std::to_string(step + 1) +
+                     " (epoch " + std::to_string(epoch + 1) + ")";
   if (options_.on_nan == NanPolicy::skip) {
     ++skipped_;
-    LS_LOG(warn) << what << ": step skipped (--on-nan skip), " << skipped_ << " skipped so far";
-    return Verdict::skip;
+    // Steps skipped without end mean the parameters themselves are no longer finite (an update
+    // that overflowed them): no later step can be applied, so the run stops rather than skip on.
+    if (++skipped_in_a_row_ < kMaxSkippedInARow) {
+      LS_LOG(warn) << what << ": step skipped (--on-nan skip), " << skipped_ << " skipped so far";
+      return Verdict::skip;
+    }
+    what += ", the " + std::to_string(kMaxSkippedInARow) +
+            "th step in a row skipped (--on-nan skip): the parameters are likely no longer finite "
+            "(an update overflowed them), so no later step could be applied";
   }
   std::string keep = last_checkpoint_;
   if (keep.empty() && !options_.checkpoint_dir.empty()) {
@@ -89,13 +99,14 @@ Verdict StepGuard::check_update(bool grads_finite, int64_t step, int epoch) {
   }
   // Every rank reached this verdict from the agreed flags; saying so through the agreement makes it
   // the AgreedUsageError that rank 0 alone prints (run_app).
-  agree_or_throw(
-      comm_, false,
-      what + ": training stopped, nothing was applied or saved from this step; " +
-          (keep.empty() ? std::string("there is no checkpoint to go back to")
-                        : "the last good checkpoint is " + keep) +
-          " (lower --lr, clip with --clip-norm, check the data for NaN or infinite values, or use "
-          "--on-nan skip)");
+  agree_or_throw(comm_, false,
+                 what + ": training stopped, nothing was applied or saved from this step; " +
+                     (keep.empty() ? std::string("there is no checkpoint to go back to")
+                                   : "the last good checkpoint is " + keep) +
+                     " (lower --lr, clip with --clip-norm" +
+                     (options_.on_nan == NanPolicy::skip
+                          ? std::string(")")
+                          : ", check the data for NaN or infinite values, or use --on-nan skip)"));
   return Verdict::stop;  // not reached: a failed agreement throws
 }
 

@@ -11,8 +11,9 @@
 //                              this reduction every rank knows whether any rank got one.
 //   check_update(finite)       after the gradient all-reduce: proceed, or skip when the step must
 //                              not be applied (--on-nan skip); UsageError naming the step
-//                              (--on-nan stop). Gradients are identical on every rank after the
-//                              reduction, so every rank reaches the same verdict without talking.
+//                              (--on-nan stop, or kMaxSkippedInARow skipped steps in a row).
+//                              Gradients are identical on every rank after the reduction, so every
+//                              rank reaches the same verdict without talking.
 //   after_step(step, total)    save every `checkpoint_every` steps; stop on an agreed stop signal
 //                              (the trainer saves first when there is a checkpoint dir, then
 //                              calls report_stop() and ends the loop after this step). A stop
@@ -94,6 +95,8 @@ class StepGuard {
   bool stopped_early() const { return stopped_early_; }
   int stop_signal() const { return stop_signal_; }  // the agreed signal number, 0 when none
   int64_t skipped_steps() const { return skipped_; }
+  // --on-nan skip stops the run (as --on-nan stop would) at this many skipped steps in a row.
+  static constexpr int64_t kMaxSkippedInARow = 20;
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   const GuardOptions& options() const { return options_; }
 
@@ -105,6 +108,7 @@ class StepGuard {
   int stop_signal_ = 0;
   bool stopped_early_ = false;
   int64_t skipped_ = 0;
+  int64_t skipped_in_a_row_ = 0;
   int64_t last_saved_step_ = -1;
   std::string last_checkpoint_;
 };

@@ -146,7 +146,11 @@ void Trainer::open_loaders() {
   lo.drop_remainder = config_.drop_remainder;
   lo.prefetch = config_.prefetch;
   lo.in_memory_bytes = config_.data_in_memory_mb << 20;
-  m.train = std::make_unique<ShardedLoader>(config_.train, lo, rank, P);
+  // Under --on-nan skip a NaN or infinite training row reaches the step guard, which skips its
+  // step; otherwise, and always in the evaluation, the reader refuses it naming the row.
+  DatasetSpec train_spec = config_.train;
+  train_spec.allow_non_finite = config_.guard.on_nan == NanPolicy::skip;
+  m.train = std::make_unique<ShardedLoader>(train_spec, lo, rank, P);
   DatasetSpec test_spec = config_.train;
   test_spec.group = config_.test_group;
   LoaderOptions eo = lo;
