@@ -42,9 +42,9 @@ TrainOptions parse_train_options(int argc, char** argv);
 // --eval-only: what the checkpoint's run recorded (`record`, CheckpointState::config) for the
 // options the evaluation needs to build its model and read the checkpoint (--model, --loss,
 // --optimizer, --seed) and for its figures to be the run's (--eval-steps), where not given; one
-// micro-batch (unless --grad-accum is given) of, unless
-// --global-batch is given, the run's rows per step rounded down to a multiple of the `world_size`
-// ranks (it only groups the test rows). Throws UsageError for a recorded value its row refuses.
+// micro-batch (unless --grad-accum is given) of, unless --global-batch is given, the run's rows
+// per step rounded down to a multiple of the `world_size` ranks (it only groups the test rows).
+// Throws UsageError for a recorded value its row refuses.
 void adopt_checkpoint_options(TrainOptions& o, const std::string& record, int world_size);
 
 // --eval-only reads the --test-group split alone (it becomes the trainer's only split, so a file

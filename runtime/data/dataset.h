@@ -113,8 +113,9 @@ class DatasetReader {
   // without targets). The rows are sorted and read as runs of consecutive rows (one H5Dread per
   // run), so chunks are visited in file order and a chunk's rows follow each other through the
   // chunk cache. An input or regression target that is not finite as a float (NaN, an infinity,
-  // a float64 beyond float32's range) throws SharedInputError naming the dataset, row and column:
-  // such a row would make the loss, or a prediction, NaN (DatasetSpec::allow_non_finite reads it).
+  // a float64 beyond float32's range) throws UsageError naming the dataset, the row and the value's
+  // place in it: such a row would make the loss, or a prediction, NaN (unless
+  // DatasetSpec::allow_non_finite, which reads it as it is).
   void read_rows(const int64_t* ids, size_t n, float* x, int32_t* labels, float* targets);
 
   // Bytes of the datasets (uncompressed, as stored) this reader has read so far.
