@@ -137,8 +137,9 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
             "for more, or evaluate the checkpoint with --eval-only");
   }
   if (o.eval_only) {
-    if (world.rank == 0 && !o.unused_outputs.empty())
+    if (world.rank == 0 && !o.unused_outputs.empty()) {
       LS_LOG(info) << "--eval-only writes nothing: " << o.unused_outputs << " not used";
+    }
     // The evaluation of the end of training, on --test-group, sharded over the ranks as in
     // training.
     const EvalResult test = trainer.evaluate();

@@ -99,7 +99,10 @@ std::vector<std::vector<float>> whole_buffers(Trainer& t, const CheckpointState&
 // only the checkpoint (lockstep-export) can plan the model and check the tensors against it.
 std::string model_record(const Model& m) {
   std::string shape;
-  for (int d : m.plan().front().in) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+  for (int d : m.plan().front().in) {
+    if (!shape.empty()) shape += ',';
+    shape += std::to_string(d);
+  }
   return "input_shape=" + shape + "\noutputs=" + std::to_string(m.outputs() / m.positions()) +
          "\npositions=" + std::to_string(m.positions()) + "\n";
 }

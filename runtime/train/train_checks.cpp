@@ -79,14 +79,22 @@ std::vector<int> sample_shape_of(const DatasetInfo& info) {
   return shape;
 }
 
+DatasetSpec test_split_spec(const TrainConfig& c) {
+  DatasetSpec test = c.train;
+  test.group = c.test_group;
+  test.allow_non_finite = false;
+  return test;
+}
+
 DatasetInfo inspect_training_data(TrainConfig& c) {
   c.train.targets = c.loss == LossKind::cross_entropy ? TargetKind::labels
                     : c.loss == LossKind::mse         ? TargetKind::values
                                                       : TargetKind::automatic;
+  // Under --on-nan skip a NaN or infinite training row reaches the step guard, which skips its
+  // step; otherwise, and always in the evaluation, the reader refuses it naming the row.
+  c.train.allow_non_finite = c.guard.on_nan == NanPolicy::skip;
   DatasetInfo info = inspect_dataset(c.train);
-  DatasetSpec test_spec = c.train;
-  test_spec.group = c.test_group;
-  const DatasetInfo test = inspect_dataset(test_spec);
+  const DatasetInfo test = inspect_dataset(test_split_spec(c));
   if (test.sample_shape != info.sample_shape)
     throw UsageError(c.train.path + ": the " + c.test_group + " split's samples differ in shape " +
                      "from the " + c.train.group + " split's");

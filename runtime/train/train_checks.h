@@ -16,9 +16,14 @@ struct TrainConfig;
 // Opens and validates the training and test splits (dataset.h). Reads float targets by the label
 // rule for c.loss (cross-entropy: labels; mse: values; auto: the file decides), resolves
 // LossKind::automatic to cross-entropy (class labels) or mse (values), and refuses --loss mse on
-// integer labels and splits whose samples or targets differ in kind or shape. Returns the
-// training split.
+// integer labels and splits whose samples or targets differ in kind or shape. Under --on-nan skip
+// the training split reads non-finite rows as they are (DatasetSpec::allow_non_finite: the step
+// guard skips their steps). Returns the training split.
 DatasetInfo inspect_training_data(TrainConfig& c);
+
+// The test split's spec: the training split's file and names, --test-group, and non-finite rows
+// always refused (an evaluation cannot skip them).
+DatasetSpec test_split_spec(const TrainConfig& c);
 
 // The split's sample shape as the model's input shape (SampleShape), refusing a dimension that
 // does not fit an int.

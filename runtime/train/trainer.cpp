@@ -146,18 +146,12 @@ void Trainer::open_loaders() {
   lo.drop_remainder = config_.drop_remainder;
   lo.prefetch = config_.prefetch;
   lo.in_memory_bytes = config_.data_in_memory_mb << 20;
-  // Under --on-nan skip a NaN or infinite training row reaches the step guard, which skips its
-  // step; otherwise, and always in the evaluation, the reader refuses it naming the row.
-  DatasetSpec train_spec = config_.train;
-  train_spec.allow_non_finite = config_.guard.on_nan == NanPolicy::skip;
-  m.train = std::make_unique<ShardedLoader>(train_spec, lo, rank, P);
-  DatasetSpec test_spec = config_.train;
-  test_spec.group = config_.test_group;
+  m.train = std::make_unique<ShardedLoader>(config_.train, lo, rank, P);
   LoaderOptions eo = lo;
   eo.rows_per_step = m.micro_rows * P;
   eo.shuffle = false;
   eo.drop_remainder = false;
-  m.test = std::make_unique<ShardedLoader>(test_spec, eo, rank, P);
+  m.test = std::make_unique<ShardedLoader>(test_split_spec(config_), eo, rank, P);
 }
 
 Trainer::~Trainer() {

@@ -11,15 +11,16 @@ set(cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/Lockstep)
 # ---- Public headers ----
 # Every header of runtime/'s wings and of kernels/, except the few that include CUDA, NCCL or oneDNN
 # headers (they serve the twins' implementation files only) and the MPI backend's internals
-# (mpi_inline.h, mpi_ops.h: comm_mpi.cpp's own), the dataset reader's h5_read.h and the kernels'
-# parallel.h; and apps/train_cli.h, train_main's, as
+# (mpi_inline.h, mpi_ops.h: comm_mpi.cpp's own), the dataset reader's h5_read.h and
+# dataset_split.h and the kernels' parallel.h; and apps/train_cli.h, train_main's, as
 # <lockstep/train_cli.h>. Each is staged with its includes rewritten from "runtime/<wing>/x.h" and
 # "kernels/x.h" or "kernels/<family>/x.h" to <lockstep/<wing>/x.h> and <lockstep/kernels/x.h> or
 # <lockstep/kernels/<family>/x.h>, the paths they have once installed (stage_header.cmake); a
 # family folder of kernels/ (conv/, gpt/, cuda/, onednn/) keeps its place under
 # include/lockstep/kernels/. tests/public_headers_test.sh reads this list too.
 set(LOCKSTEP_PRIVATE_HEADERS runtime/base/cuda_check.h runtime/comm/nccl_watchdog.h
-    runtime/comm/mpi_inline.h runtime/comm/mpi_ops.h runtime/data/h5_read.h kernels/parallel.h
+    runtime/comm/mpi_inline.h runtime/comm/mpi_ops.h runtime/data/h5_read.h
+    runtime/data/dataset_split.h kernels/parallel.h
     kernels/cuda/check.h kernels/cuda/cublas_handle.h kernels/onednn/util.h
     runtime/train/trainer_impl.h)
 file(GLOB_RECURSE public_headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
