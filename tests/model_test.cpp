@@ -276,6 +276,11 @@ TEST(Model, NamedTensorsCoverEveryParameterWithLayersAligned) {
   EXPECT_EQ(50186u, params);
   EXPECT_EQ(50186u, m.trainable_count());
   EXPECT_NE(std::string::npos, m.summary().find("total 50186 parameters")) << m.summary();
+  // The preset writes relu before maxpool2; the summary shows the order run and says why.
+  EXPECT_NE(std::string::npos,
+            m.summary().find("relu (14, 14, 32) -> (14, 14, 32) (written before maxpool2, run "
+                             "after it: the same values, fewer of them)\n"))
+      << m.summary();
 
   // The spans bucket assignment uses start at each layer's range and add up to the buffer.
   const std::vector<size_t> spans = m.layer_spans();

@@ -83,6 +83,7 @@ std::vector<LayerPlan> commute_activations(std::vector<LayerPlan> plan) {
     LayerPlan moved = plan[i + 1], activation = plan[i];
     moved.in = activation.in;
     activation.in = activation.out = moved.out;
+    activation.commuted = true;
     plan[i] = std::move(moved);
     plan[i + 1] = std::move(activation);
     ++i;

@@ -252,9 +252,13 @@ std::vector<ParamTensorInfo> Model::param_tensors() const {
 
 std::string Model::summary() const {
   std::ostringstream os;
-  for (const LayerPlan& p : plan_) {
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    const LayerPlan& p = plan_[i];
     os << "  " << to_string(p.spec) << " " << to_string(p.in) << " -> " << to_string(p.out);
     if (p.params) os << ", " << p.params << " params";
+    if (p.commuted && i > 0)
+      os << " (written before " << to_string(plan_[i - 1].spec)
+         << ", run after it: the same values, fewer of them)";
     os << "\n";
   }
   os << "  total " << trainable_ << " parameters";

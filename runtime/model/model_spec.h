@@ -110,6 +110,9 @@ struct LayerPlan {
   // An earlier layer does this one's work (its activation was fused there, or the layer is in that
   // one's fused_next): the model gives it a PassThroughLayer.
   bool absorbed = false;
+  // An activation written before the layer now ahead of it and moved after it, as the two commute
+  // (commute_activations, cpu_plan.h): the model's summary says so.
+  bool commuted = false;
   // What the layer recomputes in its backward pass instead of keeping it from the forward pass
   // (ModelPlacement::recompute, every layer alike; layers that keep nothing ignore it).
   Recompute recompute = Recompute::none;
