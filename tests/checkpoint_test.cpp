@@ -3,8 +3,10 @@
 // flag that SIGTERM/SIGINT/SIGUSR1 set.
 #include "runtime/train/checkpoint.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -212,6 +214,19 @@ TEST(Checkpoint, RefusesTruncatedGarbageAndNonCheckpointFiles) {
   H5Gclose(H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   H5Fclose(f);
   expect_refused(dir + "/data.h5", "not a Lockstep checkpoint");
+}
+
+TEST(Checkpoint, OneOpenForWritingElsewhereIsNamedAsSuch) {
+  // HDF5 locks a file it opens; a writer elsewhere (h5py's 'a' mode) holds it exclusively, which
+  // an exclusive flock on another descriptor of the file stands in for here.
+  std::string dir = testing_util::local_temp_dir("ckpt-locked");
+  std::string path = save_checkpoint(dir, sample_state(4), 0);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(0, ::flock(fd, LOCK_EX));
+  expect_refused(path, "another process has it open for writing");
+  ::close(fd);  // the lock goes with it
+  expect_same(sample_state(4), load_checkpoint(path));
 }
 
 TEST(Checkpoint, RefusesUnknownFormatVersion) {

@@ -4,7 +4,10 @@
 // file that an open object would keep open.
 #include "runtime/data/h5_writer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -169,6 +172,43 @@ TEST_F(H5Writer, UnusableFilesAreNamedNotDumped) {
     }
     EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << "HDF5 printed its error stack";
   }
+}
+
+TEST_F(H5Writer, AFileOpenForWritingElsewhereIsNamedAsSuch) {
+  // Not "damaged or truncated": HDF5's lock is held by a writer (an exclusive flock on another
+  // descriptor of the file stands in for h5py's 'a' mode in another process).
+  {
+    H5Id file = create_h5_file(path("held.h5"));
+    write_h5_dataset(file.get(), "x", {10}, ramp<float>(10));
+  }
+  const int fd = ::open(path("held.h5").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(0, ::flock(fd, LOCK_EX));
+  try {
+    open_h5_readonly(path("held.h5"));
+    ADD_FAILURE() << "opened a file another holder has locked";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(path("held.h5") + ": another process has it open for "
+                                                           "writing"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("HDF5_USE_FILE_LOCKING=FALSE"), std::string::npos)
+        << e.what();
+  }
+  // A reader's shared lock keeps a writer out, and the message says so.
+  ASSERT_EQ(0, ::flock(fd, LOCK_SH));
+  EXPECT_EQ(h5_dataset_shape(open_h5_readonly(path("held.h5")).get(), "x"),
+            std::vector<int64_t>{10});
+  try {
+    open_h5_readwrite(path("held.h5"));
+    ADD_FAILURE() << "opened a file another reader has locked for writing";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(path("held.h5") + ": another process has it open ("),
+              std::string::npos)
+        << e.what();
+  }
+  ::close(fd);
+  EXPECT_TRUE(open_h5_readwrite(path("held.h5")).valid());
 }
 
 TEST_F(H5Writer, CloseIsCheckedAndRefusesWhileAnObjectIsOpen) {

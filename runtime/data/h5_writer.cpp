@@ -136,7 +136,7 @@ H5Id open_h5_readwrite(const std::string& path) {
   Hdf5Lock lock;
   open_h5_readonly(path);  // the same checks and messages for a missing or damaged file
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  if (id < 0) throw UsageError(path + ": cannot open for writing (" + hdf5_error_text() + ")");
+  if (id < 0) throw UsageError(path + ": " + h5_open_failure("cannot open for writing", true));
   return H5Id(id);
 }
 

@@ -85,6 +85,27 @@ std::string hdf5_system_error_text() {
   return hdf5_error_text();
 }
 
+std::string h5_open_failure(const std::string& otherwise, bool to_write) {
+  const std::string reason = hdf5_error_text();
+  // HDF5 1.10+ locks a file it opens (flock: shared to read, exclusive to write) unless
+  // HDF5_USE_FILE_LOCKING=FALSE; its message is "unable to lock file, errno = 11, ...".
+  if (reason.find("unable to lock file") != std::string::npos) {
+    const size_t at = reason.find("errno = ");
+    const int code = at == std::string::npos ? 0 : std::atoi(reason.c_str() + at + 8);
+    if (code == EAGAIN && to_write)
+      return "another process has it open (it holds HDF5's lock on the file); wait until that "
+             "process closes it";
+    if (code == EAGAIN)
+      return "another process has it open for writing (it holds HDF5's lock on the file); wait "
+             "until that process closes it, or, if nothing is changing the file, set "
+             "HDF5_USE_FILE_LOCKING=FALSE";
+    return "its file system refused HDF5's lock on the file (" +
+           std::string(code > 0 ? std::strerror(code) : reason) +
+           "); set HDF5_USE_FILE_LOCKING=FALSE where nothing writes the file while it is read";
+  }
+  return reason.empty() ? otherwise : otherwise + " (" + reason + ")";
+}
+
 H5Id open_h5_readonly(const std::string& path, hid_t fapl) {
   Hdf5Lock lock;
   std::error_code ec;
@@ -103,8 +124,8 @@ H5Id open_h5_readonly(const std::string& path, hid_t fapl) {
   }
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
   if (id < 0)
-    throw UsageError(path + ": HDF5 cannot open it, the file is damaged or truncated (" +
-                     hdf5_error_text() + ")");
+    throw UsageError(path + ": " +
+                     h5_open_failure("HDF5 cannot open it, the file is damaged or truncated"));
   return H5Id(id);
 }
 

@@ -70,8 +70,15 @@ std::string hdf5_error_text();
 // needs to know about a failed write. Clears the stack.
 std::string hdf5_system_error_text();
 
+// Why H5Fopen failed on an existing HDF5 file, from HDF5's error stack (cleared): where another
+// process holds the file's lock (to read, it has the file open for writing: h5py's 'a' mode, a
+// writer still running; `to_write`, it has the file open at all) a sentence saying so and what to
+// do; else `otherwise` with HDF5's reason in brackets.
+std::string h5_open_failure(const std::string& otherwise, bool to_write = false);
+
 // Opens an existing file read-only (H5F_ACC_RDONLY). Throws UsageError naming the file when it is
-// missing, unreadable, not HDF5, or damaged (HDF5's reason is included).
+// missing, unreadable, not HDF5, damaged (HDF5's reason is included), or open for writing in
+// another process (h5_open_failure).
 // `fapl` is a file-access property list (H5P_DEFAULT for the defaults).
 H5Id open_h5_readonly(const std::string& path, hid_t fapl = H5P_DEFAULT);
 
