@@ -19,7 +19,9 @@
 
 #include "runtime/base/error.h"
 #include "runtime/process/signals.h"
+#include "runtime/train/checkpoint_dir.h"
 #include "runtime/train/checkpoint_io.h"
+#include "solo_communicator.h"
 #include "test_util.h"
 
 using namespace lockstep;
@@ -227,6 +229,44 @@ TEST(Checkpoint, OneOpenForWritingElsewhereIsNamedAsSuch) {
   expect_refused(path, "another process has it open for writing");
   ::close(fd);  // the lock goes with it
   expect_same(sample_state(4), load_checkpoint(path));
+}
+
+TEST(CheckpointDir, ASecondRunOnTheSameFolderIsRefusedWhileTheFirstLasts) {
+  // Two processes, as two jobs given one --checkpoint-dir would be: the child takes the folder and
+  // holds it until told to let go; the parent's run is refused meanwhile, naming the child.
+  GuardOptions o;
+  o.checkpoint_dir = testing_util::local_temp_dir("ckpt-dir-lock") + "/ck";
+  int held[2], release[2];
+  ASSERT_EQ(0, ::pipe(held));
+  ASSERT_EQ(0, ::pipe(release));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    testing_util::SoloCommunicator solo;
+    CheckpointDirLock lock = prepare_checkpoint_dir(o, solo);
+    char c = lock.held() ? 'y' : 'n';
+    if (::write(held[1], &c, 1) != 1 || ::read(release[0], &c, 1) != 1) _exit(3);
+    _exit(0);  // the lock goes with the process
+  }
+  char c = 0;
+  ASSERT_EQ(1, ::read(held[0], &c, 1));
+  ASSERT_EQ('y', c) << "the first run did not take the folder's lock";
+  testing_util::SoloCommunicator solo;
+  const std::string refusal = testing_util::usage_message(
+      [&] { CheckpointDirLock second = prepare_checkpoint_dir(o, solo); });
+  EXPECT_NE(refusal.find("--checkpoint-dir " + o.checkpoint_dir +
+                         " is in use by another run (pid " + std::to_string(child) + " on host "),
+            std::string::npos)
+      << refusal;
+  c = 'x';
+  ASSERT_EQ(1, ::write(release[1], &c, 1));
+  int status = 0;
+  ASSERT_EQ(child, waitpid(child, &status, 0));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  // Once it has ended (however: the kernel drops the lock), the folder is free again.
+  CheckpointDirLock lock = prepare_checkpoint_dir(o, solo);
+  EXPECT_TRUE(lock.held());
+  for (int fd : {held[0], held[1], release[0], release[1]}) ::close(fd);
 }
 
 TEST(Checkpoint, RefusesUnknownFormatVersion) {

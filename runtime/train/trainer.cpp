@@ -42,7 +42,7 @@ Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& con
     problem = e.what();
   }
   agree_or_throw(comm_, problem.empty(), problem);
-  prepare_checkpoint_dir(config_.guard, comm_);
+  impl_->dir_lock = prepare_checkpoint_dir(config_.guard, comm_);
 }
 
 void Trainer::build() {

@@ -8,6 +8,7 @@
 #include "runtime/comm/buckets.h"
 #include "runtime/data/sharded_loader.h"
 #include "runtime/observe/step_timer.h"
+#include "runtime/train/checkpoint_dir.h"
 #include "runtime/train/graph_step.h"
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/step.h"
@@ -44,7 +45,8 @@ struct Trainer::Impl {
   // of the step in progress.
   std::unique_ptr<ZeroShard> zero;
   double zero_norm = 0;
-  TrainTestHooks hooks;  // read once, at construction
+  TrainTestHooks hooks;        // read once, at construction
+  CheckpointDirLock dir_lock;  // rank 0's, on --checkpoint-dir, while the Trainer lasts
   // Deadlines (set_deadlines): zero until set; the start-up steps still to run and whether the
   // first evaluation is done.
   Millis steady{0}, startup{0};
