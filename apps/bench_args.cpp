@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "apps/option_hint.h"
 #include "runtime/base/error.h"
 
 namespace lockstep::bench {
@@ -99,8 +100,8 @@ po::variables_map parse_options(const std::string& command, int argc, char** arg
     po::store(po::command_line_parser(argc, argv).options(options).positional(none).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    throw UsageError("lockstep-bench " + command + ": " + e.what() + " (see lockstep-bench " +
-                     command + " --help)");
+    throw UsageError("lockstep-bench " + command + ": " + apps::option_error_text(e, options) +
+                     " (see lockstep-bench " + command + " --help)");
   }
   return vm;
 }

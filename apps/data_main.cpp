@@ -47,8 +47,8 @@ Parsed parse_options(const std::string& command, int argc, char** argv,
     }
     po::notify(p.vm);
   } catch (const po::error& e) {
-    throw UsageError("lockstep-data " + command + ": " + e.what() + " (see lockstep-data " +
-                     command + " --help)");
+    throw UsageError("lockstep-data " + command + ": " + apps::option_error_text(e, all) +
+                     " (see lockstep-data " + command + " --help)");
   }
   return p;
 }

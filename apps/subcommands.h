@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "apps/option_hint.h"
 #include "runtime/base/build_info.h"
 #include "runtime/base/error.h"
 #include "runtime/process/bootstrap.h"
@@ -43,9 +45,14 @@ inline int dispatch_subcommand(const std::string& program, std::span<const Subco
     if (world.rank == 0) std::fputs(version_text(program).c_str(), stdout);
     return 0;
   }
-  for (const Subcommand& c : table)
+  std::vector<std::string> names;
+  for (const Subcommand& c : table) {
     if (word == c.name) return c.run(argc - 1, argv + 1, world);
-  throw UsageError(program + ": unknown command '" + word + "'\n" +
+    names.push_back(c.name);
+  }
+  const std::string near = nearest_name(word, names);
+  throw UsageError(program + ": unknown command '" + word + "'" +
+                   (near.empty() ? "" : "; did you mean " + near + "?") + "\n" +
                    subcommand_usage(program, table));
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <system_error>
 
+#include "apps/option_hint.h"
 #include "runtime/base/build_info.h"
 #include "runtime/base/error.h"
 #include "runtime/process/bootstrap.h"
@@ -41,7 +42,8 @@ inline bool parse_tool_options(const std::string& program, const std::string& us
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw UsageError(program + ": " + e.what() + " (see " + program + " --help)");
+    throw UsageError(program + ": " + option_error_text(e, options) + " (see " + program +
+                     " --help)");
   }
   return true;
 }

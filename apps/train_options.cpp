@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "apps/option_hint.h"
 #include "runtime/base/error.h"
 #include "runtime/data/dataset.h"
 #include "runtime/train/checkpoint.h"
@@ -396,12 +397,12 @@ TrainOptions parse_train_options(int argc, char** argv) {
                              "' is a command-line option only, not a line of a config file");
         po::store(parsed, vm);
       } catch (const po::error& e) {
-        throw UsageError("--config " + path + ": " + e.what());
+        throw UsageError("--config " + path + ": " + apps::option_error_text(e, all));
       }
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw UsageError(std::string(e.what()) + " (see " + program + " --help)");
+    throw UsageError(apps::option_error_text(e, all) + " (see " + program + " --help)");
   }
 
   // Only what was given is set: a default stays the struct's own value.

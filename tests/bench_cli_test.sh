@@ -95,6 +95,8 @@ expect_error "is not a rank of this world of 2" collectives --root 2
 expect_error "invalid" collectives -w many
 expect_error "unrecognised option\|unrecognized option" collectives --bogus
 expect_error "unknown command 'frobnicate'" frobnicate
+expect_error "unknown command 'trian'; did you mean train?" trian
+expect_error "unrecognised option '--stpes'; did you mean --steps?" train --stpes 3
 expect_error "too many positional options" collectives 64M
 expect_error "rounds must be 1 or more" overhead -r 0
 expect_error "is not a byte size" overhead -b 8,64Q

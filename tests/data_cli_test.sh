@@ -152,8 +152,10 @@ fi
 expect_error "--samples must be at least 1" regression --out "$work/x.h5" --samples 0
 expect_error "--noise must be a finite value >= 0" regression --out "$work/x.h5" --noise -1
 expect_error "folder $work/nowhere does not exist" regression --out "$work/nowhere/x.h5"
-expect_error "unrecognised option '--sampels'" regression --out "$work/x.h5" --sampels 3
+expect_error "unrecognised option '--sampels'; did you mean --samples?" regression \
+  --out "$work/x.h5" --sampels 3
 expect_error "unknown command 'convert'" convert
+expect_error "unknown command 'fashion_mnist'; did you mean fashion-mnist?" fashion_mnist
 expect_error "the option '--out' is required" regression
 expect_error "no group 'validation'" bench "$work/reg.h5" --group validation --global-batch 8
 # A batch above the split's rows (before: accepted, and std::bad_alloc for a huge one).

@@ -106,6 +106,12 @@ LOCKSTEP_CUDA_ATTENTION=fast \
   --data reg.h5 --model linear
 refuse --beta2 --data fmnist.h5 --beta2 1.5
 refuse frobnicate --data fmnist.h5 --frobnicate 1
+# A slip near one option names it (an underscore for a dash, two letters swapped); none near, none.
+[[ $out != *"did you mean"* ]] || fail "--frobnicate got a suggestion: $out"
+refuse "unrecognised option '--global_batch'; did you mean --global-batch? (see lockstep-train --help)" \
+  --data fmnist.h5 --global_batch 64
+refuse "unrecognised option '--chekpoint-dir'; did you mean --checkpoint-dir?" --data fmnist.h5 \
+  --chekpoint-dir ck
 refuse --config --data fmnist.h5 --config missing.ini
 refuse "--global-batch 1000000000 is larger than the 60000 training samples of fmnist.h5:/train: use at most 60000" \
   --data fmnist.h5 --global-batch 1000000000
@@ -155,6 +161,9 @@ for key in help version config; do
   refuse "--config only_$key.ini: '$key' is a command-line option only" --data reg.h5 \
     --config "only_$key.ini"
 done
+printf 'modle = cnn\n' > typo.ini
+refuse "--config typo.ini: unrecognised option 'modle'; did you mean model?" --data reg.h5 \
+  --config typo.ini
 mkdir -p cfg_folder
 refuse "--config cfg_folder: is a folder" --data reg.h5 --config cfg_folder
 # Metrics that cannot be written end the run naming the file, not silently.
