@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "runtime/base/knobs.h"
 #include "runtime/base/log.h"
@@ -129,13 +130,19 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
     const char* earlier = "none allowed";
     if (g.existing == ExistingCheckpoints::keep) earlier = "kept (--resume)";
     if (g.existing == ExistingCheckpoints::replace) earlier = "deleted (--overwrite-checkpoints)";
+    const std::string when =
+        g.checkpoint_every > 0
+            ? "every " + std::to_string(g.checkpoint_every) + " step(s), at the end and on a stop"
+            : "at the end and on a stop (--checkpoint-every 0)";
+    const std::string kept = g.keep_checkpoints > 0
+                                 ? "newest " + std::to_string(g.keep_checkpoints) + " kept"
+                                 : "all kept (--keep-checkpoints 0)";
     std::fprintf(stderr,
-                 "checkpoints: %s, every %lld step(s) (0: at the end), newest %d kept (0: all), "
-                 "%.2f MB each; ranks wait %g s for a save (--checkpoint-timeout); an earlier "
-                 "run's checkpoints: %s\n",
-                 g.checkpoint_dir.c_str(), static_cast<long long>(g.checkpoint_every),
-                 g.keep_checkpoints, static_cast<double>(bytes) / 1e6,
-                 static_cast<double>(deadline.count()) / 1000.0, earlier);
+                 "checkpoints: %s, %s, %s, %.2f MB each; ranks wait %g s for a save "
+                 "(--checkpoint-timeout); an earlier run's checkpoints: %s\n",
+                 g.checkpoint_dir.c_str(), when.c_str(), kept.c_str(),
+                 static_cast<double>(bytes) / 1e6, static_cast<double>(deadline.count()) / 1000.0,
+                 earlier);
   }
 }
 
