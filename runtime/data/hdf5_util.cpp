@@ -68,16 +68,21 @@ std::string hdf5_error_text() {
   return outer + " (" + inner + ")";
 }
 
+namespace {
+// The errno an HDF5 error description names ("..., errno = 28, error message = ..."); 0 if none.
+int errno_named_in(const std::string& description) {
+  const size_t at = description.find("errno = ");
+  return at == std::string::npos ? 0 : std::atoi(description.c_str() + at + 8);
+}
+}  // namespace
+
 std::string hdf5_system_error_text() {
   Hdf5Lock lock;
   ErrorWalk walk;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &walk);
   // The innermost record that names an errno is the failed read, write or close.
   for (auto it = walk.descriptions.rbegin(); it != walk.descriptions.rend(); ++it) {
-    const size_t at = it->find("errno = ");
-    if (at == std::string::npos) continue;
-    const int code = std::atoi(it->c_str() + at + 8);
-    if (code > 0) {
+    if (const int code = errno_named_in(*it); code > 0) {
       H5Eclear2(H5E_DEFAULT);
       return std::strerror(code);
     }
@@ -90,8 +95,7 @@ std::string h5_open_failure(const std::string& otherwise, bool to_write) {
   // HDF5 1.10+ locks a file it opens (flock: shared to read, exclusive to write) unless
   // HDF5_USE_FILE_LOCKING=FALSE; its message is "unable to lock file, errno = 11, ...".
   if (reason.find("unable to lock file") != std::string::npos) {
-    const size_t at = reason.find("errno = ");
-    const int code = at == std::string::npos ? 0 : std::atoi(reason.c_str() + at + 8);
+    const int code = errno_named_in(reason);
     if (code == EAGAIN && to_write)
       return "another process has it open (it holds HDF5's lock on the file); wait until that "
              "process closes it";

@@ -270,9 +270,8 @@ CheckpointState read_checkpoint_h5(const std::string& path, bool header_only) {
   // Default access properties: the same file may already be open in this process (a dataset
   // passed by mistake), and HDF5 refuses a second open with a different close degree.
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.valid())
-    throw UsageError("checkpoint " + path +
-                     " cannot be used: " + h5_open_failure("the file is truncated or corrupt"));
+  // h5_open_failure takes HDF5's reason off the stack: fail() adds nothing after it.
+  if (!file.valid()) r.fail(h5_open_failure("the file is truncated or corrupt"));
   hid_t root = file.get();
   CheckpointState s;
   if (H5Aexists(root, "format") <= 0 || r.get_string(root, "/", "format") != kFormatName)
