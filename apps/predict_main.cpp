@@ -37,6 +37,7 @@
 #include "runtime/base/buffer.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/error.h"
+#include "runtime/base/log.h"
 #include "runtime/comm/agree.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/h5_writer.h"
@@ -96,18 +97,24 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   // Every rank finds the same problem with the command line and --out: agreed, it is printed once
   // and every rank exits 2 (no MPI_Abort).
   std::string problem;
+  int threads = 0;
   try {
     o = parse(argc, argv, world, &done);
     if (!done) {
       if (o.out.empty()) throw UsageError("--out must name the file to write");
       lockstep::apps::require_new_output("lockstep-predict", o.out);
-      lockstep::set_blas_threads(o.threads > 0 ? o.threads : lockstep::default_blas_threads(world));
+      threads = o.threads > 0 ? o.threads : lockstep::default_blas_threads(world);
+      lockstep::set_blas_threads(threads);
     }
   } catch (const UsageError& e) {
     problem = e.what();
   }
   lockstep::agree_or_throw(comm, problem.empty(), problem);
   if (done) return 0;
+  if (const std::string crowded = lockstep::blas_threads_oversubscribed(threads, world);
+      !crowded.empty()) {
+    LS_LOG(warn) << "warning: " << crowded;
+  }
 
   const std::string path = lockstep::resolve_checkpoint(o.checkpoint);
   const lockstep::CheckpointState state = lockstep::load_checkpoint(path);

@@ -122,6 +122,10 @@ int train(int argc, char** argv, const World& world, Communicator& world_comm) {
   if (world.rank == 0 && c.print)
     print_run_header(trainer, world.size, device_kind_name(ctx.device),
                      backend_name(ctx.grads->backend()), threads, o.eval_only);
+  // After the header, which names the thread count; rank 0 speaks for its host.
+  if (const std::string crowded = blas_threads_oversubscribed(threads, world); !crowded.empty()) {
+    LS_LOG(warn) << "warning: " << crowded;
+  }
   if (!o.resume.empty()) {
     const std::string file = resume_from_checkpoint(trainer, o.resume, o.eval_only);
     // --steps and --epochs count from the run's start, not from the checkpoint (every rank holds

@@ -8,6 +8,7 @@
 #  - metrics that cannot be written (/dev/full) end the run non-zero naming the file;
 #  - OMP_DYNAMIC=true and OMP_THREAD_LIMIT cannot make oneDNN compute on fewer threads than it
 #    planned for: the same figures as without them, and a --threads above the limit refused;
+#  - a --threads above the rank's cores trains with a warning that names them; the default none;
 #  - start-up is quiet: the launcher line (and the header's environment knobs) only with --verbose;
 #  - a tiny run prints test_loss= and test_accuracy= as its last lines, writes JSON-lines metrics,
 #    and takes its options from --config with the command line winning;
@@ -281,6 +282,19 @@ got=$(OMP_THREAD_LIMIT=1 cnn_run)
 [[ $got == "$want1" ]] || fail "OMP_THREAD_LIMIT=1, default threads: '$got'; --threads 1: '$want1'"
 OMP_THREAD_LIMIT=1 refuse "--threads 2 is more than OMP_THREAD_LIMIT=1 lets OpenMP run" \
   --data fmnist.h5 --model cnn --threads 2
+
+# ---- more threads than cores: trained, with a warning; the default gives none ----
+# A rank held to one core (taskset) asked for 2 threads: they take turns (the step slower); the
+# header's thread count is followed by a warning that names the cores and the default.
+crowded=$(taskset -c 0 timeout 120 "$mpiexec" -n 1 --bind-to none "$bin/lockstep-train" \
+          --data fmnist.h5 --global-batch 64 --steps 2 --threads 2 2>&1)
+[[ $? -eq 0 ]] || fail "--threads 2 on one core did not train: $crowded"
+grep -qE '^warning: --threads 2 is more threads than the 1 core\(s\) (this rank is bound to|of this host).*--threads 0 \(the default\) gives each rank 1$' <<<"$crowded" ||
+  fail "--threads 2 on one core gave no warning: $crowded"
+grep -q '^test_accuracy=' <<<"$crowded" || fail "--threads 2 on one core printed no figures: $crowded"
+quiet=$(taskset -c 0 timeout 120 "$mpiexec" -n 1 --bind-to none "$bin/lockstep-train" \
+        --data fmnist.h5 --global-batch 64 --steps 2 2>&1)
+grep -q 'more threads than' <<<"$quiet" && fail "the default thread count on one core warned: $quiet"
 
 [[ $failures -eq 0 ]] && echo "train_cli_test: all passed"
 exit $((failures > 0))

@@ -44,6 +44,23 @@ std::string blas_threads_problem(int threads) {
          std::to_string(limit) + " or fewer, or raise OMP_THREAD_LIMIT";
 }
 
+std::string blas_threads_oversubscribed(int threads, const World& world) {
+  const int mine = usable_cores();
+  const bool bound = mine < host_cores();
+  const int ranks = bound ? 1 : std::max(1, world.local_size);
+  // More ranks than cores is the launcher's doing; the default's one thread each adds nothing.
+  const int share = default_blas_threads(world);
+  if (threads <= share || static_cast<int64_t>(threads) * ranks <= mine) return "";
+  std::string asked = "--threads " + std::to_string(threads);
+  if (ranks > 1) asked += " x " + std::to_string(ranks) + " ranks on this host";
+  return asked + " is more threads than the " + std::to_string(mine) +
+         (bound ? " core(s) this rank is bound to" : " core(s) of this host") +
+         ": they take turns at every parallel region, and all of the work is slower; --threads 0 "
+         "(the "
+         "default) gives each rank " +
+         std::to_string(share);
+}
+
 bool set_blas_threads(int threads) {
   if (std::string problem = blas_threads_problem(threads); !problem.empty())
     throw UsageError(problem);

@@ -20,6 +20,11 @@ int default_blas_threads(const World& world);
 // OMP_THREAD_LIMIT lets OpenMP give this process (oneDNN would get a smaller team than it planned
 // for and compute wrong results: kernels/onednn/onednn.h).
 std::string blas_threads_problem(int threads);
+// A warning where `threads` per rank on this host is more than its cores (or than the rank's own
+// binding, where the launcher bound it to fewer): the threads take turns at every parallel region,
+// and the work is slower than with the default. "" when they fit, or when `threads` is no more
+// than default_blas_threads (more ranks than cores is the launcher's choice).
+std::string blas_threads_oversubscribed(int threads, const World& world);
 // Sets the BLAS thread count, and oneDNN's for calls from this thread (kernels/onednn/onednn.h);
 // false when the BLAS offers no such control. Throws UsageError where blas_threads_problem says.
 bool set_blas_threads(int threads);
