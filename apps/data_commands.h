@@ -39,16 +39,16 @@ int run_inspect(int argc, char** argv, const World& world);
 int run_bench(int argc, char** argv, const World& world);
 
 // Parses the words after the subcommand's name against `options`; `positional` names the option
-// that takes bare words (or is empty). --help prints the options and returns an empty map with
-// help_shown set. Unknown options and malformed values become UsageError("lockstep-data
-// <command>: ...").
+// that takes a bare word (or is empty), every bare word with `many`. --help prints the options and
+// returns an empty map with help_shown set. Unknown options and malformed values become
+// UsageError("lockstep-data <command>: ...").
 struct Parsed {
   boost::program_options::variables_map vm;
   bool help_shown = false;
 };
 Parsed parse_options(const std::string& command, int argc, char** argv,
                      const boost::program_options::options_description& options,
-                     const std::string& positional, const World& world);
+                     const std::string& positional, const World& world, bool many = false);
 
 // Throws UsageError when a one-process command is started on several ranks.
 void require_one_process(const std::string& command, const World& world);

@@ -25,13 +25,13 @@ namespace po = boost::program_options;
 
 Parsed parse_options(const std::string& command, int argc, char** argv,
                      const po::options_description& options, const std::string& positional,
-                     const World& world) {
+                     const World& world, bool many) {
   po::options_description all = options;
   // clang-format off
   all.add_options()("help,h", "show these options");
   // clang-format on
   po::positional_options_description pos;
-  if (!positional.empty()) pos.add(positional.c_str(), 1);
+  if (!positional.empty()) pos.add(positional.c_str(), many ? -1 : 1);
   Parsed p;
   try {
     po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), p.vm);
@@ -39,8 +39,8 @@ Parsed parse_options(const std::string& command, int argc, char** argv,
       std::string word = positional;
       for (char& c : word) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       if (world.rank == 0)
-        std::cout << "usage: lockstep-data " << command << " " << (word.empty() ? "" : word + " ")
-                  << "[options]\n"
+        std::cout << "usage: lockstep-data " << command << " "
+                  << (word.empty() ? "" : word + (many ? "... " : " ")) << "[options]\n"
                   << all << std::flush;
       p.help_shown = true;
       return p;

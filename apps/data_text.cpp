@@ -72,7 +72,7 @@ int run_text(int argc, char** argv, const World& world) {
   // clang-format off
   opts.add_options()
       ("in,i", po::value(&inputs)->multitoken()->required(),
-       "text files, read as bytes and concatenated in this order")
+       "text files, read as bytes and concatenated in this order (also given without --in)")
       ("out,o", po::value(&out)->required(), "HDF5 file to write (replaced if it exists)")
       ("seq-len", po::value(&seq_len)->required(),
        "T: tokens a model sees per row; rows hold T + 1 bytes (inputs and shifted targets)")
@@ -80,7 +80,7 @@ int run_text(int argc, char** argv, const World& world) {
        "share of the sequences in test/, drawn with --seed (0 < f < 1)")
       ("seed", po::value(&seed)->default_value(0), "seed of the draw of test sequences");
   // clang-format on
-  Parsed p = parse_options("text", argc, argv, opts, "", world);
+  Parsed p = parse_options("text", argc, argv, opts, "in", world, true);
   if (p.help_shown) return 0;
   require_one_process("text", world);
   if (seq_len < 1) throw UsageError("--seq-len must be at least 1, not " + std::to_string(seq_len));

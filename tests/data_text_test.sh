@@ -3,7 +3,7 @@
 # converts into train/ and test/ token sequences of --seq-len + 1 bytes; the split sizes follow
 # --test-fraction; every row is the corpus's bytes at its offset, and the offsets of both splits
 # together tile the corpus with stride --seq-len; a seed gives the same split every time and
-# another seed another; inspect describes the sequences; bad inputs give one clear message and a
+# another seed another; the files may be given without --in; inspect describes the sequences; bad inputs give one clear message and a
 # non-zero exit; and Debian's GPL-3 text (the README's demo) converts. ctest sets LOCKSTEP_BIN.
 set -u
 
@@ -79,6 +79,11 @@ run text --in "$work/corpus" --out "$work/same.h5" --seq-len $T --test-fraction 
 run text --in "$work/corpus" --out "$work/other.h5" --seq-len $T --test-fraction 0.2 --seed 4 >/dev/null 2>&1
 [[ "$(tokens_of "$work/c.h5")" == "$(tokens_of "$work/same.h5")" ]] || fail "--seed 3 twice gave other test sequences"
 [[ "$(tokens_of "$work/c.h5")" != "$(tokens_of "$work/other.h5")" ]] || fail "--seed 3 and 4 gave the same test sequences"
+# The files may be given without --in (as a shell glob gives them): the same corpus, in order.
+run text "$work/a.bin" "$work/b.txt" --out "$work/bare.h5" --seq-len $T --test-fraction 0.2 --seed 3 >/dev/null 2>&1 ||
+  fail "text with the files as bare arguments exited non-zero"
+[[ "$(tokens_of "$work/c.h5")" == "$(tokens_of "$work/bare.h5")" ]] ||
+  fail "the files as bare arguments gave other sequences than --in"
 
 # --- bad inputs: one clear message and a non-zero exit, no file left behind ---
 expect_error "$work/missing.txt: no such file" text --in "$work/missing.txt" --out "$work/x.h5" --seq-len 8
