@@ -8,12 +8,18 @@
 #    labels that are not whole numbers but claim num_classes are refused naming --loss, and
 #    --loss mse trains a regression on them;
 #  - channels-first images (N, 1, 28, 28) with --model cnn: the message says they look
-#    channels-first and which layout is needed.
+#    channels-first and which layout is needed;
+#  - a virtual dataset (HDF5 VDS) joining shard files trains as the same rows written whole, run
+#    from any folder; a shard missing, without the dataset, or shorter than its mapping (HDF5
+#    reads such rows as zeros, silently) is refused before training, exit 2 on every rank, naming
+#    the rows and the shard; HDF5_VDS_PREFIX finds shards elsewhere; a source in the virtual
+#    dataset's own file (".") is read.
 # ctest sets LOCKSTEP_BIN (the apps build folder). Needs /usr/bin/python3 with h5py (the python3
 # on PATH may be another Python) and the filter plugins (scripts/setup.sh installs both).
 set -u
 
 bin="${LOCKSTEP_BIN:?LOCKSTEP_BIN must name the apps build folder}"
+mpiexec="${MPIEXEC:-mpiexec}"
 . "$(dirname "$0")/helpers/e2e.sh"
 e2e_require_apps lockstep-train lockstep-data
 py=/usr/bin/python3
@@ -116,6 +122,87 @@ train --data nchw.h5 --model cnn
 [[ $rc -eq 2 ]] && grep -q "look channels-first (C, H, W).*(N, 28, 28, 1)" <<<"$out" ||
   fail "NCHW images with --model cnn: exit $rc, expected 2 saying channels-first"$'\n'"$out"
 [[ $failures -eq 0 ]] && echo "ok: NCHW images: $(grep -o 'the samples .*' <<<"$out" | cut -c1-110)"
+
+# --- virtual datasets over shard files ---
+# shards/*.h5: x (64, 4) and int32 y; the virtual datasets' train/ maps 64 rows from each source
+# ("." maps the file's own whole/x, whole/y), test/ holds shard a written whole; joined_whole.h5
+# is joined.h5's rows written whole.
+mkdir -p shards elsewhere
+$py - <<'PY'
+import h5py
+import numpy as np
+rng = np.random.default_rng(2)
+def shard(path, n, name="x"):
+    with h5py.File(path, "w") as f:
+        labels = rng.integers(0, 3, n)
+        f[name] = rng.random((n, 4), dtype="f4") + labels[:, None]
+        f["y"] = labels.astype("i4")
+def vds(path, sources, whole=None, rows=64):
+    with h5py.File(path, "w") as f:
+        if whole is not None:
+            f["whole/x"], f["whole/y"] = whole
+        for name, shape, dt in (("x", (4,), "f4"), ("y", (), "i4")):
+            layout = h5py.VirtualLayout(shape=(rows * len(sources),) + shape, dtype=dt)
+            for i, s in enumerate(sources):
+                src = ("whole/" if s == "." else "") + name
+                layout[i * rows:(i + 1) * rows] = h5py.VirtualSource(s, src, shape=(rows,) + shape)
+            f.create_virtual_dataset("train/" + name, layout)
+        with h5py.File("shards/a.h5", "r") as a:
+            f["test/x"], f["test/y"] = a["x"][:], a["y"][:]
+        f.attrs["num_classes"] = 3
+for s in "abc":
+    shard("shards/%s.h5" % s, 64)
+shard("shards/short.h5", 40)
+shard("shards/noy.h5", 64, name="z")
+shard("elsewhere/far.h5", 64)
+vds("shards/joined.h5", ["a.h5", "b.h5", "c.h5"])
+with h5py.File("shards/joined_whole.h5", "w") as f, h5py.File("shards/joined.h5") as v:
+    for k in ("train/x", "train/y", "test/x", "test/y"):
+        f[k] = v[k][:]
+    f.attrs["num_classes"] = 3
+vds("shards/short_vds.h5", ["a.h5", "short.h5"])
+vds("shards/noy_vds.h5", ["a.h5", "noy.h5"])
+vds("shards/far_vds.h5", ["a.h5", "far.h5"])
+with h5py.File("shards/b.h5") as b:
+    vds("shards/self.h5", ["a.h5", "."], whole=(b["x"][:], b["y"][:]))
+PY
+[[ -e shards/joined_whole.h5 && -e shards/self.h5 ]] || fail "h5py could not write virtual datasets"
+figures() { grep -E '^test_(loss|accuracy)=' <<<"$1"; }
+train --data shards/joined_whole.h5 --model mlp:8 --seed 5
+want=$(figures "$out")
+# A shard moved away: HDF5 alone would train on 64 rows of zeros.
+mv shards/c.h5 shards/c.h5.moved
+train --data "$work/shards/joined.h5" --model mlp:8 --seed 5
+[[ $rc -eq 2 ]] && grep -q "train/x: is a virtual dataset whose rows 128-191 come from c.h5:x, and that file cannot be found (looked for .*/shards/c.h5" <<<"$out" ||
+  fail "a VDS whose shard c.h5 is gone: exit $rc, expected 2 naming rows 128-191 and c.h5"$'\n'"$out"
+no_stack "$out" "a VDS with a missing shard"
+mv shards/c.h5.moved shards/c.h5
+# Back in place, from another folder: the shards are found beside the virtual dataset's file.
+got=$(cd / && timeout 120 "$bin/lockstep-train" --progress none --global-batch 16 --steps 4 \
+      --data "$work/shards/joined.h5" --model mlp:8 --seed 5 2>&1 | grep -E '^test_(loss|accuracy)=')
+[[ -n $want && $got == "$want" ]] ||
+  fail "a VDS over 3 shards (run from /): '$got', the same rows written whole: '$want'"
+for case in "short_vds:rows 64-127 come from short.h5:x, and .*short.h5:x has shape (40, 4), 160 values where the mapping takes 256" \
+            "noy_vds:rows 64-127 come from noy.h5:x, and .*noy.h5 holds no dataset x" \
+            "far_vds:rows 64-127 come from far.h5:x, and that file cannot be found"; do
+  name=${case%%:*}
+  out=$(timeout 120 "$mpiexec" -n 2 --oversubscribe bash -c "\"$bin/lockstep-train\" --progress none \
+        --data shards/$name.h5 --model mlp:8 --global-batch 16 --steps 4; echo rank-exit=\$?" 2>&1)
+  [[ $(grep -c '^rank-exit=2$' <<<"$out") -eq 2 ]] || fail "$name: not exit 2 on both ranks"$'\n'"$out"
+  grep -q "^error: shards/$name.h5: train/x: is a virtual dataset whose ${case#*:}" <<<"$out" ||
+    fail "$name: the refusal does not say which rows and why"$'\n'"$out"
+  no_stack "$out" "$name"
+done
+out=$(HDF5_VDS_PREFIX=$work/elsewhere timeout 120 "$bin/lockstep-train" --progress none \
+      --data shards/far_vds.h5 --model mlp:8 --global-batch 16 --steps 4 2>&1)
+[[ $? -eq 0 ]] || fail "HDF5_VDS_PREFIX did not find the shard elsewhere"$'\n'"$out"
+train --data shards/self.h5 --model mlp:8
+[[ $rc -eq 0 ]] || fail "a VDS with a source in its own file: exit $rc"$'\n'"$out"
+out=$("$bin/lockstep-data" inspect shards/noy_vds.h5 2>&1)
+grep -q "train: not usable by the loader: .*noy.h5 holds no dataset x" <<<"$out" ||
+  fail "inspect does not say why a VDS with a broken shard is refused"$'\n'"$out"
+[[ $failures -eq 0 ]] &&
+  echo "ok: virtual datasets over shards: trained as written whole; broken shards refused (exit 2)"
 
 [[ $failures -eq 0 ]] && echo "foreign_files_test: all passed"
 exit $((failures > 0))

@@ -11,6 +11,7 @@
 #include "runtime/data/dataset_split.h"
 #include "runtime/data/h5_filters.h"
 #include "runtime/data/h5_read.h"
+#include "runtime/data/h5_virtual.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
 
@@ -50,7 +51,9 @@ H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name,
     hdf5_error_text();
     throw UsageError(where(info, name) + ": is not a dataset");
   }
-  return H5Id(id);
+  H5Id dset(id);
+  require_virtual_sources(dset.get(), info.path, where(info, name));
+  return dset;
 }
 
 std::optional<double> find_attr(const Split& s, const char* name) {

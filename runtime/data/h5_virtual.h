@@ -1,0 +1,28 @@
+// Virtual datasets (HDF5's VDS): a dataset whose rows are mapped from datasets in other files, as
+// a corpus split into shard files is joined into one. HDF5 reads the rows of a source it cannot
+// open (a shard moved, renamed or deleted, a dataset missing in it, a source shorter than its
+// mapping) as the dataset's fill value, zeros, without an error: a run would train on blank rows.
+// require_virtual_sources finds every such source before any row is read.
+//
+// A source file is looked for as HDF5 does: "." is the virtual dataset's own file; otherwise the
+// name as written (absolute, or from the current folder), under each prefix of HDF5_VDS_PREFIX
+// (':'-separated; "${ORIGIN}" is the virtual dataset file's folder), and in the virtual dataset
+// file's folder (an absolute name by its last component there). A source found in any of these
+// places counts as found. Mappings with printf-style names (%b) or unlimited selections, whose
+// extent HDF5 takes from the sources it finds, are not checked.
+// Thread-safety: callable from any thread (its HDF5 calls run under Hdf5Lock). No collective calls.
+#pragma once
+
+#include <hdf5.h>
+
+#include <string>
+
+namespace lockstep {
+
+// Throws UsageError naming `what` (e.g. "data.h5: train/images"), the rows of the first source
+// that HDF5 would read as fill values, the file and dataset they come from, and why (no such file,
+// not readable, no such dataset, fewer rows than mapped). Does nothing for a dataset that is not
+// virtual. `vds_path` is the path of the file that holds `dset`.
+void require_virtual_sources(hid_t dset, const std::string& vds_path, const std::string& what);
+
+}  // namespace lockstep
