@@ -13,7 +13,8 @@
 #    from any folder; a shard missing, without the dataset, or shorter than its mapping (HDF5
 #    reads such rows as zeros, silently) is refused before training, exit 2 on every rank, naming
 #    the rows and the shard; HDF5_VDS_PREFIX finds shards elsewhere; a source in the virtual
-#    dataset's own file (".") is read.
+#    dataset's own file (".") is read; a split behind an external link trains as the file itself,
+#    and a link whose file or group is gone is named as such (exit 2), not "no group 'train'".
 # ctest sets LOCKSTEP_BIN (the apps build folder). Needs /usr/bin/python3 with h5py (the python3
 # on PATH may be another Python) and the filter plugins (scripts/setup.sh installs both).
 set -u
@@ -203,6 +204,30 @@ grep -q "train: not usable by the loader: .*noy.h5 holds no dataset x" <<<"$out"
   fail "inspect does not say why a VDS with a broken shard is refused"$'\n'"$out"
 [[ $failures -eq 0 ]] &&
   echo "ok: virtual datasets over shards: trained as written whole; broken shards refused (exit 2)"
+
+# --- external links: a split that lives in another file ---
+$py - <<'PY'
+import h5py
+for name, target, group in (("linked", "joined_whole.h5", "/train"),
+                            ("dangling", "moved_away.h5", "/train"),
+                            ("noobject", "joined_whole.h5", "/nope")):
+    with h5py.File("shards/%s.h5" % name, "w") as f:
+        f["train"] = h5py.ExternalLink(target, group)
+        f["test"] = h5py.ExternalLink("joined_whole.h5", "/test")
+        f.attrs["num_classes"] = 3
+PY
+got=$(cd / && timeout 120 "$bin/lockstep-train" --progress none --global-batch 16 --steps 4 \
+      --data "$work/shards/linked.h5" --model mlp:8 --seed 5 2>&1 | grep -E '^test_(loss|accuracy)=')
+[[ -n $want && $got == "$want" ]] ||
+  fail "a split behind an external link (run from /): '$got', the file itself: '$want'"
+train --data shards/dangling.h5 --model mlp:8
+[[ $rc -eq 2 ]] && grep -q "^error: shards/dangling.h5: group 'train' is an external link to moved_away.h5:/train, and that file cannot be found" <<<"$out" ||
+  fail "a dangling external link: exit $rc, expected 2 naming the link and its file"$'\n'"$out"
+train --data shards/noobject.h5 --model mlp:8
+[[ $rc -eq 2 ]] && grep -q "external link to joined_whole.h5:/nope, and that file holds no /nope" <<<"$out" ||
+  fail "an external link to a missing group: exit $rc, expected 2 naming it"$'\n'"$out"
+[[ $failures -eq 0 ]] &&
+  echo "ok: external links: a linked split trains as the file itself; dangling links named (exit 2)"
 
 [[ $failures -eq 0 ]] && echo "foreign_files_test: all passed"
 exit $((failures > 0))

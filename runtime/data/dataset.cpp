@@ -11,7 +11,7 @@
 #include "runtime/data/dataset_split.h"
 #include "runtime/data/h5_filters.h"
 #include "runtime/data/h5_read.h"
-#include "runtime/data/h5_virtual.h"
+#include "runtime/data/h5_sources.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
 
@@ -49,7 +49,8 @@ H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name,
   hid_t id = H5Dopen2(group, name.c_str(), dapl);
   if (id < 0) {
     hdf5_error_text();
-    throw UsageError(where(info, name) + ": is not a dataset");
+    const std::string link = external_link_problem(group, name);
+    throw UsageError(where(info, name) + ": " + (link.empty() ? "is not a dataset" : link));
   }
   H5Id dset(id);
   require_virtual_sources(dset.get(), info.path, where(info, name));
@@ -270,6 +271,8 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   hid_t g = H5Gopen2(s.file.get(), info.group.c_str(), H5P_DEFAULT);
   if (g < 0) {
     hdf5_error_text();
+    if (const std::string link = external_link_problem(s.file.get(), info.group); !link.empty())
+      throw UsageError(spec.path + ": group " + link);
     H5Id root(LS_CHECK_HDF5(H5Gopen2(s.file.get(), "/", H5P_DEFAULT)));
     throw UsageError(spec.path + ": no group '" + info.group + "' (at the top level " +
                      holds_text(root.get()) + ")");

@@ -1,7 +1,8 @@
-#include "runtime/data/h5_virtual.h"
+#include "runtime/data/h5_sources.h"
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -30,51 +31,50 @@ std::string mapping_text(Get get, hid_t dcpl, size_t i) {
   return s;
 }
 
-// The places HDF5 looks for a source file named `name` (h5_virtual.h), in its order.
-std::vector<fs::path> candidates(const std::string& name, const std::string& vds_path) {
-  const fs::path written(name), origin = fs::path(vds_path).parent_path();
+// The file HDF5 reads for a source named `name` in the file at `here` (h5_sources.h: the name as
+// written, under each prefix of `prefix_env`, in `here`'s folder), or "" when none of those places
+// holds a file; then "that file cannot be found (looked for ...)".
+std::string find_source(const std::string& name, const std::string& here, const char* prefix_env,
+                        std::string* missing) {
+  const fs::path written(name), origin = fs::path(here).parent_path();
   const fs::path tail = written.is_absolute() ? written.filename() : written;
-  std::vector<fs::path> out{written};
-  if (const char* env = std::getenv("HDF5_VDS_PREFIX"); env != nullptr) {
-    std::string prefixes = env;
+  std::vector<fs::path> places{written};
+  if (const char* env = std::getenv(prefix_env); env != nullptr) {
+    const std::string prefixes = env;
     for (size_t at = 0; at <= prefixes.size();) {
       size_t end = prefixes.find(':', at);
       if (end == std::string::npos) end = prefixes.size();
       std::string prefix = prefixes.substr(at, end - at);
       if (const size_t o = prefix.find("${ORIGIN}"); o != std::string::npos)
         prefix.replace(o, 9, origin.empty() ? "." : origin.string());
-      if (!prefix.empty()) out.push_back(fs::path(prefix) / tail);
+      if (!prefix.empty()) places.push_back(fs::path(prefix) / tail);
       at = end + 1;
     }
   }
-  out.push_back((origin.empty() ? fs::path(".") : origin) / tail);
-  return out;
+  places.push_back((origin.empty() ? fs::path(".") : origin) / tail);
+  std::vector<fs::path> seen;
+  std::string looked;
+  for (const fs::path& p : places) {
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p.string();
+    const fs::path place = fs::absolute(p, ec).lexically_normal();
+    if (std::find(seen.begin(), seen.end(), place) != seen.end()) continue;
+    seen.push_back(place);
+    looked += (looked.empty() ? "" : ", ") + place.string();
+  }
+  *missing = "that file cannot be found (looked for " + looked + "; " + prefix_env +
+             " names other folders)";
+  return "";
 }
 
 // Why the rows mapped from `file_name`:`dset_name` (the source selection `src`, placed at the
 // virtual selection `vspace`) would be read as fill values, or "" when HDF5 can read them.
 std::string source_problem(const std::string& file_name, const std::string& dset_name, hid_t src,
                            hid_t vspace, const std::string& vds_path) {
-  std::string path = vds_path;
-  if (file_name != ".") {
-    path.clear();
-    std::string looked;
-    std::vector<fs::path> seen;
-    for (const fs::path& p : candidates(file_name, vds_path)) {
-      std::error_code ec;
-      if (fs::is_regular_file(p, ec)) {
-        path = p.string();
-        break;
-      }
-      const fs::path place = fs::absolute(p, ec).lexically_normal();
-      if (std::find(seen.begin(), seen.end(), place) != seen.end()) continue;
-      seen.push_back(place);
-      looked += (looked.empty() ? "" : ", ") + place.string();
-    }
-    if (path.empty())
-      return "that file cannot be found (looked for " + looked +
-             "; HDF5_VDS_PREFIX names other folders)";
-  }
+  std::string missing;
+  const std::string path =
+      file_name == "." ? vds_path : find_source(file_name, vds_path, "HDF5_VDS_PREFIX", &missing);
+  if (path.empty()) return missing;
   H5Id file;
   try {
     file = open_h5_readonly(path);
@@ -118,7 +118,51 @@ std::string source_problem(const std::string& file_name, const std::string& dset
   return "";
 }
 
+// The object `name` in `loc`, opened as whatever it is; invalid (the error stack cleared) when
+// HDF5 cannot.
+H5Id open_object(hid_t loc, const std::string& name) {
+  const hid_t id = H5Oopen(loc, name.c_str(), H5P_DEFAULT);
+  if (id < 0) hdf5_error_text();
+  return H5Id(id);
+}
+
 }  // namespace
+
+std::string external_link_problem(hid_t loc, const std::string& name) {
+  Hdf5Lock lock;
+  H5L_info_t info;
+  if (H5Lget_info(loc, name.c_str(), &info, H5P_DEFAULT) < 0) {
+    hdf5_error_text();
+    return "";
+  }
+  if (info.type != H5L_TYPE_EXTERNAL) return "";
+  std::vector<char> value(info.u.val_size + 1, '\0');
+  const char* file_name = nullptr;
+  const char* object = nullptr;
+  unsigned flags = 0;
+  if (H5Lget_val(loc, name.c_str(), value.data(), value.size(), H5P_DEFAULT) < 0 ||
+      H5Lunpack_elink_val(value.data(), info.u.val_size, &flags, &file_name, &object) < 0) {
+    hdf5_error_text();
+    return "";
+  }
+  if (open_object(loc, name).valid()) return "";
+  const std::string link = "'" + name + "' is an external link to " + file_name + ":" + object;
+  std::string here(static_cast<size_t>(std::max<ssize_t>(H5Fget_name(loc, nullptr, 0), 0)) + 1,
+                   '\0');
+  H5Fget_name(loc, here.data(), here.size());
+  here.resize(std::strlen(here.c_str()));
+  std::string missing;
+  const std::string path = find_source(file_name, here, "HDF5_EXT_PREFIX", &missing);
+  if (path.empty()) return link + ", and " + missing;
+  try {
+    H5Id other = open_h5_readonly(path);
+    if (!open_object(other.get(), object).valid())
+      return link + ", and that file holds no " + object;
+  } catch (const UsageError& e) {
+    return link + ", and " + e.what();
+  }
+  return link + ", which HDF5 cannot follow";
+}
 
 void require_virtual_sources(hid_t dset, const std::string& vds_path, const std::string& what) {
   Hdf5Lock lock;

@@ -1,3 +1,6 @@
+// Data in other files, which HDF5 reaches without the reader asking, and where it fails quietly or
+// vaguely when those files are gone.
+//
 // Virtual datasets (HDF5's VDS): a dataset whose rows are mapped from datasets in other files, as
 // a corpus split into shard files is joined into one. HDF5 reads the rows of a source it cannot
 // open (a shard moved, renamed or deleted, a dataset missing in it, a source shorter than its
@@ -10,6 +13,10 @@
 // file's folder (an absolute name by its last component there). A source found in any of these
 // places counts as found. Mappings with printf-style names (%b) or unlimited selections, whose
 // extent HDF5 takes from the sources it finds, are not checked.
+//
+// External links (a group or dataset that lives in another file): HDF5 fails to open one whose
+// file or object is gone as if nothing were there; external_link_problem says which link and why.
+//
 // Thread-safety: callable from any thread (its HDF5 calls run under Hdf5Lock). No collective calls.
 #pragma once
 
@@ -24,5 +31,10 @@ namespace lockstep {
 // not readable, no such dataset, fewer rows than mapped). Does nothing for a dataset that is not
 // virtual. `vds_path` is the path of the file that holds `dset`.
 void require_virtual_sources(hid_t dset, const std::string& vds_path, const std::string& what);
+
+// Where `name` in `loc` is an external link that HDF5 could not follow: "'name' is an external
+// link to FILE:OBJECT, and <why>" (the file not found, not HDF5, or without the object). "" for
+// any other link, or one that can be followed.
+std::string external_link_problem(hid_t loc, const std::string& name);
 
 }  // namespace lockstep
