@@ -14,7 +14,9 @@
 #    reads such rows as zeros, silently) is refused before training, exit 2 on every rank, naming
 #    the rows and the shard; HDF5_VDS_PREFIX finds shards elsewhere; a source in the virtual
 #    dataset's own file (".") is read; a split behind an external link trains as the file itself,
-#    and a link whose file or group is gone is named as such (exit 2), not "no group 'train'".
+#    and a link whose file or group is gone is named as such (exit 2), not "no group 'train'";
+#  - a dataset whose writer stopped early (chunks never written, or a contiguous dataset never
+#    written: HDF5 reads them as zeros) is refused, exit 2, naming the first unwritten rows.
 # ctest sets LOCKSTEP_BIN (the apps build folder). Needs /usr/bin/python3 with h5py (the python3
 # on PATH may be another Python) and the filter plugins (scripts/setup.sh installs both).
 set -u
@@ -228,6 +230,31 @@ train --data shards/noobject.h5 --model mlp:8
   fail "an external link to a missing group: exit $rc, expected 2 naming it"$'\n'"$out"
 [[ $failures -eq 0 ]] &&
   echo "ok: external links: a linked split trains as the file itself; dangling links named (exit 2)"
+
+# --- storage never written: a writer stopped early ---
+$py - <<'PY'
+import h5py
+import numpy as np
+rng = np.random.default_rng(3)
+with h5py.File("stopped.h5", "w") as f:  # 96 of 160 rows written, in chunks of 16
+    x = f.create_dataset("train/x", shape=(160, 4), dtype="f4", chunks=(16, 4), compression="gzip")
+    x[:96] = rng.random((96, 4), dtype="f4")
+    f["train/y"] = rng.integers(0, 3, 160).astype("i4")
+    f["test/x"], f["test/y"] = rng.random((32, 4), dtype="f4"), rng.integers(0, 3, 32).astype("i4")
+    f.attrs["num_classes"] = 3
+with h5py.File("unwritten.h5", "w") as f:  # labels created, never written (contiguous)
+    f["train/x"] = rng.random((64, 4), dtype="f4")
+    f.create_dataset("train/y", shape=(64,), dtype="i4")
+    f["test/x"], f["test/y"] = rng.random((32, 4), dtype="f4"), rng.integers(0, 3, 32).astype("i4")
+    f.attrs["num_classes"] = 3
+PY
+train --data stopped.h5 --model mlp:8
+[[ $rc -eq 2 ]] && grep -q "^error: stopped.h5: train/x: 4 of its 10 chunks were never written, the first at rows 96-111 (HDF5 reads" <<<"$out" ||
+  fail "a chunked dataset written to row 96 of 160: exit $rc, expected 2 naming rows 96-111"$'\n'"$out"
+train --data unwritten.h5 --model mlp:8
+[[ $rc -eq 2 ]] && grep -q "^error: unwritten.h5: train/y: was never written (HDF5 reads" <<<"$out" ||
+  fail "a contiguous dataset never written: exit $rc, expected 2"$'\n'"$out"
+[[ $failures -eq 0 ]] && echo "ok: storage never written (a writer stopped early) refused, naming the rows"
 
 [[ $failures -eq 0 ]] && echo "foreign_files_test: all passed"
 exit $((failures > 0))

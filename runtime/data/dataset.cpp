@@ -54,6 +54,7 @@ H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name,
   }
   H5Id dset(id);
   require_virtual_sources(dset.get(), info.path, where(info, name));
+  require_written(dset.get(), where(info, name));
   return dset;
 }
 

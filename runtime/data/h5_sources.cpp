@@ -164,6 +164,65 @@ std::string external_link_problem(hid_t loc, const std::string& name) {
   return link + ", which HDF5 cannot follow";
 }
 
+void require_written(hid_t dset, const std::string& what) {
+  Hdf5Lock lock;
+  H5Id dcpl(LS_CHECK_HDF5(H5Dget_create_plist(dset)));
+  H5Id space(LS_CHECK_HDF5(H5Dget_space(dset)));
+  const int rank = LS_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()));
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  LS_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+  hsize_t elements = 1;
+  for (hsize_t d : dims) elements *= d;
+  if (elements == 0) return;
+  const std::string fill =
+      " (HDF5 reads storage that was never written as the fill value, "
+      "zeros, without an error: was the writer stopped early? write every "
+      "row, zeros included, to train on them)";
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_CONTIGUOUS) {
+    H5D_space_status_t status;
+    LS_CHECK_HDF5(H5Dget_space_status(dset, &status));
+    if (status == H5D_SPACE_STATUS_NOT_ALLOCATED)
+      throw UsageError(what + ": was never written" + fill);
+    return;
+  }
+  if (layout != H5D_CHUNKED) return;
+  std::vector<hsize_t> chunk(static_cast<size_t>(rank)), grid(chunk.size());
+  LS_CHECK_HDF5(H5Pget_chunk(dcpl.get(), rank, chunk.data()));
+  hsize_t needed = 1;
+  for (size_t d = 0; d < chunk.size(); ++d) {
+    grid[d] = (dims[d] + chunk[d] - 1) / chunk[d];
+    needed *= grid[d];
+  }
+  hsize_t allocated = 0;
+  LS_CHECK_HDF5(H5Dget_num_chunks(dset, space.get(), &allocated));
+  if (allocated >= needed) return;
+  // The first chunk along the rows that is missing: the allocated chunks' first rows, each row
+  // block counted once per chunk of the other dimensions. Listing them costs a call a chunk, so
+  // only up to a bound; past it the count alone is said.
+  std::string rows;
+  constexpr hsize_t kListed = 1 << 16;
+  if (allocated <= kListed) {
+    const hsize_t per_block = needed / grid[0];
+    std::vector<hsize_t> in_block(grid[0], 0), offset(chunk.size());
+    for (hsize_t i = 0; i < allocated; ++i) {
+      unsigned mask = 0;
+      haddr_t addr = 0;
+      hsize_t size = 0;
+      LS_CHECK_HDF5(H5Dget_chunk_info(dset, space.get(), i, offset.data(), &mask, &addr, &size));
+      ++in_block[offset[0] / chunk[0]];
+    }
+    for (hsize_t b = 0; b < grid[0]; ++b)
+      if (in_block[b] < per_block) {
+        rows = ", the first at rows " + std::to_string(b * chunk[0]) + "-" +
+               std::to_string(std::min(dims[0], (b + 1) * chunk[0]) - 1);
+        break;
+      }
+  }
+  throw UsageError(what + ": " + std::to_string(needed - allocated) + " of its " +
+                   std::to_string(needed) + " chunks were never written" + rows + fill);
+}
+
 void require_virtual_sources(hid_t dset, const std::string& vds_path, const std::string& what) {
   Hdf5Lock lock;
   H5Id dcpl(LS_CHECK_HDF5(H5Dget_create_plist(dset)));

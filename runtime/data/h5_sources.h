@@ -1,5 +1,11 @@
-// Data in other files, which HDF5 reaches without the reader asking, and where it fails quietly or
-// vaguely when those files are gone.
+// Where a dataset's values come from, for the cases in which HDF5 hands back values no writer
+// put there, or fails vaguely: data in other files, which HDF5 reaches without the reader asking,
+// and storage that was never written.
+//
+// Never written: HDF5 allocates a chunk, or a contiguous dataset's storage, at its first write,
+// and reads what was never allocated as the fill value (zeros) without an error. A writer that
+// stopped early (a crash, a job out of time) leaves a file whose later rows read as blank:
+// require_written refuses such a dataset, naming the rows.
 //
 // Virtual datasets (HDF5's VDS): a dataset whose rows are mapped from datasets in other files, as
 // a corpus split into shard files is joined into one. HDF5 reads the rows of a source it cannot
@@ -31,6 +37,12 @@ namespace lockstep {
 // not readable, no such dataset, fewer rows than mapped). Does nothing for a dataset that is not
 // virtual. `vds_path` is the path of the file that holds `dset`.
 void require_virtual_sources(hid_t dset, const std::string& vds_path, const std::string& what);
+
+// Throws UsageError naming `what` where part of `dset`'s storage was never written: a chunked
+// dataset with fewer chunks allocated than its shape needs (the first unwritten chunk's rows and
+// the count), a contiguous one with no storage at all. Does nothing for compact and virtual
+// datasets, nor for empty ones.
+void require_written(hid_t dset, const std::string& what);
 
 // Where `name` in `loc` is an external link that HDF5 could not follow: "'name' is an external
 // link to FILE:OBJECT, and <why>" (the file not found, not HDF5, or without the object). "" for
