@@ -15,8 +15,11 @@
 #    the rows and the shard; HDF5_VDS_PREFIX finds shards elsewhere; a source in the virtual
 #    dataset's own file (".") is read; a split behind an external link trains as the file itself,
 #    and a link whose file or group is gone is named as such (exit 2), not "no group 'train'";
+#  - float16 inputs (numpy's half, subnormals included) train as their float32 widening does, from
+#    the file and from memory; h5py's bool (an HDF5 enum) is refused saying to store uint8;
 #  - a dataset whose writer stopped early (chunks never written, or a contiguous dataset never
-#    written: HDF5 reads them as zeros) is refused, exit 2, naming the first unwritten rows.
+#    written: HDF5 reads them as zeros) is refused, exit 2, naming the first unwritten rows; with a
+#    fill value of the writer's own (h5py's fillvalue=) the unwritten rows are meant, and train.
 # ctest sets LOCKSTEP_BIN (the apps build folder). Needs /usr/bin/python3 with h5py (the python3
 # on PATH may be another Python) and the filter plugins (scripts/setup.sh installs both).
 set -u
@@ -231,6 +234,36 @@ train --data shards/noobject.h5 --model mlp:8
 [[ $failures -eq 0 ]] &&
   echo "ok: external links: a linked split trains as the file itself; dangling links named (exit 2)"
 
+# --- float16 inputs and targets (numpy's half): widened exactly ---
+$py - <<'PY'
+import h5py
+import numpy as np
+rng = np.random.default_rng(4)
+for half in (True, False):
+    with h5py.File("half.h5" if half else "half_as_f32.h5", "w") as f:
+        for split, n in (("train", 96), ("test", 32)):
+            x = (rng.standard_normal((n, 4)) * np.array([1e-6, 3e-5, 1.0, 3e3])).astype("f2")
+            f[split + "/x"] = x if half else x.astype("f4")
+            f[split + "/y"] = rng.integers(0, 3, n).astype("i4")
+        f.attrs["num_classes"] = 3
+    rng = np.random.default_rng(4)  # the same draws for the float32 copy
+with h5py.File("bools.h5", "w") as f:
+    for split, n in (("train", 64), ("test", 32)):
+        f[split + "/x"] = rng.random((n, 4)) > 0.5
+        f[split + "/y"] = rng.integers(0, 3, n).astype("i4")
+PY
+train --data half_as_f32.h5 --model mlp:8 --seed 2
+want=$(figures "$out")
+for memory in 0 1024; do
+  train --data half.h5 --model mlp:8 --seed 2 --data-in-memory-mb $memory
+  [[ $rc -eq 0 && -n $want && $(figures "$out") == "$want" ]] ||
+    fail "float16 inputs (--data-in-memory-mb $memory): '$(figures "$out")', widened to float32 by numpy: '$want'"$'\n'"$out"
+done
+train --data bools.h5 --model mlp:8
+[[ $rc -eq 2 ]] && grep -q "train/x: has type enum, .*h5py writes bool as an enum: store uint8" <<<"$out" ||
+  fail "bool inputs: exit $rc, expected 2 saying to store uint8"$'\n'"$out"
+[[ $failures -eq 0 ]] && echo "ok: float16 inputs read as numpy widens them (subnormals included); bool named"
+
 # --- storage never written: a writer stopped early ---
 $py - <<'PY'
 import h5py
@@ -242,6 +275,12 @@ with h5py.File("stopped.h5", "w") as f:  # 96 of 160 rows written, in chunks of 
     f["train/y"] = rng.integers(0, 3, 160).astype("i4")
     f["test/x"], f["test/y"] = rng.random((32, 4), dtype="f4"), rng.integers(0, 3, 32).astype("i4")
     f.attrs["num_classes"] = 3
+with h5py.File("sparse.h5", "w") as f:  # the same, with a fill value of the writer's own
+    x = f.create_dataset("train/x", shape=(160, 4), dtype="f4", chunks=(16, 4), fillvalue=0.5)
+    x[:96] = rng.random((96, 4), dtype="f4")
+    f["train/y"] = rng.integers(0, 3, 160).astype("i4")
+    f["test/x"], f["test/y"] = rng.random((32, 4), dtype="f4"), rng.integers(0, 3, 32).astype("i4")
+    f.attrs["num_classes"] = 3
 with h5py.File("unwritten.h5", "w") as f:  # labels created, never written (contiguous)
     f["train/x"] = rng.random((64, 4), dtype="f4")
     f.create_dataset("train/y", shape=(64,), dtype="i4")
@@ -249,8 +288,10 @@ with h5py.File("unwritten.h5", "w") as f:  # labels created, never written (cont
     f.attrs["num_classes"] = 3
 PY
 train --data stopped.h5 --model mlp:8
-[[ $rc -eq 2 ]] && grep -q "^error: stopped.h5: train/x: 4 of its 10 chunks were never written, the first at rows 96-111 (HDF5 reads" <<<"$out" ||
+[[ $rc -eq 2 ]] && grep -q "^error: stopped.h5: train/x: 4 of its 10 chunks were never written, the first at rows 96-111 (HDF5 reads.*fillvalue=" <<<"$out" ||
   fail "a chunked dataset written to row 96 of 160: exit $rc, expected 2 naming rows 96-111"$'\n'"$out"
+train --data sparse.h5 --model mlp:8
+[[ $rc -eq 0 ]] || fail "unwritten chunks with a fill value of the writer's own: exit $rc"$'\n'"$out"
 train --data unwritten.h5 --model mlp:8
 [[ $rc -eq 2 ]] && grep -q "^error: unwritten.h5: train/y: was never written (HDF5 reads" <<<"$out" ||
   fail "a contiguous dataset never written: exit $rc, expected 2"$'\n'"$out"

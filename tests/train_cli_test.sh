@@ -122,7 +122,8 @@ refuse "--global-batch 60000 with --model mlp:1048576 needs about" --data fmnist
 refuse "batches in flight (--prefetch 1000000 + 2)" --data fmnist.h5 --model mlp:8 --prefetch 1000000
 grep -q -- "lower --prefetch" <<<"$out" || fail "the refusal does not say to lower --prefetch: $out"
 # A split that would be held in memory but is larger than this host's available memory (a sparse
-# HDF5 file: its images are never written, so it takes no disk space) is refused before training.
+# HDF5 file: its images are never written, so it takes no disk space; their fill value is the
+# writer's own, so the unwritten rows are meant) is refused before training.
 if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
   avail_kb=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
   /usr/bin/python3 - "$avail_kb" <<'PY' || fail "writing the sparse file huge.h5"
@@ -131,7 +132,8 @@ import h5py
 import numpy as np
 rows = int(sys.argv[1]) * 1024 * 3 // 2 // 785  # 1.5x the available memory as stored
 with h5py.File("huge.h5", "w") as f:
-    f.create_dataset("train/images", shape=(rows, 28, 28, 1), dtype="u1", chunks=(4096, 28, 28, 1))
+    f.create_dataset("train/images", shape=(rows, 28, 28, 1), dtype="u1", chunks=(4096, 28, 28, 1),
+                     fillvalue=0)
     f.create_dataset("train/labels", data=np.zeros(rows, "u1"), chunks=(1 << 20,), compression="gzip")
     f.create_dataset("test/images", data=np.zeros((16, 28, 28, 1), "u1"))
     f.create_dataset("test/labels", data=np.zeros(16, "u1"))

@@ -304,7 +304,10 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   H5Id xt(LS_CHECK_HDF5(H5Dget_type(s.x.get())));
   info.x_type = type_text(xt.get());
   const std::optional<Elem> xe = elem_of(xt.get());
-  if (!xe) throw UsageError(xw + ": has type " + info.x_type + ", expected integers or floats");
+  if (!xe)
+    throw UsageError(xw + ": has type " + info.x_type +
+                     ", expected integers or floats (float16, float32, float64)" +
+                     (info.x_type == "enum" ? " (h5py writes bool as an enum: store uint8)" : ""));
   s.x_elem = *xe;
   s.x_size = H5Tget_size(xt.get());
   s.x_dims = dims_of(s.x.get());

@@ -165,6 +165,7 @@ std::string type_text(hid_t type) {
     case H5T_FLOAT: return "float" + std::to_string(bits);
     case H5T_STRING: return "string";
     case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
     default: return "non-numeric";
   }
 }
@@ -189,6 +190,12 @@ std::vector<int64_t> dims_of(hid_t dset) {
 std::optional<Elem> elem_of(hid_t type) {
   const size_t size = H5Tget_size(type);
   if (H5Tget_class(type) == H5T_FLOAT) {
+    if (size == 2) {  // IEEE half only (bfloat16's 8-bit exponent is not taken)
+      size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+      if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0) return std::nullopt;
+      if (esize == 5 && msize == 10) return Elem::f16;
+      return std::nullopt;
+    }
     if (size == 4) return Elem::f32;
     if (size == 8) return Elem::f64;
     return std::nullopt;
@@ -204,6 +211,22 @@ std::optional<Elem> elem_of(hid_t type) {
   }
 }
 
+namespace {
+// Little-endian IEEE half as an HDF5 type (HDF5 1.10 has no predefined one): made once, kept for
+// the process, as HDF5's own predefined types are.
+hid_t half_type() {
+  static const hid_t type = [] {
+    Hdf5Lock lock;
+    const hid_t t = LS_CHECK_HDF5(H5Tcopy(H5T_IEEE_F32LE));
+    LS_CHECK_HDF5(H5Tset_fields(t, 15, 10, 5, 0, 10));
+    LS_CHECK_HDF5(H5Tset_size(t, 2));
+    LS_CHECK_HDF5(H5Tset_ebias(t, 15));
+    return t;
+  }();
+  return type;
+}
+}  // namespace
+
 hid_t native_type(Elem e) {
   switch (e) {
     case Elem::u8: return H5T_NATIVE_UINT8;
@@ -214,6 +237,7 @@ hid_t native_type(Elem e) {
     case Elem::i32: return H5T_NATIVE_INT32;
     case Elem::u64: return H5T_NATIVE_UINT64;
     case Elem::i64: return H5T_NATIVE_INT64;
+    case Elem::f16: return half_type();
     case Elem::f32: return H5T_NATIVE_FLOAT;
     case Elem::f64: return H5T_NATIVE_DOUBLE;
   }

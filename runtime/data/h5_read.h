@@ -29,7 +29,8 @@ std::vector<int64_t> dims_of(hid_t dset);
 // read in the file's own type (HDF5 then converts nothing) and converted here: a converting
 // H5Dread allocates and zeroes a 1 MiB conversion buffer on every call, which dominated the
 // per-run reads below.
-enum class Elem { u8, i8, u16, i16, u32, i32, u64, i64, f32, f64 };
+// f16 is IEEE half precision (numpy's float16), widened exactly.
+enum class Elem { u8, i8, u16, i16, u32, i32, u64, i64, f16, f32, f64 };
 
 std::optional<Elem> elem_of(hid_t type);  // none for a type the reader does not take
 hid_t native_type(Elem e);
@@ -40,6 +41,40 @@ void convert_as(const unsigned char* in, size_t n, Out* out) {
     In v;
     std::memcpy(&v, in + i * sizeof(In), sizeof(In));
     out[i] = static_cast<Out>(v);
+  }
+}
+
+// An IEEE half's bits as the float of the same value (every half is exactly a float).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
+                 mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 31) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // infinity, NaN
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: mantissa * 2^-24, normalised as a float
+    int shift = 0;
+    uint32_t m = mantissa;
+    while ((m & 0x400u) == 0) {
+      m <<= 1;
+      ++shift;
+    }
+    bits = sign | (static_cast<uint32_t>(113 - shift) << 23) | ((m & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <class Out>
+void convert_half(const unsigned char* in, size_t n, Out* out) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + i * sizeof h, sizeof h);
+    out[i] = static_cast<Out>(half_to_float(h));
   }
 }
 
@@ -55,6 +90,7 @@ void convert(Elem e, const unsigned char* in, size_t n, Out* out) {
     case Elem::i32: return convert_as<int32_t>(in, n, out);
     case Elem::u64: return convert_as<uint64_t>(in, n, out);
     case Elem::i64: return convert_as<int64_t>(in, n, out);
+    case Elem::f16: return convert_half(in, n, out);
     case Elem::f32: return convert_as<float>(in, n, out);
     case Elem::f64: return convert_as<double>(in, n, out);
   }

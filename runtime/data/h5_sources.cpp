@@ -174,10 +174,16 @@ void require_written(hid_t dset, const std::string& what) {
   hsize_t elements = 1;
   for (hsize_t d : dims) elements *= d;
   if (elements == 0) return;
+  // A fill value the writer chose says what unwritten rows hold (a deliberately sparse file);
+  // HDF5's default one says nothing.
+  H5D_fill_value_t fill_kind = H5D_FILL_VALUE_DEFAULT;
+  LS_CHECK_HDF5(H5Pfill_value_defined(dcpl.get(), &fill_kind));
+  if (fill_kind == H5D_FILL_VALUE_USER_DEFINED) return;
   const std::string fill =
-      " (HDF5 reads storage that was never written as the fill value, "
-      "zeros, without an error: was the writer stopped early? write every "
-      "row, zeros included, to train on them)";
+      " (HDF5 reads storage that was never written as zeros, without an "
+      "error: was the writer stopped early? write every row, or give the "
+      "dataset a fill value of its own, h5py's fillvalue=, where unwritten "
+      "rows are meant to read as it)";
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout == H5D_CONTIGUOUS) {
     H5D_space_status_t status;

@@ -5,7 +5,8 @@
 // Never written: HDF5 allocates a chunk, or a contiguous dataset's storage, at its first write,
 // and reads what was never allocated as the fill value (zeros) without an error. A writer that
 // stopped early (a crash, a job out of time) leaves a file whose later rows read as blank:
-// require_written refuses such a dataset, naming the rows.
+// require_written refuses such a dataset, naming the rows, unless the writer gave it a fill value
+// of its own (H5Pset_fill_value, h5py's fillvalue=): then unwritten rows are meant to read as it.
 //
 // Virtual datasets (HDF5's VDS): a dataset whose rows are mapped from datasets in other files, as
 // a corpus split into shard files is joined into one. HDF5 reads the rows of a source it cannot
@@ -41,7 +42,7 @@ void require_virtual_sources(hid_t dset, const std::string& vds_path, const std:
 // Throws UsageError naming `what` where part of `dset`'s storage was never written: a chunked
 // dataset with fewer chunks allocated than its shape needs (the first unwritten chunk's rows and
 // the count), a contiguous one with no storage at all. Does nothing for compact and virtual
-// datasets, nor for empty ones.
+// datasets, empty ones, and those with a user-defined fill value.
 void require_written(hid_t dset, const std::string& what);
 
 // Where `name` in `loc` is an external link that HDF5 could not follow: "'name' is an external
