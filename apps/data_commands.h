@@ -31,6 +31,9 @@ int run_synthetic(int argc, char** argv, const World& world);
 // (data_text.cpp).
 int run_text(int argc, char** argv, const World& world);
 
+// Shard files -> one file of virtual datasets over them, rows in the order given (data_join.cpp).
+int run_join(int argc, char** argv, const World& world);
+
 // Groups, datasets, shapes, types, chunking and attributes, then what the loader sees
 // (data_inspect.cpp).
 int run_inspect(int argc, char** argv, const World& world);

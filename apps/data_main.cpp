@@ -4,6 +4,7 @@
 //   lockstep-data fashion-mnist --out fmnist.h5
 //   lockstep-data regression --out reg.h5 --samples 10000 --features 8 --noise 0.1 --seed 1
 //   lockstep-data text --in /usr/share/common-licenses/GPL-3 --out gpl3.h5 --seq-len 64
+//   lockstep-data join day1.h5 day2.h5 --out all.h5
 //   lockstep-data inspect fmnist.h5
 //   mpiexec -n 4 lockstep-data bench fmnist.h5 --global-batch 256 --epochs 2
 #include <cctype>
@@ -112,6 +113,8 @@ constexpr lockstep::apps::Subcommand kCommands[] = {
      &lockstep::data::run_synthetic},
     {"text", "byte-level language-model corpus: text files -> sequences of seq_len + 1 bytes",
      &lockstep::data::run_text},
+    {"join", "shard files -> one dataset file of virtual datasets over them (no copy)",
+     &lockstep::data::run_join},
     {"inspect", "groups, datasets, shapes, types, chunking, attributes; what the loader sees",
      &lockstep::data::run_inspect},
     {"bench", "loader throughput per rank (samples/s), bytes read, data wait; runs under mpiexec",

@@ -7,7 +7,9 @@
 # exit 2 and the input left as it was, while an existing regular output is replaced; on a full
 # disk (a 300 KiB tmpfs, mounted when the test runs as root, else that case is skipped with the
 # reason) text, regression and synthetic exit 1 with one line naming the file and the cause, and
-# leave neither the file nor its temporary; then the
+# leave neither the file nor its temporary; join makes one file of virtual datasets over shards
+# (the shards' rows in order, read after the folder moves; shards of other row shapes, splits or
+# normalisation refused, exit 2, nothing left behind); then the
 # real Fashion-MNIST conversion when Debian's dataset-fashion-mnist is installed (else exit 77,
 # after the other checks have passed).
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
@@ -234,6 +236,67 @@ if mount -t tmpfs -o size=300k tmpfs "$work/small" 2>/dev/null; then
 else
   echo "skipped the full-disk case: mount -t tmpfs is not permitted here (the test runs it as root)"
 fi
+
+# --- join: shard files -> one file of virtual datasets over them ---
+mkdir -p "$work/join/parts"
+for s in 1 2 3; do
+  run regression --out "$work/join/parts/r$s.h5" --samples 100 --features 5 --seed $s \
+    --test-samples 20 >/dev/null 2>&1 || fail "regression shard $s"
+done
+out=$(cd "$work/join" && run join parts/r1.h5 parts/r2.h5 --in parts/r3.h5 --out all.h5 2>&1)
+[[ $? -eq 0 ]] || fail "join exited non-zero"$'\n'"$out"
+grep -qF "wrote all.h5: virtual datasets over 3 file(s): test 60 rows, train 300 rows" <<<"$out" ||
+  fail "join summary unexpected"$'\n'"$out"
+# The joined datasets are the shards' rows in order, and their attributes the first shard's.
+for d in train/x train/y test/x test/y; do
+  h5dump -d "/$d" -b LE -o "$work/join/joined.bin" "$work/join/all.h5" >/dev/null || fail "h5dump $d"
+  : >"$work/join/shards.bin"
+  for s in 1 2 3; do
+    h5dump -d "/$d" -b LE -o "$work/join/one.bin" "$work/join/parts/r$s.h5" >/dev/null
+    cat "$work/join/one.bin" >>"$work/join/shards.bin"
+  done
+  cmp -s "$work/join/joined.bin" "$work/join/shards.bin" || fail "joined $d is not the shards' rows in order"
+done
+out=$(run inspect "$work/join/all.h5" 2>&1)
+for want in '/train/x  float32 (300, 5)  virtual' '@seed = 1' \
+            'train: 300 rows of float32 (5,)' 'test: 60 rows'; do
+  grep -qF -- "$want" <<<"$out" || fail "inspect of the joined file lacks '$want'"$'\n'"$out"
+done
+# The folder moved as a whole still reads (the shards are named relative to it).
+mv "$work/join" "$work/join-moved"
+out=$(run inspect "$work/join-moved/all.h5" 2>&1)
+[[ $? -eq 0 ]] && grep -qF 'train: 300 rows' <<<"$out" ||
+  fail "the joined file, moved with its shards, does not read"$'\n'"$out"
+mv "$work/join-moved" "$work/join"
+run regression --out "$work/join/parts/narrow.h5" --samples 100 --features 3 >/dev/null 2>&1
+expect_error "narrow.h5: test/x has shape (20, 3), rows unlike those of $work/join/parts/r1.h5's (20, 5)" \
+  join "$work/join/parts/r1.h5" "$work/join/parts/narrow.h5" --out "$work/join/bad.h5"
+[[ $last_rc -eq 2 ]] || fail "join of shards of other row shapes: exit $last_rc, expected 2"
+head -c 4000 /dev/urandom >"$work/join/bytes"
+run text --in "$work/join/bytes" --out "$work/join/parts/text.h5" --seq-len 16 >/dev/null 2>&1
+expect_error "text.h5: the datasets of test/ are not $work/join/parts/r1.h5's" \
+  join "$work/join/parts/r1.h5" "$work/join/parts/text.h5" --out "$work/join/bad.h5"
+if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+  # Shards normalised differently: the joined file would read both as the first says.
+  /usr/bin/python3 - "$work/join/parts" <<'PY'
+import sys
+import h5py
+import numpy as np
+for i, mean in enumerate((0.25, 0.5)):
+    with h5py.File("%s/n%d.h5" % (sys.argv[1], i), "w") as f:
+        f.attrs["norm_mean"] = mean
+        for split in ("train", "test"):
+            f[split + "/images"] = np.zeros((8, 4, 4, 1), "u1")
+            f[split + "/labels"] = np.zeros(8, "u1")
+PY
+  expect_error "n1.h5: attribute norm_mean is 0.5 where $work/join/parts/n0.h5 has 0.25" \
+    join "$work/join/parts/n0.h5" "$work/join/parts/n1.h5" --out "$work/join/bad.h5"
+else
+  echo "skipped join's attribute check: /usr/bin/python3 has no h5py (python3-h5py)"
+fi
+[[ ! -e $work/join/bad.h5 && ! -e $work/join/bad.h5.tmp ]] || fail "a refused join left a file behind"
+expect_error "writing it would destroy the input" \
+  join "$work/join/parts/r1.h5" "$work/join/parts/r2.h5" --out "$work/join/parts/r2.h5"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"
