@@ -30,7 +30,7 @@ constexpr const char* kLoaderAttributes[] = {"num_classes", "norm_scale", "norm_
                                              "norm_std",    "vocab_size", "seq_len"};
 
 // Names of the links directly in `loc` whose objects are of `type`, in name order.
-std::vector<std::string> children(hid_t loc, H5O_type_t type) {
+std::vector<std::string> children(hid_t loc, H5I_type_t type) {
   Hdf5Lock lock;
   std::vector<std::string> names;
   H5G_info_t info;
@@ -43,9 +43,10 @@ std::vector<std::string> children(hid_t loc, H5O_type_t type) {
     H5Lget_name_by_idx(loc, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
                        H5P_DEFAULT);
     name.resize(static_cast<size_t>(n));
-    H5O_info_t object;
-    if (H5Oget_info_by_name(loc, name.c_str(), &object, H5P_DEFAULT) >= 0 && object.type == type)
-      names.push_back(name);
+    const hid_t object = H5Oopen(loc, name.c_str(), H5P_DEFAULT);
+    if (object < 0) continue;  // a dangling link: not a split's part
+    if (H5Iget_type(object) == type) names.push_back(name);
+    H5Oclose(object);
   }
   hdf5_error_text();
   return names;
@@ -68,15 +69,17 @@ std::string shape_text(const std::vector<hsize_t>& dims) {
 // Every attribute of `from` written on `to` as it is stored (type and shape kept).
 void copy_attributes(hid_t from, hid_t to) {
   Hdf5Lock lock;
-  H5O_info_t info;
-  LS_CHECK_HDF5(H5Oget_info(from, &info));
-  for (hsize_t i = 0; i < info.num_attrs; ++i) {
-    H5Id attr(LS_CHECK_HDF5(
-        H5Aopen_by_idx(from, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT)));
-    const ssize_t n = LS_CHECK_HDF5(H5Aget_name(attr.get(), 0, nullptr));
-    std::string name(static_cast<size_t>(n) + 1, '\0');
-    H5Aget_name(attr.get(), name.size(), name.data());
-    name.resize(static_cast<size_t>(n));
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  LS_CHECK_HDF5(H5Aiterate2(
+      from, H5_INDEX_NAME, H5_ITER_INC, &idx,
+      [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
+        static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+        return 0;
+      },
+      &names));
+  for (const std::string& name : names) {
+    H5Id attr(LS_CHECK_HDF5(H5Aopen(from, name.c_str(), H5P_DEFAULT)));
     H5Id type(LS_CHECK_HDF5(H5Aget_type(attr.get())));
     H5Id space(LS_CHECK_HDF5(H5Aget_space(attr.get())));
     const hssize_t points = H5Sget_simple_extent_npoints(space.get());
@@ -154,10 +157,10 @@ int run_join(int argc, char** argv, const World& world) {
     copy_attributes(first, file.get());
     for (size_t s = 1; s < shards.size(); ++s)
       require_same_loader_attributes(first, shards[s].get(), inputs[0], inputs[s], "");
-    const std::vector<std::string> groups = children(first, H5O_TYPE_GROUP);
+    const std::vector<std::string> groups = children(first, H5I_GROUP);
     if (groups.empty()) throw UsageError(inputs[0] + ": holds no group (train/, test/) to join");
     for (size_t s = 1; s < shards.size(); ++s)
-      if (children(shards[s].get(), H5O_TYPE_GROUP) != groups)
+      if (children(shards[s].get(), H5I_GROUP) != groups)
         throw UsageError(inputs[s] + ": its groups are not " + inputs[0] +
                          "'s (the shards must hold the same splits)");
     for (const std::string& g : groups) {
@@ -166,7 +169,7 @@ int run_join(int argc, char** argv, const World& world) {
         in_group.emplace_back(LS_CHECK_HDF5(H5Gopen2(shard.get(), g.c_str(), H5P_DEFAULT)));
       H5Id group = ensure_h5_group(file.get(), g);
       copy_attributes(in_group[0].get(), group.get());
-      const std::vector<std::string> names = children(in_group[0].get(), H5O_TYPE_DATASET);
+      const std::vector<std::string> names = children(in_group[0].get(), H5I_DATASET);
       std::string rows_text;
       for (const std::string& d : names) {
         const std::string what = g + "/" + d;
@@ -175,7 +178,7 @@ int run_join(int argc, char** argv, const World& world) {
           if (s > 0) {
             require_same_loader_attributes(in_group[0].get(), in_group[s].get(), inputs[0],
                                            inputs[s], g);
-            if (children(in_group[s].get(), H5O_TYPE_DATASET) != names)
+            if (children(in_group[s].get(), H5I_DATASET) != names)
               throw UsageError(inputs[s] + ": the datasets of " + g + "/ are not " + inputs[0] +
                                "'s");
           }
