@@ -43,7 +43,10 @@ using namespace h5_read;
 
 constexpr int64_t kLabelScanRows = int64_t{1} << 20;
 
-H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name, hid_t dapl) {
+// `sources`: check where the values come from (h5_sources.h); a reopen of a checked dataset (for
+// its chunk cache) need not walk its chunk index again.
+H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name, hid_t dapl,
+                  bool sources = true) {
   if (!h5_has_child(group, name))
     throw UsageError(where(info, name) + ": no such dataset (" + holds_text(group) + ")");
   hid_t id = H5Dopen2(group, name.c_str(), dapl);
@@ -53,8 +56,10 @@ H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name,
     throw UsageError(where(info, name) + ": " + (link.empty() ? "is not a dataset" : link));
   }
   H5Id dset(id);
-  require_virtual_sources(dset.get(), info.path, where(info, name));
-  require_written(dset.get(), where(info, name));
+  if (sources) {
+    require_virtual_sources(dset.get(), info.path, where(info, name));
+    require_written(dset.get(), where(info, name));
+  }
   return dset;
 }
 
@@ -168,7 +173,7 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   if (chunk_cache_bytes > 0) {
     H5Id dapl = chunk_cache_access(s.x.get(), chunk_cache_bytes);
     s.x.reset();
-    s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get());
+    s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get(), false);
   }
   const std::string xw = where(info, info.x_name);
   require_h5_filters(s.x.get(), xw);
@@ -296,7 +301,7 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   if (chunk_cache_bytes > 0) {
     H5Id dapl = chunk_cache_access(s.x.get(), chunk_cache_bytes);
     s.x.reset();
-    s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get());
+    s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get(), false);
   }
 
   const std::string xw = where(info, info.x_name);

@@ -53,11 +53,11 @@ std::string blas_threads_oversubscribed(int threads, const World& world) {
   if (threads <= share || static_cast<int64_t>(threads) * ranks <= mine) return "";
   std::string asked = "--threads " + std::to_string(threads);
   if (ranks > 1) asked += " x " + std::to_string(ranks) + " ranks on this host";
-  return asked + " is more threads than the " + std::to_string(mine) +
-         (bound ? " core(s) this rank is bound to" : " core(s) of this host") +
-         ": they take turns at every parallel region, and all of the work is slower; --threads 0 "
-         "(the "
-         "default) gives each rank " +
+  const std::string cores =
+      std::to_string(mine) + (bound ? " core(s) this rank is bound to" : " core(s) of this host");
+  return asked + " is more threads than the " + cores +
+         ": they take turns at every parallel region, and all of the work is slower; "
+         "--threads 0 (the default) gives each rank " +
          std::to_string(share);
 }
 
