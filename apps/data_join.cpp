@@ -170,20 +170,18 @@ int run_join(int argc, char** argv, const World& world) {
       H5Id group = ensure_h5_group(file.get(), g);
       copy_attributes(in_group[0].get(), group.get());
       const std::vector<std::string> names = children(in_group[0].get(), H5I_DATASET);
+      for (size_t s = 1; s < shards.size(); ++s) {
+        require_same_loader_attributes(in_group[0].get(), in_group[s].get(), inputs[0], inputs[s],
+                                       g);
+        if (children(in_group[s].get(), H5I_DATASET) != names)
+          throw UsageError(inputs[s] + ": the datasets of " + g + "/ are not " + inputs[0] + "'s");
+      }
       std::string rows_text;
       for (const std::string& d : names) {
         const std::string what = g + "/" + d;
         std::vector<H5Id> dsets;
-        for (size_t s = 0; s < shards.size(); ++s) {
-          if (s > 0) {
-            require_same_loader_attributes(in_group[0].get(), in_group[s].get(), inputs[0],
-                                           inputs[s], g);
-            if (children(in_group[s].get(), H5I_DATASET) != names)
-              throw UsageError(inputs[s] + ": the datasets of " + g + "/ are not " + inputs[0] +
-                               "'s");
-          }
-          dsets.emplace_back(LS_CHECK_HDF5(H5Dopen2(in_group[s].get(), d.c_str(), H5P_DEFAULT)));
-        }
+        for (H5Id& grp : in_group)
+          dsets.emplace_back(LS_CHECK_HDF5(H5Dopen2(grp.get(), d.c_str(), H5P_DEFAULT)));
         H5Id type(LS_CHECK_HDF5(H5Dget_type(dsets[0].get())));
         std::vector<hsize_t> shape = extent(dsets[0].get());
         if (shape.empty()) throw UsageError(inputs[0] + ": " + what + " is a scalar, not rows");
