@@ -15,6 +15,7 @@
 
 #include "apps/data_commands.h"
 #include "runtime/base/error.h"
+#include "runtime/data/h5_read.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
 
@@ -52,18 +53,14 @@ std::vector<std::string> children(hid_t loc, H5I_type_t type) {
   return names;
 }
 
+// A dataset's extent in HDF5's own type, for the dataspaces made from it.
 std::vector<hsize_t> extent(hid_t dset) {
-  H5Id space(LS_CHECK_HDF5(H5Dget_space(dset)));
-  const int rank = LS_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()));
-  std::vector<hsize_t> dims(static_cast<size_t>(rank));
-  LS_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
-  return dims;
+  const std::vector<int64_t> dims = h5_read::dims_of(dset);
+  return std::vector<hsize_t>(dims.begin(), dims.end());
 }
 
 std::string shape_text(const std::vector<hsize_t>& dims) {
-  std::string s = "(";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + (dims.size() == 1 ? ",)" : ")");
+  return h5_read::shape_text(std::vector<int64_t>(dims.begin(), dims.end()));
 }
 
 // Every attribute of `from` written on `to` as it is stored (type and shape kept).
