@@ -12,6 +12,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/dataset_split.h"
 #include "runtime/data/h5_read.h"
+#include "runtime/data/h5_sources.h"
 #include "runtime/data/hdf5_util.h"
 
 namespace lockstep {
@@ -47,6 +48,43 @@ bool normalise(float* v, size_t n, float scale, float shift) {
                    " as a float32: inputs (after the file's normalisation) and regression "
                    "targets must be finite, or the loss and predictions turn NaN");
 }
+// Rows `sorted` (ascending) of one dataset into buf, row_bytes each in that order: from its
+// sources where it lays them end to end (row_sources), else through HDF5 (read_runs).
+void read_sorted(hid_t dset, hid_t space, const std::vector<int64_t>& dims,
+                 const std::vector<RowSource>& sources, const std::vector<int64_t>& sorted,
+                 hid_t type, unsigned char* buf, size_t row_bytes, const std::string& what) {
+  Hdf5Lock lock;
+  if (sources.empty()) return read_runs(dset, space, dims, sorted, type, buf, what);
+  std::vector<int64_t> part;
+  size_t at = 0;
+  for (const RowSource& r : sources) {
+    const size_t begin = at;
+    part.clear();
+    for (; at < sorted.size() && sorted[at] < r.first + r.rows; ++at)
+      part.push_back(sorted[at] - r.first + r.src_first);
+    if (!part.empty())
+      read_runs(r.dset.get(), r.space.get(), r.dims, part, type, buf + begin * row_bytes, r.what);
+  }
+}
+
+// Every row of one dataset into buf, decompressing chunks on `threads` where the layout allows
+// (read_all_rows), source by source where it lays its sources end to end; whether all were read.
+bool read_whole(hid_t dset, const std::vector<int64_t>& dims, const std::vector<RowSource>& sources,
+                hid_t type, unsigned char* buf, size_t row_bytes, const std::string& what,
+                int threads) {
+  if (sources.empty()) return read_all_rows(dset, dims, type, buf, what, threads);
+  for (const RowSource& r : sources) {
+    unsigned char* out = buf + static_cast<size_t>(r.first) * row_bytes;
+    if (r.src_first == 0 && r.rows == r.dims[0] &&
+        read_all_rows(r.dset.get(), r.dims, type, out, r.what, threads))
+      continue;
+    std::vector<int64_t> ids(static_cast<size_t>(r.rows));
+    std::iota(ids.begin(), ids.end(), r.src_first);
+    Hdf5Lock lock;
+    read_runs(r.dset.get(), r.space.get(), r.dims, ids, type, out, r.what);
+  }
+  return true;
+}
 }  // namespace
 
 struct DatasetReader::Impl {
@@ -62,6 +100,7 @@ struct DatasetReader::Impl {
   std::vector<int64_t> sorted;              // the rows x_raw and y_raw hold, ascending
   std::vector<unsigned char> x_raw, y_raw;  // rows as stored
   std::vector<int64_t> row_tokens;          // a token split: one row's T + 1 tokens
+  std::vector<RowSource> x_src, y_src;      // a joined split's shards, read directly (row_sources)
 
   size_t x_row_bytes() const { return row_elems(s.x_dims) * s.x_size; }
   size_t y_row_bytes() const { return s.y.valid() ? row_elems(s.y_dims) * s.y_size : 0; }
@@ -88,6 +127,8 @@ DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes,
   impl_->allow_non_finite = spec.allow_non_finite;
   impl_->x_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.x.get())));
   if (impl_->s.y.valid()) impl_->y_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.y.get())));
+  impl_->x_src = row_sources(impl_->s.x.get(), spec.path, chunk_cache_bytes);
+  if (impl_->s.y.valid()) impl_->y_src = row_sources(impl_->s.y.get(), spec.path, 0);
   const DatasetInfo& info = impl_->s.info;
   for (int v = 0; v < 256; ++v)
     impl_->lut[v] = (static_cast<float>(v) * info.norm_scale - info.norm_mean) / info.norm_std;
@@ -130,20 +171,17 @@ void DatasetReader::Impl::fetch(const int64_t* ids, size_t n) {
   }
   // Held whole: the chunks decompressed on several threads where the layout allows.
   const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
-  const bool x_read = whole && read_all_rows(s.x.get(), s.x_dims, x_type, x_raw.data(),
-                                             where(info, info.x_name), threads);
+  const bool x_read = whole && read_whole(s.x.get(), s.x_dims, x_src, x_type, x_raw.data(),
+                                          x_row_bytes(), where(info, info.x_name), threads);
   const bool y_read =
-      !s.y.valid() || (whole && read_all_rows(s.y.get(), s.y_dims, y_type, y_raw.data(),
-                                              where(info, info.y_name), threads));
-  if (!x_read || !y_read) {
-    Hdf5Lock lock;
-    if (!x_read)
-      read_runs(s.x.get(), x_space.get(), s.x_dims, sorted, x_type, x_raw.data(),
-                where(info, info.x_name));
-    if (!y_read)
-      read_runs(s.y.get(), y_space.get(), s.y_dims, sorted, y_type, y_raw.data(),
-                where(info, info.y_name));
-  }
+      !s.y.valid() || (whole && read_whole(s.y.get(), s.y_dims, y_src, y_type, y_raw.data(),
+                                           y_row_bytes(), where(info, info.y_name), threads));
+  if (!x_read)
+    read_sorted(s.x.get(), x_space.get(), s.x_dims, x_src, sorted, x_type, x_raw.data(),
+                x_row_bytes(), where(info, info.x_name));
+  if (!y_read)
+    read_sorted(s.y.get(), y_space.get(), s.y_dims, y_src, sorted, y_type, y_raw.data(),
+                y_row_bytes(), where(info, info.y_name));
   bytes += rows * (x_row_bytes() + y_row_bytes());
   loaded = true;
 }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "runtime/base/error.h"
+#include "runtime/data/h5_filters.h"
+#include "runtime/data/h5_read.h"
 #include "runtime/data/hdf5_util.h"
 
 namespace lockstep {
@@ -87,6 +89,14 @@ std::string source_problem(const std::string& file_name, const std::string& dset
     return path + " holds no dataset " + dset_name;
   }
   H5Id dset(id), space(LS_CHECK_HDF5(H5Dget_space(dset.get())));
+  try {
+    // What the loader checks of a dataset it opens holds for a source too: a shard whose writer
+    // stopped early reads as zeros through the virtual dataset as well.
+    require_h5_filters(dset.get(), path + ": " + dset_name);
+    require_written(dset.get(), path + ": " + dset_name);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
   const int rank = H5Sget_simple_extent_ndims(space.get());
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0))), lo(dims.size()),
       hi(dims.size());
@@ -116,6 +126,32 @@ std::string source_problem(const std::string& file_name, const std::string& dset
       return path + ":" + dset_name + " has " + std::to_string(dims[d]) + " along dimension " +
              std::to_string(d) + ", and the mapping reads up to index " + std::to_string(hi[d]);
   return "";
+}
+
+// Whether `space`'s selection, on a dataset of extent `dims`, is whole rows [*first, *first +
+// *rows): every other dimension whole. An all-selection is every row.
+bool selects_whole_rows(hid_t space, const std::vector<int64_t>& dims, int64_t* first,
+                        int64_t* rows) {
+  const H5S_sel_type type = H5Sget_select_type(space);
+  if (type == H5S_SEL_ALL) {
+    *first = 0;
+    *rows = dims[0];
+    return true;
+  }
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (type != H5S_SEL_HYPERSLABS || rank != static_cast<int>(dims.size())) return false;
+  std::vector<hsize_t> lo(dims.size()), hi(dims.size());
+  const hssize_t points = H5Sget_select_npoints(space);
+  if (points <= 0 || H5Sget_select_bounds(space, lo.data(), hi.data()) < 0) return false;
+  hsize_t box = 1;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    box *= hi[d] - lo[d] + 1;
+    if (d > 0 && (lo[d] != 0 || hi[d] + 1 != static_cast<hsize_t>(dims[d]))) return false;
+  }
+  if (box != static_cast<hsize_t>(points) || hi[0] >= static_cast<hsize_t>(dims[0])) return false;
+  *first = static_cast<int64_t>(lo[0]);
+  *rows = static_cast<int64_t>(hi[0] - lo[0] + 1);
+  return true;
 }
 
 // The object `name` in `loc`, opened as whatever it is; invalid (the error stack cleared) when
@@ -267,6 +303,74 @@ void require_virtual_sources(hid_t dset, const std::string& vds_path, const std:
                      " (HDF5 would read those rows as zeros, or fail on them; put the source "
                      "back, or write the dataset out whole)");
   }
+}
+
+std::vector<RowSource> row_sources(hid_t dset, const std::string& vds_path,
+                                   int64_t chunk_cache_bytes) {
+  Hdf5Lock lock;
+  H5Id dcpl(LS_CHECK_HDF5(H5Dget_create_plist(dset)));
+  size_t count = 0;
+  if (H5Pget_layout(dcpl.get()) != H5D_VIRTUAL || H5Pget_virtual_count(dcpl.get(), &count) < 0 ||
+      count == 0) {
+    hdf5_error_text();
+    return {};
+  }
+  const std::vector<int64_t> dims = h5_read::dims_of(dset);
+  H5Id type(LS_CHECK_HDF5(H5Dget_type(dset)));
+  std::vector<RowSource> found;
+  for (size_t i = 0; i < count; ++i) {
+    const std::string file_name = mapping_text(H5Pget_virtual_filename, dcpl.get(), i);
+    const std::string dset_name = mapping_text(H5Pget_virtual_dsetname, dcpl.get(), i);
+    if (file_name.empty() || dset_name.empty() || file_name.find('%') != std::string::npos ||
+        dset_name.find('%') != std::string::npos)
+      return {};
+    H5Id vspace(H5Pget_virtual_vspace(dcpl.get(), i)), src(H5Pget_virtual_srcspace(dcpl.get(), i));
+    RowSource r;
+    if (!vspace.valid() || !src.valid() ||
+        !selects_whole_rows(vspace.get(), dims, &r.first, &r.rows))
+      break;
+    std::string missing;
+    const std::string path =
+        file_name == "." ? vds_path : find_source(file_name, vds_path, "HDF5_VDS_PREFIX", &missing);
+    if (path.empty()) break;
+    try {
+      r.file = open_h5_readonly(path);
+    } catch (const UsageError&) {
+      break;
+    }
+    r.dset = H5Id(H5Dopen2(r.file.get(), dset_name.c_str(), H5P_DEFAULT));
+    if (!r.dset.valid()) break;
+    H5Id src_type(H5Dget_type(r.dset.get()));
+    r.dims = h5_read::dims_of(r.dset.get());
+    int64_t src_rows = 0;
+    if (!src_type.valid() || H5Tequal(src_type.get(), type.get()) <= 0 ||
+        r.dims.size() != dims.size() ||
+        !std::equal(dims.begin() + 1, dims.end(), r.dims.begin() + 1) ||
+        !selects_whole_rows(src.get(), r.dims, &r.src_first, &src_rows) || src_rows != r.rows)
+      break;
+    if (chunk_cache_bytes > 0) {
+      // The cache shared out: as many chunks held as one file of all the rows would hold.
+      H5Id dapl = h5_read::chunk_cache_access(
+          r.dset.get(),
+          std::max<int64_t>(chunk_cache_bytes / static_cast<int64_t>(count), 1 << 20));
+      r.dset.reset();  // a dataset still open keeps the cache it was first opened with
+      r.dset = H5Id(LS_CHECK_HDF5(H5Dopen2(r.file.get(), dset_name.c_str(), dapl.get())));
+    }
+    r.space = H5Id(LS_CHECK_HDF5(H5Dget_space(r.dset.get())));
+    r.what = path + ": " + dset_name;
+    found.push_back(std::move(r));
+  }
+  hdf5_error_text();
+  if (found.size() != count) return {};
+  std::sort(found.begin(), found.end(),
+            [](const RowSource& a, const RowSource& b) { return a.first < b.first; });
+  int64_t next = 0;
+  for (const RowSource& r : found) {
+    if (r.first != next) return {};  // a gap (rows read as the fill value) or an overlap
+    next += r.rows;
+  }
+  if (next != dims[0]) return {};
+  return found;
 }
 
 }  // namespace lockstep

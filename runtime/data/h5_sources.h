@@ -12,7 +12,9 @@
 // a corpus split into shard files is joined into one. HDF5 reads the rows of a source it cannot
 // open (a shard moved, renamed or deleted, a dataset missing in it, a source shorter than its
 // mapping) as the dataset's fill value, zeros, without an error: a run would train on blank rows.
-// require_virtual_sources finds every such source before any row is read.
+// require_virtual_sources finds every such source before any row is read (a source with a
+// filter this HDF5 cannot decode, or storage never written, too). row_sources opens the sources
+// of a virtual dataset that lays whole rows of them end to end, for the loader to read directly.
 //
 // A source file is looked for as HDF5 does: "." is the virtual dataset's own file; otherwise the
 // name as written (absolute, or from the current folder), under each prefix of HDF5_VDS_PREFIX
@@ -29,7 +31,11 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
+
+#include "runtime/data/hdf5_util.h"
 
 namespace lockstep {
 
@@ -44,6 +50,28 @@ void require_virtual_sources(hid_t dset, const std::string& vds_path, const std:
 // the count), a contiguous one with no storage at all. Does nothing for compact and virtual
 // datasets, empty ones, and those with a user-defined fill value.
 void require_written(hid_t dset, const std::string& what);
+
+// One source of a virtual dataset that lays its sources' rows end to end.
+struct RowSource {
+  H5Id file, dset, space;     // the source, open for reading
+  std::vector<int64_t> dims;  // its extent
+  int64_t first = 0;          // the virtual dataset's first row that comes from it
+  int64_t rows = 0;           // how many
+  int64_t src_first = 0;      // the source's row that `first` is
+  std::string what;           // "shards/s0.h5: /train/images", for messages
+};
+
+// `dset`'s sources, ascending by `first`, when it is a virtual dataset each of whose mappings
+// places whole rows of a source of the same type and row shape at whole rows, the mappings
+// covering every row once (lockstep-data join's files, h5py's VirtualLayout of whole shards):
+// the loader then reads the sources directly, as HDF5 would read them but without its work of
+// mapping each read through the virtual dataset (twice the time of a shuffled read,
+// docs/PERFORMANCE.md "A split joined from shard files"). Each source gets a chunk cache of
+// chunk_cache_bytes shared out over the sources (at least HDF5's 1 MiB; 0: HDF5's default).
+// Empty for any other dataset, which the caller reads through HDF5. Call after
+// require_virtual_sources, which names what is wrong with a source.
+std::vector<RowSource> row_sources(hid_t dset, const std::string& vds_path,
+                                   int64_t chunk_cache_bytes);
 
 // Where `name` in `loc` is an external link that HDF5 could not follow: "'name' is an external
 // link to FILE:OBJECT, and <why>" (the file not found, not HDF5, or without the object). "" for
