@@ -2,10 +2,16 @@
 // VirtualLayout): DatasetReader reads the shards directly where the virtual dataset lays whole rows
 // of them end to end (row_sources, h5_sources.h) and through HDF5 otherwise; either way a batch
 // holds the rows the virtual dataset maps, shuffled or held in memory. A shard whose writer
-// stopped early is refused naming the shard, as a file of its own would be.
+// stopped early is refused naming the shard, as a file of its own would be, and so is a split over
+// more shards than the process may keep open (HDF5 reads those it cannot open as zeros); a soft
+// limit on open files below what the shards need is raised.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <string>
@@ -128,7 +134,7 @@ TEST_F(VirtualRows, ShardsLaidEndToEndAreReadDirectlyInTheirMappedOrder) {
     Hdf5Lock lock;
     H5Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
     H5Id d(H5Dopen2(f.get(), "train/images", H5P_DEFAULT));
-    const std::vector<RowSource> sources = row_sources(d.get(), file, 1 << 20);
+    const std::vector<RowSource> sources = row_sources(d.get(), file, 1 << 20, "joined");
     ASSERT_EQ(sources.size(), 3u) << "the shards are laid end to end: read directly";
     EXPECT_EQ(sources[1].first, 10);
     EXPECT_EQ(sources[1].src_first, 2);
@@ -149,7 +155,7 @@ TEST_F(VirtualRows, OtherMappingsAreReadThroughHdf5) {
     Hdf5Lock lock;
     H5Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
     H5Id d(H5Dopen2(f.get(), "train/images", H5P_DEFAULT));
-    EXPECT_TRUE(row_sources(d.get(), file, 1 << 20).empty());
+    EXPECT_TRUE(row_sources(d.get(), file, 1 << 20, "joined").empty());
   }
   const auto source = [](int64_t v) { return v < 6 ? 2 * v : v - 6; };
   std::vector<int64_t> ids(10);
@@ -196,6 +202,72 @@ TEST_F(VirtualRows, AShardWithRowsNeverWrittenIsRefusedNamingIt) {
         << what;
     EXPECT_NE(what.find("rows 8-11"), std::string::npos) << what;
   }
+}
+
+// 100 shards of 3 rows each, joined in order: joined row v is row v % 3 of shard v / 3.
+class ManyShards : public VirtualRows {
+ protected:
+  std::string file_;
+  void SetUp() override {
+    std::vector<Mapping> maps;
+    for (int k = 0; k < 100; ++k) {
+      char name[16];
+      std::snprintf(name, sizeof name, "s%d.h5", k);
+      shard(name, 3);
+      maps.push_back({name, 3 * k, 3, 0});
+    }
+    file_ = join(maps, 300);
+  }
+  static rlim_t open_now() {
+    rlim_t n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      (void)entry;
+      ++n;
+    }
+    return n;
+  }
+};
+
+TEST_F(ManyShards, ASoftLimitOnOpenFilesBelowTheShardsIsRaised) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = open_now() + 40;
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < open_now() + 200)
+    GTEST_SKIP() << "this process may open only " << saved.rlim_max << " files (ulimit -Hn)";
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int64_t> ids(300);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::reverse(ids.begin(), ids.end());
+  expect_rows(file_, ids, false, [](int64_t v) { return v % 3; });
+  rlimit now{};
+  getrlimit(RLIMIT_NOFILE, &now);
+  EXPECT_GT(now.rlim_cur, low.rlim_cur) << "the soft limit was not raised";
+  setrlimit(RLIMIT_NOFILE, &saved);
+}
+
+TEST_F(ManyShards, MoreShardsThanTheProcessMayOpenAreRefused) {
+  // In a child process: the hard limit cannot be raised again once lowered.
+  const std::string file = file_;
+  EXPECT_EXIT(
+      {
+        rlimit low{};
+        low.rlim_cur = low.rlim_max = open_now() + 40;
+        if (setrlimit(RLIMIT_NOFILE, &low) != 0) std::_Exit(4);
+        DatasetSpec spec;
+        spec.path = file;
+        spec.group = "train";
+        try {
+          inspect_dataset(spec);
+        } catch (const UsageError& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::_Exit(3);
+        }
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(3),
+      "joined.h5: train/images: is a virtual dataset over 100 files, and this process may have "
+      "[0-9]+ files open at once \\(ulimit -n");
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "runtime/data/h5_sources.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -162,6 +165,38 @@ H5Id open_object(hid_t loc, const std::string& name) {
   return H5Id(id);
 }
 
+// Room for `files` more open files in this process: HDF5 keeps each source of a virtual dataset
+// open once read, and reads the rows of one it cannot open, for want of a file descriptor too, as
+// the fill value without an error (h5py over 100 shards at `ulimit -n 40`: 65 shards' rows read as
+// zeros). The soft limit is raised toward the hard one where the files open now, these and a
+// margin (MPI's sockets, the other split, the checkpoint) would pass it; past the hard limit the
+// split is refused.
+void reserve_open_files(size_t files, const std::string& what) {
+  constexpr rlim_t kMargin = 64;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  rlim_t open_now = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec))
+    ++open_now;
+  const rlim_t need = open_now + static_cast<rlim_t>(files) + kMargin;
+  if (need <= limit.rlim_cur) return;
+  if (limit.rlim_max == RLIM_INFINITY || need <= limit.rlim_max) {
+    const rlim_t soft = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? need : limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) == 0) return;
+    limit.rlim_cur = soft;
+  }
+  throw UsageError(
+      what + ": is a virtual dataset over " + std::to_string(files) +
+      " files, and this process may have " + std::to_string(limit.rlim_cur) +
+      " files open at once (ulimit -n; " + std::to_string(open_now) + " open now, up to " +
+      std::to_string(limit.rlim_max == RLIM_INFINITY ? limit.rlim_cur : limit.rlim_max) +
+      " allowed): HDF5 reads the rows of a source it cannot open as zeros, without "
+      "an error. Raise the limit (ulimit -n; under Slurm the job's limits), or "
+      "write the rows into fewer files");
+}
+
 }  // namespace
 
 std::string external_link_problem(hid_t loc, const std::string& name) {
@@ -271,6 +306,11 @@ void require_virtual_sources(hid_t dset, const std::string& vds_path, const std:
   if (H5Pget_layout(dcpl.get()) != H5D_VIRTUAL) return;
   size_t count = 0;
   LS_CHECK_HDF5(H5Pget_virtual_count(dcpl.get(), &count));
+  std::set<std::string> files;
+  for (size_t i = 0; i < count; ++i)
+    if (const std::string f = mapping_text(H5Pget_virtual_filename, dcpl.get(), i); f != ".")
+      files.insert(f);
+  reserve_open_files(files.size(), what);
   for (size_t i = 0; i < count; ++i) {
     const std::string file_name = mapping_text(H5Pget_virtual_filename, dcpl.get(), i);
     const std::string dset_name = mapping_text(H5Pget_virtual_dsetname, dcpl.get(), i);
@@ -306,7 +346,7 @@ void require_virtual_sources(hid_t dset, const std::string& vds_path, const std:
 }
 
 std::vector<RowSource> row_sources(hid_t dset, const std::string& vds_path,
-                                   int64_t chunk_cache_bytes) {
+                                   int64_t chunk_cache_bytes, const std::string& what) {
   Hdf5Lock lock;
   H5Id dcpl(LS_CHECK_HDF5(H5Dget_create_plist(dset)));
   size_t count = 0;
@@ -329,17 +369,24 @@ std::vector<RowSource> row_sources(hid_t dset, const std::string& vds_path,
     if (!vspace.valid() || !src.valid() ||
         !selects_whole_rows(vspace.get(), dims, &r.first, &r.rows))
       break;
-    std::string missing;
+    // require_virtual_sources found every source: one that cannot be opened now (moved since,
+    // or no file descriptor left) would be read by HDF5 as zeros, so it ends the run here.
+    std::string why;
     const std::string path =
-        file_name == "." ? vds_path : find_source(file_name, vds_path, "HDF5_VDS_PREFIX", &missing);
-    if (path.empty()) break;
+        file_name == "." ? vds_path : find_source(file_name, vds_path, "HDF5_VDS_PREFIX", &why);
+    const std::string rows = what + ": rows " + std::to_string(r.first) + "-" +
+                             std::to_string(r.first + r.rows - 1) + " come from " + file_name +
+                             ":" + dset_name + ", and ";
+    if (path.empty()) throw UsageError(rows + why);
     try {
       r.file = open_h5_readonly(path);
-    } catch (const UsageError&) {
-      break;
+    } catch (const UsageError& e) {
+      throw UsageError(rows + e.what());
     }
     r.dset = H5Id(H5Dopen2(r.file.get(), dset_name.c_str(), H5P_DEFAULT));
-    if (!r.dset.valid()) break;
+    if (!r.dset.valid())
+      throw UsageError(rows + path + " holds no dataset " + dset_name + " (" + hdf5_error_text() +
+                       ")");
     H5Id src_type(H5Dget_type(r.dset.get()));
     r.dims = h5_read::dims_of(r.dset.get());
     int64_t src_rows = 0;

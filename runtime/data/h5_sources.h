@@ -41,8 +41,12 @@ namespace lockstep {
 
 // Throws UsageError naming `what` (e.g. "data.h5: train/images"), the rows of the first source
 // that HDF5 would read as fill values, the file and dataset they come from, and why (no such file,
-// not readable, no such dataset, fewer rows than mapped). Does nothing for a dataset that is not
-// virtual. `vds_path` is the path of the file that holds `dset`.
+// not readable, no such dataset, fewer rows than mapped, a filter this HDF5 cannot decode,
+// storage never written), or that this process could not keep open at once: HDF5 keeps each
+// source open once read and reads one it has no file descriptor for as zeros, so the soft limit
+// on open files (ulimit -n) is raised toward the hard one where the sources need it, and a split
+// over more sources than the hard limit allows is refused. Does nothing for a dataset that is
+// not virtual. `vds_path` is the path of the file that holds `dset`.
 void require_virtual_sources(hid_t dset, const std::string& vds_path, const std::string& what);
 
 // Throws UsageError naming `what` where part of `dset`'s storage was never written: a chunked
@@ -70,8 +74,10 @@ struct RowSource {
 // chunk_cache_bytes shared out over the sources (at least HDF5's 1 MiB; 0: HDF5's default).
 // Empty for any other dataset, which the caller reads through HDF5. Call after
 // require_virtual_sources, which names what is wrong with a source.
+// A source that require_virtual_sources found but that cannot be opened now throws UsageError
+// naming `what` and the rows (HDF5 would read them as zeros).
 std::vector<RowSource> row_sources(hid_t dset, const std::string& vds_path,
-                                   int64_t chunk_cache_bytes);
+                                   int64_t chunk_cache_bytes, const std::string& what);
 
 // Where `name` in `loc` is an external link that HDF5 could not follow: "'name' is an external
 // link to FILE:OBJECT, and <why>" (the file not found, not HDF5, or without the object). "" for
