@@ -248,18 +248,20 @@ hid_t native_type(Elem e) {
 // inflated again for each of its rows. HDF5 advises a prime number of hash slots, about 100 times
 // the chunks that fit. The preemption weight stays below 1: at 1.0, HDF5 1.10 never evicts a
 // partly read chunk and the cache grows past its size to the whole decompressed dataset.
-H5Id chunk_cache_access(hid_t dset, int64_t cache_bytes) {
+int64_t chunk_bytes(hid_t dset) {
   H5Id dcpl(LS_CHECK_HDF5(H5Dget_create_plist(dset)));
-  int64_t chunk_bytes = 0;
-  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
-    hsize_t dims[H5S_MAX_RANK] = {};
-    const int rank = LS_CHECK_HDF5(H5Pget_chunk(dcpl.get(), H5S_MAX_RANK, dims));
-    H5Id type(LS_CHECK_HDF5(H5Dget_type(dset)));
-    chunk_bytes = static_cast<int64_t>(H5Tget_size(type.get()));
-    for (int i = 0; i < rank; ++i) chunk_bytes *= static_cast<int64_t>(dims[i]);
-  }
-  int64_t slots =
-      chunk_bytes > 0 ? std::clamp<int64_t>(100 * (cache_bytes / chunk_bytes), 521, 1 << 18) : 521;
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return 0;
+  hsize_t dims[H5S_MAX_RANK] = {};
+  const int rank = LS_CHECK_HDF5(H5Pget_chunk(dcpl.get(), H5S_MAX_RANK, dims));
+  H5Id type(LS_CHECK_HDF5(H5Dget_type(dset)));
+  auto bytes = static_cast<int64_t>(H5Tget_size(type.get()));
+  for (int i = 0; i < rank; ++i) bytes *= static_cast<int64_t>(dims[i]);
+  return bytes;
+}
+
+H5Id chunk_cache_access(hid_t dset, int64_t cache_bytes) {
+  const int64_t chunk = chunk_bytes(dset);
+  int64_t slots = chunk > 0 ? std::clamp<int64_t>(100 * (cache_bytes / chunk), 521, 1 << 18) : 521;
   auto is_prime = [](int64_t v) {
     for (int64_t d = 2; d * d <= v; ++d)
       if (v % d == 0) return false;

@@ -96,6 +96,8 @@ void convert(Elem e, const unsigned char* in, size_t n, Out* out) {
   }
 }
 
+// Bytes of one of `dset`'s chunks decompressed; 0 for a dataset that is not chunked.
+int64_t chunk_bytes(hid_t dset);
 // A dataset access property list whose chunk cache holds cache_bytes of decompressed chunks.
 H5Id chunk_cache_access(hid_t dset, int64_t cache_bytes);
 

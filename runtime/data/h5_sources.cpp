@@ -396,10 +396,12 @@ std::vector<RowSource> row_sources(hid_t dset, const std::string& vds_path,
         !selects_whole_rows(src.get(), r.dims, &r.src_first, &src_rows) || src_rows != r.rows)
       break;
     if (chunk_cache_bytes > 0) {
-      // The cache shared out: as many chunks held as one file of all the rows would hold.
+      // The cache shared out: as many chunks held as one file of all the rows would hold, and
+      // at least one chunk (a cache smaller than a chunk holds none: each row read would
+      // decompress its chunk again).
       H5Id dapl = h5_read::chunk_cache_access(
-          r.dset.get(),
-          std::max<int64_t>(chunk_cache_bytes / static_cast<int64_t>(count), 1 << 20));
+          r.dset.get(), std::max(chunk_cache_bytes / static_cast<int64_t>(count),
+                                 h5_read::chunk_bytes(r.dset.get())));
       r.dset.reset();  // a dataset still open keeps the cache it was first opened with
       r.dset = H5Id(LS_CHECK_HDF5(H5Dopen2(r.file.get(), dset_name.c_str(), dapl.get())));
     }

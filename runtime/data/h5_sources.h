@@ -71,7 +71,7 @@ struct RowSource {
 // the loader then reads the sources directly, as HDF5 would read them but without its work of
 // mapping each read through the virtual dataset (twice the time of a shuffled read,
 // docs/PERFORMANCE.md "A split joined from shard files"). Each source gets a chunk cache of
-// chunk_cache_bytes shared out over the sources (at least HDF5's 1 MiB; 0: HDF5's default).
+// chunk_cache_bytes shared out over the sources (at least one chunk; 0: HDF5's default).
 // Empty for any other dataset, which the caller reads through HDF5. Call after
 // require_virtual_sources, which names what is wrong with a source.
 // A source that require_virtual_sources found but that cannot be opened now throws UsageError
