@@ -141,6 +141,57 @@ TEST_F(LoaderMpi, ABadInputOnOneRankStopsEveryRankWithItsMessage) {
   }
 }
 
+// A node's copy of the file, stale or cut short: the last rank reads another file than the others.
+TEST_F(LoaderMpi, ARankReadingOtherDataIsNamedOnEveryRank) {
+  const World2 w = world();
+  if (w.size == 1) GTEST_SKIP() << "one rank reads what it reads: nothing to compare";
+  LoaderOptions o;
+  o.rows_per_step = kBatch;
+  const std::string shorter = dir_ + "/shorter.h5", edited = dir_ + "/edited.h5";
+  if (w.rank == w.size - 1) {
+    ClassificationFixture f;
+    f.rows = kRows - 1;
+    write_classification(shorter, f);
+    f.rows = kRows;
+    write_classification(edited, f);
+    // One pixel of the middle row changed; every shape and attribute the same.
+    H5Id file(H5Fopen(edited.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    H5Id images(H5Dopen2(file.get(), "train/images", H5P_DEFAULT));
+    H5Id space(H5Dget_space(images.get()));
+    const hsize_t at[4] = {kRows / 2, 1, 1, 0}, one[4] = {1, 1, 1, 1};
+    H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, at, nullptr, one, nullptr);
+    H5Id mem(H5Screate_simple(4, one, nullptr));
+    const uint8_t value = static_cast<uint8_t>(pixel_value(kRows / 2, 3) + 1);
+    ASSERT_GE(H5Dwrite(images.get(), H5T_NATIVE_UINT8, mem.get(), space.get(), H5P_DEFAULT, &value),
+              0);
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {shorter, "shorter.h5 (train): 102 rows of (3, 2, 1) uint8, 5 classes, but rank 0 reads " +
+                    spec_.path + " (train): 103 rows of (3, 2, 1) uint8, 5 classes"},
+      {edited, "edited.h5 (train): 103 rows of (3, 2, 1) uint8, 5 classes, as rank 0's " +
+                   spec_.path + " (train) does, but other values"}};
+  for (const auto& [copy, want] : cases) {
+    DatasetSpec spec = spec_;
+    if (w.rank == w.size - 1) spec.path = copy;
+    try {
+      open_sharded_loader(spec, o, *make_mpi_communicator());
+      ADD_FAILURE() << "rank " << w.rank << " went on reading " << spec.path;
+    } catch (const UsageError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank " + std::to_string(w.size - 1) + " reads "), std::string::npos)
+          << what;
+      EXPECT_NE(what.find(want), std::string::npos) << what;
+    }
+  }
+  // The same rows under another name (a copy on each node's disk) read as the first.
+  DatasetSpec spec = spec_;
+  if (w.rank == w.size - 1) {
+    spec.path = dir_ + "/copy.h5";
+    std::filesystem::copy_file(spec_.path, spec.path);
+  }
+  EXPECT_NO_THROW(open_sharded_loader(spec, o, *make_mpi_communicator()));
+}
+
 TEST_F(LoaderMpi, ABatchThatDoesNotDivideIsRefusedEverywhere) {
   const World2 w = world();
   if (w.size == 1) GTEST_SKIP() << "every batch divides by one rank";

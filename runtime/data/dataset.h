@@ -118,6 +118,12 @@ class DatasetReader {
   // DatasetSpec::allow_non_finite, which reads it as it is).
   void read_rows(const int64_t* ids, size_t n, float* x, int32_t* labels, float* targets);
 
+  // A hash of the split's description (rows, shapes, types, targets, normalisation) and of the
+  // stored bytes of its first, middle and last rows, read from the file (three rows, not the
+  // whole split held in memory): two copies of a split tell apart by it. Not counted in
+  // bytes_read. Same thread rule as read_rows.
+  uint64_t fingerprint();
+
   // Bytes of the datasets (uncompressed, as stored) this reader has read so far.
   uint64_t bytes_read() const;
   // The split's bytes as stored (its datasets, uncompressed) when it is (or will be, at the first

@@ -148,6 +148,40 @@ DatasetReader::~DatasetReader() {
 
 const DatasetInfo& DatasetReader::info() const { return impl_->s.info; }
 
+uint64_t DatasetReader::fingerprint() {
+  Impl& m = *impl_;
+  const DatasetInfo& info = m.s.info;
+  std::string text = info.group + '\n' + info.x_name + '\n' + info.y_name + '\n' +
+                     std::to_string(info.rows) + shape_text(info.sample_shape) + info.x_type +
+                     info.y_type + std::to_string(info.num_classes) + ' ' +
+                     std::to_string(info.target_dim) + ' ' + std::to_string(info.positions) + ' ';
+  for (float v : {info.norm_scale, info.norm_mean, info.norm_std}) {
+    char bits[sizeof v];
+    std::memcpy(bits, &v, sizeof v);
+    text.append(bits, sizeof bits);
+  }
+  std::vector<int64_t> rows = {0, info.rows / 2, info.rows - 1};
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  std::vector<unsigned char> x(rows.size() * m.x_row_bytes()), y(rows.size() * m.y_row_bytes());
+  {
+    Hdf5Lock lock;
+    read_sorted(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.x_src, rows, native_type(m.s.x_elem),
+                x.data(), m.x_row_bytes(), where(info, info.x_name));
+    if (m.s.y.valid())
+      read_sorted(m.s.y.get(), m.y_space.get(), m.s.y_dims, m.y_src, rows, native_type(m.s.y_elem),
+                  y.data(), m.y_row_bytes(), where(info, info.y_name));
+  }
+  // FNV-1a, 64 bits: a fixed function of the bytes, the same on every rank and build.
+  uint64_t h = 14695981039346656037ull;
+  const auto mix = [&h](const unsigned char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
+  mix(reinterpret_cast<const unsigned char*>(text.data()), text.size());
+  mix(x.data(), x.size());
+  mix(y.data(), y.size());
+  return h;
+}
+
 uint64_t DatasetReader::bytes_read() const { return impl_->bytes; }
 
 uint64_t DatasetReader::held_bytes() const { return impl_->whole ? impl_->stored : 0; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -12,6 +13,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/comm/agree.h"
+#include "runtime/data/h5_read.h"
 #include "runtime/observe/nvtx.h"
 
 namespace lockstep {
@@ -233,6 +235,11 @@ double ShardedLoader::wait_seconds_total() const { return impl_->wait_total; }
 
 uint64_t ShardedLoader::held_bytes() const { return impl_->reader.held_bytes(); }
 
+uint64_t ShardedLoader::fingerprint() {
+  if (impl_->started) throw Error("ShardedLoader::fingerprint after start_epoch");
+  return impl_->reader.fingerprint();
+}
+
 std::vector<int64_t> ShardedLoader::permutation(int64_t rows, uint64_t seed, int epoch,
                                                 bool shuffle) {
   std::vector<int64_t> perm(static_cast<size_t>(std::max<int64_t>(rows, 0)));
@@ -257,7 +264,46 @@ std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
     message = e.what();
   }
   agree_or_throw(comm, loader != nullptr, message);
+  require_same_split(comm, *loader);
   return loader;
+}
+
+void require_same_split(Communicator& comm, ShardedLoader& loader) {
+  const DatasetInfo& info = loader.info();
+  std::string what = std::to_string(info.rows) + " rows of " +
+                     h5_read::shape_text(info.sample_shape) + " " + info.x_type;
+  if (info.has_targets)
+    what += info.positions > 1    ? ", vocabulary " + std::to_string(info.num_classes)
+            : info.classification ? ", " + std::to_string(info.num_classes) + " classes"
+                                  : ", targets (" + std::to_string(info.target_dim) + ",)";
+  const std::string where = info.path + " (" + info.group + ")";
+  std::string problem;
+  char hash[24] = "unread";
+  try {
+    std::snprintf(hash, sizeof hash, "%016llx",
+                  static_cast<unsigned long long>(loader.fingerprint()));
+  } catch (const UsageError& e) {
+    problem = e.what();  // a row that cannot be read; the broadcasts below still take place
+  }
+  // Rank 0's "where\nwhat\nhash" to every rank; each compares what and hash (the path may
+  // differ: a copy on each node's disk).
+  const std::string mine = where + '\n' + what + '\n' + hash;
+  auto len = static_cast<int64_t>(mine.size());
+  comm.broadcast(&len, 1, DType::i64, 0);
+  std::string first = comm.rank() == 0 ? mine : std::string(static_cast<size_t>(len), '\0');
+  comm.broadcast(first.data(), first.size(), DType::u8, 0);
+  const size_t cut = first.find('\n'), hash_at = first.rfind('\n');
+  const std::string where0 = first.substr(0, cut);
+  const std::string what0 = first.substr(cut + 1, hash_at - cut - 1);
+  if (problem.empty() && first.substr(cut) != mine.substr(mine.find('\n')))
+    problem = "rank " + std::to_string(comm.rank()) + " reads " + where + ": " + what +
+              (what == what0 ? ", as rank 0's " + where0 +
+                                   " does, but other values (its first, middle or last row "
+                                   "differs)"
+                             : ", but rank 0 reads " + where0 + ": " + what0) +
+              ". Every rank must read the same data: is a node's copy of the file stale or "
+              "incomplete?";
+  agree_or_throw(comm, problem.empty(), problem);
 }
 
 std::string split_problem(int64_t rows, int size, const std::string& what) {

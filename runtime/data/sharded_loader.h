@@ -71,6 +71,9 @@ class ShardedLoader {
   // The next batch of the current epoch; false when the epoch is over.
   bool next(Batch& out);
 
+  // The split's DatasetReader::fingerprint; before start_epoch (the prefetch thread reads after).
+  uint64_t fingerprint();
+
   uint64_t bytes_read() const;  // bytes this rank has read from the file so far
   uint64_t held_bytes() const;  // the split's stored bytes when held in memory, else 0
   double wait_seconds_total() const;
@@ -90,6 +93,14 @@ class ShardedLoader {
 std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
                                                    const LoaderOptions& options,
                                                    Communicator& comm);
+
+// Collective over `comm` (host buffers), before the loaders' first epoch: throws AgreedUsageError
+// on every rank where a rank's split differs from rank 0's (rows, sample shape, types, targets,
+// normalisation, or the values of its first, middle or last row: ShardedLoader::fingerprint),
+// naming both. Ranks that read other data would train a model on a mix of datasets; other row
+// counts give them other step counts, which ends in a failed collective instead of a message.
+// The case: a node's copy of the file (staged to local disk) stale or incomplete.
+void require_same_split(Communicator& comm, ShardedLoader& loader);
 
 // The nearest valid global batch sizes around `batch` for `size` ranks, for error messages:
 // "try 126 or 128".

@@ -25,9 +25,8 @@ namespace lockstep {
 Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& config)
     : comm_(host), grad_comm_(grads), config_(config), impl_(std::make_unique<Impl>()) {
   impl_->hooks = TrainTestHooks::from_environment();
-  // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a
-  // device-buffer communicator is refused here for a CPU trainer, identically on every rank,
-  // before any collective.
+  // Loss sums, flags and checksums are host values, and so are a CPU model's gradients: a device-
+  // buffer communicator is refused here, identically on every rank, before any collective.
   require_host_buffers(comm_, "the trainer");
   if (grad_comm_.size() != comm_.size() || grad_comm_.rank() != comm_.rank())
     throw Error("the trainer's gradient communicator (rank " + std::to_string(grad_comm_.rank()) +
@@ -42,6 +41,8 @@ Trainer::Trainer(Communicator& host, Communicator& grads, const TrainConfig& con
     problem = e.what();
   }
   agree_or_throw(comm_, problem.empty(), problem);
+  for (ShardedLoader* split : {impl_->train.get(), impl_->test.get()})
+    require_same_split(comm_, *split);
   impl_->dir_lock = prepare_checkpoint_dir(config_.guard, comm_);
 }
 
