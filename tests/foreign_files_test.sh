@@ -15,6 +15,9 @@
 #    the rows and the shard; HDF5_VDS_PREFIX finds shards elsewhere; a source in the virtual
 #    dataset's own file (".") is read; a split behind an external link trains as the file itself,
 #    and a link whose file or group is gone is named as such (exit 2), not "no group 'train'";
+#  - external storage (h5py's external=: rows in raw files) trains as the rows in the file; a raw
+#    file not found (HDF5 1.10 looks from the current folder: the fix named) or cut short (HDF5
+#    reads the rest as zeros) is refused, exit 2, naming the rows;
 #  - float16 inputs (numpy's half, subnormals included) train as their float32 widening does, from
 #    the file and from memory; h5py's bool (an HDF5 enum) is refused saying to store uint8;
 #  - a dataset whose writer stopped early (chunks never written, or a contiguous dataset never
@@ -233,6 +236,45 @@ train --data shards/noobject.h5 --model mlp:8
   fail "an external link to a missing group: exit $rc, expected 2 naming it"$'\n'"$out"
 [[ $failures -eq 0 ]] &&
   echo "ok: external links: a linked split trains as the file itself; dangling links named (exit 2)"
+
+# --- external storage (h5py's external=): the rows in raw files beside the HDF5 file ---
+mkdir -p raw
+(cd raw && $py - <<'PY'
+import h5py
+# h5py names the raw files as given; HDF5 writes them from the current folder (raw/).
+with h5py.File("../shards/joined_whole.h5", "r") as w, h5py.File("ext.h5", "w") as f:
+    f.attrs["num_classes"] = 3
+    for split in ("train", "test"):
+        x = w[split + "/x"][:]
+        d = f.create_dataset(split + "/x", shape=x.shape, dtype=x.dtype,
+                             external=[("%s.bin" % split, 0, x.nbytes)])
+        d[...] = x
+        f[split + "/y"] = w[split + "/y"][:]
+PY
+)
+[[ -e raw/train.bin ]] || fail "h5py could not write external storage"
+got=$(cd raw && timeout 120 "$bin/lockstep-train" --progress none --global-batch 16 --steps 4 \
+      --data ext.h5 --model mlp:8 --seed 5 2>&1 | grep -E '^test_(loss|accuracy)=')
+[[ -n $want && $got == "$want" ]] ||
+  fail "a split in external raw files: '$got', the same rows in the HDF5 file: '$want'"
+# Run from another folder HDF5 1.10 looks for the raw files there: named, with the fix.
+train --data raw/ext.h5 --model mlp:8
+[[ $rc -eq 2 ]] && grep -qF "raw/ext.h5: train/x: its rows 0-191 are stored in the raw data file train.bin, which cannot be found (looked for $work/train.bin" <<<"$out" &&
+  grep -qF "it lies beside raw/ext.h5: set HDF5_EXTFILE_PREFIX='\${ORIGIN}'" <<<"$out" ||
+  fail "external raw files not found from another folder: exit $rc, expected 2 and the fix"$'\n'"$out"
+got=$(HDF5_EXTFILE_PREFIX='${ORIGIN}' timeout 120 "$bin/lockstep-train" --progress none \
+      --global-batch 16 --steps 4 --data raw/ext.h5 --model mlp:8 --seed 5 2>&1 |
+      grep -E '^test_(loss|accuracy)=')
+[[ -n $want && $got == "$want" ]] || fail "HDF5_EXTFILE_PREFIX='\${ORIGIN}' did not find the raw files: '$got'"
+# A raw file cut short: HDF5 alone reads its missing rows as zeros.
+truncate -s 1600 raw/train.bin
+(cd raw && train --data ext.h5 --model mlp:8 && printf '%s\n%s\n' "$rc" "$out") >raw/result
+rc=$(head -1 raw/result)
+[[ $rc -eq 2 ]] && grep -qF "ext.h5: train/x: its rows 100-191 are stored in the raw data file train.bin up to byte 3072, but it holds 1600 bytes: HDF5 would read the rest as zeros" raw/result ||
+  fail "a raw file cut short: exit $rc, expected 2 naming the rows"$'\n'"$(cat raw/result)"
+no_stack "$(cat raw/result)" "external storage cut short"
+[[ $failures -eq 0 ]] &&
+  echo "ok: external raw files: trained as the rows in the file; missing or cut short named (exit 2)"
 
 # --- float16 inputs and targets (numpy's half): widened exactly ---
 $py - <<'PY'

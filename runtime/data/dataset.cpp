@@ -58,6 +58,7 @@ H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name,
   H5Id dset(id);
   if (sources) {
     require_virtual_sources(dset.get(), info.path, where(info, name));
+    require_external_files(dset.get(), info.path, where(info, name));
     require_written(dset.get(), where(info, name));
   }
   return dset;

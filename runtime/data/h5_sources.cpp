@@ -300,6 +300,80 @@ void require_written(hid_t dset, const std::string& what) {
                    std::to_string(needed) + " chunks were never written" + rows + fill);
 }
 
+void require_external_files(hid_t dset, const std::string& h5_path, const std::string& what) {
+  Hdf5Lock lock;
+  H5Id dcpl(LS_CHECK_HDF5(H5Dget_create_plist(dset)));
+  const int count = H5Pget_external_count(dcpl.get());
+  if (count <= 0) {
+    hdf5_error_text();
+    return;
+  }
+  // Where HDF5 1.10 looks: under HDF5_EXTFILE_PREFIX, else the dataset's efile prefix, else from
+  // the current folder ("${ORIGIN}" is the HDF5 file's folder).
+  std::string prefix;
+  if (const char* env = std::getenv("HDF5_EXTFILE_PREFIX"); env != nullptr) {
+    prefix = env;
+  } else {
+    H5Id dapl(LS_CHECK_HDF5(H5Dget_access_plist(dset)));
+    const ssize_t n = H5Pget_efile_prefix(dapl.get(), nullptr, 0);
+    if (n > 0) {
+      prefix.assign(static_cast<size_t>(n) + 1, '\0');
+      H5Pget_efile_prefix(dapl.get(), prefix.data(), prefix.size());
+      prefix.resize(static_cast<size_t>(n));
+    }
+  }
+  const fs::path origin = fs::path(h5_path).parent_path();
+  if (const size_t o = prefix.find("${ORIGIN}"); o != std::string::npos)
+    prefix.replace(o, 9, origin.empty() ? "." : origin.string());
+  const std::vector<int64_t> dims = h5_read::dims_of(dset);
+  H5Id type(LS_CHECK_HDF5(H5Dget_type(dset)));
+  uint64_t row_bytes = H5Tget_size(type.get()), total = 0;
+  for (size_t d = 1; d < dims.size(); ++d) row_bytes *= static_cast<uint64_t>(dims[d]);
+  total = dims.empty() ? row_bytes : row_bytes * static_cast<uint64_t>(dims[0]);
+  uint64_t covered = 0;
+  for (int i = 0; i < count && covered < total; ++i) {
+    char name[4096] = {};
+    off_t offset = 0;
+    hsize_t size = 0;
+    LS_CHECK_HDF5(H5Pget_external(dcpl.get(), static_cast<unsigned>(i), sizeof name - 1, name,
+                                  &offset, &size));
+    const uint64_t take = std::min<uint64_t>(size, total - covered);
+    const fs::path path =
+        prefix.empty() || fs::path(name).is_absolute() ? fs::path(name) : fs::path(prefix) / name;
+    const auto rows = [&](uint64_t from) {
+      return "rows " + std::to_string(from / std::max<uint64_t>(row_bytes, 1)) + "-" +
+             std::to_string((covered + take - 1) / std::max<uint64_t>(row_bytes, 1));
+    };
+    std::error_code ec;
+    const uint64_t have = fs::file_size(path, ec);
+    if (ec) {
+      const fs::path beside = (origin.empty() ? fs::path(".") : origin) / name;
+      std::error_code ec2;
+      const bool there = prefix.empty() && fs::is_regular_file(beside, ec2);
+      throw UsageError(
+          what + ": its " + rows(covered) + " are stored in the raw data file " + name +
+          ", which cannot be found (looked for " + fs::absolute(path, ec2).string() +
+          (prefix.empty() ? ": HDF5 looks for a dataset's external files from the current folder"
+                          : ": under HDF5_EXTFILE_PREFIX or the dataset's prefix") +
+          ")" +
+          (there ? "; it lies beside " + h5_path +
+                       ": set HDF5_EXTFILE_PREFIX='${ORIGIN}' to have HDF5 look there"
+                 : ""));
+    }
+    const uint64_t end = static_cast<uint64_t>(offset) + take;
+    if (have < end)
+      throw UsageError(
+          what + ": its " +
+          rows(covered +
+               (have > static_cast<uint64_t>(offset) ? have - static_cast<uint64_t>(offset) : 0)) +
+          " are stored in the raw data file " + path.string() + " up to byte " +
+          std::to_string(end) + ", but it holds " + std::to_string(have) +
+          " bytes: HDF5 would read the rest as zeros, without an error (the file "
+          "was cut short?)");
+    covered += take;
+  }
+}
+
 void require_virtual_sources(hid_t dset, const std::string& vds_path, const std::string& what) {
   Hdf5Lock lock;
   H5Id dcpl(LS_CHECK_HDF5(H5Dget_create_plist(dset)));

@@ -79,6 +79,16 @@ struct RowSource {
 std::vector<RowSource> row_sources(hid_t dset, const std::string& vds_path,
                                    int64_t chunk_cache_bytes, const std::string& what);
 
+// External storage (H5Pset_external, h5py's external=): a contiguous dataset whose bytes lie in
+// raw files beside the HDF5 file. HDF5 reads the bytes past the end of a raw file cut short as
+// zeros, without an error, and fails only at the read when a raw file is missing. Throws
+// UsageError naming `what`, the rows and the raw file where one is missing (looked for where HDF5
+// 1.10 looks: under HDF5_EXTFILE_PREFIX or the dataset's efile prefix, "${ORIGIN}" being the HDF5
+// file's folder, else from the current folder; a file found beside the HDF5 file instead is
+// said) or shorter than the bytes stored in it. Does nothing for other datasets. `h5_path` is the
+// path of the file that holds `dset`.
+void require_external_files(hid_t dset, const std::string& h5_path, const std::string& what);
+
 // Where `name` in `loc` is an external link that HDF5 could not follow: "'name' is an external
 // link to FILE:OBJECT, and <why>" (the file not found, not HDF5, or without the object). "" for
 // any other link, or one that can be followed.
