@@ -42,6 +42,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
+#include "runtime/data/sharded_loader.h"
 #include "runtime/process/blas_threads.h"
 #include "runtime/process/bootstrap.h"
 #include "runtime/process/device.h"
@@ -124,6 +125,7 @@ int run(int argc, char** argv, const lockstep::World& world, lockstep::Communica
   spec.group = o.group;
   spec.inputs_only = true;
   lockstep::DatasetReader reader(spec);
+  lockstep::require_same_split(comm, reader);  // a node's stale copy would mix predictions
   const lockstep::DatasetInfo& info = reader.info();
   const bool tokens = info.positions > 1;
   if (!tokens && o.top > 0) throw UsageError("--top is for token data (a GPT's next tokens)");

@@ -106,6 +106,19 @@ print('same' if a.shape == b.shape and a.tobytes() == b.tobytes() else f'{a.shap
     fail "--batch 1000000000's predictions: $got"
 fi
 
+# A rank reading another file (a node's stale copy): named with rank 0's, exit 2, nothing written.
+"$bin/lockstep-data" regression --out reg_other.h5 --samples 300 --features 3 --seed 3 >/dev/null ||
+  fail "lockstep-data regression (seed 3)"
+out=$(timeout 120 "$mpiexec" -n 1 --oversubscribe "$bin/lockstep-predict" --threads 1 \
+        --checkpoint reg_ckpt --data reg.h5 --out reg_mixed.h5 : -n 1 --oversubscribe \
+        "$bin/lockstep-predict" --threads 1 --checkpoint reg_ckpt --data reg_other.h5 \
+        --out reg_mixed.h5 2>&1)
+rc=$?
+[[ $rc -eq 2 && ! -e reg_mixed.h5 ]] &&
+  grep -q "rank 1 reads reg_other.h5 (test): 60 rows of (3,) float32, as rank 0's reg.h5 (test) does, but other values" <<<"$out" &&
+  echo "ok: predict with a rank on another file: named, exit 2, nothing written" ||
+  fail "predict with rank 1 on another file: exit $rc (expected 2 naming it), output $(ls reg_mixed.h5 2>&1)"$'\n'"$out"
+
 # Only the inputs are read, and what is written follows the checkpoint: the test split's x alone
 # (no y), and the same x with integer labels (a classification file by the label rule), give the
 # regression checkpoint's predictions, the same bits. Before, the first was refused (no y) and the

@@ -268,8 +268,12 @@ std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
   return loader;
 }
 
-void require_same_split(Communicator& comm, ShardedLoader& loader) {
-  const DatasetInfo& info = loader.info();
+namespace {
+
+// require_same_split over either owner of a split's reader.
+template <class Split>
+void compare_splits(Communicator& comm, Split& split) {
+  const DatasetInfo& info = split.info();
   std::string what = std::to_string(info.rows) + " rows of " +
                      h5_read::shape_text(info.sample_shape) + " " + info.x_type;
   if (info.has_targets)
@@ -281,7 +285,7 @@ void require_same_split(Communicator& comm, ShardedLoader& loader) {
   char hash[24] = "unread";
   try {
     std::snprintf(hash, sizeof hash, "%016llx",
-                  static_cast<unsigned long long>(loader.fingerprint()));
+                  static_cast<unsigned long long>(split.fingerprint()));
   } catch (const UsageError& e) {
     problem = e.what();  // a row that cannot be read; the broadcasts below still take place
   }
@@ -305,6 +309,11 @@ void require_same_split(Communicator& comm, ShardedLoader& loader) {
               "incomplete?";
   agree_or_throw(comm, problem.empty(), problem);
 }
+
+}  // namespace
+
+void require_same_split(Communicator& comm, ShardedLoader& loader) { compare_splits(comm, loader); }
+void require_same_split(Communicator& comm, DatasetReader& reader) { compare_splits(comm, reader); }
 
 std::string split_problem(int64_t rows, int size, const std::string& what) {
   if (rows <= 0) return what + " must be positive, not " + std::to_string(rows);

@@ -101,6 +101,8 @@ std::unique_ptr<ShardedLoader> open_sharded_loader(const DatasetSpec& spec,
 // counts give them other step counts, which ends in a failed collective instead of a message.
 // The case: a node's copy of the file (staged to local disk) stale or incomplete.
 void require_same_split(Communicator& comm, ShardedLoader& loader);
+// The same for a split read without a loader (lockstep-predict's).
+void require_same_split(Communicator& comm, DatasetReader& reader);
 
 // The nearest valid global batch sizes around `batch` for `size` ranks, for error messages:
 // "try 126 or 128".
