@@ -302,8 +302,8 @@ void compare_splits(Communicator& comm, Split& split) {
   if (problem.empty() && first.substr(cut) != mine.substr(mine.find('\n')))
     problem = "rank " + std::to_string(comm.rank()) + " reads " + where + ": " + what +
               (what == what0 ? ", as rank 0's " + where0 +
-                                   " does, but other values (its first, middle or last row "
-                                   "differs)"
+                                   " does, but other values (in its first, middle or last "
+                                   "row, or its normalisation attributes)"
                              : ", but rank 0 reads " + where0 + ": " + what0) +
               ". Every rank must read the same data: is a node's copy of the file stale or "
               "incomplete?";
