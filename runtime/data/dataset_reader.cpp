@@ -127,12 +127,11 @@ DatasetReader::DatasetReader(const DatasetSpec& spec, int64_t chunk_cache_bytes,
   impl_->allow_non_finite = spec.allow_non_finite;
   impl_->x_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.x.get())));
   if (impl_->s.y.valid()) impl_->y_space = H5Id(LS_CHECK_HDF5(H5Dget_space(impl_->s.y.get())));
-  const DatasetInfo& split = impl_->s.info;
-  impl_->x_src =
-      row_sources(impl_->s.x.get(), spec.path, chunk_cache_bytes, where(split, split.x_name));
-  if (impl_->s.y.valid())
-    impl_->y_src = row_sources(impl_->s.y.get(), spec.path, 0, where(split, split.y_name));
   const DatasetInfo& info = impl_->s.info;
+  impl_->x_src =
+      row_sources(impl_->s.x.get(), spec.path, chunk_cache_bytes, where(info, info.x_name));
+  if (impl_->s.y.valid())
+    impl_->y_src = row_sources(impl_->s.y.get(), spec.path, 0, where(info, info.y_name));
   for (int v = 0; v < 256; ++v)
     impl_->lut[v] = (static_cast<float>(v) * info.norm_scale - info.norm_mean) / info.norm_std;
   impl_->scale = info.norm_scale / info.norm_std;
