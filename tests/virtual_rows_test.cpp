@@ -1,6 +1,6 @@
 // A split joined from shard files by HDF5 virtual datasets (lockstep-data join's files, h5py's
 // VirtualLayout): DatasetReader reads the shards directly where the virtual dataset lays whole rows
-// of them end to end (row_sources, h5_sources.h) and through HDF5 otherwise; either way a batch
+// of them end to end (row_sources, h5_virtual.h) and through HDF5 otherwise; either way a batch
 // holds the rows the virtual dataset maps, shuffled or held in memory. A shard whose writer
 // stopped early is refused naming the shard, as a file of its own would be, and so is a split over
 // more shards than the process may keep open (HDF5 reads those it cannot open as zeros); a soft
@@ -20,7 +20,7 @@
 #include "data_fixtures.h"
 #include "runtime/base/error.h"
 #include "runtime/data/dataset.h"
-#include "runtime/data/h5_sources.h"
+#include "runtime/data/h5_virtual.h"
 #include "runtime/data/h5_writer.h"
 #include "test_util.h"
 

@@ -12,6 +12,7 @@
 #include "runtime/data/h5_filters.h"
 #include "runtime/data/h5_read.h"
 #include "runtime/data/h5_sources.h"
+#include "runtime/data/h5_virtual.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
 
@@ -62,6 +63,20 @@ H5Id open_dataset(hid_t group, const DatasetInfo& info, const std::string& name,
     require_written(dset.get(), where(info, name));
   }
   return dset;
+}
+
+// Opens the split's inputs, info.x_name, and checks their filters. The chunk cache is set when a
+// dataset is opened, and sizing its hash table needs the chunk size: with chunk_cache_bytes > 0,
+// x is opened again with a cache sized for its chunks (0: HDF5's default cache).
+void open_inputs(Split& s, int64_t chunk_cache_bytes) {
+  const DatasetInfo& info = s.info;
+  s.x = open_dataset(s.group.get(), info, info.x_name, H5P_DEFAULT);
+  if (chunk_cache_bytes > 0) {
+    H5Id dapl = chunk_cache_access(s.x.get(), chunk_cache_bytes);
+    s.x.reset();
+    s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get(), false);
+  }
+  require_h5_filters(s.x.get(), where(info, info.x_name));
 }
 
 std::optional<double> find_attr(const Split& s, const char* name) {
@@ -170,14 +185,8 @@ void open_tokens(Split& s, const DatasetSpec& spec, int64_t chunk_cache_bytes) {
                        *name + "'");
   info.x_name = info.y_name = "tokens";
   s.tokens = true;
-  s.x = open_dataset(s.group.get(), info, info.x_name, H5P_DEFAULT);
-  if (chunk_cache_bytes > 0) {
-    H5Id dapl = chunk_cache_access(s.x.get(), chunk_cache_bytes);
-    s.x.reset();
-    s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get(), false);
-  }
+  open_inputs(s, chunk_cache_bytes);
   const std::string xw = where(info, info.x_name);
-  require_h5_filters(s.x.get(), xw);
   H5Id xt(LS_CHECK_HDF5(H5Dget_type(s.x.get())));
   info.x_type = info.y_type = type_text(xt.get());
   const std::optional<Elem> xe = elem_of(xt.get());
@@ -296,17 +305,9 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   if (info.x_name.empty())
     throw UsageError(where(info, "") + ": no dataset 'images' or 'x' (" +
                      holds_text(s.group.get()) + "; --x-name picks another)");
-  s.x = open_dataset(s.group.get(), info, info.x_name, H5P_DEFAULT);
-  // The chunk cache is set when a dataset is opened, and sizing its hash table needs the chunk
-  // size: reopen x with a cache sized for its chunks.
-  if (chunk_cache_bytes > 0) {
-    H5Id dapl = chunk_cache_access(s.x.get(), chunk_cache_bytes);
-    s.x.reset();
-    s.x = open_dataset(s.group.get(), info, info.x_name, dapl.get(), false);
-  }
+  open_inputs(s, chunk_cache_bytes);
 
   const std::string xw = where(info, info.x_name);
-  require_h5_filters(s.x.get(), xw);
   H5Id xt(LS_CHECK_HDF5(H5Dget_type(s.x.get())));
   info.x_type = type_text(xt.get());
   const std::optional<Elem> xe = elem_of(xt.get());

@@ -12,7 +12,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/dataset_split.h"
 #include "runtime/data/h5_read.h"
-#include "runtime/data/h5_sources.h"
+#include "runtime/data/h5_virtual.h"
 #include "runtime/data/hdf5_util.h"
 
 namespace lockstep {
