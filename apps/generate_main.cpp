@@ -48,7 +48,8 @@ int run(int argc, char** argv, const lockstep::World& world) {
   // clang-format off
   options.add_options()("checkpoint", po::value(&o.checkpoint)->required(),
                         "checkpoint of a gpt: model: a file, or a folder (its newest)")(
-      "prompt", po::value(&o.prompt)->default_value(o.prompt), "the text to continue (bytes)")(
+      "prompt", po::value(&o.prompt)->default_value(o.prompt, "\"\\n\""),
+      "the text to continue (bytes; the default is a newline)")(
       "tokens", po::value(&o.tokens)->default_value(o.tokens), "bytes to generate")(
       "temperature", po::value(&o.temperature)->default_value(o.temperature),
       "softmax temperature; 0: always the most likely byte")(

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -193,9 +194,29 @@ const std::vector<Row>& table() {
 }
 
 // A default as --help shows it: a number's exponent without leading zeros (1e-8, not 1e-08),
-// an empty text as "".
+// an empty text as "", text with control characters quoted and escaped ("\n").
 std::string shown_default(std::string d) {
   if (d.empty()) return "\"\"";
+  // Text with a line break or another control character (--sample-prompt's newline) is shown
+  // quoted and escaped, as one would type it, rather than breaking the --help column.
+  if (std::any_of(d.begin(), d.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+    std::string q = "\"";
+    for (const char c : d) {
+      if (c == '\n') {
+        q += "\\n";
+      } else if (c == '\t') {
+        q += "\\t";
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(c));
+        q += hex;
+      } else {
+        q += c;
+      }
+    }
+    return q + "\"";
+  }
   char* end = nullptr;
   std::strtod(d.c_str(), &end);
   const size_t e = d.find_first_of("eE");

@@ -101,6 +101,11 @@ c=$(gen --prompt "beta " --tokens 64 --seed 6 | hex)
 [[ "$a" != "$c" ]] && echo "ok: seed 6 gives other bytes" || fail "seeds 5 and 6 give the same bytes: $a"
 grep -q "lockstep-generate: 64 bytes from $ckpt" gen.err || fail "no summary on stderr: $(cat gen.err)"
 
+# ---- --help: the default prompt, a newline, shown escaped rather than as a broken line ----
+help=$("$bin/lockstep-generate" --help 2>&1) || fail "--help exits non-zero: $help"
+grep -qF -- '--prompt arg (="\n")' <<<"$help" && ! grep -qE '^\)' <<<"$help" &&
+  echo "ok: --help shows the default prompt as \"\\n\"" || fail "--help's --prompt default: $help"
+
 # ---- refusals ----
 timeout 60 "$bin/lockstep-train" --data reg.h5 --model mlp:4 --global-batch 16 --steps 1 --progress none \
     --checkpoint-dir mlp_ckpt >/dev/null 2>&1 || fail "the MLP checkpoint for the refusal"

@@ -48,6 +48,9 @@ for opt in config model loss optimizer lr momentum beta1 beta2 eps weight-decay 
   grep -qE -- "--$opt arg +\(=" <<<"$help" || fail "--help does not list --$opt with a default"
 done
 grep -q -- '--global-batch arg (=128)' <<<"$help" || fail "--help does not show --global-batch's default"
+# A default with a line break (--sample-prompt's newline) is shown escaped, not as a broken line.
+grep -qF -- '--sample-prompt arg (="\n")' <<<"$help" || fail "--help does not show --sample-prompt's default as \"\\n\""
+! grep -qE '^\)' <<<"$help" || fail "a --help line starts with ')', a default broken over two lines: $help"
 for switch in '--overwrite-checkpoints' '-v \[ --verbose \]'; do
   grep -q -- "$switch" <<<"$help" || fail "--help does not list $switch"
 done
