@@ -37,7 +37,10 @@ std::string type_text(hid_t type) {
     case H5T_STRING:
       return H5Tis_variable_str(type) > 0 ? "string" : "string[" + std::to_string(bytes) + "]";
     case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum";
+    case H5T_ENUM: {  // read as its base integer's values (h5py's bool: int8 0 and 1)
+      H5Id base(H5Tget_super(type));
+      return base.valid() ? "enum of " + type_text(base.get()) : "enum";
+    }
     case H5T_ARRAY: return "array";
     default: return "other";
   }

@@ -246,6 +246,8 @@ void open_targets(Split& s, const DatasetSpec& spec) {
     throw UsageError(yw + ": has type " + info.y_type +
                      ", expected integer labels or float targets");
   s.y_elem = *ye;
+  if (H5Tget_class(yt.get()) == H5T_ENUM)
+    s.y_enum = H5Id(LS_CHECK_HDF5(H5Tget_native_type(yt.get(), H5T_DIR_ASCEND)));
   s.y_size = H5Tget_size(yt.get());
   s.y_dims = dims_of(s.y.get());
   // The label rule (dataset.h); one-hot rows (N, K > 1) stay regression targets.
@@ -255,7 +257,7 @@ void open_targets(Split& s, const DatasetSpec& spec) {
   if (!num_classes) num_classes = find_attr(s, "num_classes");
   const bool one_per_row = s.y_dims.size() == 1 || (s.y_dims.size() == 2 && s.y_dims[1] == 1);
   info.classification = H5Tget_class(yt.get()) == H5T_INTEGER ||
-                        spec.targets == TargetKind::labels ||
+                        H5Tget_class(yt.get()) == H5T_ENUM || spec.targets == TargetKind::labels ||
                         (spec.targets == TargetKind::automatic && num_classes && one_per_row);
   if (s.y_dims.empty() || s.y_dims.size() > 2)
     throw UsageError(yw + ": has shape " + shape_text(s.y_dims) + ", expected (N,) or (N, K)");
@@ -313,9 +315,10 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   const std::optional<Elem> xe = elem_of(xt.get());
   if (!xe)
     throw UsageError(xw + ": has type " + info.x_type +
-                     ", expected integers or floats (float16, float32, float64)" +
-                     (info.x_type == "enum" ? " (h5py writes bool as an enum: store uint8)" : ""));
+                     ", expected integers or floats (float16, float32, float64)");
   s.x_elem = *xe;
+  if (H5Tget_class(xt.get()) == H5T_ENUM)
+    s.x_enum = H5Id(LS_CHECK_HDF5(H5Tget_native_type(xt.get(), H5T_DIR_ASCEND)));
   s.x_size = H5Tget_size(xt.get());
   s.x_dims = dims_of(s.x.get());
   if (s.x_dims.empty()) throw UsageError(xw + ": is a scalar, expected one row per sample");

@@ -164,11 +164,13 @@ uint64_t DatasetReader::fingerprint() {
   std::vector<unsigned char> x(rows.size() * m.x_row_bytes()), y(rows.size() * m.y_row_bytes());
   {
     Hdf5Lock lock;
-    read_sorted(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.x_src, rows, native_type(m.s.x_elem),
-                x.data(), m.x_row_bytes(), where(info, info.x_name));
+    read_sorted(m.s.x.get(), m.x_space.get(), m.s.x_dims, m.x_src, rows,
+                read_type(m.s.x_enum, m.s.x_elem), x.data(), m.x_row_bytes(),
+                where(info, info.x_name));
     if (m.s.y.valid())
-      read_sorted(m.s.y.get(), m.y_space.get(), m.s.y_dims, m.y_src, rows, native_type(m.s.y_elem),
-                  y.data(), m.y_row_bytes(), where(info, info.y_name));
+      read_sorted(m.s.y.get(), m.y_space.get(), m.s.y_dims, m.y_src, rows,
+                  read_type(m.s.y_enum, m.s.y_elem), y.data(), m.y_row_bytes(),
+                  where(info, info.y_name));
   }
   // FNV-1a, 64 bits: a fixed function of the bytes, the same on every rank and build.
   uint64_t h = 14695981039346656037ull;
@@ -202,8 +204,8 @@ void DatasetReader::Impl::fetch(const int64_t* ids, size_t n) {
   hid_t x_type = 0, y_type = 0;
   {
     Hdf5Lock lock;
-    x_type = native_type(s.x_elem);
-    if (s.y.valid()) y_type = native_type(s.y_elem);
+    x_type = read_type(s.x_enum, s.x_elem);
+    if (s.y.valid()) y_type = read_type(s.y_enum, s.y_elem);
   }
   // Held whole: the chunks decompressed on several threads where the layout allows.
   const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);

@@ -165,7 +165,10 @@ std::string type_text(hid_t type) {
     case H5T_FLOAT: return "float" + std::to_string(bits);
     case H5T_STRING: return "string";
     case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum";
+    case H5T_ENUM: {
+      H5Id base(H5Tget_super(type));
+      return base.valid() ? "enum of " + type_text(base.get()) : "enum";
+    }
     default: return "non-numeric";
   }
 }
@@ -188,6 +191,12 @@ std::vector<int64_t> dims_of(hid_t dset) {
 }
 
 std::optional<Elem> elem_of(hid_t type) {
+  if (H5Tget_class(type) == H5T_ENUM) {
+    // An enumeration's values are its base integer's (h5py's bool: FALSE 0 and TRUE 1 over
+    // int8); HDF5 converts an enum to an integer or float type on reading.
+    H5Id base(H5Tget_super(type));
+    return base.valid() ? elem_of(base.get()) : std::nullopt;
+  }
   const size_t size = H5Tget_size(type);
   if (H5Tget_class(type) == H5T_FLOAT) {
     if (size == 2) {  // IEEE half only (bfloat16's 8-bit exponent is not taken)
