@@ -12,6 +12,7 @@
 #include "runtime/base/exit.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/h5_filters.h"
+#include "runtime/data/h5_read.h"
 #include "runtime/data/h5_writer.h"
 #include "runtime/data/hdf5_util.h"
 
@@ -37,10 +38,7 @@ std::string type_text(hid_t type) {
     case H5T_STRING:
       return H5Tis_variable_str(type) > 0 ? "string" : "string[" + std::to_string(bytes) + "]";
     case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: {  // read as its base integer's values (h5py's bool: int8 0 and 1)
-      H5Id base(H5Tget_super(type));
-      return base.valid() ? "enum of " + type_text(base.get()) : "enum";
-    }
+    case H5T_ENUM: return h5_read::type_text(type);  // "enum of int8": the values the loader reads
     case H5T_ARRAY: return "array";
     default: return "other";
   }

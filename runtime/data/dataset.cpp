@@ -246,8 +246,7 @@ void open_targets(Split& s, const DatasetSpec& spec) {
     throw UsageError(yw + ": has type " + info.y_type +
                      ", expected integer labels or float targets");
   s.y_elem = *ye;
-  if (H5Tget_class(yt.get()) == H5T_ENUM)
-    s.y_enum = H5Id(LS_CHECK_HDF5(H5Tget_native_type(yt.get(), H5T_DIR_ASCEND)));
+  s.y_enum = native_enum(yt.get());
   s.y_size = H5Tget_size(yt.get());
   s.y_dims = dims_of(s.y.get());
   // The label rule (dataset.h); one-hot rows (N, K > 1) stay regression targets.
@@ -317,8 +316,7 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
     throw UsageError(xw + ": has type " + info.x_type +
                      ", expected integers or floats (float16, float32, float64)");
   s.x_elem = *xe;
-  if (H5Tget_class(xt.get()) == H5T_ENUM)
-    s.x_enum = H5Id(LS_CHECK_HDF5(H5Tget_native_type(xt.get(), H5T_DIR_ASCEND)));
+  s.x_enum = native_enum(xt.get());
   s.x_size = H5Tget_size(xt.get());
   s.x_dims = dims_of(s.x.get());
   if (s.x_dims.empty()) throw UsageError(xw + ": is a scalar, expected one row per sample");

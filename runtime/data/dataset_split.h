@@ -22,9 +22,8 @@ struct Split {
   std::vector<int64_t> x_dims, y_dims;
   size_t x_size = 0, y_size = 0;  // bytes per stored element
   h5_read::Elem x_elem = h5_read::Elem::u8, y_elem = h5_read::Elem::u8;
-  // An enum dataset's type in native form (h5py's bool): its rows are read as it, no conversion
-  // (HDF5 converts an enum to its base integer type on every read: a shuffled read of bool
-  // labels ran 2.5x slower). Invalid for other datasets, read as native_type(elem).
+  // An enum dataset's type in native form (h5py's bool; h5_read::native_enum): its rows are read
+  // as it, not converted. Invalid for other datasets, read as native_type(elem).
   H5Id x_enum, y_enum;
   bool tokens = false;  // a token split: no y, targets come from x
 };

@@ -236,6 +236,11 @@ hid_t half_type() {
 }
 }  // namespace
 
+H5Id native_enum(hid_t type) {
+  if (H5Tget_class(type) != H5T_ENUM) return H5Id();
+  return H5Id(LS_CHECK_HDF5(H5Tget_native_type(type, H5T_DIR_ASCEND)));
+}
+
 hid_t native_type(Elem e) {
   switch (e) {
     case Elem::u8: return H5T_NATIVE_UINT8;
