@@ -299,20 +299,19 @@ for kind in ("bools", "bools_as_i8"):
             f[split + "/x"] = x if kind == "bools" else x.astype("i1")
             f[split + "/y"] = y if kind == "bools" else y.astype("i1")
 PY
-train --data half_as_f32.h5 --model mlp:8 --seed 2
-want=$(figures "$out")
-for memory in 0 1024; do
-  train --data half.h5 --model mlp:8 --seed 2 --data-in-memory-mb $memory
-  [[ $rc -eq 0 && -n $want && $(figures "$out") == "$want" ]] ||
-    fail "float16 inputs (--data-in-memory-mb $memory): '$(figures "$out")', widened to float32 by numpy: '$want'"$'\n'"$out"
-done
-train --data bools_as_i8.h5 --model mlp:8 --seed 2
-want=$(figures "$out")
-for memory in 0 1024; do
-  train --data bools.h5 --model mlp:8 --seed 2 --data-in-memory-mb $memory
-  [[ $rc -eq 0 && -n $want && $(figures "$out") == "$want" ]] ||
-    fail "bool inputs and labels (--data-in-memory-mb $memory): '$(figures "$out")', as int8: '$want'"$'\n'"$out"
-done
+# trains_as FILE COPY WHAT: FILE trains to COPY's figures, read from the file and held in memory.
+trains_as() {
+  train --data "$2" --model mlp:8 --seed 2
+  local want
+  want=$(figures "$out")
+  for memory in 0 1024; do
+    train --data "$1" --model mlp:8 --seed 2 --data-in-memory-mb $memory
+    [[ $rc -eq 0 && -n $want && $(figures "$out") == "$want" ]] ||
+      fail "$3 (--data-in-memory-mb $memory): '$(figures "$out")', as $2: '$want'"$'\n'"$out"
+  done
+}
+trains_as half.h5 half_as_f32.h5 "float16 inputs (widened to float32 by numpy)"
+trains_as bools.h5 bools_as_i8.h5 "bool inputs and labels"
 inspected=$("$bin/lockstep-data" inspect bools.h5 2>&1)
 grep -q "enum of int8 labels, 2 classes" <<<"$inspected" ||
   fail "lockstep-data inspect does not read bool labels as 2 classes: $inspected"
