@@ -19,7 +19,8 @@
 #    file not found (HDF5 1.10 looks from the current folder: the fix named) or cut short (HDF5
 #    reads the rest as zeros) is refused, exit 2, naming the rows;
 #  - float16 inputs (numpy's half, subnormals included) train as their float32 widening does, from
-#    the file and from memory; h5py's bool (an HDF5 enum) inputs and labels train as int8 0 and 1;
+#    the file and from memory; h5py's bool (an HDF5 enum) inputs and labels train as int8 0 and 1,
+#    an enum over uint8 as its values (not scaled as uint8 pixels are);
 #  - a dataset whose writer stopped early (chunks never written, or a contiguous dataset never
 #    written: HDF5 reads them as zeros) is refused, exit 2, naming the first unwritten rows; with a
 #    fill value of the writer's own (h5py's fillvalue=) the unwritten rows are meant, and train.
@@ -290,14 +291,20 @@ for half in (True, False):
         f.attrs["num_classes"] = 3
     rng = np.random.default_rng(4)  # the same draws for the float32 copy
 # h5py's bool is an HDF5 enum (FALSE 0, TRUE 1 over int8): as inputs and as labels, beside the
-# same values stored as int8.
-for kind in ("bools", "bools_as_i8"):
+# same values stored as int8; an enum over uint8 as inputs, beside its values as int16 (an enum's
+# values are not pixels: not scaled by 1/255 as uint8 is).
+u8_enum = h5py.enum_dtype({"low": 0, "mid": 1, "high": 2}, basetype="u1")
+for kind in ("bools", "bools_as_i8", "enum_u8", "enum_u8_as_i16"):
     rng = np.random.default_rng(5)
     with h5py.File(kind + ".h5", "w") as f:
         for split, n in (("train", 64), ("test", 32)):
             x, y = rng.random((n, 4)) > 0.5, rng.random(n) > 0.5
-            f[split + "/x"] = x if kind == "bools" else x.astype("i1")
-            f[split + "/y"] = y if kind == "bools" else y.astype("i1")
+            if kind.startswith("enum_u8"):
+                x = rng.integers(0, 3, (n, 4))
+                f.create_dataset(split + "/x", data=x, dtype=u8_enum if kind == "enum_u8" else "i2")
+            else:
+                f[split + "/x"] = x if kind == "bools" else x.astype("i1")
+            f[split + "/y"] = y if kind in ("bools", "enum_u8") else y.astype("i1")
 PY
 # trains_as FILE COPY WHAT: FILE trains to COPY's figures, read from the file and held in memory.
 trains_as() {
@@ -312,6 +319,7 @@ trains_as() {
 }
 trains_as half.h5 half_as_f32.h5 "float16 inputs (widened to float32 by numpy)"
 trains_as bools.h5 bools_as_i8.h5 "bool inputs and labels"
+trains_as enum_u8.h5 enum_u8_as_i16.h5 "inputs of an enum over uint8"
 inspected=$("$bin/lockstep-data" inspect bools.h5 2>&1)
 grep -q "enum of int8 labels, 2 classes" <<<"$inspected" ||
   fail "lockstep-data inspect does not read bool labels as 2 classes: $inspected"

@@ -329,8 +329,11 @@ Split open_split(const DatasetSpec& spec, int64_t chunk_cache_bytes) {
   if (info.sample_size == 0)
     throw UsageError(xw + ": has empty samples, shape " + shape_text(s.x_dims));
 
-  info.norm_scale = static_cast<float>(
-      find_attr(s, "norm_scale").value_or(s.x_elem == Elem::u8 ? 1.0 / 255.0 : 1.0));
+  // uint8 inputs are pixel intensities by default; an enum's values (categories, a bool's 0 and
+  // 1) are not, whatever its base type.
+  const bool pixels = s.x_elem == Elem::u8 && !s.x_enum.valid();
+  info.norm_scale =
+      static_cast<float>(find_attr(s, "norm_scale").value_or(pixels ? 1.0 / 255.0 : 1.0));
   info.norm_mean = static_cast<float>(find_attr(s, "norm_mean").value_or(0.0));
   info.norm_std = static_cast<float>(find_attr(s, "norm_std").value_or(1.0));
   if (!(info.norm_std > 0) || !std::isfinite(info.norm_std) || !std::isfinite(info.norm_mean) ||
