@@ -323,7 +323,7 @@ trains_as enum_u8.h5 enum_u8_as_i16.h5 "inputs of an enum over uint8"
 inspected=$("$bin/lockstep-data" inspect bools.h5 2>&1)
 grep -q "enum of int8 labels, 2 classes" <<<"$inspected" ||
   fail "lockstep-data inspect does not read bool labels as 2 classes: $inspected"
-[[ $failures -eq 0 ]] && echo "ok: float16 inputs read as numpy widens them (subnormals included); h5py's bool inputs and labels train as their int8 copy"
+[[ $failures -eq 0 ]] && echo "ok: float16 inputs read as numpy widens them (subnormals included); h5py's bool inputs and labels train as their int8 copy, an enum over uint8 as its int16 copy"
 
 # --- storage never written: a writer stopped early ---
 $py - <<'PY'
