@@ -164,8 +164,10 @@ TEST_F(GpuParity, GeluBackwardWithColumnSums) {
   for (const auto& [rows, cols] : shapes) {
     SCOPED_TRACE(testing::Message() << "rows=" << rows << " cols=" << cols);
     const size_t n = rows * cols;
-    const Floats x = random_floats(n, rng_, -6.0f, 6.0f), dy = random_floats(n, rng_);
+    Floats x = random_floats(n, rng_, -6.0f, 6.0f);
+    const Floats dy = random_floats(n, rng_);
     const Floats db0 = random_floats(size_t(cols), rng_);
+    for (size_t i = 0; i < n; i += 7) x[i] *= 5.0f;  // some below -9.9: exp(-2u) overflows there
     DeviceArray<float> gx(x), gdy(dy), gdx(n), gdb(db0), gdb_fused(db0);
     DeviceArray<uint16_t> g16(n), g16_fused(n);
     lk::gelu_backward_cuda(gx.get(), gdy.get(), gdx.get(), n, stream_);
@@ -178,6 +180,37 @@ TEST_F(GpuParity, GeluBackwardWithColumnSums) {
     EXPECT_EQ(g16_fused.download(), bf16_words(gdx.download())) << "dx in bf16";
     EXPECT_EQ(gdb_fused.download(), gdb.download()) << "column sums";
   }
+}
+
+// Pre-activations far out on both sides: exp(-2u) overflows a float below x = -9.9, where the
+// GELU is 0 and so is its slope; the backward passes (fp32, and bf16 with the column sums, from
+// fp32 and bf16 pre-activations) must say so, not 0 * inf = NaN. Each value on its own scale.
+TEST_F(GpuParity, GeluFarOutOnBothSides) {
+  const Floats x = {-1e4f, -100.0f, -20.0f, -10.0f, -9.9f, -9.0f, 9.0f, 10.0f, 20.0f, 100.0f, 1e4f};
+  const size_t n = x.size();
+  const Floats dy(n, 0.75f);
+  Floats y(n), dx(n);
+  lk::gelu_forward_cpu(x.data(), y.data(), n);
+  lk::gelu_backward_cpu(x.data(), dy.data(), dx.data(), n);
+  DeviceArray<float> gx(x), gdy(dy), gy(n), gdx(n), gdb(n), gdb16(n);
+  DeviceArray<uint16_t> gx16(bf16_words(x)), g16(n), g16_from16(n);
+  lk::gelu_forward_cuda(gx.get(), gy.get(), n, stream_);
+  lk::gelu_backward_cuda(gx.get(), gdy.get(), gdx.get(), n, stream_);
+  lk::gelu_backward_bf16_column_sums_cuda(gx.get(), gdy.get(), 1, int(n), g16.get(), gdb.get(),
+                                          stream_);
+  lk::gelu_backward_bf16_column_sums_cuda(gx16.get(), gdy.get(), 1, int(n), g16_from16.get(),
+                                          gdb16.get(), stream_);
+  sync();
+  const Floats got_y = gy.download(), got_dx = gdx.download(), got_db = gdb.download(),
+               got_db16 = gdb16.download();
+  for (size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(testing::Message() << "x=" << x[i]);
+    EXPECT_NEAR(got_y[i], y[i], 1e-6 * std::fabs(y[i]) + 1e-30) << "y";
+    EXPECT_NEAR(got_dx[i], dx[i], 1e-6) << "dx";
+    EXPECT_EQ(got_db[i], got_dx[i]) << "one row's column sums: dx itself";
+    EXPECT_NEAR(got_db16[i], dx[i], 1e-6) << "from the bf16 pre-activation";
+  }
+  EXPECT_EQ(g16.download(), bf16_words(got_dx)) << "dx in bf16";
 }
 
 TEST_F(GpuParity, GeluAndResidualElementwise) {

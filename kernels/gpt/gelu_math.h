@@ -5,7 +5,8 @@
 // cancellation in 1 + tanh(u) for negative u, and one exp instead of tanh. On the host, exp is
 // exp_poly below, a branch-free polynomial (Cephes' expf: 2^n by exponent bits times a degree-6
 // polynomial on [-ln2/2, ln2/2], within 2 ulp of expf) so that the loops vectorise, which libm's
-// tanhf does not (docs/PERFORMANCE.md has what it cost). The device uses expf.
+// tanhf does not (docs/PERFORMANCE.md has what it cost). The device uses expf, clamped above as
+// exp_poly is (below -87 expf's own result, 0 or a subnormal, is harmless).
 // Pure inline functions: thread-safe, no collective calls.
 #pragma once
 
@@ -34,7 +35,9 @@ using Bits = std::conditional_t<std::is_same_v<T, float>, int32_t, decltype(T{} 
 template <class T>
 LS_HOST_DEVICE LS_GELU_INLINE T exp_poly(T x) {
 #if defined(__CUDA_ARCH__)
-  return expf(x);
+  // The host's upper clamp: expf overflows to inf beyond 88.7 (x < -9.9 in exp_minus_2u), and
+  // derivative's g * g * e is then 0 * inf = NaN where the function's slope is 0.
+  return expf(fminf(x, 88.0f));
 #else
   // Clamped by selects that vectorise (a branch here, on the constants it would give, made GCC
   // split the callers' paths: three divisions a value, and no vectors at all for AVX2).
