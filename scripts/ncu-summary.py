@@ -25,9 +25,12 @@ METRIC = "gpu__time_duration.sum"
 # (kind, pattern on the lower-case kernel name): the first that matches. The layer norm before the
 # optimizer (whose global norm's kernels are column-pass-like too); cuDNN's fused attention kernels
 # carry "sdpa" or "fmha"; CUB's radix sort is the embedding backward's grouping of positions by
-# token; the optimizer's kinds include the gradients' division by the ranks.
+# token; the optimizer's kinds include the gradients' division by the ranks. cuBLAS(Lt)'s own
+# kernels are products whatever epilogue they carry (nvjet_..._geluauxbias_... is the MLP's first
+# product with its bias and GELU), so they are matched before the bias and GELU kinds.
 KINDS = [
     ("attention", r"attention|flash|sdpa|fmha|softmax|heads_kernel|row_dots"),
+    ("GEMMs", r"^(void )?(nvjet|sm90_xmma|sm80_xmma|cutlass|cublas)"),
     ("layer norm", r"layernorm|layer_norm"),
     ("optimizer", r"adam|sgd|momentum|update_kernel|norm_finish|square_partials|sum_of_squares|"
                   r"clip|scale_kernel|sqrt_kernel|divide"),
