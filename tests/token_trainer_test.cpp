@@ -145,6 +145,13 @@ TEST_F(TokenTrainer, StepsAreThoseOfTheMeanPerTokenLoss) {
   EXPECT_GT(largest, 1.0) << "the steps moved the table";
   EXPECT_LT(worst, 1e-4 * largest);
   EXPECT_EQ(r.test.samples, 4) << "test rows, not tokens";
+
+  // Without the evaluation at the end (lockstep-bench's runs), the same steps and no test figures.
+  c.eval_at_end = false;
+  Trainer quiet(comm, comm, c);
+  const TrainResult q = quiet.run();
+  EXPECT_EQ(q.test.samples, 0) << "evaluated at the end regardless";
+  EXPECT_EQ(quiet.model().params_to_host(), got);
 }
 
 TEST_F(TokenTrainer, LearnsTheNextTokenAndReportsBitsPerByte) {

@@ -75,6 +75,9 @@ struct TrainConfig {
   int64_t check_every = 100;      // steps between replica checks (0: only at start and end)
   int64_t straggler_every = 100;  // steps between straggler reports (straggler.h; 0: none)
   bool eval_every_epoch = true;
+  // Evaluate on the test split once more when training ends (lockstep-bench does not: its
+  // profiles of a step would count that evaluation's forward passes).
+  bool eval_at_end = true;
   // Also evaluate every eval_every updates (0: at epoch ends only), where no epoch ends.
   int64_t eval_every = 0;
   // Every evaluation reads the first eval_steps batches of the test split, in file order (0: all

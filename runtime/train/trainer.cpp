@@ -388,7 +388,7 @@ TrainResult Trainer::run() {
   m.timer->flush();  // a GPU's last phases, before the times are read
   verify_replicas("at the end of training");
   act_on(m.guard->at_end(state_.global_step));
-  if (!m.guard->stopped_early())
+  if (!m.guard->stopped_early() && config_.eval_at_end)
     result.test =
         m.last_eval_step == static_cast<double>(state_.global_step) ? m.last_eval : evaluate();
   result.times = times_.minus(at_start);
