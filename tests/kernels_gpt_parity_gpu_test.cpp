@@ -91,7 +91,10 @@ TEST_F(GpuParity, EmbeddingForwardExactBackwardScatterAdds) {
 }
 
 TEST_F(GpuParity, LayerNormForwardAndBackward) {
-  const lk::LayerNormShape shapes[] = {{1, 1}, {7, 33}, {512, 384}, {3, 2000}};
+  // A block per row (widths 1 and 33) and a warp per row (multiples of 4 up to 2,048: gpt:tiny's
+  // 128, 384, gpt:small's 768, 1,600 and 2,000, which leave some of a lane's quads unused).
+  const lk::LayerNormShape shapes[] = {{1, 1},     {7, 33},   {5, 128}, {512, 384},
+                                       {300, 768}, {9, 1600}, {3, 2000}};
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message() << "rows=" << s.rows << " dim=" << s.dim);
     const Floats x = random_floats(size_t(s.rows) * s.dim, rng_, -3.0f, 5.0f);
@@ -155,6 +158,59 @@ TEST_F(GpuParity, LayerNormForwardAndBackward) {
     sync();
     EXPECT_EQ(gy16.download(), bf16_words(gy.download())) << "y in bf16";
   }
+}
+
+// A warp per row fixes each element's place in the sums: loading the row four floats at a time
+// (16-byte aligned pointers) or one at a time (pointers that are not) gives the same bits, and so
+// does a row normalised alone (the decoder's one-row calls) and within a batch.
+TEST_F(GpuParity, LayerNormRowsGiveTheSameBitsWhateverTheAlignmentAndTheBatch) {
+  const lk::LayerNormShape s{6, 768};
+  const size_t n = size_t(s.rows) * s.dim;
+  const Floats x = random_floats(n, rng_, -3.0f, 5.0f), dy = random_floats(n, rng_);
+  const Floats gamma = random_floats(s.dim, rng_), beta = random_floats(s.dim, rng_);
+  // Each buffer once on 16 bytes and once a float past it (the same values).
+  auto shifted = [](const Floats& v) {
+    Floats out(v.size() + 1, 0.0f);
+    std::copy(v.begin(), v.end(), out.begin() + 1);
+    return out;
+  };
+  DeviceArray<float> gx(x), gdy(dy), ggamma(gamma), gbeta(beta), gy(n), gmean(s.rows),
+      grstd(s.rows), gdx(n);
+  DeviceArray<float> ux(shifted(x)), udy(shifted(dy)), uy(n + 1), umean(s.rows), urstd(s.rows),
+      udx(n + 1);
+  DeviceArray<uint16_t> gy16(n), uy16(n + 1);
+  lk::layernorm_forward_cuda(s, gx.get(), ggamma.get(), gbeta.get(), gy.get(), gmean.get(),
+                             grstd.get(), stream_, gy16.get());
+  lk::layernorm_forward_cuda(s, ux.get() + 1, ggamma.get(), gbeta.get(), uy.get() + 1, umean.get(),
+                             urstd.get(), stream_, uy16.get() + 1);
+  lk::layernorm_backward_cuda(s, gx.get(), ggamma.get(), gmean.get(), grstd.get(), gdy.get(),
+                              gdx.get(), nullptr, nullptr, stream_);
+  lk::layernorm_backward_cuda(s, ux.get() + 1, ggamma.get(), umean.get(), urstd.get(),
+                              udy.get() + 1, udx.get() + 1, nullptr, nullptr, stream_);
+  // Row 4 alone.
+  const int r = 4;
+  DeviceArray<float> one_y(size_t(s.dim)), one_mean(1), one_rstd(1);
+  lk::layernorm_forward_cuda({1, s.dim}, gx.get() + size_t(r) * s.dim, ggamma.get(), gbeta.get(),
+                             one_y.get(), one_mean.get(), one_rstd.get(), stream_);
+  sync();
+  const Floats y = gy.download(), uy_all = uy.download(), dx = gdx.download(),
+               udx_all = udx.download();
+  EXPECT_EQ(Floats(uy_all.begin() + 1, uy_all.end()), y) << "y, 4-byte aligned";
+  EXPECT_EQ(umean.download(), gmean.download()) << "mean, 4-byte aligned";
+  EXPECT_EQ(urstd.download(), grstd.download()) << "rstd, 4-byte aligned";
+  const std::vector<uint16_t> y16 = gy16.download(), uy16_all = uy16.download();
+  EXPECT_EQ(std::vector<uint16_t>(uy16_all.begin() + 1, uy16_all.end()), y16) << "y in bf16";
+  EXPECT_EQ(y16, bf16_words(y)) << "y in bf16: the fp32 y's words";
+  EXPECT_EQ(Floats(udx_all.begin() + 1, udx_all.end()), dx) << "dx, 4-byte aligned";
+  EXPECT_EQ(one_y.download(), Floats(y.begin() + r * s.dim, y.begin() + (r + 1) * s.dim))
+      << "a row alone";
+  EXPECT_EQ(one_mean.download()[0], gmean.download()[r]);
+  EXPECT_EQ(one_rstd.download()[0], grstd.download()[r]);
+  // And still the function: near the CPU's.
+  Floats want(n), mean(s.rows), rstd(s.rows);
+  lk::layernorm_forward_cpu(s, x.data(), gamma.data(), beta.data(), want.data(), mean.data(),
+                            rstd.data());
+  EXPECT_TRUE(close(y, want, 1e-5)) << "y";
 }
 
 // The GELU's backward fused with a bf16 product's dy cast and bias-gradient sums: the same bf16
