@@ -2,6 +2,7 @@
 
 #include "kernels/cast.h"
 #include "kernels/cuda/bias.cuh"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/memory.h"
 #include "kernels/dense.h"
 #include "kernels/gemm.h"
@@ -58,12 +59,13 @@ void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const ui
                               const float* dy, float* dx, float* dw, float* db, uint16_t* dy16,
                               cudaStream_t stream) {
   check_dense_shape(s, "dense_backward_bf16_cuda");
-  if (dy == nullptr && db != nullptr)
-    throw std::invalid_argument("dense_backward_bf16_cuda: db needs the fp32 dy");
   if (s.batch == 0) return;
   const bool products = dx != nullptr || dw != nullptr;
-  // The bias gradient's column sums and dy's cast in one pass over dy.
-  if (db != nullptr)
+  // The bias gradient's column sums and dy's cast in one pass over dy; or over the bf16 words.
+  if (dy == nullptr && db != nullptr)
+    cuda::add_column_sums_of(cuda::ColumnWords{dy16}, static_cast<size_t>(s.batch), s.out, db,
+                             stream, nullptr);
+  else if (db != nullptr)
     cuda::add_column_sums(dy, static_cast<size_t>(s.batch), s.out, db, stream,
                           products ? dy16 : nullptr);
   else if (products && dy != nullptr)

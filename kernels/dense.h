@@ -41,9 +41,10 @@ void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, co
 // the backward pass of the same batch reads in place of x (the caller keeps it in between); with x
 // null, x16 already holds the input (written in bf16 by the kernel that produced it). The bias is
 // added in the GEMM's epilogue (gemm_bf16_bias_cuda), and so is `residual` [batch, out] where given
-// (y = x w + b + residual; it must not overlap y). With dy null, dy16 already holds the gradient
-// in bf16 and the caller has summed db (db must be null). Backward casts dy into the scratch dy16
-// [batch, out] in the pass that sums the fp32 dy into db.
+// (y = x w + b + residual; it must not overlap y). Backward casts dy into the scratch dy16
+// [batch, out] in the pass that sums the fp32 dy into db. With dy null, dy16 already holds the
+// gradient in bf16 (written so by the kernel that produced it) and db, where given, gets the sums
+// of those words widened: the bits of the sums of an fp32 dy holding their values.
 void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t* w16,
                              const float* b, float* y, uint16_t* x16, cudaStream_t stream,
                              const float* residual = nullptr);

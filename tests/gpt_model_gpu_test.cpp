@@ -150,6 +150,17 @@ TEST_F(GptOnGpu, RecomputingGivesTheSameBits) {
       EXPECT_EQ(again.grads, kept.grads);
     }
   }
+  // cuDNN's attention, whose output the projection reads as bf16 words from where the forward
+  // pass wrote them (written again by a recomputed block), and the GELU epilogue (--recompute gelu
+  // takes the GELU pass instead, so blocks only).
+  if (!kernels::attention_cudnn_built() || !kernels::attention_cudnn_usable({kBatch, kSeq, 4, 16}))
+    return;
+  const Pass kept = run(DeviceKind::cuda, Precision::bf16, x, y, Recompute::none,
+                        AttentionKnob::cudnn, GeluKnob::epilogue);
+  const Pass again = run(DeviceKind::cuda, Precision::bf16, x, y, Recompute::blocks,
+                         AttentionKnob::cudnn, GeluKnob::epilogue);
+  EXPECT_EQ(again.logits, kept.logits) << "cuDNN attention, --recompute blocks";
+  EXPECT_EQ(again.grads, kept.grads) << "cuDNN attention, --recompute blocks";
 }
 
 // lockstep-generate --device cuda: the key/value-cache decoder on the GPU (gpt_decoder.h: the

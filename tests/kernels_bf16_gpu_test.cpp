@@ -94,6 +94,23 @@ TEST_F(Bf16Parity, DenseForwardAndBackward) {
       EXPECT_TRUE(close(dx, oracles[0].dx, 1e-2)) << "dx, fp32 oracle";
       // The bias gradient sums the fp32 dy (oracle 0), not its rounding.
       EXPECT_TRUE(close(gdb.download(), oracles[0].db, 1e-5)) << "db";
+
+      // dy given as bf16 words alone (dy null, as cuDNN's attention hands the qkv product its
+      // gradient): the products and the bias gradient of an fp32 dy holding those words' values,
+      // bit for bit.
+      const Floats wide = rounded(dy);
+      DeviceArray<float> gwide(wide), gdx_a(x.size()), gdw_a(dw0), gdb_a(db0), gdx_b(x.size()),
+          gdw_b(dw0), gdb_b(db0);
+      DeviceArray<uint16_t> words(bf16_words(dy)), scratch(dy.size());
+      lk::dense_backward_bf16_cuda(s, gx16.get(), gw16.get(), gwide.get(), gdx_a.get(), gdw_a.get(),
+                                   bias ? gdb_a.get() : nullptr, scratch.get(), stream_);
+      lk::dense_backward_bf16_cuda(s, gx16.get(), gw16.get(), nullptr, gdx_b.get(), gdw_b.get(),
+                                   bias ? gdb_b.get() : nullptr, words.get(), stream_);
+      sync();
+      EXPECT_EQ(gdx_b.download(), gdx_a.download()) << "dx from the words";
+      EXPECT_EQ(gdw_b.download(), gdw_a.download()) << "dw from the words";
+      EXPECT_EQ(gdb_b.download(), gdb_a.download()) << "db from the words";
+      EXPECT_EQ(words.download(), bf16_words(dy)) << "the words are read, not written";
     }
   }
 }

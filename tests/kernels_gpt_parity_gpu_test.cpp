@@ -483,6 +483,33 @@ TEST_F(GpuParity, CudnnAttentionNearTheExactFunctionAndDeterministic) {
        },
        lk::attention_cudnn_usable},
       rng_, stream_);
+
+  // The bf16 edges (the GPT block's calls): the words the fp32 calls widen, bit for bit, the
+  // forward pass's output read back as cuDNN's O from where it was written.
+  const lk::AttentionShape s{2, 70, 3, 32};
+  const size_t n = size_t(s.batch) * s.seq * s.channels();
+  const Floats qkv = random_floats(3 * n, rng_), dout = random_floats(n, rng_);
+  const size_t heads_floats = lk::attention_cudnn_heads_floats(s),
+               lse_floats = lk::attention_cudnn_lse_floats(s),
+               ws_floats = lk::attention_cudnn_workspace_floats(s);
+  DeviceArray<float> gqkv(qkv), gdout(dout), out(n), dqkv(3 * n), heads(heads_floats),
+      heads16(heads_floats), lse(lse_floats), lse16(lse_floats), ws(ws_floats), ws16(ws_floats);
+  DeviceArray<uint16_t> out16(n), dqkv16(3 * n);
+  auto words = [](DeviceArray<float>& a) { return reinterpret_cast<uint16_t*>(a.get()); };
+  lk::attention_cudnn_forward_cuda(s, gqkv.get(), out.get(), words(heads), lse.get(), stream_);
+  lk::attention_cudnn_backward_cuda(s, words(heads), lse.get(), gdout.get(), dqkv.get(), ws.get(),
+                                    stream_);
+  lk::attention_cudnn_forward_bf16_cuda(s, gqkv.get(), out16.get(), words(heads16), lse16.get(),
+                                        stream_);
+  lk::attention_cudnn_backward_bf16_cuda(s, words(heads16), out16.get(), lse16.get(), gdout.get(),
+                                         dqkv16.get(), ws16.get(), stream_);
+  sync();
+  EXPECT_EQ(out16.download(), bf16_words(out.download())) << "the output's words";
+  EXPECT_EQ(lse16.download(), lse.download()) << "the statistics";
+  const std::vector<uint16_t> d16 = dqkv16.download();
+  Floats wide(d16.size());
+  lk::cast_bf16_to_f32_cpu(d16.data(), wide.data(), wide.size());
+  EXPECT_EQ(wide, dqkv.download()) << "dQ, dK, dV's words";
   EXPECT_THROW(
       lk::attention_cudnn_forward_cuda({1, 4, 1, 12}, nullptr, nullptr, nullptr, nullptr, stream_),
       std::invalid_argument);

@@ -111,6 +111,23 @@ struct ColumnValues {
   bool aligned() const { return reinterpret_cast<uintptr_t>(values) % 16 == 0; }
 };
 
+// The loader of a stored matrix of bf16 words, each widened: the sums of their fp32 values, the
+// same bits as ColumnValues over a widened copy (the order does not depend on the loader).
+struct ColumnWords {
+  const uint16_t* words;
+  template <int V>
+  __device__ void operator()(size_t, size_t at, float (&v)[V]) const {
+    if constexpr (V == 4) {
+      const uint2 q = *reinterpret_cast<const uint2*>(words + at);
+      v[0] = from_bf16(uint16_t(q.x & 0xffffu)), v[1] = from_bf16(uint16_t(q.x >> 16));
+      v[2] = from_bf16(uint16_t(q.y & 0xffffu)), v[3] = from_bf16(uint16_t(q.y >> 16));
+    } else {
+      v[0] = from_bf16(words[at]);
+    }
+  }
+  bool aligned() const { return reinterpret_cast<uintptr_t>(words) % 8 == 0; }
+};
+
 // db[j] += sum over r < rows of load's v(r, j); with out16, out16[r, j] = v(r, j) in bf16.
 template <class Load>
 void add_column_sums_of(const Load& load, size_t rows, int cols, float* db, cudaStream_t stream,

@@ -8,8 +8,9 @@
 // The tensors as cuDNN sees them, dims [batch, heads, seq, head_dim]: Q, K and V in `heads`,
 // [3][B * H][T][Dh] bf16 (strides H T Dh, T Dh, Dh, 1; what attention_flash_heads_cuda writes); the
 // output and its gradient [B, T, H, Dh] bf16 (T C, Dh, C, 1): the layout of out and dout, so one
-// cast moves between them; dQ, dK, dV into [B, T, 3, H, Dh] bf16 (T 3C, Dh, 3C, 1, at 0, C and
-// 2C): the layout of dqkv. The statistics [B, H, T, 1] fp32.
+// cast moves between them, and none where the projection reads the words (the bf16 calls); dQ,
+// dK, dV into [B, T, 3, H, Dh] bf16 (T 3C, Dh, 3C, 1, at 0, C and 2C): the layout of dqkv, which
+// the qkv product's backward pass can read as its bf16 dy. The statistics [B, H, T, 1] fp32.
 #include <cudnn.h>
 #include <dlfcn.h>
 
@@ -253,45 +254,60 @@ bool attention_cudnn_usable(const AttentionShape& s, std::string* why) {
   }
 }
 
-void attention_cudnn_forward_cuda(const AttentionShape& s, const float* qkv, float* out,
-                                  uint16_t* heads, float* lse, cudaStream_t stream) {
+void attention_cudnn_forward_bf16_cuda(const AttentionShape& s, const float* qkv, uint16_t* out16,
+                                       uint16_t* heads, float* lse, cudaStream_t stream) {
   const char* who = "attention_cudnn_forward_cuda";
-  check(s, {qkv, out, heads, lse}, who);
+  check(s, {qkv, out16, heads, lse}, who);
   if (s.batch == 0) return;
   Graphs& g = usable_graphs(s, who);
   const size_t n = static_cast<size_t>(s.batch) * s.seq * s.channels();
   attention_flash_heads_cuda(s, qkv, heads, stream);
-  uint16_t* o = heads + 3 * n;
   std::unordered_map<int64_t, void*> pointers{
-      {kQ, heads}, {kK, heads + n}, {kV, heads + 2 * n}, {kO, o}, {kStats, lse}};
+      {kQ, heads}, {kK, heads + n}, {kV, heads + 2 * n}, {kO, out16}, {kStats, lse}};
   run(*g.forward, pointers, g.workspace, stream, who);
-  cast_bf16_to_f32_cuda(o, out, n, stream);
 }
 
-void attention_cudnn_backward_cuda(const AttentionShape& s, const uint16_t* heads, const float* lse,
-                                   const float* dout, float* dqkv, float* workspace,
-                                   cudaStream_t stream) {
+void attention_cudnn_forward_cuda(const AttentionShape& s, const float* qkv, float* out,
+                                  uint16_t* heads, float* lse, cudaStream_t stream) {
+  check(s, {qkv, out, heads, lse}, "attention_cudnn_forward_cuda");
+  const size_t n = static_cast<size_t>(s.batch) * s.seq * s.channels();
+  uint16_t* o = heads + 3 * n;  // kept there for the backward pass
+  attention_cudnn_forward_bf16_cuda(s, qkv, o, heads, lse, stream);
+  if (n > 0) cast_bf16_to_f32_cuda(o, out, n, stream);
+}
+
+void attention_cudnn_backward_bf16_cuda(const AttentionShape& s, const uint16_t* heads,
+                                        const uint16_t* out16, const float* lse, const float* dout,
+                                        uint16_t* dqkv16, float* workspace, cudaStream_t stream) {
   const char* who = "attention_cudnn_backward_cuda";
-  check(s, {heads, lse, dout, dqkv, workspace}, who);
+  check(s, {heads, out16, lse, dout, dqkv16, workspace}, who);
   if (s.batch == 0) return;
   Graphs& g = usable_graphs(s, who);
   const size_t n = static_cast<size_t>(s.batch) * s.seq * s.channels();
   const size_t c = static_cast<size_t>(s.channels());
   auto* d_o = reinterpret_cast<uint16_t*>(workspace);
-  uint16_t* d_qkv = d_o + n;
   cast_f32_to_bf16_cuda(dout, d_o, n, stream);
   auto* h = const_cast<uint16_t*>(heads);
   std::unordered_map<int64_t, void*> pointers{{kQ, h},
                                               {kK, h + n},
                                               {kV, h + 2 * n},
-                                              {kO, h + 3 * n},
+                                              {kO, const_cast<uint16_t*>(out16)},
                                               {kStats, const_cast<float*>(lse)},
                                               {kDo, d_o},
-                                              {kDq, d_qkv},
-                                              {kDk, d_qkv + c},
-                                              {kDv, d_qkv + 2 * c}};
+                                              {kDq, dqkv16},
+                                              {kDk, dqkv16 + c},
+                                              {kDv, dqkv16 + 2 * c}};
   run(*g.backward, pointers, g.workspace, stream, who);
-  cast_bf16_to_f32_cuda(d_qkv, dqkv, 3 * n, stream);
+}
+
+void attention_cudnn_backward_cuda(const AttentionShape& s, const uint16_t* heads, const float* lse,
+                                   const float* dout, float* dqkv, float* workspace,
+                                   cudaStream_t stream) {
+  check(s, {heads, lse, dout, dqkv, workspace}, "attention_cudnn_backward_cuda");
+  const size_t n = static_cast<size_t>(s.batch) * s.seq * s.channels();
+  uint16_t* d_qkv = reinterpret_cast<uint16_t*>(workspace) + n;  // after dO's words
+  attention_cudnn_backward_bf16_cuda(s, heads, heads + 3 * n, lse, dout, d_qkv, workspace, stream);
+  if (n > 0) cast_bf16_to_f32_cuda(d_qkv, dqkv, 3 * n, stream);
 }
 
 }  // namespace lockstep::kernels

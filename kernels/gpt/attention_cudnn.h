@@ -51,4 +51,15 @@ void attention_cudnn_backward_cuda(const AttentionShape& s, const uint16_t* head
                                    const float* dout, float* dqkv, float* workspace,
                                    cudaStream_t stream);
 
+// The same in bf16 at the edges, for a block whose products read and write bf16 (gpt_cuda.cu):
+// forward writes the output's words to out16 [batch, seq, C] (what the calls above widen into
+// out: the projection's input as it is), which backward reads again as cuDNN's O; backward writes
+// dQ, dK and dV's words to dqkv16 [batch, seq, 3C] (what the calls above widen into dqkv: the qkv
+// product's dy as it is). heads needs 3 B T C words here (Q, K, V); the workspace is as above.
+void attention_cudnn_forward_bf16_cuda(const AttentionShape& s, const float* qkv, uint16_t* out16,
+                                       uint16_t* heads, float* lse, cudaStream_t stream);
+void attention_cudnn_backward_bf16_cuda(const AttentionShape& s, const uint16_t* heads,
+                                        const uint16_t* out16, const float* lse, const float* dout,
+                                        uint16_t* dqkv16, float* workspace, cudaStream_t stream);
+
 }  // namespace lockstep::kernels

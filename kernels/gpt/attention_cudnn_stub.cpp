@@ -28,5 +28,14 @@ void attention_cudnn_backward_cuda(const AttentionShape&, const uint16_t*, const
                                    const float*, float*, float*, cudaStream_t) {
   not_built("attention_cudnn_backward_cuda");
 }
+void attention_cudnn_forward_bf16_cuda(const AttentionShape&, const float*, uint16_t*, uint16_t*,
+                                       float*, cudaStream_t) {
+  not_built("attention_cudnn_forward_bf16_cuda");
+}
+void attention_cudnn_backward_bf16_cuda(const AttentionShape&, const uint16_t*, const uint16_t*,
+                                        const float*, const float*, uint16_t*, float*,
+                                        cudaStream_t) {
+  not_built("attention_cudnn_backward_bf16_cuda");
+}
 
 }  // namespace lockstep::kernels

@@ -4,14 +4,15 @@
 // where it keeps one, else cast at every forward, as cuda_layer.h explains; each input's bf16 copy
 // kept for its backward pass) and attention runs flash-style on bf16 tensor-core tiles
 // (attention_flash.h) where the head width allows (or, asked for with
-// LOCKSTEP_CUDA_ATTENTION=cudnn, through cuDNN's fused attention: attention_cudnn.h), and the tied
-// head's two products are bf16 GEMMs too. The layer norms and GELU before a product write its bf16
-// input directly (no fp32 copy, no cast pass); biases and residual additions ride in the GEMMs'
-// epilogues, the GELU's backward in the bias gradient's pass; with LOCKSTEP_CUDA_GELU=epilogue
-// the GELU itself rides in the MLP's first product (cuBLASLt's GELU epilogue, its bias in bf16),
-// and the pre-activation its backward reads is kept in bf16; the other activations, the embedding
-// and the statistics stay fp32. Plain C++ over the launchers: a .cu only so that it is built with
-// CUDA and gpt_cuda_stub.cpp without.
+// LOCKSTEP_CUDA_ATTENTION=cudnn, through cuDNN's fused attention: attention_cudnn.h, whose bf16
+// output is the projection's input and whose bf16 dQKV the qkv product's dy, as they are), and the
+// tied head's two products are bf16 GEMMs too. The layer norms and GELU before a product write its
+// bf16 input directly (no fp32 copy, no cast pass); biases and residual additions ride in the
+// GEMMs' epilogues, the GELU's backward in the bias gradient's pass; with
+// LOCKSTEP_CUDA_GELU=epilogue the GELU itself rides in the MLP's first product (cuBLASLt's GELU
+// epilogue, its bias in bf16), and the pre-activation its backward reads is kept in bf16; the other
+// activations, the embedding and the statistics stay fp32. Plain C++ over the launchers: a .cu only
+// so that it is built with CUDA and gpt_cuda_stub.cpp without.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -111,23 +112,30 @@ class CudaGptOps {
     return std::max(kernels::attention_flash_workspace_floats(s),
                     cudnn_ ? kernels::attention_cudnn_workspace_floats(s) : 0);
   }
+  // cuDNN's output is written in bf16 as the projection's input (staged: no fp32 out, no cast),
+  // where its backward pass reads it again as cuDNN's O.
   void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
                          float* heads, float* probs, float* ws) {
     if (cudnn_for(s))
-      kernels::attention_cudnn_forward_cuda(s, qkv, out, reinterpret_cast<uint16_t*>(heads), probs,
-                                            stream_);
+      kernels::attention_cudnn_forward_bf16_cuda(
+          s, qkv, stage(kProj), reinterpret_cast<uint16_t*>(heads), probs, stream_);
     else if (flash_)
       kernels::attention_flash_forward_cuda(s, qkv, out, reinterpret_cast<uint16_t*>(heads), probs,
                                             stream_);
     else
       kernels::attention_forward_cuda(s, qkv, out, heads, probs, ws, stream_);
   }
+  // cuDNN's dQ, dK and dV stay bf16 words in dqkv's buffer, which the qkv product's backward pass
+  // (dense_backward of slot kQkv, next) reads as its dy: no widening, no cast back.
   void attention_backward(const kernels::AttentionShape& s, const float* out, const float* dout,
                           const float* heads, const float* probs, float* dqkv, float* ws) {
-    if (cudnn_for(s))
-      kernels::attention_cudnn_backward_cuda(s, reinterpret_cast<const uint16_t*>(heads), probs,
-                                             dout, dqkv, ws, stream_);
-    else if (flash_)
+    if (cudnn_for(s)) {
+      auto* dqkv16 = reinterpret_cast<uint16_t*>(dqkv);
+      kernels::attention_cudnn_backward_bf16_cuda(s, reinterpret_cast<const uint16_t*>(heads),
+                                                  x16_[kProj].data(), probs, dout, dqkv16, ws,
+                                                  stream_);
+      dqkv16_ = dqkv16;
+    } else if (flash_)
       kernels::attention_flash_backward_cuda(s, reinterpret_cast<const uint16_t*>(heads), out,
                                              probs, dout, dqkv, ws, stream_);
     else
@@ -213,6 +221,14 @@ class CudaGptOps {
       return;
     }
     const size_t i = static_cast<size_t>(slot);
+    if (slot == kQkv && dqkv16_ != nullptr) {  // dy holds cuDNN's bf16 words (attention_backward)
+      uint16_t* dy16 = std::exchange(dqkv16_, nullptr);
+      if (reinterpret_cast<const void*>(dy) != dy16)
+        throw Error("gpt: the qkv product's gradient is not where the attention wrote it");
+      kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), nullptr, dx, dw, db, dy16,
+                                        stream_);
+      return;
+    }
     kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), dy, dx, dw, db,
                                       reinterpret_cast<uint16_t*>(scratch), stream_);
   }
@@ -308,7 +324,9 @@ class CudaGptOps {
     return false;
   }
 
-  static constexpr int kFc = 2;  // the block's dense slot whose product the GELU follows
+  // The block's dense slots: the qkv product, the attention's projection, and the product the
+  // GELU follows.
+  static constexpr int kQkv = 0, kProj = 1, kFc = 2;
 
   cudaStream_t stream_;
   bool bf16_;
@@ -321,6 +339,7 @@ class CudaGptOps {
   Buffer<uint16_t> head_x16_;     // the tied head's input (bf16 only)
   Bf16Weights b16_;               // the fc bias (the GELU epilogue only)
   std::array<bool, 4> staged_{};  // x16_[slot] holds the next input already
+  uint16_t* dqkv16_ = nullptr;    // cuDNN's dQKV words, for the qkv product's backward pass
 };
 
 }  // namespace
