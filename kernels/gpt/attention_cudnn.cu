@@ -256,7 +256,7 @@ bool attention_cudnn_usable(const AttentionShape& s, std::string* why) {
 
 void attention_cudnn_forward_bf16_cuda(const AttentionShape& s, const float* qkv, uint16_t* out16,
                                        uint16_t* heads, float* lse, cudaStream_t stream) {
-  const char* who = "attention_cudnn_forward_cuda";
+  const char* who = "attention_cudnn_forward_bf16_cuda";
   check(s, {qkv, out16, heads, lse}, who);
   if (s.batch == 0) return;
   Graphs& g = usable_graphs(s, who);
@@ -279,7 +279,7 @@ void attention_cudnn_forward_cuda(const AttentionShape& s, const float* qkv, flo
 void attention_cudnn_backward_bf16_cuda(const AttentionShape& s, const uint16_t* heads,
                                         const uint16_t* out16, const float* lse, const float* dout,
                                         uint16_t* dqkv16, float* workspace, cudaStream_t stream) {
-  const char* who = "attention_cudnn_backward_cuda";
+  const char* who = "attention_cudnn_backward_bf16_cuda";
   check(s, {heads, out16, lse, dout, dqkv16, workspace}, who);
   if (s.batch == 0) return;
   Graphs& g = usable_graphs(s, who);
