@@ -189,18 +189,16 @@ __global__ void layernorm_rows_backward_kernel(LayerNormShape s, const float* x,
 
 bool on16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Launches KERNEL<K, Vec> for a warp per row, K the fewest quads a lane (of 1, 2, 4, 8, 16) that
-// cover the width.
-template <template <int, bool> class Launch, class... Args>
-void launch_rows(const LayerNormShape& s, bool vec, cudaStream_t stream, Args... args) {
-  const int per_lane = (s.dim / 4 + cuda::kWarp - 1) / cuda::kWarp;
-  const unsigned blocks = static_cast<unsigned>((s.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+// Calls launch(K, Vec) with K the fewest quads a lane (of 1, 2, 4, 8, 16) that cover the width
+// and Vec whether the loads are 16 bytes, both as compile-time constants (std::integral_constant).
+template <class Launch>
+void with_row_kernel(int dim, bool vec, Launch&& launch) {
+  const int per_lane = (dim / 4 + cuda::kWarp - 1) / cuda::kWarp;
   auto go = [&](auto k) {
-    constexpr int K = decltype(k)::value;
     if (vec)
-      Launch<K, true>::run(blocks, stream, s, args...);
+      launch(k, std::true_type{});
     else
-      Launch<K, false>::run(blocks, stream, s, args...);
+      launch(k, std::false_type{});
   };
   if (per_lane <= 1)
     go(std::integral_constant<int, 1>{});
@@ -213,22 +211,11 @@ void launch_rows(const LayerNormShape& s, bool vec, cudaStream_t stream, Args...
   else
     go(std::integral_constant<int, 16>{});
 }
-template <int K, bool Vec>
-struct RowsForward {
-  template <class... Args>
-  static void run(unsigned blocks, cudaStream_t stream, Args... args) {
-    layernorm_rows_forward_kernel<K, Vec>
-        <<<blocks, kRowsPerBlock * cuda::kWarp, 0, stream>>>(args...);
-  }
-};
-template <int K, bool Vec>
-struct RowsBackward {
-  template <class... Args>
-  static void run(unsigned blocks, cudaStream_t stream, Args... args) {
-    layernorm_rows_backward_kernel<K, Vec>
-        <<<blocks, kRowsPerBlock * cuda::kWarp, 0, stream>>>(args...);
-  }
-};
+// A warp per row: the rows' blocks.
+unsigned row_blocks(const LayerNormShape& s) {
+  return static_cast<unsigned>((s.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+constexpr int kRowThreads = kRowsPerBlock * cuda::kWarp;
 
 // dx for one row per block.
 __global__ void layernorm_backward_kernel(LayerNormShape s, const float* x, const float* gamma,
@@ -281,7 +268,10 @@ void layernorm_forward_cuda(const LayerNormShape& s, const float* x, const float
   if (warp_rows(s.dim)) {
     const bool vec = on16(x) && on16(gamma) && on16(beta) && (y == nullptr || on16(y)) &&
                      reinterpret_cast<uintptr_t>(y16) % 8 == 0;
-    launch_rows<RowsForward>(s, vec, stream, x, gamma, beta, y, mean, rstd, y16);
+    with_row_kernel(s.dim, vec, [&](auto k, auto v) {
+      layernorm_rows_forward_kernel<k(), v()>
+          <<<row_blocks(s), kRowThreads, 0, stream>>>(s, x, gamma, beta, y, mean, rstd, y16);
+    });
     LS_CHECK_LAUNCH("layernorm_rows_forward_kernel");
     return;
   }
@@ -300,7 +290,10 @@ void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const floa
   if (dx != nullptr && warp_rows(s.dim)) {
     const bool vec =
         on16(x) && on16(gamma) && on16(dy) && on16(dx) && (dx_add == nullptr || on16(dx_add));
-    launch_rows<RowsBackward>(s, vec, stream, x, gamma, mean, rstd, dy, dx, dx_add);
+    with_row_kernel(s.dim, vec, [&](auto k, auto v) {
+      layernorm_rows_backward_kernel<k(), v()>
+          <<<row_blocks(s), kRowThreads, 0, stream>>>(s, x, gamma, mean, rstd, dy, dx, dx_add);
+    });
     LS_CHECK_LAUNCH("layernorm_rows_backward_kernel");
   } else if (dx != nullptr) {
     layernorm_backward_kernel<<<s.rows, cuda::threads_for_row(s.dim), 0, stream>>>(
