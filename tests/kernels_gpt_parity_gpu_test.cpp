@@ -213,6 +213,96 @@ TEST_F(GpuParity, LayerNormRowsGiveTheSameBitsWhateverTheAlignmentAndTheBatch) {
   EXPECT_TRUE(close(y, want, 1e-5)) << "y";
 }
 
+// The backward pass with both parameter gradients, for widths up to 1,024 that take a warp per row:
+// dx as without them (the same bits), and dgamma and dbeta added up in the pass that computes dx
+// in layernorm.cu's order (8 warps a block, each from zero over the rows b R + w + 8 i of block b
+// in order, R = 8 max(2, ceil(rows / 8,192)); the warps then in the tree (0 4)(2 6) + (1 5)(3 7);
+// the blocks' partials as column_sums' finish adds chunks): the bits of that order on the host,
+// over the terms dy and dy * xhat (xhat from the GPU's row statistics). The same bits with
+// pointers that allow only 4-byte loads. Also a tail block and three rows a warp.
+TEST_F(GpuParity, LayerNormBackwardAddsItsParameterGradientsInTheDocumentedOrder) {
+  auto in_kernel_order = [](int rows, int dim, const Floats& terms, Floats db) {
+    const int per_warp = std::max(2, (rows + 8191) / 8192), per_block = 8 * per_warp;
+    const int blocks = (rows + per_block - 1) / per_block;
+    Floats partial(size_t(blocks) * dim);
+    for (int b = 0; b < blocks; ++b)
+      for (int j = 0; j < dim; ++j) {
+        float v[8];
+        for (int w = 0; w < 8; ++w) {
+          float acc = 0.0f;
+          for (int i = 0; i < per_warp; ++i) {
+            const int row = b * per_block + w + 8 * i;
+            if (row < rows) acc += terms[size_t(row) * dim + j];
+          }
+          v[w] = acc;
+        }
+        for (int half = 4; half > 0; half /= 2)
+          for (int w = 0; w < half; ++w) v[w] += v[w + half];
+        partial[size_t(b) * dim + j] = v[0];
+      }
+    for (int j = 0; j < dim; ++j) {
+      float total = 0.0f;
+      for (int lane = 0; lane < 8; ++lane) {
+        float sum = 0.0f;
+        for (int c = lane; c < blocks; c += 8) sum += partial[size_t(c) * dim + j];
+        total += sum;
+      }
+      db[j] += total;
+    }
+    return db;
+  };
+  const lk::LayerNormShape shapes[] = {{5, 128}, {300, 768}, {1000, 1024}, {16400, 64}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "rows=" << s.rows << " dim=" << s.dim);
+    const size_t n = size_t(s.rows) * s.dim;
+    const Floats x = random_floats(n, rng_, -3.0f, 5.0f), dy = random_floats(n, rng_);
+    const Floats gamma = random_floats(s.dim, rng_), beta = random_floats(s.dim, rng_);
+    const Floats add = random_floats(n, rng_);
+    const Floats dgamma0 = random_floats(s.dim, rng_), dbeta0 = random_floats(s.dim, rng_);
+    DeviceArray<float> gx(x), gdy(dy), ggamma(gamma), gbeta(beta), gadd(add), gmean(s.rows),
+        grstd(s.rows), gdx(n), gdx_alone(n), gdgamma(dgamma0), gdbeta(dbeta0);
+    lk::layernorm_forward_cuda(s, gx.get(), ggamma.get(), gbeta.get(), nullptr, gmean.get(),
+                               grstd.get(), stream_);  // the row statistics only
+    lk::layernorm_backward_cuda(s, gx.get(), ggamma.get(), gmean.get(), grstd.get(), gdy.get(),
+                                gdx.get(), gdgamma.get(), gdbeta.get(), stream_, gadd.get());
+    lk::layernorm_backward_cuda(s, gx.get(), ggamma.get(), gmean.get(), grstd.get(), gdy.get(),
+                                gdx_alone.get(), nullptr, nullptr, stream_, gadd.get());
+    // x, dy and dx a float off 16 bytes: 4-byte loads.
+    Floats ux(n + 1, 0.0f), udy(n + 1, 0.0f), uadd(n + 1, 0.0f);
+    std::copy(x.begin(), x.end(), ux.begin() + 1);
+    std::copy(dy.begin(), dy.end(), udy.begin() + 1);
+    std::copy(add.begin(), add.end(), uadd.begin() + 1);
+    DeviceArray<float> gux(ux), gudy(udy), guadd(uadd), gudx(n + 1), gudgamma(dgamma0),
+        gudbeta(dbeta0);
+    lk::layernorm_backward_cuda(s, gux.get() + 1, ggamma.get(), gmean.get(), grstd.get(),
+                                gudy.get() + 1, gudx.get() + 1, gudgamma.get(), gudbeta.get(),
+                                stream_, guadd.get() + 1);
+    sync();
+    const Floats dx = gdx.download(), m = gmean.download(), r = grstd.download();
+    EXPECT_EQ(dx, gdx_alone.download()) << "dx: the bits without the parameter gradients";
+    Floats terms(n);
+    for (int row = 0; row < s.rows; ++row)
+      for (int j = 0; j < s.dim; ++j) {
+        const size_t at = size_t(row) * s.dim + j;
+        const float xhat = (x[at] - m[row]) * r[row];
+        terms[at] = dy[at] * xhat;
+      }
+    const Floats dgamma = gdgamma.download(), dbeta = gdbeta.download();
+    EXPECT_EQ(dgamma, in_kernel_order(s.rows, s.dim, terms, dgamma0)) << "dgamma";
+    EXPECT_EQ(dbeta, in_kernel_order(s.rows, s.dim, dy, dbeta0)) << "dbeta";
+    const Floats udx = gudx.download();
+    EXPECT_EQ(Floats(udx.begin() + 1, udx.end()), dx) << "dx, 4-byte loads";
+    EXPECT_EQ(gudgamma.download(), dgamma) << "dgamma, 4-byte loads";
+    EXPECT_EQ(gudbeta.download(), dbeta) << "dbeta, 4-byte loads";
+    // And still the function: near the CPU's.
+    Floats want_dx(n), want_dgamma = dgamma0, want_dbeta = dbeta0;
+    lk::layernorm_backward_cpu(s, x.data(), gamma.data(), m.data(), r.data(), dy.data(),
+                               want_dx.data(), want_dgamma.data(), want_dbeta.data());
+    EXPECT_TRUE(close(dgamma, want_dgamma, 1e-4)) << "dgamma near the CPU's";
+    EXPECT_TRUE(close(dbeta, want_dbeta, 1e-5)) << "dbeta near the CPU's";
+  }
+}
+
 // The GELU's backward fused with a bf16 product's dy cast and bias-gradient sums: the same bf16
 // words and the same sums (bits) as the GELU's backward, then the column sums of its output.
 TEST_F(GpuParity, GeluBackwardWithColumnSums) {

@@ -74,17 +74,18 @@ __global__ void partials_kernel(Load load, size_t rows, int cols, size_t chunk_r
   }
 }
 
-// Pass 2: db[col] += the chunks' partials, as pass 1 adds rows: block x takes 32 columns, lane l
-// of a column the chunks l, l + 8, ..., then the 8 lanes in lane order (a fixed order, and 8
-// threads a column rather than one walking up to 256 chunks).
+// Pass 2: db[col] += the chunks' partials (chunk c's at partial[c * stride + col]), as pass 1 adds
+// rows: block x takes 32 columns, lane l of a column the chunks l, l + 8, ..., then the 8 lanes in
+// lane order (a fixed order, and 8 threads a column rather than one walking up to 256 chunks).
+// Also the second pass of other kernels' column partials (layernorm.cu's dgamma and dbeta).
 template <int Unused = 0>
 __global__ void finish_kernel(const float* __restrict__ partial, int chunks, int cols,
-                              float* __restrict__ db) {
+                              size_t stride, float* __restrict__ db) {
   __shared__ float lanes[kRowLanes][kColumns];
   const int col = blockIdx.x * kColumns + threadIdx.x;
   float sum = 0.0f;
   if (col < cols)
-    for (int c = threadIdx.y; c < chunks; c += kRowLanes) sum += partial[c * size_t(cols) + col];
+    for (int c = threadIdx.y; c < chunks; c += kRowLanes) sum += partial[c * stride + col];
   lanes[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
@@ -128,6 +129,15 @@ struct ColumnWords {
   bool aligned() const { return reinterpret_cast<uintptr_t>(words) % 8 == 0; }
 };
 
+// db[j] += the sum of partial[c * stride + j] over the chunks c < chunks, in finish_kernel's order.
+inline void add_column_partials(const float* partial, size_t chunks, int cols, size_t stride,
+                                float* db, cudaStream_t stream) {
+  using namespace column_sums;
+  finish_kernel<<<(cols + kColumns - 1) / kColumns, dim3(kColumns, kRowLanes), 0, stream>>>(
+      partial, static_cast<int>(chunks), cols, stride, db);
+  LS_CHECK_LAUNCH("column_sums::finish_kernel");
+}
+
 // db[j] += sum over r < rows of load's v(r, j); with out16, out16[r, j] = v(r, j) in bf16.
 template <class Load>
 void add_column_sums_of(const Load& load, size_t rows, int cols, float* db, cudaStream_t stream,
@@ -149,9 +159,7 @@ void add_column_sums_of(const Load& load, size_t rows, int cols, float* db, cuda
     partials_kernel<1><<<grid, dim3(kColumns, kRowLanes), 0, stream>>>(load, rows, cols, chunk_rows,
                                                                        partial.as<float>(), out16);
   LS_CHECK_LAUNCH("column_sums::partials_kernel");
-  finish_kernel<<<(cols + kColumns - 1) / kColumns, dim3(kColumns, kRowLanes), 0, stream>>>(
-      partial.as<float>(), static_cast<int>(chunks), cols, db);
-  LS_CHECK_LAUNCH("column_sums::finish_kernel");
+  add_column_partials(partial.as<float>(), chunks, cols, static_cast<size_t>(cols), db, stream);
 }
 
 }  // namespace lockstep::kernels::cuda

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -14,9 +15,13 @@
 // depend on the number of rows or on whether the pointers allow 16-byte loads (they decide only
 // how a quad is loaded), so a one-row call (the decoder's) gives the bits of the same row in a
 // whole batch. Other widths: one block per row (block_sum: a fixed combining order). dgamma and
-// dbeta are column sums over rows (kernels/cuda/column_sums.cuh, deterministic, as dense.cu's db):
-// dbeta's of dy, dgamma's of the terms dy * xhat, computed from x, dy and the row statistics as
-// the column pass reads them (never stored).
+// dbeta are column sums over rows: dbeta's of dy, dgamma's of the terms dy * xhat, never stored.
+// Where both are asked for and the width takes a warp per row up to 1,024 (GPT-2 small's and
+// medium's), the backward pass's dx kernel adds them up too, block by block, as it holds x and dy
+// (so they are read once, not three times), and a second pass adds the blocks' partials
+// (layernorm_rows_backward_sums_kernel: a fixed order, set by the number of rows). Otherwise they
+// are kernels/cuda/column_sums.cuh's passes (as dense.cu's db), the terms computed from x, dy and
+// the row statistics as the column pass reads them.
 
 namespace lockstep::kernels {
 
@@ -138,14 +143,16 @@ __global__ void layernorm_rows_forward_kernel(LayerNormShape s, const float* x, 
   }
 }
 
-// dx, a warp per row: x, dy and gamma read once into registers.
-template <int K, bool Vec>
-__global__ void layernorm_rows_backward_kernel(LayerNormShape s, const float* x, const float* gamma,
-                                               const float* mean, const float* rstd,
-                                               const float* dy, float* dx, const float* dx_add) {
+// Row `row`'s dx by its warp (skipped with dx null): x, dy and gamma read once into registers.
+// With Sums, the row's dgamma and dbeta terms (dy * xhat, dy) added to the lane's column partials
+// sg and sb (quad k, element i: column 4 (lane + 32 k) + i).
+template <int K, bool Vec, bool Sums>
+__device__ __forceinline__ void backward_row(const LayerNormShape& s, int row, const float* x,
+                                             const float* gamma, const float* mean,
+                                             const float* rstd, const float* dy, float* dx,
+                                             const float* dx_add, float (&sg)[K][4],
+                                             float (&sb)[K][4]) {
   const int lane = threadIdx.x % cuda::kWarp;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / cuda::kWarp;
-  if (row >= s.rows) return;
   const int quads = s.dim / 4;
   const size_t off = static_cast<size_t>(row) * s.dim;
   const float m = mean[row], rs = rstd[row];
@@ -165,9 +172,15 @@ __global__ void layernorm_rows_backward_kernel(LayerNormShape s, const float* x,
         g[k][i] = __fmul_rn(dv[i], gv[i]);
         g_sum += g[k][i];
         gx_sum += g[k][i] * xhat[k][i];
+        if constexpr (Sums) {
+          // __fmul_rn: the term rounded on its own, never contracted into the partial's addition.
+          sg[k][i] += __fmul_rn(dv[i], xhat[k][i]);
+          sb[k][i] += dv[i];
+        }
       }
     }
   }
+  if (dx == nullptr) return;  // the whole warp alike: no shuffle is left waiting
   const float g_mean = cuda::warp_sum(g_sum) / s.dim;
   const float gx_mean = cuda::warp_sum(gx_sum) / s.dim;
 #pragma unroll
@@ -187,11 +200,99 @@ __global__ void layernorm_rows_backward_kernel(LayerNormShape s, const float* x,
   }
 }
 
+// dx, a warp per row.
+template <int K, bool Vec>
+__global__ void layernorm_rows_backward_kernel(LayerNormShape s, const float* x, const float* gamma,
+                                               const float* mean, const float* rstd,
+                                               const float* dy, float* dx, const float* dx_add) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / cuda::kWarp;
+  if (row >= s.rows) return;
+  float unused[K][4];
+  backward_row<K, Vec, false>(s, row, x, gamma, mean, rstd, dy, dx, dx_add, unused, unused);
+}
+
+// The rows a warp takes in layernorm_rows_backward_sums_kernel: 2, or more where that would make
+// more than 1,024 blocks (the partials' scratch stays under 1,024 x 2 x dim floats).
+int sums_rows_per_warp(int rows) { return std::max(2, (rows + 8191) / 8192); }
+// Widths up to 1,024 only: each lane holds its columns' two partials beside the row, 128 registers
+// a thread at 768 wide (two blocks an SM), 160 at 1,024; wider rows would spill (255 at 2,048),
+// and take the column passes instead.
+constexpr int kSumsMaxQuads = 8;
+
+// Sums the warps' column partials v of a block into warp 0's in a fixed tree: v_w += v_(w + 4)
+// (w < 4), then v_w += v_(w + 2) (w < 2), then v_0 += v_1, through `pass` ([4][dim] floats of
+// shared memory, 16-byte quads: every lane's accesses neighbouring, no bank conflicts).
+template <int K>
+__device__ __forceinline__ void add_warp_partials(float (&v)[K][4], int dim, float* pass) {
+  const int lane = threadIdx.x % cuda::kWarp, warp = threadIdx.x / cuda::kWarp;
+  const int quads = dim / 4;
+#pragma unroll
+  for (int half = kRowsPerBlock / 2; half > 0; half /= 2) {
+    if (warp >= half && warp < 2 * half) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int q = lane + k * cuda::kWarp;
+        if (q < quads)
+          reinterpret_cast<float4*>(pass + (warp - half) * dim)[q] =
+              make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
+      }
+    }
+    __syncthreads();
+    if (warp < half) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int q = lane + k * cuda::kWarp;
+        if (q < quads) {
+          const float4 p = reinterpret_cast<const float4*>(pass + warp * dim)[q];
+          v[k][0] += p.x, v[k][1] += p.y, v[k][2] += p.z, v[k][3] += p.w;
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// dx as layernorm_rows_backward_kernel, and the column partials of dgamma and dbeta in the same
+// pass (x and dy read once for all three): block b takes the rows b R + w + 8 i (R = 8
+// rows_per_warp rows, warp w, i < rows_per_warp, in that order, each term added to the lane's
+// partial from zero), its warps' partials then added in add_warp_partials' tree, and written to
+// partial [b][2][dim] (dgamma's, then dbeta's), which add_column_partials sums over the blocks.
+template <int K, bool Vec>
+__global__ void layernorm_rows_backward_sums_kernel(LayerNormShape s, int rows_per_warp,
+                                                    const float* x, const float* gamma,
+                                                    const float* mean, const float* rstd,
+                                                    const float* dy, float* dx, const float* dx_add,
+                                                    float* partial) {
+  extern __shared__ float4 pass_quads[];  // [kRowsPerBlock / 2][dim]
+  float* pass = reinterpret_cast<float*>(pass_quads);
+  const int lane = threadIdx.x % cuda::kWarp, warp = threadIdx.x / cuda::kWarp;
+  float sg[K][4] = {}, sb[K][4] = {};
+  const int first = blockIdx.x * kRowsPerBlock * rows_per_warp + warp;
+  for (int i = 0; i < rows_per_warp; ++i) {
+    const int row = first + i * kRowsPerBlock;
+    if (row >= s.rows) break;  // the warp alike; every warp still reaches the barriers below
+    backward_row<K, Vec, true>(s, row, x, gamma, mean, rstd, dy, dx, dx_add, sg, sb);
+  }
+  add_warp_partials(sg, s.dim, pass);
+  add_warp_partials(sb, s.dim, pass);
+  if (warp != 0) return;
+  auto* out = reinterpret_cast<float4*>(partial + static_cast<size_t>(blockIdx.x) * 2 * s.dim);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int q = lane + k * cuda::kWarp;
+    if (q < s.dim / 4) {
+      out[q] = make_float4(sg[k][0], sg[k][1], sg[k][2], sg[k][3]);
+      out[s.dim / 4 + q] = make_float4(sb[k][0], sb[k][1], sb[k][2], sb[k][3]);
+    }
+  }
+}
+
 bool on16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Calls launch(K, Vec) with K the fewest quads a lane (of 1, 2, 4, 8, 16) that cover the width
+// Calls launch(K, Vec) with K the fewest quads a lane (of 1, 2, 4, 6, 8, 16) that cover the width
 // and Vec whether the loads are 16 bytes, both as compile-time constants (std::integral_constant).
-template <class Launch>
+// MaxK < 16: widths over 32 * 4 * MaxK are not asked for (their kernels are not compiled).
+template <int MaxK = kMaxRowQuads, class Launch>
 void with_row_kernel(int dim, bool vec, Launch&& launch) {
   const int per_lane = (dim / 4 + cuda::kWarp - 1) / cuda::kWarp;
   auto go = [&](auto k) {
@@ -206,9 +307,11 @@ void with_row_kernel(int dim, bool vec, Launch&& launch) {
     go(std::integral_constant<int, 2>{});
   else if (per_lane <= 4)
     go(std::integral_constant<int, 4>{});
+  else if (per_lane <= 6)  // 768 wide (GPT-2 small's): 6 quads a lane, none held idle
+    go(std::integral_constant<int, 6>{});
   else if (per_lane <= 8)
     go(std::integral_constant<int, 8>{});
-  else
+  else if constexpr (MaxK >= 16)
     go(std::integral_constant<int, 16>{});
 }
 // A warp per row: the rows' blocks.
@@ -287,6 +390,25 @@ void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const floa
   check_layernorm_shape(s, "layernorm_backward_cuda");
   if (s.rows == 0) return;
   const size_t rows = static_cast<size_t>(s.rows);
+  if (dgamma != nullptr && dbeta != nullptr && warp_rows(s.dim) &&
+      s.dim <= cuda::kWarp * 4 * kSumsMaxQuads) {
+    // dx and both parameter gradients' partials in one pass over x and dy, then their sums.
+    const bool vec = on16(x) && on16(gamma) && on16(dy) && on16(dx) && on16(dx_add);
+    const int per_warp = sums_rows_per_warp(s.rows);
+    const size_t blocks = (rows + kRowsPerBlock * per_warp - 1) / (kRowsPerBlock * per_warp);
+    const size_t dim = static_cast<size_t>(s.dim);
+    cuda::StreamScratch partial(blocks * 2 * dim * sizeof(float), stream);
+    const size_t pass_bytes = kRowsPerBlock / 2 * dim * sizeof(float);  // 32 KiB at 2,048 wide
+    with_row_kernel<kSumsMaxQuads>(s.dim, vec, [&](auto k, auto v) {
+      layernorm_rows_backward_sums_kernel<k(), v()>
+          <<<static_cast<unsigned>(blocks), kRowThreads, pass_bytes, stream>>>(
+              s, per_warp, x, gamma, mean, rstd, dy, dx, dx_add, partial.as<float>());
+    });
+    LS_CHECK_LAUNCH("layernorm_rows_backward_sums_kernel");
+    cuda::add_column_partials(partial.as<float>(), blocks, s.dim, 2 * dim, dgamma, stream);
+    cuda::add_column_partials(partial.as<float>() + dim, blocks, s.dim, 2 * dim, dbeta, stream);
+    return;
+  }
   if (dx != nullptr && warp_rows(s.dim)) {
     const bool vec =
         on16(x) && on16(gamma) && on16(dy) && on16(dx) && (dx_add == nullptr || on16(dx_add));
