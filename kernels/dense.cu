@@ -3,6 +3,7 @@
 #include "kernels/cast.h"
 #include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/memory.h"
 #include "kernels/dense.h"
 #include "kernels/gemm.h"
@@ -57,10 +58,12 @@ void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t
 
 void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
                               const float* dy, float* dx, float* dw, float* db, uint16_t* dy16,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, uint16_t* dx16) {
   check_dense_shape(s, "dense_backward_bf16_cuda");
+  if (dx != nullptr && dx16 != nullptr)
+    throw std::invalid_argument("dense_backward_bf16_cuda: dx and dx16 both given");
   if (s.batch == 0) return;
-  const bool products = dx != nullptr || dw != nullptr;
+  const bool products = dx != nullptr || dx16 != nullptr || dw != nullptr;
   // The bias gradient's column sums and dy's cast in one pass over dy; or over the bf16 words.
   if (dy == nullptr && db != nullptr)
     cuda::add_column_sums_of(cuda::ColumnWords{dy16}, static_cast<size_t>(s.batch), s.out, db,
@@ -70,11 +73,27 @@ void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const ui
                           products ? dy16 : nullptr);
   else if (products && dy != nullptr)
     cast_f32_to_bf16_cuda(dy, dy16, static_cast<size_t>(s.batch) * s.out, stream);
-  if (dx != nullptr)
-    gemm_bf16_cuda({.m = s.batch, .n = s.in, .k = s.out, .trans_b = true}, dy16, w16, dx, stream);
+  const GemmShape gx{.m = s.batch, .n = s.in, .k = s.out, .trans_b = true};
+  if (dx != nullptr) gemm_bf16_cuda(gx, dy16, w16, dx, stream);
+  if (dx16 != nullptr) gemm_bf16_out_cuda(gx, dy16, w16, dx16, stream);
   if (dw != nullptr)
     gemm_bf16_cuda({.m = s.in, .n = s.out, .k = s.batch, .trans_a = true, .beta = 1.0f}, x16, dy16,
                    dw, stream);
+}
+
+void dense_forward_bf16_out_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
+                                 const uint16_t* b16, const float* b, uint16_t* y16,
+                                 cudaStream_t stream) {
+  check_dense_shape(s, "dense_forward_bf16_out_cuda");
+  if (b16 == nullptr || b == nullptr)
+    throw std::invalid_argument("dense_forward_bf16_out_cuda: the bias is needed in both types");
+  if (s.batch == 0) return;
+  const GemmShape g{.m = s.batch, .n = s.out, .k = s.in};
+  if (gemm_bf16_bias_out_cuda(g, x16, w16, b16, y16, stream)) return;
+  const size_t n = static_cast<size_t>(s.batch) * s.out;
+  cuda::StreamScratch y(n * sizeof(float), stream);
+  gemm_bf16_bias_cuda(g, x16, w16, b, y.as<float>(), stream);
+  cast_f32_to_bf16_cuda(y.as<float>(), y16, n, stream);
 }
 
 }  // namespace lockstep::kernels

@@ -48,8 +48,19 @@ void dense_backward_cuda(const DenseShape& s, const float* x, const float* w, co
 void dense_forward_bf16_cuda(const DenseShape& s, const float* x, const uint16_t* w16,
                              const float* b, float* y, uint16_t* x16, cudaStream_t stream,
                              const float* residual = nullptr);
+// With dx16, dx is written there in bf16 instead (dx null: cuBLAS's fp32 sums rounded once, by
+// cuBLAS): the input gradient of a layer whose backward pass reads bf16 (cuDNN's attention,
+// attention_cudnn.h), without an fp32 dx and a cast pass.
 void dense_backward_bf16_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
                               const float* dy, float* dx, float* dw, float* db, uint16_t* dy16,
-                              cudaStream_t stream);
+                              cudaStream_t stream, uint16_t* dx16 = nullptr);
+// The forward product written in bf16: y16 [batch, out] = the words of x16 w16 + b, the input x16
+// in bf16 already, the bias in bf16 too (b16, cuBLASLt's epilogue: gemm_bf16_bias_out_cuda) and
+// each sum rounded once; where cuBLASLt cannot take the product, the fp32 product with b (fp32)
+// into a scratch of the stream's, then rounded (the bias not rounded first). The qkv product whose
+// words cuDNN's attention reads in place.
+void dense_forward_bf16_out_cuda(const DenseShape& s, const uint16_t* x16, const uint16_t* w16,
+                                 const uint16_t* b16, const float* b, uint16_t* y16,
+                                 cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -17,8 +17,12 @@ void dense_forward_bf16_cuda(const DenseShape&, const float*, const uint16_t*, c
   cuda_not_built("dense_forward_bf16_cuda");
 }
 void dense_backward_bf16_cuda(const DenseShape&, const uint16_t*, const uint16_t*, const float*,
-                              float*, float*, float*, uint16_t*, cudaStream_t) {
+                              float*, float*, float*, uint16_t*, cudaStream_t, uint16_t*) {
   cuda_not_built("dense_backward_bf16_cuda");
+}
+void dense_forward_bf16_out_cuda(const DenseShape&, const uint16_t*, const uint16_t*,
+                                 const uint16_t*, const float*, uint16_t*, cudaStream_t) {
+  cuda_not_built("dense_forward_bf16_out_cuda");
 }
 
 }  // namespace lockstep::kernels

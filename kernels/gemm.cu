@@ -86,10 +86,10 @@ uint32_t alignment(const void* p) {
   return bytes;
 }
 
-// The epilogues the plans describe: the bias with an fp32 output (gemm_bf16_bias_cuda), or the
-// bias and GELU with a bf16 output and the bf16 pre-activation beside it
-// (gemm_bf16_bias_gelu_cuda).
-enum class LtEpilogue { bias, gelu };
+// The epilogues the plans describe: the bias with an fp32 output (gemm_bf16_bias_cuda), the bf16
+// bias with a bf16 output (gemm_bf16_bias_out_cuda), or the bias and GELU with a bf16 output and
+// the bf16 pre-activation beside it (gemm_bf16_bias_gelu_cuda).
+enum class LtEpilogue { bias, bias16, gelu };
 
 // One bf16 GEMM with an epilogue, described once per shape, epilogue and alignment: its descriptors
 // and the algorithm cuBLASLt's heuristic picked (none: cuBLASLt offers nothing for it).
@@ -132,10 +132,10 @@ LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t alig
   LtPlan p;
   const cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const bool gelu = kind == LtEpilogue::gelu;
+  const bool gelu = kind == LtEpilogue::gelu, out16 = kind != LtEpilogue::bias;
   const cublasLtEpilogue_t epilogue =
       gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
-  const cudaDataType_t out_type = gelu ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t out_type = out16 ? CUDA_R_16BF : CUDA_R_32F;
   LS_CHECK_CUBLAS(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
                                                  sizeof(op_first)));
@@ -143,11 +143,13 @@ LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t alig
                                                  sizeof(op_second)));
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                  sizeof(epilogue)));
-  if (gelu) {
+  if (out16) {  // the bias of the output's type, as cublasLt.h asks
     const int32_t bias_type = CUDA_R_16BF;
-    const int64_t aux_ld = s.n;
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof(bias_type)));
+  }
+  if (gelu) {
+    const int64_t aux_ld = s.n;
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                    &aux_ld, sizeof(aux_ld)));
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(
@@ -230,47 +232,68 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   gemm_bf16_cuda(with_bias, a, b, c, stream);
 }
 
-bool gemm_bf16_bias_gelu_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
-                              const uint16_t* bias16, uint16_t* y16, uint16_t* pre16,
-                              cudaStream_t stream) {
-  const char* who = "gemm_bf16_bias_gelu_cuda";
+namespace {
+
+// The products written in bf16 with their epilogue in cuBLASLt: kind bias16 (c16 = bf16 of the
+// product + bias16) or gelu (c16 = bf16 of GELU(z), aux = bf16 of z, z = the product + bias16).
+// False, having enqueued nothing, where cuBLASLt cannot take it (see gemm.h).
+bool lt_bf16_out(LtEpilogue kind, const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                 const uint16_t* bias16, uint16_t* c16, uint16_t* aux, cudaStream_t stream,
+                 const char* who) {
   prepare(s, who);
   if (s.alpha != 1.0f || s.beta != 0.0f)
     throw std::invalid_argument(std::string(who) + ": alpha must be 1 and beta 0");
   if (s.m == 0 || s.n == 0) return true;
-  // The pre-activation's leading dimension must be a multiple of 8, and cuBLASLt's epilogues want
-  // 16-byte aligned operands (gemm_bf16_bias_cuda).
-  if (s.n % 8 != 0) return false;
+  // The GELU's pre-activation's leading dimension must be a multiple of 8, and cuBLASLt's
+  // epilogues want 16-byte aligned operands (gemm_bf16_bias_cuda).
+  if (aux != nullptr && s.n % 8 != 0) return false;
   for (const void* p :
        {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(bias16),
-        static_cast<const void*>(y16), static_cast<const void*>(pre16)})
+        static_cast<const void*>(c16), aux != nullptr ? static_cast<const void*>(aux) : c16})
     if (alignment(p) < 16) return false;
   LtState& st = lt_state();
-  // The output's alignment stands for both matrices the epilogue writes.
+  // The output's alignment stands for both matrices the GELU's epilogue writes.
   const uint32_t align_a = alignment(a), align_b = alignment(b),
-                 align_c = std::min(alignment(y16), alignment(pre16));
-  const auto key = std::make_tuple(LtEpilogue::gelu, s.m, s.n, s.k, s.trans_a, s.trans_b, 0.0f,
-                                   align_a, align_b, align_c);
+                 align_c = std::min(alignment(c16), aux != nullptr ? alignment(aux) : 256u);
+  const auto key =
+      std::make_tuple(kind, s.m, s.n, s.k, s.trans_a, s.trans_b, 0.0f, align_a, align_b, align_c);
   auto it = st.plans.find(key);
   if (it == st.plans.end())
-    it = st.plans.emplace(key, make_plan(st, s, LtEpilogue::gelu, align_a, align_b, align_c, pre16))
-             .first;
+    it = st.plans.emplace(key, make_plan(st, s, kind, align_a, align_b, align_c, aux)).first;
   LtPlan& p = it->second;
   if (!p.usable) return false;
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias16,
                                                  sizeof(bias16)));
-  void* aux = pre16;
-  LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                 &aux, sizeof(aux)));
+  if (aux != nullptr) {
+    void* aux_pointer = aux;
+    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(
+        p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_pointer, sizeof(aux_pointer)));
+  }
   const float zero = 0.0f;
   const cublasStatus_t rc =
-      cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &zero, y16, p.c, y16, p.c,
+      cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &zero, c16, p.c, c16, p.c,
                      &p.algo, st.workspace, kLtWorkspaceBytes, stream);
   if (rc == CUBLAS_STATUS_SUCCESS) return true;
   // A refusal of the algorithm the heuristic picked: the caller's way from now on.
   if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_INVALID_VALUE) LS_CHECK_CUBLAS(rc);
   p.usable = false;
   return false;
+}
+
+}  // namespace
+
+bool gemm_bf16_bias_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                             const uint16_t* bias16, uint16_t* c16, cudaStream_t stream) {
+  return lt_bf16_out(LtEpilogue::bias16, s, a, b, bias16, c16, nullptr, stream,
+                     "gemm_bf16_bias_out_cuda");
+}
+
+bool gemm_bf16_bias_gelu_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                              const uint16_t* bias16, uint16_t* y16, uint16_t* pre16,
+                              cudaStream_t stream) {
+  if (pre16 == nullptr) throw std::invalid_argument("gemm_bf16_bias_gelu_cuda: no pre16");
+  return lt_bf16_out(LtEpilogue::gelu, s, a, b, bias16, y16, pre16, stream,
+                     "gemm_bf16_bias_gelu_cuda");
 }
 
 }  // namespace lockstep::kernels

@@ -43,6 +43,13 @@ void gemm_bf16_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b
 void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
                          const float* bias, float* c, cudaStream_t stream,
                          const float* c_in = nullptr);
+// A bf16 product with the bias in cuBLASLt's epilogue and C written in bf16: c16 = bf16 of
+// op(A) op(B) + bias, summed in fp32 and rounded once, the bias in bf16 (cuBLASLt takes a bias of
+// the output's type): a transformer's qkv product written as the attention reads it. alpha 1 and
+// beta 0, else std::invalid_argument. Returns false, having enqueued nothing, where a pointer does
+// not start on 16 bytes or cuBLASLt offers no algorithm for the shape.
+bool gemm_bf16_bias_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                             const uint16_t* bias16, uint16_t* c16, cudaStream_t stream);
 // A bf16 product with the bias and GELU in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_GELU_AUX_BIAS),
 // for a transformer MLP's first product: with z = op(A) op(B) + bias summed in fp32, y16 = bf16 of
 // GELU(z) (cuBLASLt's tanh form, GPT-2's and gelu.h's function) and pre16 = bf16 of z, the

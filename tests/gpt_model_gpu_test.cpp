@@ -153,7 +153,8 @@ TEST_F(GptOnGpu, RecomputingGivesTheSameBits) {
   // cuDNN's attention, whose output the projection reads as bf16 words from where the forward
   // pass wrote them (written again by a recomputed block), and the GELU epilogue (--recompute gelu
   // takes the GELU pass instead, so blocks only).
-  if (!kernels::attention_cudnn_built() || !kernels::attention_cudnn_usable({kBatch, kSeq, 4, 16}))
+  if (!kernels::attention_cudnn_built() ||
+      !kernels::attention_cudnn_usable({kBatch, kSeq, 4, 16}, nullptr, true))
     return;
   const Pass kept = run(DeviceKind::cuda, Precision::bf16, x, y, Recompute::none,
                         AttentionKnob::cudnn, GeluKnob::epilogue);
@@ -240,7 +241,7 @@ TEST_F(GptOnGpu, Bf16LogitsStayNearTheCpuLayers) {
 TEST_F(GptOnGpu, Bf16WithCudnnAttentionStaysNearTheCpuLayers) {
   if (!kernels::attention_cudnn_built()) GTEST_SKIP() << "this build has no cuDNN attention";
   std::string why;
-  if (!kernels::attention_cudnn_usable({kBatch, kSeq, 4, 16}, &why))
+  if (!kernels::attention_cudnn_usable({kBatch, kSeq, 4, 16}, &why, true))
     GTEST_SKIP() << "cuDNN refused the blocks' attention: " << why;
   compare(Precision::bf16, 3e-2, 8e-2, AttentionKnob::cudnn);
 }

@@ -111,6 +111,21 @@ TEST_F(Bf16Parity, DenseForwardAndBackward) {
       EXPECT_EQ(gdw_b.download(), gdw_a.download()) << "dw from the words";
       EXPECT_EQ(gdb_b.download(), gdb_a.download()) << "db from the words";
       EXPECT_EQ(words.download(), bf16_words(dy)) << "the words are read, not written";
+
+      // dx written in bf16 (dx16: dO for cuDNN's attention): each word within one bf16 rounding
+      // of the fp32 dx, and the same weight and bias gradients.
+      DeviceArray<float> gdw_c(dw0), gdb_c(db0);
+      DeviceArray<uint16_t> gdx16(x.size());
+      lk::dense_backward_bf16_cuda(s, gx16.get(), gw16.get(), nullptr, nullptr, gdw_c.get(),
+                                   bias ? gdb_c.get() : nullptr, words.get(), stream_, gdx16.get());
+      sync();
+      const Floats want_dx = gdx_b.download();
+      const std::vector<uint16_t> dx16 = gdx16.download();
+      Floats got_dx(dx16.size());
+      lk::cast_bf16_to_f32_cpu(dx16.data(), got_dx.data(), got_dx.size());
+      EXPECT_TRUE(close(got_dx, want_dx, 1e-2)) << "dx in bf16";
+      EXPECT_EQ(gdw_c.download(), gdw_b.download()) << "dw beside dx in bf16";
+      EXPECT_EQ(gdb_c.download(), gdb_b.download()) << "db beside dx in bf16";
     }
   }
 }

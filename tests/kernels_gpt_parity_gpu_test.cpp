@@ -458,6 +458,54 @@ struct AttentionCase {
   }
 };
 
+// The qkv product written in bf16 with its bias in cuBLASLt's epilogue (what cuDNN's attention
+// reads in place): the oracle is the fp32 product of the bf16-rounded operands plus the
+// bf16-rounded bias, within bf16's rounding. Where cuBLASLt refuses (an output off 16 bytes: false,
+// nothing written), dense_forward_bf16_out_cuda computes the same function another way.
+TEST_F(GpuParity, BiasEpilogueProductWrittenInBf16) {
+  const lk::GemmShape shapes[] = {
+      {.m = 64, .n = 384, .k = 128}, {.m = 40, .n = 72, .k = 96}, {.m = 2048, .n = 2304, .k = 768}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
+    const size_t mn = size_t(s.m) * s.n;
+    const Floats a = random_floats(size_t(s.m) * s.k, rng_),
+                 b = random_floats(size_t(s.k) * s.n, rng_),
+                 bias = random_floats(size_t(s.n), rng_);
+    const std::vector<uint16_t> a16 = bf16_words(a), b16 = bf16_words(b), bias16 = bf16_words(bias);
+    Floats ar(a.size()), br(b.size()), biasr(bias.size()), z(mn);
+    lk::cast_bf16_to_f32_cpu(a16.data(), ar.data(), ar.size());
+    lk::cast_bf16_to_f32_cpu(b16.data(), br.data(), br.size());
+    lk::cast_bf16_to_f32_cpu(bias16.data(), biasr.data(), biasr.size());
+    lk::gemm_cpu(s, ar.data(), br.data(), z.data());
+    for (size_t r = 0; r < size_t(s.m); ++r)
+      for (size_t j = 0; j < size_t(s.n); ++j) z[r * s.n + j] += biasr[j];
+    auto widened = [](const std::vector<uint16_t>& words) {
+      Floats out(words.size());
+      lk::cast_bf16_to_f32_cpu(words.data(), out.data(), words.size());
+      return out;
+    };
+    DeviceArray<uint16_t> da(a16), db(b16), dbias16(bias16), dy16(mn);
+    DeviceArray<float> dbias(biasr);
+    ASSERT_TRUE(
+        lk::gemm_bf16_bias_out_cuda(s, da.get(), db.get(), dbias16.get(), dy16.get(), stream_))
+        << "cuBLASLt offered no bias epilogue with a bf16 output for the shape";
+    const std::vector<uint16_t> marked(mn + 8, 0x1234);
+    DeviceArray<uint16_t> off(marked), fallback(marked);
+    EXPECT_FALSE(
+        lk::gemm_bf16_bias_out_cuda(s, da.get(), db.get(), dbias16.get(), off.get() + 1, stream_))
+        << "an output off 16 bytes";
+    lk::dense_forward_bf16_out_cuda({s.m, s.k, s.n}, da.get(), db.get(), dbias16.get(), dbias.get(),
+                                    fallback.get() + 1, stream_);
+    sync();
+    EXPECT_TRUE(close(widened(dy16.download()), z, 1e-2)) << "the product";
+    EXPECT_EQ(off.download(), marked) << "nothing written where refused";
+    const std::vector<uint16_t> f = fallback.download();
+    EXPECT_EQ(f[0], 0x1234) << "nothing written before the output";
+    EXPECT_TRUE(close(widened(std::vector<uint16_t>(f.begin() + 1, f.begin() + 1 + mn)), z, 1e-2))
+        << "the product, the fallback's way";
+  }
+}
+
 TEST_F(GpuParity, CausalAttentionForwardAndBackward) {
   const lk::AttentionShape shapes[] = {{1, 1, 1, 1},
                                        {2, 5, 3, 2},
@@ -571,7 +619,9 @@ TEST_F(GpuParity, CudnnAttentionNearTheExactFunctionAndDeterministic) {
           const float* dout, float* dqkv, float* workspace, cudaStream_t stream) {
          lk::attention_cudnn_backward_cuda(s, heads, lse, dout, dqkv, workspace, stream);
        },
-       lk::attention_cudnn_usable},
+       [](const lk::AttentionShape& s, std::string* why) {
+         return lk::attention_cudnn_usable(s, why);
+       }},
       rng_, stream_);
 
   // The bf16 edges (the GPT block's calls): the words the fp32 calls widen, bit for bit, the
@@ -603,6 +653,68 @@ TEST_F(GpuParity, CudnnAttentionNearTheExactFunctionAndDeterministic) {
   EXPECT_THROW(
       lk::attention_cudnn_forward_cuda({1, 4, 1, 12}, nullptr, nullptr, nullptr, nullptr, stream_),
       std::invalid_argument);
+}
+
+// The GPT block's cuDNN calls: Q, K and V read in place from the qkv product's words, dO taken
+// in bf16 (attention_cudnn_forward_packed_cuda / _backward_packed_cuda). To the same standard as
+// the calls above, through the same fp32 edges (the words cast here), and given the same words the
+// same function as the calls that copy Q, K and V by heads first (within bf16's rounding; whether
+// cuDNN gave the same bits for the two layouts is said).
+TEST_F(GpuParity, CudnnAttentionReadingTheQkvProductInPlace) {
+  if (!lk::attention_cudnn_built()) GTEST_SKIP() << "this build has no cuDNN attention";
+  std::string why;
+  if (!lk::attention_cudnn_usable({2, 70, 3, 32}, &why, true))
+    GTEST_SKIP() << "cuDNN refused the attention graphs: " << why;
+  // heads: the qkv words (3 n) then the output's (n); workspace: dO's words (n) then dQKV's (3 n).
+  auto forward = [](const lk::AttentionShape& s, const float* qkv, float* out, uint16_t* heads,
+                    float* lse, cudaStream_t stream) {
+    const size_t n = size_t(s.batch) * s.seq * s.channels();
+    lk::cast_f32_to_bf16_cuda(qkv, heads, 3 * n, stream);
+    lk::attention_cudnn_forward_packed_cuda(s, heads, heads + 3 * n, lse, stream);
+    lk::cast_bf16_to_f32_cuda(heads + 3 * n, out, n, stream);
+  };
+  auto backward = [](const lk::AttentionShape& s, const uint16_t* heads, const float*,
+                     const float* lse, const float* dout, float* dqkv, float* workspace,
+                     cudaStream_t stream) {
+    const size_t n = size_t(s.batch) * s.seq * s.channels();
+    auto* d_o = reinterpret_cast<uint16_t*>(workspace);
+    lk::cast_f32_to_bf16_cuda(dout, d_o, n, stream);
+    lk::attention_cudnn_backward_packed_cuda(s, heads, heads + 3 * n, lse, d_o, d_o + n, stream);
+    lk::cast_bf16_to_f32_cuda(d_o + n, dqkv, 3 * n, stream);
+  };
+  expect_near_exact_and_deterministic(
+      {lk::attention_cudnn_heads_floats, lk::attention_cudnn_lse_floats,
+       lk::attention_cudnn_workspace_floats, forward, backward,
+       [](const lk::AttentionShape& s, std::string* why) {
+         return lk::attention_cudnn_usable(s, why, true);
+       }},
+      rng_, stream_);
+
+  // Against the calls that copy by heads, on the same inputs.
+  const lk::AttentionShape s{2, 200, 2, 64};
+  const size_t n = size_t(s.batch) * s.seq * s.channels();
+  const Floats qkv = random_floats(3 * n, rng_), dout = random_floats(n, rng_);
+  const size_t heads_floats = lk::attention_cudnn_heads_floats(s),
+               lse_floats = lk::attention_cudnn_lse_floats(s),
+               ws_floats = lk::attention_cudnn_workspace_floats(s);
+  DeviceArray<float> gqkv(qkv), gdout(dout), out(n), dqkv(3 * n), heads(heads_floats),
+      lse(lse_floats), ws(ws_floats), out_p(n), dqkv_p(3 * n), heads_p(heads_floats),
+      lse_p(lse_floats), ws_p(ws_floats);
+  auto words = [](DeviceArray<float>& a) { return reinterpret_cast<uint16_t*>(a.get()); };
+  lk::attention_cudnn_forward_cuda(s, gqkv.get(), out.get(), words(heads), lse.get(), stream_);
+  lk::attention_cudnn_backward_cuda(s, words(heads), lse.get(), gdout.get(), dqkv.get(), ws.get(),
+                                    stream_);
+  forward(s, gqkv.get(), out_p.get(), words(heads_p), lse_p.get(), stream_);
+  backward(s, words(heads_p), out_p.get(), lse_p.get(), gdout.get(), dqkv_p.get(), ws_p.get(),
+           stream_);
+  sync();
+  const Floats o = out.download(), o_p = out_p.download(), d = dqkv.download(),
+               d_p = dqkv_p.download();
+  EXPECT_TRUE(close(o_p, o, 1e-2)) << "out";
+  EXPECT_TRUE(close(lse_p.download(), lse.download(), 1e-5)) << "the statistics";
+  EXPECT_TRUE(close(d_p, d, 2e-2)) << "dqkv";
+  std::cout << "[   NOTE   ] the two layouts gave " << (o_p == o && d_p == d ? "the same" : "other")
+            << " bits\n";
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // workspace for both.
 //
 // The tensors as cuDNN sees them, dims [batch, heads, seq, head_dim]: Q, K and V in `heads`,
-// [3][B * H][T][Dh] bf16 (strides H T Dh, T Dh, Dh, 1; what attention_flash_heads_cuda writes); the
+// [3][B * H][T][Dh] bf16 (strides H T Dh, T Dh, Dh, 1; what attention_flash_heads_cuda writes), or
+// for the _packed calls in the qkv product's words [B, T, 3, H, Dh] (as dQ, dK, dV below); the
 // output and its gradient [B, T, H, Dh] bf16 (T C, Dh, C, 1): the layout of out and dout, so one
 // cast moves between them, and none where the projection reads the words (the bf16 calls); dQ,
 // dK, dV into [B, T, 3, H, Dh] bf16 (T 3C, Dh, 3C, 1, at 0, C and 2C): the layout of dqkv, which
@@ -67,7 +68,7 @@ struct Graphs {
 // cublas_handle.h explains for cuBLAS's.
 struct State {
   cudnnHandle_t handle = nullptr;
-  std::map<std::array<int, 4>, Graphs> graphs;
+  std::map<std::array<int, 5>, Graphs> graphs;  // by (batch, seq, heads, head_dim, packed)
 };
 
 State& state() {
@@ -133,8 +134,10 @@ std::string finish(fe::graph::Graph& g, cudnnHandle_t handle, int64_t& workspace
   return {};
 }
 
-Graphs build_graphs(cudnnHandle_t handle, const AttentionShape& s) {
+// packed: Q, K and V in the qkv product's layout (the dQKV one), else in `heads`.
+Graphs build_graphs(cudnnHandle_t handle, const AttentionShape& s, bool packed) {
   const Dims d(s);
+  const std::vector<int64_t> qkv_strides = packed ? d.packed() : d.by_head();
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const std::vector<int64_t> stats_dims{d.b, d.h, d.t, 1}, stats_strides{d.h * d.t, d.t, 1, 1};
   Graphs out;
@@ -143,8 +146,8 @@ Graphs build_graphs(cudnnHandle_t handle, const AttentionShape& s) {
   out.forward = new_graph();
   fe::graph::Graph& f = *out.forward;
   auto [o, stats] =
-      f.sdpa(input(f, "Q", kQ, d.dims(), d.by_head()), input(f, "K", kK, d.dims(), d.by_head()),
-             input(f, "V", kV, d.dims(), d.by_head()),
+      f.sdpa(input(f, "Q", kQ, d.dims(), qkv_strides), input(f, "K", kK, d.dims(), qkv_strides),
+             input(f, "V", kV, d.dims(), qkv_strides),
              fe::graph::SDPA_attributes()
                  .set_name("attention")
                  .set_generate_stats(true)
@@ -165,8 +168,8 @@ Graphs build_graphs(cudnnHandle_t handle, const AttentionShape& s) {
     auto stats_in = input(b, "Stats", kStats, stats_dims, stats_strides);
     stats_in->set_data_type(fe::DataType_t::FLOAT);
     auto [dq, dk, dv] = b.sdpa_backward(
-        input(b, "Q", kQ, d.dims(), d.by_head()), input(b, "K", kK, d.dims(), d.by_head()),
-        input(b, "V", kV, d.dims(), d.by_head()), input(b, "O", kO, d.dims(), d.by_row()),
+        input(b, "Q", kQ, d.dims(), qkv_strides), input(b, "K", kK, d.dims(), qkv_strides),
+        input(b, "V", kV, d.dims(), qkv_strides), input(b, "O", kO, d.dims(), d.by_row()),
         input(b, "dO", kDo, d.dims(), d.by_row()), stats_in,
         fe::graph::SDPA_backward_attributes()
             .set_name("attention_backward")
@@ -190,9 +193,9 @@ Graphs build_graphs(cudnnHandle_t handle, const AttentionShape& s) {
 // The shape's graphs, built once: what throws on the way (the frontend's graph calls, the
 // workspace's allocation) leaves them unusable with its message, cached as cuDNN's refusals are,
 // so that a shape is never built again at every layer's call.
-Graphs build(cudnnHandle_t handle, const AttentionShape& s) {
+Graphs build(cudnnHandle_t handle, const AttentionShape& s, bool packed) {
   try {
-    return build_graphs(handle, s);
+    return build_graphs(handle, s, packed);
   } catch (const std::exception& e) {
     Graphs out;
     out.usable = false;
@@ -201,11 +204,11 @@ Graphs build(cudnnHandle_t handle, const AttentionShape& s) {
   }
 }
 
-Graphs& graphs_for(const AttentionShape& s) {
+Graphs& graphs_for(const AttentionShape& s, bool packed) {
   State& st = state();
-  const std::array<int, 4> key{s.batch, s.seq, s.heads, s.head_dim};
+  const std::array<int, 5> key{s.batch, s.seq, s.heads, s.head_dim, packed ? 1 : 0};
   auto it = st.graphs.find(key);
-  if (it == st.graphs.end()) it = st.graphs.emplace(key, build(st.handle, s)).first;
+  if (it == st.graphs.end()) it = st.graphs.emplace(key, build(st.handle, s, packed)).first;
   return it->second;
 }
 
@@ -219,8 +222,8 @@ void check(const AttentionShape& s, std::initializer_list<const void*> pointers,
       throw std::invalid_argument(std::string(who) + ": buffers must start on 16 bytes");
 }
 
-Graphs& usable_graphs(const AttentionShape& s, const char* who) {
-  Graphs& g = graphs_for(s);
+Graphs& usable_graphs(const AttentionShape& s, const char* who, bool packed = false) {
+  Graphs& g = graphs_for(s, packed);
   if (!g.usable) throw std::runtime_error(std::string(who) + ": cuDNN refused the shape: " + g.why);
   return g;
 }
@@ -239,13 +242,13 @@ void run(const fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pointers
 
 bool attention_cudnn_built() { return true; }
 
-bool attention_cudnn_usable(const AttentionShape& s, std::string* why) {
+bool attention_cudnn_usable(const AttentionShape& s, std::string* why, bool packed) {
   if (s.head_dim % 8 != 0) {
     if (why != nullptr) *why = "head_dim " + std::to_string(s.head_dim) + " is not a multiple of 8";
     return false;
   }
   try {
-    const Graphs& g = graphs_for(s);
+    const Graphs& g = graphs_for(s, packed);
     if (why != nullptr) *why = g.why;
     return g.usable;
   } catch (const std::exception& e) {  // no handle (no device, no cuDNN), or no memory for it
@@ -308,6 +311,41 @@ void attention_cudnn_backward_cuda(const AttentionShape& s, const uint16_t* head
   uint16_t* d_qkv = reinterpret_cast<uint16_t*>(workspace) + n;  // after dO's words
   attention_cudnn_backward_bf16_cuda(s, heads, heads + 3 * n, lse, dout, d_qkv, workspace, stream);
   if (n > 0) cast_bf16_to_f32_cuda(d_qkv, dqkv, 3 * n, stream);
+}
+
+void attention_cudnn_forward_packed_cuda(const AttentionShape& s, const uint16_t* qkv16,
+                                         uint16_t* out16, float* lse, cudaStream_t stream) {
+  const char* who = "attention_cudnn_forward_packed_cuda";
+  check(s, {qkv16, out16, lse}, who);
+  if (s.batch == 0) return;
+  Graphs& g = usable_graphs(s, who, true);
+  const size_t c = static_cast<size_t>(s.channels());
+  auto* q = const_cast<uint16_t*>(qkv16);
+  std::unordered_map<int64_t, void*> pointers{
+      {kQ, q}, {kK, q + c}, {kV, q + 2 * c}, {kO, out16}, {kStats, lse}};
+  run(*g.forward, pointers, g.workspace, stream, who);
+}
+
+void attention_cudnn_backward_packed_cuda(const AttentionShape& s, const uint16_t* qkv16,
+                                          const uint16_t* out16, const float* lse,
+                                          const uint16_t* dout16, uint16_t* dqkv16,
+                                          cudaStream_t stream) {
+  const char* who = "attention_cudnn_backward_packed_cuda";
+  check(s, {qkv16, out16, lse, dout16, dqkv16}, who);
+  if (s.batch == 0) return;
+  Graphs& g = usable_graphs(s, who, true);
+  const size_t c = static_cast<size_t>(s.channels());
+  auto* q = const_cast<uint16_t*>(qkv16);
+  std::unordered_map<int64_t, void*> pointers{{kQ, q},
+                                              {kK, q + c},
+                                              {kV, q + 2 * c},
+                                              {kO, const_cast<uint16_t*>(out16)},
+                                              {kStats, const_cast<float*>(lse)},
+                                              {kDo, const_cast<uint16_t*>(dout16)},
+                                              {kDq, dqkv16},
+                                              {kDk, dqkv16 + c},
+                                              {kDv, dqkv16 + 2 * c}};
+  run(*g.backward, pointers, g.workspace, stream, who);
 }
 
 }  // namespace lockstep::kernels

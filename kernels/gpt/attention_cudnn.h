@@ -33,10 +33,12 @@ namespace lockstep::kernels {
 // Whether this build has the cuDNN attention at all (the frontend's headers were found).
 bool attention_cudnn_built();
 
-// Builds (once per device, thread and shape) the forward and backward graphs for s on the current
-// device and says whether cuDNN took both; where it did not, `why` (if given) gets its message.
-// Needs a CUDA device; never throws for a refusal.
-bool attention_cudnn_usable(const AttentionShape& s, std::string* why = nullptr);
+// Builds (once per device, thread, shape and layout) the forward and backward graphs for s on the
+// current device and says whether cuDNN took both; where it did not, `why` (if given) gets its
+// message. packed: the graphs of the _packed calls below (Q, K and V read from the qkv product's
+// words), else those of the others. Needs a CUDA device; never throws for a refusal.
+bool attention_cudnn_usable(const AttentionShape& s, std::string* why = nullptr,
+                            bool packed = false);
 
 size_t attention_cudnn_heads_floats(const AttentionShape& s);      // 4 * B * T * C bf16 words
 size_t attention_cudnn_lse_floats(const AttentionShape& s);        // B * H * T
@@ -61,5 +63,19 @@ void attention_cudnn_forward_bf16_cuda(const AttentionShape& s, const float* qkv
 void attention_cudnn_backward_bf16_cuda(const AttentionShape& s, const uint16_t* heads,
                                         const uint16_t* out16, const float* lse, const float* dout,
                                         uint16_t* dqkv16, float* workspace, cudaStream_t stream);
+
+// The same with Q, K and V read in place from qkv16 [batch, seq, 3C], the qkv product's bf16 words
+// as it writes them (gemm_bf16_bias_out_cuda; Q in columns [0, C) of a row, K in [C, 2C), V in
+// [2C, 3C)), which the backward pass reads again: no copy into heads, no rounding pass. The
+// output's words go to out16 [batch, seq, C], which backward reads as cuDNN's O; backward takes
+// dO's words dout16 [batch, seq, C] (the projection's backward product writes them so) and writes
+// dQ, dK and dV's to dqkv16 [batch, seq, 3C]. No workspace of the caller's. The bits of the calls
+// above given the same words (those round qkv to them first).
+void attention_cudnn_forward_packed_cuda(const AttentionShape& s, const uint16_t* qkv16,
+                                         uint16_t* out16, float* lse, cudaStream_t stream);
+void attention_cudnn_backward_packed_cuda(const AttentionShape& s, const uint16_t* qkv16,
+                                          const uint16_t* out16, const float* lse,
+                                          const uint16_t* dout16, uint16_t* dqkv16,
+                                          cudaStream_t stream);
 
 }  // namespace lockstep::kernels

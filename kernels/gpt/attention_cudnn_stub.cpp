@@ -16,7 +16,7 @@ namespace {
 }  // namespace
 
 bool attention_cudnn_built() { return false; }
-bool attention_cudnn_usable(const AttentionShape&, std::string* why) {
+bool attention_cudnn_usable(const AttentionShape&, std::string* why, bool) {
   if (why != nullptr) *why = "this build has no cuDNN attention";
   return false;
 }
@@ -36,6 +36,14 @@ void attention_cudnn_backward_bf16_cuda(const AttentionShape&, const uint16_t*, 
                                         const float*, const float*, uint16_t*, float*,
                                         cudaStream_t) {
   not_built("attention_cudnn_backward_bf16_cuda");
+}
+void attention_cudnn_forward_packed_cuda(const AttentionShape&, const uint16_t*, uint16_t*, float*,
+                                         cudaStream_t) {
+  not_built("attention_cudnn_forward_packed_cuda");
+}
+void attention_cudnn_backward_packed_cuda(const AttentionShape&, const uint16_t*, const uint16_t*,
+                                          const float*, const uint16_t*, uint16_t*, cudaStream_t) {
+  not_built("attention_cudnn_backward_packed_cuda");
 }
 
 }  // namespace lockstep::kernels

@@ -53,7 +53,7 @@ struct CpuGptOps {
   // kernels keep qkv itself for backward (the layer writes it into `heads`:
   // attention_keeps_qkv) and one log-sum-exp per row in `probs`, and need no workspace; the
   // materialised ones keep the heads rearranged and the T x T probabilities.
-  bool attention_keeps_qkv() const { return flash; }
+  bool attention_keeps_qkv(const kernels::AttentionShape&) const { return flash; }
   size_t attention_heads_floats(const kernels::AttentionShape& s) const {
     return kernels::attention_heads_floats(s);  // 3 B T C either way
   }

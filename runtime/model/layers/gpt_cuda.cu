@@ -4,8 +4,10 @@
 // where it keeps one, else cast at every forward, as cuda_layer.h explains; each input's bf16 copy
 // kept for its backward pass) and attention runs flash-style on bf16 tensor-core tiles
 // (attention_flash.h) where the head width allows (or, asked for with
-// LOCKSTEP_CUDA_ATTENTION=cudnn, through cuDNN's fused attention: attention_cudnn.h, whose bf16
-// output is the projection's input and whose bf16 dQKV the qkv product's dy, as they are), and the
+// LOCKSTEP_CUDA_ATTENTION=cudnn, through cuDNN's fused attention: attention_cudnn.h, which reads Q,
+// K and V in place from the qkv product's bf16 words, its bias added in the product's epilogue,
+// and dO as the projection's backward product writes it in bf16, and whose bf16 output is the
+// projection's input and bf16 dQKV the qkv product's dy, as they are), and the
 // tied head's two products are bf16 GEMMs too. The layer norms and GELU before a product write its
 // bf16 input directly (no fp32 copy, no cast pass); biases and residual additions ride in the
 // GEMMs' epilogues, the GELU's backward in the bias gradient's pass; with
@@ -36,11 +38,11 @@ namespace {
 
 class CudaGptOps {
  public:
-  // head_dim: the block's attention head width (0 for the layers without attention);
-  // recompute_gelu: the block recomputes its GELU from the pre-activation (--recompute gelu), which
-  // the GELU epilogue's bf16 pre-activation would not give back bit for bit, so it keeps the
-  // kernel.
-  explicit CudaGptOps(const CudaLayerPlacement& where, int head_dim = 0,
+  // heads: the block's attention (its seq, heads and head_dim; batch unused; zeros for the layers
+  // without attention); recompute_gelu: the block recomputes its GELU from the pre-activation
+  // (--recompute gelu), which the GELU epilogue's bf16 pre-activation would not give back bit for
+  // bit, so it keeps the kernel.
+  explicit CudaGptOps(const CudaLayerPlacement& where, const kernels::AttentionShape& heads = {},
                       bool recompute_gelu = false)
       : stream_(where.stream),
         bf16_(where.precision == Precision::bf16),
@@ -50,10 +52,11 @@ class CudaGptOps {
         // else the flash kernels (said once); or materialised (attention.h's exact path in both
         // precisions, for comparison).
         flash_(bf16_ && where.knobs.cuda_attention != AttentionKnob::materialised &&
-               kernels::attention_flash_supported({.head_dim = head_dim})),
+               kernels::attention_flash_supported({.head_dim = heads.head_dim})),
         cudnn_(flash_ && where.knobs.cuda_attention == AttentionKnob::cudnn),
         // LOCKSTEP_CUDA_GELU (knobs.h): kernel, the default, or epilogue (dense_gelu_to_dense).
-        gelu_epilogue_(bf16_ && where.knobs.cuda_gelu == GeluKnob::epilogue && !recompute_gelu) {}
+        gelu_epilogue_(bf16_ && where.knobs.cuda_gelu == GeluKnob::epilogue && !recompute_gelu),
+        heads_(heads) {}
 
   DeviceKind device() const { return DeviceKind::cuda; }
   // bf16 runs: the layer norms and GELU before a product write its bf16 input only.
@@ -63,7 +66,9 @@ class CudaGptOps {
     const size_t i = static_cast<size_t>(slot);
     x16_[i] = Buffer<uint16_t>(DeviceKind::cuda, rows * static_cast<size_t>(in));
     w16_[i] = Bf16Weights(static_cast<size_t>(in) * out, shared_);
-    if (gelu_epilogue_ && slot == kFc) b16_ = Bf16Weights(static_cast<size_t>(out), shared_);
+    // The biases that ride in bf16 epilogues: the GELU's, and the qkv product's for cuDNN.
+    if ((gelu_epilogue_ && slot == kFc) || (cudnn_ && slot == kQkv))
+      b16_[i] = Bf16Weights(static_cast<size_t>(out), shared_);
   }
   // dy in bf16 (2 per float).
   size_t dense_scratch_floats(size_t rows, int out) const {
@@ -93,8 +98,10 @@ class CudaGptOps {
   }
   // bf16 runs take the flash kernels where the head width allows (attention_flash.h): Q, K and V
   // kept in bf16 for backward with one log-sum-exp per row; fp32 runs keep the exact materialised
-  // path (attention.h).
-  bool attention_keeps_qkv() const { return false; }
+  // path (attention.h). With cuDNN's attention the qkv product writes its bf16 words into the kept
+  // buffer itself, where cuDNN reads Q, K and V in place, forward and backward (no rounding pass,
+  // no copy by heads, no fp32 qkv).
+  bool attention_keeps_qkv(const kernels::AttentionShape& s) const { return cudnn_for(s); }
   // With cudnn the buffers fit both paths, so that a shape cuDNN refuses takes the flash kernels.
   size_t attention_heads_floats(const kernels::AttentionShape& s) const {
     if (!flash_) return kernels::attention_heads_floats(s);
@@ -113,12 +120,13 @@ class CudaGptOps {
                     cudnn_ ? kernels::attention_cudnn_workspace_floats(s) : 0);
   }
   // cuDNN's output is written in bf16 as the projection's input (staged: no fp32 out, no cast),
-  // where its backward pass reads it again as cuDNN's O.
+  // where its backward pass reads it again as cuDNN's O; qkv holds the product's words (it is
+  // `heads`: attention_keeps_qkv).
   void attention_forward(const kernels::AttentionShape& s, const float* qkv, float* out,
                          float* heads, float* probs, float* ws) {
     if (cudnn_for(s))
-      kernels::attention_cudnn_forward_bf16_cuda(
-          s, qkv, stage(kProj), reinterpret_cast<uint16_t*>(heads), probs, stream_);
+      kernels::attention_cudnn_forward_packed_cuda(s, reinterpret_cast<const uint16_t*>(qkv),
+                                                   stage(kProj), probs, stream_);
     else if (flash_)
       kernels::attention_flash_forward_cuda(s, qkv, out, reinterpret_cast<uint16_t*>(heads), probs,
                                             stream_);
@@ -126,14 +134,17 @@ class CudaGptOps {
       kernels::attention_forward_cuda(s, qkv, out, heads, probs, ws, stream_);
   }
   // cuDNN's dQ, dK and dV stay bf16 words in dqkv's buffer, which the qkv product's backward pass
-  // (dense_backward of slot kQkv, next) reads as its dy: no widening, no cast back.
+  // (dense_backward of slot kQkv, next) reads as its dy: no widening, no cast back. dout holds dO's
+  // words, as the projection's backward product wrote them (dense_backward of slot kProj, before).
   void attention_backward(const kernels::AttentionShape& s, const float* out, const float* dout,
                           const float* heads, const float* probs, float* dqkv, float* ws) {
     if (cudnn_for(s)) {
       auto* dqkv16 = reinterpret_cast<uint16_t*>(dqkv);
-      kernels::attention_cudnn_backward_bf16_cuda(s, reinterpret_cast<const uint16_t*>(heads),
-                                                  x16_[kProj].data(), probs, dout, dqkv16, ws,
-                                                  stream_);
+      if (std::exchange(dout16_, nullptr) != reinterpret_cast<const uint16_t*>(dout))
+        throw Error("gpt: the attention's output gradient is not where the projection wrote it");
+      kernels::attention_cudnn_backward_packed_cuda(
+          s, reinterpret_cast<const uint16_t*>(heads), x16_[kProj].data(), probs,
+          reinterpret_cast<const uint16_t*>(dout), dqkv16, stream_);
       dqkv16_ = dqkv16;
     } else if (flash_)
       kernels::attention_flash_backward_cuda(s, reinterpret_cast<const uint16_t*>(heads), out,
@@ -209,6 +220,11 @@ class CudaGptOps {
     }
     const size_t i = static_cast<size_t>(slot);
     const uint16_t* w16 = w16_[i].refresh(w, stream_);
+    if (slot == kQkv && cudnn_for(attention_of(s.batch))) {  // y is `heads`: the words cuDNN reads
+      kernels::dense_forward_bf16_out_cuda(s, input16(slot, x, s), w16, b16_[i].refresh(b, stream_),
+                                           b, reinterpret_cast<uint16_t*>(y), stream_);
+      return;
+    }
     // An input staged in bf16 by layernorm_to_dense / gelu_to_dense is not cast again; the bias and
     // the residual go in the GEMM's epilogue.
     kernels::dense_forward_bf16_cuda(s, std::exchange(staged_[i], false) ? nullptr : x, w16, b, y,
@@ -229,6 +245,12 @@ class CudaGptOps {
                                         stream_);
       return;
     }
+    if (slot == kProj && cudnn_for(attention_of(s.batch))) {  // dO's words, as cuDNN reads them
+      dout16_ = reinterpret_cast<uint16_t*>(dx);
+      kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), dy, nullptr, dw, db,
+                                        reinterpret_cast<uint16_t*>(scratch), stream_, dout16_);
+      return;
+    }
     kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), dy, dx, dw, db,
                                       reinterpret_cast<uint16_t*>(scratch), stream_);
   }
@@ -246,14 +268,12 @@ class CudaGptOps {
     }
     const size_t i = static_cast<size_t>(slot);
     const uint16_t* w16 = w16_[i].refresh(w, stream_);
-    const uint16_t* b16 = b16_.refresh(b, stream_);
-    if (!std::exchange(staged_[i], false))
-      kernels::cast_f32_to_bf16_cuda(x, x16_[i].data(), static_cast<size_t>(s.batch) * s.in,
-                                     stream_);
+    const uint16_t* b16 = b16_[i].refresh(b, stream_);
+    const uint16_t* x16 = input16(slot, x, s);
     uint16_t* y16 = stage(next);
     auto* pre16 = reinterpret_cast<uint16_t*>(h);
-    if (kernels::gemm_bf16_bias_gelu_cuda({.m = s.batch, .n = s.out, .k = s.in}, x16_[i].data(),
-                                          w16, b16, y16, pre16, stream_))
+    if (kernels::gemm_bf16_bias_gelu_cuda({.m = s.batch, .n = s.out, .k = s.in}, x16, w16, b16, y16,
+                                          pre16, stream_))
       return;
     static std::once_flag said;
     std::call_once(said, [&] {
@@ -300,6 +320,20 @@ class CudaGptOps {
     if (!has_bias) throw Error("gpt: the GELU epilogue's product has no bias");
     return true;
   }
+  // Dense slot's input in bf16: as staged by the kernel that produced it, else x cast now.
+  const uint16_t* input16(int slot, const float* x, const kernels::DenseShape& s) {
+    const size_t i = static_cast<size_t>(slot);
+    if (!std::exchange(staged_[i], false))
+      kernels::cast_f32_to_bf16_cuda(x, x16_[i].data(), static_cast<size_t>(s.batch) * s.in,
+                                     stream_);
+    return x16_[i].data();
+  }
+  // The block's attention shape for a dense product over `rows` rows (rows / seq sequences).
+  kernels::AttentionShape attention_of(int rows) const {
+    kernels::AttentionShape s = heads_;
+    s.batch = heads_.seq > 0 ? rows / heads_.seq : 0;
+    return s;
+  }
   // Where a bf16 run's kernel writes dense slot's input (null in fp32 runs).
   uint16_t* stage(int slot) {
     if (!bf16_) return nullptr;
@@ -307,13 +341,14 @@ class CudaGptOps {
     return x16_[static_cast<size_t>(slot)].data();
   }
 
-  // Whether shape s takes cuDNN's attention: asked for, and cuDNN took the shape (its graphs are
-  // built at the first question, from the buffers' sizing, before any capture). A refusal is
-  // said once per process and the flash kernels run.
+  // Whether shape s takes cuDNN's attention (reading Q, K and V from the qkv product's words):
+  // asked for, and cuDNN took the shape (its graphs are built at the first question, from the
+  // buffers' sizing, before any capture). A refusal is said once per process and the flash kernels
+  // run. Asked alike by the qkv and projection products and the attention, forward and backward.
   bool cudnn_for(const kernels::AttentionShape& s) const {
     if (!cudnn_ || s.batch == 0) return false;
     std::string why;
-    if (kernels::attention_cudnn_usable(s, &why)) return true;
+    if (kernels::attention_cudnn_usable(s, &why, true)) return true;
     static std::once_flag said;
     std::call_once(said, [&] {
       std::fprintf(stderr,
@@ -332,14 +367,16 @@ class CudaGptOps {
   bool bf16_;
   const Bf16Params* shared_;  // the model's bf16 copy of its parameters, if it keeps one
   bool flash_, cudnn_, gelu_epilogue_;
+  kernels::AttentionShape heads_;  // the block's attention, batch 0
   // Per dense slot of a block (bf16 only): its weights' words (cuda_layer.h), its input's.
   std::array<Bf16Weights, 4> w16_;
   std::array<Buffer<uint16_t>, 4> x16_;
-  Bf16Weights head_w16_;          // the tied head's wte (bf16 only)
-  Buffer<uint16_t> head_x16_;     // the tied head's input (bf16 only)
-  Bf16Weights b16_;               // the fc bias (the GELU epilogue only)
-  std::array<bool, 4> staged_{};  // x16_[slot] holds the next input already
-  uint16_t* dqkv16_ = nullptr;    // cuDNN's dQKV words, for the qkv product's backward pass
+  Bf16Weights head_w16_;            // the tied head's wte (bf16 only)
+  Buffer<uint16_t> head_x16_;       // the tied head's input (bf16 only)
+  std::array<Bf16Weights, 4> b16_;  // the fc bias (GELU epilogue), the qkv bias (cuDNN)
+  std::array<bool, 4> staged_{};    // x16_[slot] holds the next input already
+  uint16_t* dqkv16_ = nullptr;      // cuDNN's dQKV words, for the qkv product's backward pass
+  uint16_t* dout16_ = nullptr;      // dO's words for cuDNN, from the projection's backward pass
 };
 
 }  // namespace
@@ -348,8 +385,12 @@ std::unique_ptr<Layer> make_embed_cuda(const LayerPlan& plan, const CudaLayerPla
   return std::make_unique<EmbedLayer<CudaGptOps>>(plan, CudaGptOps(where));
 }
 std::unique_ptr<Layer> make_block_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
+  const int heads = plan.spec.args[0];
   return std::make_unique<BlockLayer<CudaGptOps>>(
-      plan, CudaGptOps(where, plan.in[1] / plan.spec.args[0], plan.recompute == Recompute::gelu));
+      plan,
+      CudaGptOps(where,
+                 {.batch = 0, .seq = plan.in[0], .heads = heads, .head_dim = plan.in[1] / heads},
+                 plan.recompute == Recompute::gelu));
 }
 std::unique_ptr<Layer> make_lmhead_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
   return std::make_unique<LmHeadLayer<CudaGptOps>>(plan, CudaGptOps(where));

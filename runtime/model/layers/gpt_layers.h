@@ -21,9 +21,9 @@
 // attention_heads_floats / attention_probs_floats / attention_workspace_floats(shape): what the
 // twin keeps from forward to backward (attention.h's heads and probabilities, or, for the flash
 // kernels of attention_flash.h, Q, K and V in bf16 and one log-sum-exp per row) and the scratch it
-// needs; attention_backward also gets the forward pass's output; attention_keeps_qkv() (true: the
-// qkv projection is written straight into the kept `heads` buffer, which the twin's kernels read in
-// place, instead of the workspace).
+// needs; attention_backward also gets the forward pass's output; attention_keeps_qkv(shape) (true:
+// the qkv projection is written straight into the kept `heads` buffer, which the twin's kernels
+// read in place, instead of the workspace; a twin may write it there in its own form, bf16 words).
 //
 // A block keeps what its backward pass reads (layer-norm outputs and statistics, attention heads
 // and probabilities, the MLP's pre- and post-GELU values, the residual stream between its halves)
@@ -254,7 +254,7 @@ class BlockLayer : public Layer {
     const int n = static_cast<int>(rows(batch));
     const size_t nd = rows(batch) * static_cast<size_t>(d_);
     const float* p = params_;
-    float* qkv = ops_.attention_keeps_qkv() ? k.heads : ws;
+    float* qkv = ops_.attention_keeps_qkv(attention(batch)) ? k.heads : ws;
     float* scratch = ws + 3 * nd;
     ops_.layernorm_to_dense(0, {n, d_}, x, p + at_.ln1_w, p + at_.ln1_b, k.ln1, k.mean[0],
                             k.rstd[0]);
