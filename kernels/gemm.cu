@@ -87,9 +87,10 @@ uint32_t alignment(const void* p) {
 }
 
 // The epilogues the plans describe: the bias with an fp32 output (gemm_bf16_bias_cuda), the bf16
-// bias with a bf16 output (gemm_bf16_bias_out_cuda), or the bias and GELU with a bf16 output and
-// the bf16 pre-activation beside it (gemm_bf16_bias_gelu_cuda).
-enum class LtEpilogue { bias, bias16, gelu };
+// bias with a bf16 output (gemm_bf16_bias_out_cuda), the bias and GELU with a bf16 output and the
+// bf16 pre-activation beside it (gemm_bf16_bias_gelu_cuda), or the GELU's derivative at that
+// pre-activation times the product, in bf16 (gemm_bf16_dgelu_out_cuda).
+enum class LtEpilogue { bias, bias16, gelu, dgelu };
 
 // One bf16 GEMM with an epilogue, described once per shape, epilogue and alignment: its descriptors
 // and the algorithm cuBLASLt's heuristic picked (none: cuBLASLt offers nothing for it).
@@ -126,15 +127,17 @@ LtState& lt_state() {
 // Row-major C (m x n) = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as prepare() above:
 // cuBLASLt's first operand is our B, its second our A; the bias runs along C^T's rows (our n), and
 // so does the GELU's pre-activation matrix (aux, leading dimension n). aux: that matrix's pointer
-// (gelu), which the heuristic reads for its alignment.
+// (gelu, written; dgelu, read), which the heuristic reads for its alignment.
 LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t align_a,
                  uint32_t align_b, uint32_t align_c, void* aux = nullptr) {
   LtPlan p;
   const cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const bool gelu = kind == LtEpilogue::gelu, out16 = kind != LtEpilogue::bias;
-  const cublasLtEpilogue_t epilogue =
-      gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  const bool gelu = kind == LtEpilogue::gelu || kind == LtEpilogue::dgelu,
+             out16 = kind != LtEpilogue::bias;
+  const cublasLtEpilogue_t epilogue = kind == LtEpilogue::dgelu ? CUBLASLT_EPILOGUE_DGELU
+                                      : gelu                    ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                                : CUBLASLT_EPILOGUE_BIAS;
   const cudaDataType_t out_type = out16 ? CUDA_R_16BF : CUDA_R_32F;
   LS_CHECK_CUBLAS(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
@@ -143,7 +146,7 @@ LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t alig
                                                  sizeof(op_second)));
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                  sizeof(epilogue)));
-  if (out16) {  // the bias of the output's type, as cublasLt.h asks
+  if (out16 && kind != LtEpilogue::dgelu) {  // the bias of the output's type, as cublasLt.h asks
     const int32_t bias_type = CUDA_R_16BF;
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof(bias_type)));
@@ -235,7 +238,8 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
 namespace {
 
 // The products written in bf16 with their epilogue in cuBLASLt: kind bias16 (c16 = bf16 of the
-// product + bias16) or gelu (c16 = bf16 of GELU(z), aux = bf16 of z, z = the product + bias16).
+// product + bias16), gelu (c16 = bf16 of GELU(z), aux = bf16 of z, z = the product + bias16) or
+// dgelu (c16 = bf16 of GELU'(aux) times the product; no bias).
 // False, having enqueued nothing, where cuBLASLt cannot take it (see gemm.h).
 bool lt_bf16_out(LtEpilogue kind, const GemmShape& s, const uint16_t* a, const uint16_t* b,
                  const uint16_t* bias16, uint16_t* c16, uint16_t* aux, cudaStream_t stream,
@@ -248,8 +252,9 @@ bool lt_bf16_out(LtEpilogue kind, const GemmShape& s, const uint16_t* a, const u
   // epilogues want 16-byte aligned operands (gemm_bf16_bias_cuda).
   if (aux != nullptr && s.n % 8 != 0) return false;
   for (const void* p :
-       {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(bias16),
-        static_cast<const void*>(c16), aux != nullptr ? static_cast<const void*>(aux) : c16})
+       {static_cast<const void*>(a), static_cast<const void*>(b),
+        bias16 != nullptr ? static_cast<const void*>(bias16) : c16, static_cast<const void*>(c16),
+        aux != nullptr ? static_cast<const void*>(aux) : c16})
     if (alignment(p) < 16) return false;
   LtState& st = lt_state();
   // The output's alignment stands for both matrices the GELU's epilogue writes.
@@ -286,6 +291,13 @@ bool gemm_bf16_bias_out_cuda(const GemmShape& s, const uint16_t* a, const uint16
                              const uint16_t* bias16, uint16_t* c16, cudaStream_t stream) {
   return lt_bf16_out(LtEpilogue::bias16, s, a, b, bias16, c16, nullptr, stream,
                      "gemm_bf16_bias_out_cuda");
+}
+
+bool gemm_bf16_dgelu_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                              const uint16_t* pre16, uint16_t* c16, cudaStream_t stream) {
+  if (pre16 == nullptr) throw std::invalid_argument("gemm_bf16_dgelu_out_cuda: no pre16");
+  return lt_bf16_out(LtEpilogue::dgelu, s, a, b, nullptr, c16, const_cast<uint16_t*>(pre16), stream,
+                     "gemm_bf16_dgelu_out_cuda");
 }
 
 bool gemm_bf16_bias_gelu_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,

@@ -62,4 +62,14 @@ bool gemm_bf16_bias_gelu_cuda(const GemmShape& s, const uint16_t* a, const uint1
                               const uint16_t* bias16, uint16_t* y16, uint16_t* pre16,
                               cudaStream_t stream);
 
+// The backward pass of that GELU fused into the product that gives its output's gradient (a
+// transformer MLP's second product's dx): c16 = bf16 of GELU'(z) * (op(A) op(B)), z the
+// pre-activation's words pre16 as gemm_bf16_bias_gelu_cuda kept them (same shape as C, leading
+// dimension n), the product summed in fp32 and the result rounded once (cuBLASLt's
+// CUBLASLT_EPILOGUE_DGELU, the derivative of its tanh form). alpha 1 and beta 0, else
+// std::invalid_argument. Returns false, having enqueued nothing, where n is not a multiple of 8, a
+// pointer does not start on 16 bytes or cuBLASLt offers no algorithm for the shape.
+bool gemm_bf16_dgelu_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
+                              const uint16_t* pre16, uint16_t* c16, cudaStream_t stream);
+
 }  // namespace lockstep::kernels

@@ -22,6 +22,10 @@ bool gemm_bf16_bias_out_cuda(const GemmShape&, const uint16_t*, const uint16_t*,
                              uint16_t*, cudaStream_t) {
   cuda_not_built("gemm_bf16_bias_out_cuda");
 }
+bool gemm_bf16_dgelu_out_cuda(const GemmShape&, const uint16_t*, const uint16_t*, const uint16_t*,
+                              uint16_t*, cudaStream_t) {
+  cuda_not_built("gemm_bf16_dgelu_out_cuda");
+}
 bool gemm_bf16_bias_gelu_cuda(const GemmShape&, const uint16_t*, const uint16_t*, const uint16_t*,
                               uint16_t*, uint16_t*, cudaStream_t) {
   cuda_not_built("gemm_bf16_bias_gelu_cuda");

@@ -430,6 +430,28 @@ TEST_F(GpuParity, GeluEpilogueProductNearTheCpuFunction) {
     EXPECT_EQ(g16_from16.download(), g16.download()) << "dy in bf16 from the bf16 pre-activation";
     EXPECT_EQ(gdb_from16.download(), gdb.download()) << "the bias gradient's column sums";
 
+    // The derivative in the epilogue of the product that gives the GELU's output gradient (the
+    // MLP's second product's dx: e [m, k] times f^T, f stored [n, k]): GELU'(pre) times the
+    // product of the bf16 operands, within bf16's rounding.
+    const lk::GemmShape sd{.m = s.m, .n = s.n, .k = s.k, .trans_b = true};
+    const Floats e = random_floats(size_t(s.m) * s.k, rng_),
+                 f = random_floats(size_t(s.n) * s.k, rng_);
+    const std::vector<uint16_t> e16 = bf16_words(e), f16 = bf16_words(f);
+    Floats er(e.size()), fr(f.size()), prod(mn), want(mn);
+    lk::cast_bf16_to_f32_cpu(e16.data(), er.data(), er.size());
+    lk::cast_bf16_to_f32_cpu(f16.data(), fr.data(), fr.size());
+    lk::gemm_cpu(sd, er.data(), fr.data(), prod.data());
+    lk::gelu_backward_cpu(pre.data(), prod.data(), want.data(), mn);
+    DeviceArray<uint16_t> de(e16), df(f16), ddg16(mn);
+    ASSERT_TRUE(
+        lk::gemm_bf16_dgelu_out_cuda(sd, de.get(), df.get(), dpre16.get(), ddg16.get(), stream_))
+        << "cuBLASLt offered no GELU-derivative epilogue for the shape";
+    sync();
+    const std::vector<uint16_t> dg16 = ddg16.download();
+    Floats dgw(mn);
+    lk::cast_bf16_to_f32_cpu(dg16.data(), dgw.data(), mn);
+    EXPECT_TRUE(close(dgw, want, 1e-2)) << "GELU'(pre) times the product";
+
     const std::vector<uint16_t> marked(mn + 8, 0x1234);
     DeviceArray<uint16_t> off(marked);
     EXPECT_FALSE(lk::gemm_bf16_bias_gelu_cuda(s, da.get(), db.get(), dbias.get(), off.get() + 1,

@@ -7,14 +7,15 @@
 // LOCKSTEP_CUDA_ATTENTION=cudnn, through cuDNN's fused attention: attention_cudnn.h, which reads Q,
 // K and V in place from the qkv product's bf16 words, its bias added in the product's epilogue,
 // and dO as the projection's backward product writes it in bf16, and whose bf16 output is the
-// projection's input and bf16 dQKV the qkv product's dy, as they are), and the
-// tied head's two products are bf16 GEMMs too. The layer norms and GELU before a product write its
-// bf16 input directly (no fp32 copy, no cast pass); biases and residual additions ride in the
-// GEMMs' epilogues, the GELU's backward in the bias gradient's pass; with
-// LOCKSTEP_CUDA_GELU=epilogue the GELU itself rides in the MLP's first product (cuBLASLt's GELU
-// epilogue, its bias in bf16), and the pre-activation its backward reads is kept in bf16; the other
-// activations, the embedding and the statistics stay fp32. Plain C++ over the launchers: a .cu only
-// so that it is built with CUDA and gpt_cuda_stub.cpp without.
+// projection's input and bf16 dQKV the qkv product's dy, as they are), and the tied head's two
+// products are bf16 GEMMs too. The layer norms and GELU before a product write its bf16 input
+// directly (no fp32 copy, no cast pass); biases and residual additions ride in the GEMMs'
+// epilogues, the GELU's backward in the bias gradient's pass; with LOCKSTEP_CUDA_GELU=epilogue the
+// GELU itself rides in the MLP's first product (cuBLASLt's GELU epilogue, its bias in bf16), the
+// pre-activation its backward reads is kept in bf16, and its derivative rides in the second
+// product's backward pass (cuBLASLt's DGELU epilogue, writing the first product's bf16 dy); the
+// other activations, the embedding and the statistics stay fp32. Plain C++ over the launchers: a
+// .cu only so that it is built with CUDA and gpt_cuda_stub.cpp without.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -245,6 +246,30 @@ class CudaGptOps {
                                         stream_);
       return;
     }
+    if (slot == kMlpOut && pre16_ != nullptr) {
+      // dy's cast and the bias and weight gradients as always; dx, the GELU's output gradient,
+      // with the GELU's derivative in the product's epilogue, at the bf16 pre-activation the
+      // forward pass kept: the fc product's bf16 dy as it reads it (gelu_dense_backward, next).
+      auto* dy16 = reinterpret_cast<uint16_t*>(scratch);
+      kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), dy, nullptr, dw, db, dy16,
+                                        stream_);
+      const kernels::GemmShape gx{.m = s.batch, .n = s.in, .k = s.out, .trans_b = true};
+      auto* dg16 = reinterpret_cast<uint16_t*>(dx);
+      if (kernels::gemm_bf16_dgelu_out_cuda(gx, dy16, w16_[i].get(), pre16_, dg16, stream_)) {
+        dg16_ = dg16;
+        return;
+      }
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        std::fprintf(stderr,
+                     "lockstep: LOCKSTEP_CUDA_GELU=epilogue: cuBLASLt's GELU-derivative epilogue "
+                     "does not take the MLP's backward product (%d x %d x %d); the GELU's backward "
+                     "pass runs after it instead\n",
+                     gx.m, gx.n, gx.k);
+      });
+      kernels::gemm_bf16_cuda(gx, dy16, w16_[i].get(), dx, stream_);
+      return;
+    }
     if (slot == kProj && cudnn_for(attention_of(s.batch))) {  // dO's words, as cuDNN reads them
       dout16_ = reinterpret_cast<uint16_t*>(dx);
       kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), dy, nullptr, dw, db,
@@ -271,7 +296,7 @@ class CudaGptOps {
     const uint16_t* b16 = b16_[i].refresh(b, stream_);
     const uint16_t* x16 = input16(slot, x, s);
     uint16_t* y16 = stage(next);
-    auto* pre16 = reinterpret_cast<uint16_t*>(h);
+    auto* pre16 = pre16_ = reinterpret_cast<uint16_t*>(h);
     if (kernels::gemm_bf16_bias_gelu_cuda({.m = s.batch, .n = s.out, .k = s.in}, x16, w16, b16, y16,
                                           pre16, stream_))
       return;
@@ -289,18 +314,27 @@ class CudaGptOps {
   }
   // bf16 runs with a bias: the GELU's backward values go straight to the product's bf16 dy and the
   // bias gradient's column sums, never stored in fp32 (from the bf16 pre-activation that
-  // dense_gelu_to_dense kept, with the epilogue).
+  // dense_gelu_to_dense kept, with the epilogue). Where the MLP's second product computed them
+  // already (dense_backward of slot kMlpOut, the epilogue's other half), dg holds their words.
   void gelu_dense_backward(int slot, const float* h, float* dg, const kernels::DenseShape& s,
                            const float* x, const float* w, float* dx, float* dw, float* db,
                            float* scratch) {
     const size_t rows = static_cast<size_t>(s.batch);
+    const size_t i = static_cast<size_t>(slot);
+    if (dg16_ != nullptr) {
+      uint16_t* dy16 = std::exchange(dg16_, nullptr);
+      if (reinterpret_cast<void*>(dg) != dy16)
+        throw Error("gpt: the GELU's gradient is not where the MLP's second product wrote it");
+      kernels::dense_backward_bf16_cuda(s, x16_[i].data(), w16_[i].get(), nullptr, dx, dw, db, dy16,
+                                        stream_);
+      return;
+    }
     const bool pre16 = keeps_pre16(slot, db != nullptr);
     if (!pre16 && (!bf16_ || db == nullptr)) {
       kernels::gelu_backward_cuda(h, dg, dg, rows * s.out, stream_);
       dense_backward(slot, s, x, w, dg, dx, dw, db, scratch);
       return;
     }
-    const size_t i = static_cast<size_t>(slot);
     auto* dy16 = reinterpret_cast<uint16_t*>(scratch);
     if (pre16)
       kernels::gelu_backward_bf16_column_sums_cuda(reinterpret_cast<const uint16_t*>(h), dg, rows,
@@ -359,9 +393,9 @@ class CudaGptOps {
     return false;
   }
 
-  // The block's dense slots: the qkv product, the attention's projection, and the product the
-  // GELU follows.
-  static constexpr int kQkv = 0, kProj = 1, kFc = 2;
+  // The block's dense slots: the qkv product, the attention's projection, the product the GELU
+  // follows and the one after the GELU.
+  static constexpr int kQkv = 0, kProj = 1, kFc = 2, kMlpOut = 3;
 
   cudaStream_t stream_;
   bool bf16_;
@@ -377,6 +411,8 @@ class CudaGptOps {
   std::array<bool, 4> staged_{};    // x16_[slot] holds the next input already
   uint16_t* dqkv16_ = nullptr;      // cuDNN's dQKV words, for the qkv product's backward pass
   uint16_t* dout16_ = nullptr;      // dO's words for cuDNN, from the projection's backward pass
+  uint16_t* pre16_ = nullptr;       // the GELU epilogue's kept pre-activation (its last forward)
+  uint16_t* dg16_ = nullptr;        // the fc product's dy words, from the MLP's second product
 };
 
 }  // namespace
