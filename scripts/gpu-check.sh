@@ -481,7 +481,7 @@ variant_label() {
   echo "$s"
 }
 refusals() {
-  grep -aoE "cuDNN's attention is not usable|GELU epilogue does not take" "$1" || true
+  grep -aoE "cuDNN's attention is not usable|GELU epilogue does not take|GELU-derivative epilogue does not take" "$1" || true
 }
 
 long_peers_fp32() { long_peers fp32; }
