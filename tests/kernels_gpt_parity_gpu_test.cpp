@@ -216,13 +216,13 @@ TEST_F(GpuParity, LayerNormRowsGiveTheSameBitsWhateverTheAlignmentAndTheBatch) {
 // The backward pass with both parameter gradients, for widths up to 1,024 that take a warp per row:
 // dx as without them (the same bits), and dgamma and dbeta added up in the pass that computes dx
 // in layernorm.cu's order (8 warps a block, each from zero over the rows b R + w + 8 i of block b
-// in order, R = 8 max(2, ceil(rows / 8,192)); the warps then in the tree (0 4)(2 6) + (1 5)(3 7);
+// in order, R = 8 max(4, ceil(rows / 2,048)); the warps then in the tree (0 4)(2 6) + (1 5)(3 7);
 // the blocks' partials as column_sums' finish adds chunks): the bits of that order on the host,
 // over the terms dy and dy * xhat (xhat from the GPU's row statistics). The same bits with
-// pointers that allow only 4-byte loads. Also a tail block and three rows a warp.
+// pointers that allow only 4-byte loads. Also a tail block and nine rows a warp.
 TEST_F(GpuParity, LayerNormBackwardAddsItsParameterGradientsInTheDocumentedOrder) {
   auto in_kernel_order = [](int rows, int dim, const Floats& terms, Floats db) {
-    const int per_warp = std::max(2, (rows + 8191) / 8192), per_block = 8 * per_warp;
+    const int per_warp = std::max(4, (rows + 2047) / 2048), per_block = 8 * per_warp;
     const int blocks = (rows + per_block - 1) / per_block;
     Floats partial(size_t(blocks) * dim);
     for (int b = 0; b < blocks; ++b)

@@ -77,10 +77,12 @@ __global__ void partials_kernel(Load load, size_t rows, int cols, size_t chunk_r
 // Pass 2: db[col] += the chunks' partials (chunk c's at partial[c * stride + col]), as pass 1 adds
 // rows: block x takes 32 columns, lane l of a column the chunks l, l + 8, ..., then the 8 lanes in
 // lane order (a fixed order, and 8 threads a column rather than one walking up to 256 chunks).
-// Also the second pass of other kernels' column partials (layernorm.cu's dgamma and dbeta).
+// Columns from `split` on go to db_hi[col - split] instead (two gradients in one launch). Also the
+// second pass of other kernels' column partials (layernorm.cu's dgamma and dbeta).
 template <int Unused = 0>
 __global__ void finish_kernel(const float* __restrict__ partial, int chunks, int cols,
-                              size_t stride, float* __restrict__ db) {
+                              size_t stride, float* __restrict__ db, int split,
+                              float* __restrict__ db_hi) {
   __shared__ float lanes[kRowLanes][kColumns];
   const int col = blockIdx.x * kColumns + threadIdx.x;
   float sum = 0.0f;
@@ -91,7 +93,10 @@ __global__ void finish_kernel(const float* __restrict__ partial, int chunks, int
   if (threadIdx.y == 0 && col < cols) {
     float total = 0.0f;
     for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][threadIdx.x];
-    db[col] += total;
+    if (col < split)
+      db[col] += total;
+    else
+      db_hi[col - split] += total;
   }
 }
 
@@ -129,12 +134,14 @@ struct ColumnWords {
   bool aligned() const { return reinterpret_cast<uintptr_t>(words) % 8 == 0; }
 };
 
-// db[j] += the sum of partial[c * stride + j] over the chunks c < chunks, in finish_kernel's order.
+// db[j] += the sum of partial[c * stride + j] over the chunks c < chunks, in finish_kernel's order;
+// with db_hi, the columns j >= split go to db_hi[j - split] instead.
 inline void add_column_partials(const float* partial, size_t chunks, int cols, size_t stride,
-                                float* db, cudaStream_t stream) {
+                                float* db, cudaStream_t stream, int split = -1,
+                                float* db_hi = nullptr) {
   using namespace column_sums;
   finish_kernel<<<(cols + kColumns - 1) / kColumns, dim3(kColumns, kRowLanes), 0, stream>>>(
-      partial, static_cast<int>(chunks), cols, stride, db);
+      partial, static_cast<int>(chunks), cols, stride, db, db_hi != nullptr ? split : cols, db_hi);
   LS_CHECK_LAUNCH("column_sums::finish_kernel");
 }
 

@@ -211,9 +211,10 @@ __global__ void layernorm_rows_backward_kernel(LayerNormShape s, const float* x,
   backward_row<K, Vec, false>(s, row, x, gamma, mean, rstd, dy, dx, dx_add, unused, unused);
 }
 
-// The rows a warp takes in layernorm_rows_backward_sums_kernel: 2, or more where that would make
-// more than 1,024 blocks (the partials' scratch stays under 1,024 x 2 x dim floats).
-int sums_rows_per_warp(int rows) { return std::max(2, (rows + 8191) / 8192); }
+// The rows a warp takes in layernorm_rows_backward_sums_kernel: 4, or more where that would make
+// more than 256 blocks, so that the blocks fit in one wave (two an SM on 132 SMs at 768 wide) and
+// the second pass adds at most 256 partials a column (32 a thread).
+int sums_rows_per_warp(int rows) { return std::max(4, (rows + 2047) / 2048); }
 // Widths up to 1,024 only: each lane holds its columns' two partials beside the row, 128 registers
 // a thread at 768 wide (two blocks an SM), 160 at 1,024; wider rows would spill (255 at 2,048),
 // and take the column passes instead.
@@ -405,8 +406,8 @@ void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const floa
               s, per_warp, x, gamma, mean, rstd, dy, dx, dx_add, partial.as<float>());
     });
     LS_CHECK_LAUNCH("layernorm_rows_backward_sums_kernel");
-    cuda::add_column_partials(partial.as<float>(), blocks, s.dim, 2 * dim, dgamma, stream);
-    cuda::add_column_partials(partial.as<float>() + dim, blocks, s.dim, 2 * dim, dbeta, stream);
+    cuda::add_column_partials(partial.as<float>(), blocks, 2 * s.dim, 2 * dim, dgamma, stream,
+                              s.dim, dbeta);
     return;
   }
   if (dx != nullptr && warp_rows(s.dim)) {
