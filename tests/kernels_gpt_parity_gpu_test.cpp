@@ -615,6 +615,37 @@ void expect_near_exact_and_deterministic(const Bf16Attention& path, std::mt19937
   }
 }
 
+// One forward and backward pass of a path's fp32 calls on (qkv, dout): out, dqkv and the
+// statistics, downloaded.
+struct AttentionRun {
+  Floats out, dqkv, lse;
+};
+AttentionRun run_fp32_calls(const Bf16Attention& path, const lk::AttentionShape& s,
+                            const Floats& qkv, const Floats& dout, cudaStream_t stream) {
+  DeviceArray<float> gqkv(qkv), gdout(dout), out(dout.size()), dqkv(qkv.size()),
+      heads(path.heads_floats(s)), lse(path.lse_floats(s)), ws(path.workspace_floats(s));
+  auto* heads16 = reinterpret_cast<uint16_t*>(heads.get());
+  path.forward(s, gqkv.get(), out.get(), heads16, lse.get(), stream);
+  path.backward(s, heads16, out.get(), lse.get(), gdout.get(), dqkv.get(), ws.get(), stream);
+  lk::cuda_stream_synchronize(stream);
+  return {out.download(), dqkv.download(), lse.download()};
+}
+
+// cuDNN's fp32 calls (the heads buffer), as Bf16Attention.
+Bf16Attention cudnn_fp32_calls() {
+  return {lk::attention_cudnn_heads_floats,
+          lk::attention_cudnn_lse_floats,
+          lk::attention_cudnn_workspace_floats,
+          lk::attention_cudnn_forward_cuda,
+          [](const lk::AttentionShape& s, const uint16_t* heads, const float*, const float* lse,
+             const float* dout, float* dqkv, float* workspace, cudaStream_t stream) {
+            lk::attention_cudnn_backward_cuda(s, heads, lse, dout, dqkv, workspace, stream);
+          },
+          [](const lk::AttentionShape& s, std::string* why) {
+            return lk::attention_cudnn_usable(s, why);
+          }};
+}
+
 TEST_F(GpuParity, FlashAttentionNearTheExactFunctionAndDeterministic) {
   expect_near_exact_and_deterministic(
       {lk::attention_flash_heads_floats, lk::attention_flash_lse_floats,
@@ -634,44 +665,28 @@ TEST_F(GpuParity, CudnnAttentionNearTheExactFunctionAndDeterministic) {
   std::string why;
   if (!lk::attention_cudnn_usable({2, 70, 3, 32}, &why))
     GTEST_SKIP() << "cuDNN refused the attention graphs: " << why;
-  expect_near_exact_and_deterministic(
-      {lk::attention_cudnn_heads_floats, lk::attention_cudnn_lse_floats,
-       lk::attention_cudnn_workspace_floats, lk::attention_cudnn_forward_cuda,
-       [](const lk::AttentionShape& s, const uint16_t* heads, const float*, const float* lse,
-          const float* dout, float* dqkv, float* workspace, cudaStream_t stream) {
-         lk::attention_cudnn_backward_cuda(s, heads, lse, dout, dqkv, workspace, stream);
-       },
-       [](const lk::AttentionShape& s, std::string* why) {
-         return lk::attention_cudnn_usable(s, why);
-       }},
-      rng_, stream_);
+  expect_near_exact_and_deterministic(cudnn_fp32_calls(), rng_, stream_);
 
   // The bf16 edges (the GPT block's calls): the words the fp32 calls widen, bit for bit, the
   // forward pass's output read back as cuDNN's O from where it was written.
   const lk::AttentionShape s{2, 70, 3, 32};
   const size_t n = size_t(s.batch) * s.seq * s.channels();
   const Floats qkv = random_floats(3 * n, rng_), dout = random_floats(n, rng_);
-  const size_t heads_floats = lk::attention_cudnn_heads_floats(s),
-               lse_floats = lk::attention_cudnn_lse_floats(s),
-               ws_floats = lk::attention_cudnn_workspace_floats(s);
-  DeviceArray<float> gqkv(qkv), gdout(dout), out(n), dqkv(3 * n), heads(heads_floats),
-      heads16(heads_floats), lse(lse_floats), lse16(lse_floats), ws(ws_floats), ws16(ws_floats);
+  const AttentionRun fp32 = run_fp32_calls(cudnn_fp32_calls(), s, qkv, dout, stream_);
+  DeviceArray<float> gqkv(qkv), gdout(dout), heads16(lk::attention_cudnn_heads_floats(s)),
+      lse16(lk::attention_cudnn_lse_floats(s)), ws16(lk::attention_cudnn_workspace_floats(s));
   DeviceArray<uint16_t> out16(n), dqkv16(3 * n);
-  auto words = [](DeviceArray<float>& a) { return reinterpret_cast<uint16_t*>(a.get()); };
-  lk::attention_cudnn_forward_cuda(s, gqkv.get(), out.get(), words(heads), lse.get(), stream_);
-  lk::attention_cudnn_backward_cuda(s, words(heads), lse.get(), gdout.get(), dqkv.get(), ws.get(),
-                                    stream_);
-  lk::attention_cudnn_forward_bf16_cuda(s, gqkv.get(), out16.get(), words(heads16), lse16.get(),
-                                        stream_);
-  lk::attention_cudnn_backward_bf16_cuda(s, words(heads16), out16.get(), lse16.get(), gdout.get(),
+  auto* h16 = reinterpret_cast<uint16_t*>(heads16.get());
+  lk::attention_cudnn_forward_bf16_cuda(s, gqkv.get(), out16.get(), h16, lse16.get(), stream_);
+  lk::attention_cudnn_backward_bf16_cuda(s, h16, out16.get(), lse16.get(), gdout.get(),
                                          dqkv16.get(), ws16.get(), stream_);
   sync();
-  EXPECT_EQ(out16.download(), bf16_words(out.download())) << "the output's words";
-  EXPECT_EQ(lse16.download(), lse.download()) << "the statistics";
+  EXPECT_EQ(out16.download(), bf16_words(fp32.out)) << "the output's words";
+  EXPECT_EQ(lse16.download(), fp32.lse) << "the statistics";
   const std::vector<uint16_t> d16 = dqkv16.download();
   Floats wide(d16.size());
   lk::cast_bf16_to_f32_cpu(d16.data(), wide.data(), wide.size());
-  EXPECT_EQ(wide, dqkv.download()) << "dQ, dK, dV's words";
+  EXPECT_EQ(wide, fp32.dqkv) << "dQ, dK, dV's words";
   EXPECT_THROW(
       lk::attention_cudnn_forward_cuda({1, 4, 1, 12}, nullptr, nullptr, nullptr, nullptr, stream_),
       std::invalid_argument);
@@ -704,38 +719,28 @@ TEST_F(GpuParity, CudnnAttentionReadingTheQkvProductInPlace) {
     lk::attention_cudnn_backward_packed_cuda(s, heads, heads + 3 * n, lse, d_o, d_o + n, stream);
     lk::cast_bf16_to_f32_cuda(d_o + n, dqkv, 3 * n, stream);
   };
-  expect_near_exact_and_deterministic(
-      {lk::attention_cudnn_heads_floats, lk::attention_cudnn_lse_floats,
-       lk::attention_cudnn_workspace_floats, forward, backward,
-       [](const lk::AttentionShape& s, std::string* why) {
-         return lk::attention_cudnn_usable(s, why, true);
-       }},
-      rng_, stream_);
+  const Bf16Attention packed{lk::attention_cudnn_heads_floats,
+                             lk::attention_cudnn_lse_floats,
+                             lk::attention_cudnn_workspace_floats,
+                             forward,
+                             backward,
+                             [](const lk::AttentionShape& s, std::string* why) {
+                               return lk::attention_cudnn_usable(s, why, true);
+                             }};
+  expect_near_exact_and_deterministic(packed, rng_, stream_);
 
   // Against the calls that copy by heads, on the same inputs.
   const lk::AttentionShape s{2, 200, 2, 64};
   const size_t n = size_t(s.batch) * s.seq * s.channels();
   const Floats qkv = random_floats(3 * n, rng_), dout = random_floats(n, rng_);
-  const size_t heads_floats = lk::attention_cudnn_heads_floats(s),
-               lse_floats = lk::attention_cudnn_lse_floats(s),
-               ws_floats = lk::attention_cudnn_workspace_floats(s);
-  DeviceArray<float> gqkv(qkv), gdout(dout), out(n), dqkv(3 * n), heads(heads_floats),
-      lse(lse_floats), ws(ws_floats), out_p(n), dqkv_p(3 * n), heads_p(heads_floats),
-      lse_p(lse_floats), ws_p(ws_floats);
-  auto words = [](DeviceArray<float>& a) { return reinterpret_cast<uint16_t*>(a.get()); };
-  lk::attention_cudnn_forward_cuda(s, gqkv.get(), out.get(), words(heads), lse.get(), stream_);
-  lk::attention_cudnn_backward_cuda(s, words(heads), lse.get(), gdout.get(), dqkv.get(), ws.get(),
-                                    stream_);
-  forward(s, gqkv.get(), out_p.get(), words(heads_p), lse_p.get(), stream_);
-  backward(s, words(heads_p), out_p.get(), lse_p.get(), gdout.get(), dqkv_p.get(), ws_p.get(),
-           stream_);
-  sync();
-  const Floats o = out.download(), o_p = out_p.download(), d = dqkv.download(),
-               d_p = dqkv_p.download();
-  EXPECT_TRUE(close(o_p, o, 1e-2)) << "out";
-  EXPECT_TRUE(close(lse_p.download(), lse.download(), 1e-5)) << "the statistics";
-  EXPECT_TRUE(close(d_p, d, 2e-2)) << "dqkv";
-  std::cout << "[   NOTE   ] the two layouts gave " << (o_p == o && d_p == d ? "the same" : "other")
+  const AttentionRun by_heads = run_fp32_calls(cudnn_fp32_calls(), s, qkv, dout, stream_);
+  const AttentionRun in_place = run_fp32_calls(packed, s, qkv, dout, stream_);
+  EXPECT_TRUE(close(in_place.out, by_heads.out, 1e-2)) << "out";
+  EXPECT_TRUE(close(in_place.lse, by_heads.lse, 1e-5)) << "the statistics";
+  EXPECT_TRUE(close(in_place.dqkv, by_heads.dqkv, 2e-2)) << "dqkv";
+  std::cout << "[   NOTE   ] the two layouts gave "
+            << (in_place.out == by_heads.out && in_place.dqkv == by_heads.dqkv ? "the same"
+                                                                               : "other")
             << " bits\n";
 }
 
