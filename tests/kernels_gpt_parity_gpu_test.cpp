@@ -384,6 +384,31 @@ TEST_F(GpuParity, GeluAndResidualElementwise) {
   }
 }
 
+// Each element's value once widened from its bf16 word.
+Floats widened(const std::vector<uint16_t>& words) {
+  Floats out(words.size());
+  lk::cast_bf16_to_f32_cpu(words.data(), out.data(), words.size());
+  return out;
+}
+
+// A bf16 product's case: random operands' words (a for op(A), b for op(B) as stored) and, with a
+// bias, its words, and z, the fp32 product of their values plus the bias's value on the CPU (the
+// oracle of the epilogue products).
+struct ProductCase {
+  std::vector<uint16_t> a16, b16, bias16;
+  Floats z;
+  ProductCase(const lk::GemmShape& s, std::mt19937& rng, bool bias)
+      : a16(bf16_words(random_floats(size_t(s.m) * s.k, rng))),
+        b16(bf16_words(random_floats(size_t(s.k) * s.n, rng))),
+        bias16(bf16_words(random_floats(bias ? size_t(s.n) : 0, rng))),
+        z(size_t(s.m) * s.n) {
+    lk::gemm_cpu(s, widened(a16).data(), widened(b16).data(), z.data());
+    const Floats b = widened(bias16);
+    for (size_t r = 0; r < size_t(s.m) && bias; ++r)
+      for (size_t j = 0; j < size_t(s.n); ++j) z[r * s.n + j] += b[j];
+  }
+};
+
 // The MLP's first product with the bias and GELU in cuBLASLt's epilogue (LOCKSTEP_CUDA_GELU=
 // epilogue): the oracle is the fp32 product of the bf16-rounded operands plus the bf16-rounded bias
 // (z) and its GELU on the CPU, each within bf16's rounding; the backward pass from the kept bf16
@@ -395,29 +420,18 @@ TEST_F(GpuParity, GeluEpilogueProductNearTheCpuFunction) {
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
     const size_t mn = size_t(s.m) * s.n;
-    const Floats a = random_floats(size_t(s.m) * s.k, rng_),
-                 b = random_floats(size_t(s.k) * s.n, rng_);
-    const Floats bias = random_floats(size_t(s.n), rng_);
-    const std::vector<uint16_t> a16 = bf16_words(a), b16 = bf16_words(b), bias16 = bf16_words(bias);
-    Floats ar(a.size()), br(b.size()), biasr(bias.size()), z(mn), y(mn);
-    lk::cast_bf16_to_f32_cpu(a16.data(), ar.data(), ar.size());
-    lk::cast_bf16_to_f32_cpu(b16.data(), br.data(), br.size());
-    lk::cast_bf16_to_f32_cpu(bias16.data(), biasr.data(), biasr.size());
-    lk::gemm_cpu(s, ar.data(), br.data(), z.data());
-    for (size_t r = 0; r < size_t(s.m); ++r)
-      for (size_t j = 0; j < size_t(s.n); ++j) z[r * s.n + j] += biasr[j];
+    const ProductCase c(s, rng_, true);
+    const Floats& z = c.z;
+    Floats y(mn);
     lk::gelu_forward_cpu(z.data(), y.data(), mn);
-    DeviceArray<uint16_t> da(a16), db(b16), dbias(bias16), dy16(mn), dpre16(mn);
+    DeviceArray<uint16_t> da(c.a16), db(c.b16), dbias(c.bias16), dy16(mn), dpre16(mn);
     ASSERT_TRUE(lk::gemm_bf16_bias_gelu_cuda(s, da.get(), db.get(), dbias.get(), dy16.get(),
                                              dpre16.get(), stream_))
         << "cuBLASLt offered no GELU epilogue for the shape";
     sync();
-    const std::vector<uint16_t> pre16 = dpre16.download(), out16 = dy16.download();
-    Floats pre(mn), out(mn);
-    lk::cast_bf16_to_f32_cpu(pre16.data(), pre.data(), mn);
-    lk::cast_bf16_to_f32_cpu(out16.data(), out.data(), mn);
+    const Floats pre = widened(dpre16.download());
     EXPECT_TRUE(close(pre, z, 1e-2)) << "the pre-activation";
-    EXPECT_TRUE(close(out, y, 1e-2)) << "the GELU's output";
+    EXPECT_TRUE(close(widened(dy16.download()), y, 1e-2)) << "the GELU's output";
 
     const Floats dg = random_floats(mn, rng_), db0 = random_floats(size_t(s.n), rng_);
     DeviceArray<float> gdg(dg), gpre(pre), gdb(db0), gdb_from16(db0);
@@ -434,22 +448,15 @@ TEST_F(GpuParity, GeluEpilogueProductNearTheCpuFunction) {
     // MLP's second product's dx: e [m, k] times f^T, f stored [n, k]): GELU'(pre) times the
     // product of the bf16 operands, within bf16's rounding.
     const lk::GemmShape sd{.m = s.m, .n = s.n, .k = s.k, .trans_b = true};
-    const Floats e = random_floats(size_t(s.m) * s.k, rng_),
-                 f = random_floats(size_t(s.n) * s.k, rng_);
-    const std::vector<uint16_t> e16 = bf16_words(e), f16 = bf16_words(f);
-    Floats er(e.size()), fr(f.size()), prod(mn), want(mn);
-    lk::cast_bf16_to_f32_cpu(e16.data(), er.data(), er.size());
-    lk::cast_bf16_to_f32_cpu(f16.data(), fr.data(), fr.size());
-    lk::gemm_cpu(sd, er.data(), fr.data(), prod.data());
-    lk::gelu_backward_cpu(pre.data(), prod.data(), want.data(), mn);
-    DeviceArray<uint16_t> de(e16), df(f16), ddg16(mn);
+    const ProductCase d(sd, rng_, false);
+    Floats want(mn);
+    lk::gelu_backward_cpu(pre.data(), d.z.data(), want.data(), mn);
+    DeviceArray<uint16_t> de(d.a16), df(d.b16), ddg16(mn);
     ASSERT_TRUE(
         lk::gemm_bf16_dgelu_out_cuda(sd, de.get(), df.get(), dpre16.get(), ddg16.get(), stream_))
         << "cuBLASLt offered no GELU-derivative epilogue for the shape";
     sync();
-    const std::vector<uint16_t> dg16 = ddg16.download();
-    Floats dgw(mn);
-    lk::cast_bf16_to_f32_cpu(dg16.data(), dgw.data(), mn);
+    const Floats dgw = widened(ddg16.download());
     EXPECT_TRUE(close(dgw, want, 1e-2)) << "GELU'(pre) times the product";
 
     const std::vector<uint16_t> marked(mn + 8, 0x1234);
@@ -490,24 +497,10 @@ TEST_F(GpuParity, BiasEpilogueProductWrittenInBf16) {
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
     const size_t mn = size_t(s.m) * s.n;
-    const Floats a = random_floats(size_t(s.m) * s.k, rng_),
-                 b = random_floats(size_t(s.k) * s.n, rng_),
-                 bias = random_floats(size_t(s.n), rng_);
-    const std::vector<uint16_t> a16 = bf16_words(a), b16 = bf16_words(b), bias16 = bf16_words(bias);
-    Floats ar(a.size()), br(b.size()), biasr(bias.size()), z(mn);
-    lk::cast_bf16_to_f32_cpu(a16.data(), ar.data(), ar.size());
-    lk::cast_bf16_to_f32_cpu(b16.data(), br.data(), br.size());
-    lk::cast_bf16_to_f32_cpu(bias16.data(), biasr.data(), biasr.size());
-    lk::gemm_cpu(s, ar.data(), br.data(), z.data());
-    for (size_t r = 0; r < size_t(s.m); ++r)
-      for (size_t j = 0; j < size_t(s.n); ++j) z[r * s.n + j] += biasr[j];
-    auto widened = [](const std::vector<uint16_t>& words) {
-      Floats out(words.size());
-      lk::cast_bf16_to_f32_cpu(words.data(), out.data(), words.size());
-      return out;
-    };
-    DeviceArray<uint16_t> da(a16), db(b16), dbias16(bias16), dy16(mn);
-    DeviceArray<float> dbias(biasr);
+    const ProductCase c(s, rng_, true);
+    const Floats& z = c.z;
+    DeviceArray<uint16_t> da(c.a16), db(c.b16), dbias16(c.bias16), dy16(mn);
+    DeviceArray<float> dbias(widened(c.bias16));
     ASSERT_TRUE(
         lk::gemm_bf16_bias_out_cuda(s, da.get(), db.get(), dbias16.get(), dy16.get(), stream_))
         << "cuBLASLt offered no bias epilogue with a bf16 output for the shape";
