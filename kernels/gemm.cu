@@ -289,6 +289,7 @@ bool lt_bf16_out(LtEpilogue kind, const GemmShape& s, const uint16_t* a, const u
 
 bool gemm_bf16_bias_out_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
                              const uint16_t* bias16, uint16_t* c16, cudaStream_t stream) {
+  if (bias16 == nullptr) throw std::invalid_argument("gemm_bf16_bias_out_cuda: no bias16");
   return lt_bf16_out(LtEpilogue::bias16, s, a, b, bias16, c16, nullptr, stream,
                      "gemm_bf16_bias_out_cuda");
 }
@@ -303,7 +304,8 @@ bool gemm_bf16_dgelu_out_cuda(const GemmShape& s, const uint16_t* a, const uint1
 bool gemm_bf16_bias_gelu_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* b,
                               const uint16_t* bias16, uint16_t* y16, uint16_t* pre16,
                               cudaStream_t stream) {
-  if (pre16 == nullptr) throw std::invalid_argument("gemm_bf16_bias_gelu_cuda: no pre16");
+  if (pre16 == nullptr || bias16 == nullptr)
+    throw std::invalid_argument("gemm_bf16_bias_gelu_cuda: no pre16 or no bias16");
   return lt_bf16_out(LtEpilogue::gelu, s, a, b, bias16, y16, pre16, stream,
                      "gemm_bf16_bias_gelu_cuda");
 }
