@@ -399,7 +399,7 @@ void layernorm_backward_cuda(const LayerNormShape& s, const float* x, const floa
     const size_t blocks = (rows + kRowsPerBlock * per_warp - 1) / (kRowsPerBlock * per_warp);
     const size_t dim = static_cast<size_t>(s.dim);
     cuda::StreamScratch partial(blocks * 2 * dim * sizeof(float), stream);
-    const size_t pass_bytes = kRowsPerBlock / 2 * dim * sizeof(float);  // 32 KiB at 2,048 wide
+    const size_t pass_bytes = kRowsPerBlock / 2 * dim * sizeof(float);  // 16 KiB at 1,024 wide
     with_row_kernel<kSumsMaxQuads>(s.dim, vec, [&](auto k, auto v) {
       layernorm_rows_backward_sums_kernel<k(), v()>
           <<<static_cast<unsigned>(blocks), kRowThreads, pass_bytes, stream>>>(
