@@ -257,17 +257,59 @@ bool attention_cudnn_usable(const AttentionShape& s, std::string* why, bool pack
   }
 }
 
+namespace {
+
+// Where Q, K and V start for the graphs: the heads buffer's three planes (n elements each), or in
+// place in the qkv product's words (the three column blocks of a row, C apart; packed graphs).
+struct QkvAt {
+  uint16_t *q, *k, *v;
+  bool packed;
+};
+QkvAt by_heads(const uint16_t* heads, size_t n) {
+  auto* h = const_cast<uint16_t*>(heads);
+  return {h, h + n, h + 2 * n, false};
+}
+QkvAt in_place(const uint16_t* qkv16, size_t c) {
+  auto* q = const_cast<uint16_t*>(qkv16);
+  return {q, q + c, q + 2 * c, true};
+}
+
+void run_forward(const AttentionShape& s, const QkvAt& in, uint16_t* out16, float* lse,
+                 cudaStream_t stream, const char* who) {
+  Graphs& g = usable_graphs(s, who, in.packed);
+  std::unordered_map<int64_t, void*> pointers{
+      {kQ, in.q}, {kK, in.k}, {kV, in.v}, {kO, out16}, {kStats, lse}};
+  run(*g.forward, pointers, g.workspace, stream, who);
+}
+
+// dQ, dK and dV into dqkv16's packed layout, whichever layout Q, K and V come in.
+void run_backward(const AttentionShape& s, const QkvAt& in, const uint16_t* out16, const float* lse,
+                  const uint16_t* dout16, uint16_t* dqkv16, cudaStream_t stream, const char* who) {
+  Graphs& g = usable_graphs(s, who, in.packed);
+  const size_t c = static_cast<size_t>(s.channels());
+  std::unordered_map<int64_t, void*> pointers{{kQ, in.q},
+                                              {kK, in.k},
+                                              {kV, in.v},
+                                              {kO, const_cast<uint16_t*>(out16)},
+                                              {kStats, const_cast<float*>(lse)},
+                                              {kDo, const_cast<uint16_t*>(dout16)},
+                                              {kDq, dqkv16},
+                                              {kDk, dqkv16 + c},
+                                              {kDv, dqkv16 + 2 * c}};
+  run(*g.backward, pointers, g.workspace, stream, who);
+}
+
+}  // namespace
+
 void attention_cudnn_forward_bf16_cuda(const AttentionShape& s, const float* qkv, uint16_t* out16,
                                        uint16_t* heads, float* lse, cudaStream_t stream) {
   const char* who = "attention_cudnn_forward_bf16_cuda";
   check(s, {qkv, out16, heads, lse}, who);
   if (s.batch == 0) return;
-  Graphs& g = usable_graphs(s, who);
+  usable_graphs(s, who);  // a refusal throws before the heads are written
   const size_t n = static_cast<size_t>(s.batch) * s.seq * s.channels();
   attention_flash_heads_cuda(s, qkv, heads, stream);
-  std::unordered_map<int64_t, void*> pointers{
-      {kQ, heads}, {kK, heads + n}, {kV, heads + 2 * n}, {kO, out16}, {kStats, lse}};
-  run(*g.forward, pointers, g.workspace, stream, who);
+  run_forward(s, by_heads(heads, n), out16, lse, stream, who);
 }
 
 void attention_cudnn_forward_cuda(const AttentionShape& s, const float* qkv, float* out,
@@ -285,22 +327,11 @@ void attention_cudnn_backward_bf16_cuda(const AttentionShape& s, const uint16_t*
   const char* who = "attention_cudnn_backward_bf16_cuda";
   check(s, {heads, out16, lse, dout, dqkv16, workspace}, who);
   if (s.batch == 0) return;
-  Graphs& g = usable_graphs(s, who);
+  usable_graphs(s, who);  // a refusal throws before dO is cast
   const size_t n = static_cast<size_t>(s.batch) * s.seq * s.channels();
-  const size_t c = static_cast<size_t>(s.channels());
   auto* d_o = reinterpret_cast<uint16_t*>(workspace);
   cast_f32_to_bf16_cuda(dout, d_o, n, stream);
-  auto* h = const_cast<uint16_t*>(heads);
-  std::unordered_map<int64_t, void*> pointers{{kQ, h},
-                                              {kK, h + n},
-                                              {kV, h + 2 * n},
-                                              {kO, const_cast<uint16_t*>(out16)},
-                                              {kStats, const_cast<float*>(lse)},
-                                              {kDo, d_o},
-                                              {kDq, dqkv16},
-                                              {kDk, dqkv16 + c},
-                                              {kDv, dqkv16 + 2 * c}};
-  run(*g.backward, pointers, g.workspace, stream, who);
+  run_backward(s, by_heads(heads, n), out16, lse, d_o, dqkv16, stream, who);
 }
 
 void attention_cudnn_backward_cuda(const AttentionShape& s, const uint16_t* heads, const float* lse,
@@ -318,12 +349,7 @@ void attention_cudnn_forward_packed_cuda(const AttentionShape& s, const uint16_t
   const char* who = "attention_cudnn_forward_packed_cuda";
   check(s, {qkv16, out16, lse}, who);
   if (s.batch == 0) return;
-  Graphs& g = usable_graphs(s, who, true);
-  const size_t c = static_cast<size_t>(s.channels());
-  auto* q = const_cast<uint16_t*>(qkv16);
-  std::unordered_map<int64_t, void*> pointers{
-      {kQ, q}, {kK, q + c}, {kV, q + 2 * c}, {kO, out16}, {kStats, lse}};
-  run(*g.forward, pointers, g.workspace, stream, who);
+  run_forward(s, in_place(qkv16, static_cast<size_t>(s.channels())), out16, lse, stream, who);
 }
 
 void attention_cudnn_backward_packed_cuda(const AttentionShape& s, const uint16_t* qkv16,
@@ -333,19 +359,8 @@ void attention_cudnn_backward_packed_cuda(const AttentionShape& s, const uint16_
   const char* who = "attention_cudnn_backward_packed_cuda";
   check(s, {qkv16, out16, lse, dout16, dqkv16}, who);
   if (s.batch == 0) return;
-  Graphs& g = usable_graphs(s, who, true);
-  const size_t c = static_cast<size_t>(s.channels());
-  auto* q = const_cast<uint16_t*>(qkv16);
-  std::unordered_map<int64_t, void*> pointers{{kQ, q},
-                                              {kK, q + c},
-                                              {kV, q + 2 * c},
-                                              {kO, const_cast<uint16_t*>(out16)},
-                                              {kStats, const_cast<float*>(lse)},
-                                              {kDo, const_cast<uint16_t*>(dout16)},
-                                              {kDq, dqkv16},
-                                              {kDk, dqkv16 + c},
-                                              {kDv, dqkv16 + 2 * c}};
-  run(*g.backward, pointers, g.workspace, stream, who);
+  run_backward(s, in_place(qkv16, static_cast<size_t>(s.channels())), out16, lse, dout16, dqkv16,
+               stream, who);
 }
 
 }  // namespace lockstep::kernels
