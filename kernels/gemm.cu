@@ -127,9 +127,11 @@ LtState& lt_state() {
 // Row-major C (m x n) = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as prepare() above:
 // cuBLASLt's first operand is our B, its second our A; the bias runs along C^T's rows (our n), and
 // so does the GELU's pre-activation matrix (aux, leading dimension n). aux: that matrix's pointer
-// (gelu, written; dgelu, read), which the heuristic reads for its alignment.
+// (gelu, written; dgelu, read), and bias the bias's (null for dgelu): the heuristic reads both
+// for their alignment (cublasLt.h: a pointer left unset is taken as fully aligned), so the callers
+// fold the bias's alignment into align_c, the plan's key.
 LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t align_a,
-                 uint32_t align_b, uint32_t align_c, void* aux = nullptr) {
+                 uint32_t align_b, uint32_t align_c, const void* bias, void* aux = nullptr) {
   LtPlan p;
   const cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -151,6 +153,8 @@ LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t alig
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof(bias_type)));
   }
+  LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                 sizeof(bias)));
   if (gelu) {
     const int64_t aux_ld = s.n;
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
@@ -201,12 +205,14 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   if (s.m == 0 || s.n == 0) return;
   if (c_in == nullptr) c_in = c;
   LtState& st = lt_state();
-  const uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
+  const uint32_t align_a = alignment(a), align_b = alignment(b),
+                 align_c = std::min(alignment(c), alignment(bias));
   const auto key = std::make_tuple(LtEpilogue::bias, s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta,
                                    align_a, align_b, align_c);
   auto it = st.plans.find(key);
   if (it == st.plans.end())
-    it = st.plans.emplace(key, make_plan(st, s, LtEpilogue::bias, align_a, align_b, align_c)).first;
+    it = st.plans.emplace(key, make_plan(st, s, LtEpilogue::bias, align_a, align_b, align_c, bias))
+             .first;
   LtPlan& p = it->second;
   // cuBLASLt's bias epilogue wants 16-byte aligned operands (llm.c's matmul_cublaslt insists on it
   // too); anything less takes the fill.
@@ -257,14 +263,16 @@ bool lt_bf16_out(LtEpilogue kind, const GemmShape& s, const uint16_t* a, const u
         aux != nullptr ? static_cast<const void*>(aux) : c16})
     if (alignment(p) < 16) return false;
   LtState& st = lt_state();
-  // The output's alignment stands for both matrices the GELU's epilogue writes.
+  // The output's alignment stands for both matrices the GELU's epilogue writes, and the bias.
   const uint32_t align_a = alignment(a), align_b = alignment(b),
-                 align_c = std::min(alignment(c16), aux != nullptr ? alignment(aux) : 256u);
+                 align_c = std::min({alignment(c16), aux != nullptr ? alignment(aux) : 256u,
+                                     bias16 != nullptr ? alignment(bias16) : 256u});
   const auto key =
       std::make_tuple(kind, s.m, s.n, s.k, s.trans_a, s.trans_b, 0.0f, align_a, align_b, align_c);
   auto it = st.plans.find(key);
   if (it == st.plans.end())
-    it = st.plans.emplace(key, make_plan(st, s, kind, align_a, align_b, align_c, aux)).first;
+    it =
+        st.plans.emplace(key, make_plan(st, s, kind, align_a, align_b, align_c, bias16, aux)).first;
   LtPlan& p = it->second;
   if (!p.usable) return false;
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias16,

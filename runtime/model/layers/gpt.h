@@ -30,4 +30,9 @@ std::unique_ptr<Layer> make_embed_cuda(const LayerPlan& plan, const CudaLayerPla
 std::unique_ptr<Layer> make_block_cuda(const LayerPlan& plan, const CudaLayerPlacement& where);
 std::unique_ptr<Layer> make_lmhead_cuda(const LayerPlan& plan, const CudaLayerPlacement& where);
 
+// The MLP products, forward or backward, that LOCKSTEP_CUDA_GELU=epilogue gave cuBLASLt's GELU
+// epilogues in this process and that ran the GELU pass instead (each kind said once on stderr):
+// what the GPU tests check, as a message said once may have been said by an earlier test.
+long cuda_gelu_epilogue_refusals();
+
 }  // namespace lockstep

@@ -18,6 +18,7 @@
 // .cu only so that it is built with CUDA and gpt_cuda_stub.cpp without.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -36,6 +37,9 @@
 
 namespace lockstep {
 namespace {
+
+// cuda_gelu_epilogue_refusals (gpt.h): counted at each product that fell back.
+std::atomic<long> gelu_epilogue_refusals{0};
 
 class CudaGptOps {
  public:
@@ -259,6 +263,7 @@ class CudaGptOps {
         dg16_ = dg16;
         return;
       }
+      gelu_epilogue_refusals.fetch_add(1, std::memory_order_relaxed);
       static std::once_flag said;
       std::call_once(said, [&] {
         std::fprintf(stderr,
@@ -300,6 +305,7 @@ class CudaGptOps {
     if (kernels::gemm_bf16_bias_gelu_cuda({.m = s.batch, .n = s.out, .k = s.in}, x16, w16, b16, y16,
                                           pre16, stream_))
       return;
+    gelu_epilogue_refusals.fetch_add(1, std::memory_order_relaxed);
     static std::once_flag said;
     std::call_once(said, [&] {
       std::fprintf(
@@ -428,6 +434,10 @@ std::unique_ptr<Layer> make_block_cuda(const LayerPlan& plan, const CudaLayerPla
                  {.batch = 0, .seq = plan.in[0], .heads = heads, .head_dim = plan.in[1] / heads},
                  plan.recompute == Recompute::gelu));
 }
+long cuda_gelu_epilogue_refusals() {
+  return gelu_epilogue_refusals.load(std::memory_order_relaxed);
+}
+
 std::unique_ptr<Layer> make_lmhead_cuda(const LayerPlan& plan, const CudaLayerPlacement& where) {
   return std::make_unique<LmHeadLayer<CudaGptOps>>(plan, CudaGptOps(where));
 }

@@ -11,6 +11,7 @@ std::unique_ptr<Layer> make_embed_cuda(const LayerPlan&, const CudaLayerPlacemen
 std::unique_ptr<Layer> make_block_cuda(const LayerPlan&, const CudaLayerPlacement&) {
   kernels::cuda_not_built("make_block_cuda");
 }
+long cuda_gelu_epilogue_refusals() { return 0; }
 std::unique_ptr<Layer> make_lmhead_cuda(const LayerPlan&, const CudaLayerPlacement&) {
   kernels::cuda_not_built("make_lmhead_cuda");
 }
