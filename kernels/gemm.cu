@@ -106,7 +106,8 @@ struct LtPlan {
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  std::map<std::tuple<LtEpilogue, int, int, int, bool, bool, float, uint32_t, uint32_t, uint32_t>,
+  std::map<std::tuple<LtEpilogue, int, int, int, bool, bool, float, uint32_t, uint32_t, uint32_t,
+                      uint32_t>,
            LtPlan>
       plans;
 };
@@ -128,8 +129,8 @@ LtState& lt_state() {
 // cuBLASLt's first operand is our B, its second our A; the bias runs along C^T's rows (our n), and
 // so does the GELU's pre-activation matrix (aux, leading dimension n). aux: that matrix's pointer
 // (gelu, written; dgelu, read), and bias the bias's (null for dgelu): the heuristic reads both
-// for their alignment (cublasLt.h: a pointer left unset is taken as fully aligned), so the callers
-// fold the bias's alignment into align_c, the plan's key.
+// for their alignment (cublasLt.h: a pointer left unset is taken as fully aligned), so the bias's
+// alignment is in the plan's key too.
 LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t align_a,
                  uint32_t align_b, uint32_t align_c, const void* bias, void* aux = nullptr) {
   LtPlan p;
@@ -205,10 +206,9 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   if (s.m == 0 || s.n == 0) return;
   if (c_in == nullptr) c_in = c;
   LtState& st = lt_state();
-  const uint32_t align_a = alignment(a), align_b = alignment(b),
-                 align_c = std::min(alignment(c), alignment(bias));
+  const uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
   const auto key = std::make_tuple(LtEpilogue::bias, s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta,
-                                   align_a, align_b, align_c);
+                                   align_a, align_b, align_c, alignment(bias));
   auto it = st.plans.find(key);
   if (it == st.plans.end())
     it = st.plans.emplace(key, make_plan(st, s, LtEpilogue::bias, align_a, align_b, align_c, bias))
@@ -263,12 +263,11 @@ bool lt_bf16_out(LtEpilogue kind, const GemmShape& s, const uint16_t* a, const u
         aux != nullptr ? static_cast<const void*>(aux) : c16})
     if (alignment(p) < 16) return false;
   LtState& st = lt_state();
-  // The output's alignment stands for both matrices the GELU's epilogue writes, and the bias.
+  // The output's alignment stands for both matrices the GELU's epilogue writes.
   const uint32_t align_a = alignment(a), align_b = alignment(b),
-                 align_c = std::min({alignment(c16), aux != nullptr ? alignment(aux) : 256u,
-                                     bias16 != nullptr ? alignment(bias16) : 256u});
-  const auto key =
-      std::make_tuple(kind, s.m, s.n, s.k, s.trans_a, s.trans_b, 0.0f, align_a, align_b, align_c);
+                 align_c = std::min(alignment(c16), aux != nullptr ? alignment(aux) : 256u);
+  const auto key = std::make_tuple(kind, s.m, s.n, s.k, s.trans_a, s.trans_b, 0.0f, align_a,
+                                   align_b, align_c, alignment(bias16));
   auto it = st.plans.find(key);
   if (it == st.plans.end())
     it =
