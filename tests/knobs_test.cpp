@@ -19,10 +19,10 @@ namespace lockstep {
 namespace {
 
 const char* const kNames[] = {
-    "LOCKSTEP_CPU_CONV",         "LOCKSTEP_CUDA_CONV",      "LOCKSTEP_CUDNN_DETERMINISTIC",
-    "LOCKSTEP_CPU_ISA",          "LOCKSTEP_CUDA_ATTENTION", "LOCKSTEP_CPU_ATTENTION",
-    "LOCKSTEP_CUDA_GELU",        "LOCKSTEP_CUDA_LOGITS",    "LOCKSTEP_CUDA_CONV_POOL",
-    "LOCKSTEP_CUDA_BF16_WEIGHTS"};
+    "LOCKSTEP_CPU_CONV",          "LOCKSTEP_CUDA_CONV",      "LOCKSTEP_CUDNN_DETERMINISTIC",
+    "LOCKSTEP_CPU_ISA",           "LOCKSTEP_CUDA_ATTENTION", "LOCKSTEP_CPU_ATTENTION",
+    "LOCKSTEP_CUDA_GELU",         "LOCKSTEP_CUDA_LOGITS",    "LOCKSTEP_CUDA_CONV_POOL",
+    "LOCKSTEP_CUDA_BF16_WEIGHTS", "LOCKSTEP_CPU_LANES"};
 
 // Clears the knobs' variables for a test and puts back what the process had.
 class KnobsTest : public testing::Test {
@@ -60,13 +60,14 @@ TEST_F(KnobsTest, UnsetOrEmptyIsTheDefault) {
   EXPECT_EQ(k.cuda_logits, LogitsKnob::f32);
   EXPECT_EQ(k.cuda_conv_pool, ConvPoolKnob::unfused);
   EXPECT_EQ(k.cuda_bf16_weights, Bf16WeightsKnob::update);
+  EXPECT_TRUE(k.cpu_lanes);
   for (const char* n : kNames) setenv(n, "", 1);
   EXPECT_EQ(knobs_text(knobs_from_environment()), knobs_text(k));
   EXPECT_EQ(knobs_text(k),
             "LOCKSTEP_CPU_CONV=auto LOCKSTEP_CUDA_CONV=any LOCKSTEP_CUDNN_DETERMINISTIC=1 "
             "LOCKSTEP_CPU_ISA=native LOCKSTEP_CUDA_ATTENTION=flash LOCKSTEP_CPU_ATTENTION=flash "
             "LOCKSTEP_CUDA_GELU=kernel LOCKSTEP_CUDA_LOGITS=fp32 LOCKSTEP_CUDA_CONV_POOL=unfused "
-            "LOCKSTEP_CUDA_BF16_WEIGHTS=update");
+            "LOCKSTEP_CUDA_BF16_WEIGHTS=update LOCKSTEP_CPU_LANES=auto");
 }
 
 TEST_F(KnobsTest, EveryValueIsRead) {
@@ -80,6 +81,7 @@ TEST_F(KnobsTest, EveryValueIsRead) {
   setenv("LOCKSTEP_CUDA_LOGITS", "bf16", 1);
   setenv("LOCKSTEP_CUDA_CONV_POOL", "fused", 1);
   setenv("LOCKSTEP_CUDA_BF16_WEIGHTS", "forward", 1);
+  setenv("LOCKSTEP_CPU_LANES", "off", 1);
   Knobs k = knobs_from_environment();
   EXPECT_EQ(k.cpu_conv, CpuConvKnob::direct);
   EXPECT_EQ(k.cuda_conv, CudaConvKnob::im2col);
@@ -91,12 +93,14 @@ TEST_F(KnobsTest, EveryValueIsRead) {
   EXPECT_EQ(k.cuda_logits, LogitsKnob::bf16);
   EXPECT_EQ(k.cuda_conv_pool, ConvPoolKnob::fused);
   EXPECT_EQ(k.cuda_bf16_weights, Bf16WeightsKnob::forward);
+  EXPECT_FALSE(k.cpu_lanes);
   EXPECT_EQ(
       knobs_text(k),
       "LOCKSTEP_CPU_CONV=direct LOCKSTEP_CUDA_CONV=im2col LOCKSTEP_CUDNN_DETERMINISTIC=0 "
       "LOCKSTEP_CPU_ISA=baseline LOCKSTEP_CUDA_ATTENTION=materialised "
       "LOCKSTEP_CPU_ATTENTION=materialised LOCKSTEP_CUDA_GELU=epilogue "
-      "LOCKSTEP_CUDA_LOGITS=bf16 LOCKSTEP_CUDA_CONV_POOL=fused LOCKSTEP_CUDA_BF16_WEIGHTS=forward");
+      "LOCKSTEP_CUDA_LOGITS=bf16 LOCKSTEP_CUDA_CONV_POOL=fused LOCKSTEP_CUDA_BF16_WEIGHTS=forward "
+      "LOCKSTEP_CPU_LANES=off");
   setenv("LOCKSTEP_CPU_CONV", "onednn", 1);
   setenv("LOCKSTEP_CUDA_CONV", "cudnn", 1);
   k = knobs_from_environment();
@@ -124,7 +128,8 @@ TEST_F(KnobsTest, AValueNotTakenIsRefusedInWords) {
       {"LOCKSTEP_CUDA_GELU", "expected kernel or epilogue"},
       {"LOCKSTEP_CUDA_LOGITS", "expected fp32 or bf16"},
       {"LOCKSTEP_CUDA_CONV_POOL", "expected unfused or fused"},
-      {"LOCKSTEP_CUDA_BF16_WEIGHTS", "expected update or forward"}};
+      {"LOCKSTEP_CUDA_BF16_WEIGHTS", "expected update or forward"},
+      {"LOCKSTEP_CPU_LANES", "expected auto or off"}};
   for (const auto& [name, expected] : cases) {
     SCOPED_TRACE(name);
     setenv(name, "Winograd", 1);

@@ -100,6 +100,7 @@ Knobs knobs_from_environment() {
     k.cuda_conv_pool = ConvPoolKnob::fused;
   if (other_value("LOCKSTEP_CUDA_BF16_WEIGHTS", "update", "forward"))
     k.cuda_bf16_weights = Bf16WeightsKnob::forward;
+  k.cpu_lanes = !other_value("LOCKSTEP_CPU_LANES", "auto", "off");
   return k;
 }
 
@@ -123,7 +124,8 @@ std::string knobs_text(const Knobs& k) {
          " LOCKSTEP_CUDA_CONV_POOL=" +
          (k.cuda_conv_pool == ConvPoolKnob::fused ? "fused" : "unfused") +
          " LOCKSTEP_CUDA_BF16_WEIGHTS=" +
-         (k.cuda_bf16_weights == Bf16WeightsKnob::forward ? "forward" : "update");
+         (k.cuda_bf16_weights == Bf16WeightsKnob::forward ? "forward" : "update") +
+         " LOCKSTEP_CPU_LANES=" + (k.cpu_lanes ? "auto" : "off");
 }
 
 const Knobs& configured_knobs() {

@@ -12,6 +12,10 @@
 //   LOCKSTEP_CUDA_ATTENTION      flash (default) | cudnn |           bf16 GPT attention (cudnn:
 //                                materialised                        cuDNN's fused attention)
 //   LOCKSTEP_CPU_ATTENTION       flash (default) | materialised      CPU GPT attention
+//   LOCKSTEP_CPU_LANES           auto (default) | off                a rank's threads each run
+//                                                                    the model over their own
+//                                                                    rows (ModelPlacement::lanes)
+//                                                                    or share every operation
 //   LOCKSTEP_CUDA_GELU           kernel (default) | epilogue         bf16 GPT MLP's GELU (epilogue:
 //                                                                    in cuBLASLt's fc product)
 //   LOCKSTEP_CUDA_LOGITS         fp32 (default) | bf16               bf16 GPT steps' logits
@@ -51,6 +55,7 @@ struct Knobs {
   LogitsKnob cuda_logits = LogitsKnob::f32;
   ConvPoolKnob cuda_conv_pool = ConvPoolKnob::unfused;
   Bf16WeightsKnob cuda_bf16_weights = Bf16WeightsKnob::update;
+  bool cpu_lanes = true;  // LOCKSTEP_CPU_LANES=auto
 };
 
 // The knobs the environment sets now; UsageError naming the variable, its value and what it takes

@@ -8,6 +8,7 @@
 
 #include "kernels/cast.h"
 #include "kernels/cuda/memory.h"
+#include "kernels/lanes.h"
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_plan.h"
 #include "runtime/observe/gpu_trace.h"
@@ -50,7 +51,34 @@ class LayerSpan {
   bool nvtx_ = false;
 };
 
+// Binds `layers` (one lane's, or the model's own) to `params` and to the gradients at(offset) of
+// each range, and a tied layer to its target's.
+void bind_layers(const std::vector<std::unique_ptr<Layer>>& layers,
+                 const std::vector<LayerPlan>& plan, const std::vector<ParamRange>& ranges,
+                 float* params, const std::function<float*(size_t offset)>& at) {
+  for (const ParamRange& r : ranges) layers[r.layer]->bind(params + r.offset, at(r.offset));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (plan[i].tied < 0) continue;
+    for (const ParamRange& r : ranges)
+      if (r.layer == plan[i].tied) layers[i]->bind_tied(params + r.offset, at(r.offset));
+  }
+}
+
+// Floats per sample of what a layer writes: its own output, or that of the last layer it runs in
+// its kernel (LayerPlan::fused_next: a convolution's max-pool), and so of its incoming gradient.
+size_t written_floats(const Layer& layer) {
+  const LayerPlan& p = layer.plan();
+  return p.fused_next.empty() ? layer.out_size() : shape_size(p.fused_next.back().out);
+}
+
 }  // namespace
+
+// A lane beyond the first: layers of its own (the same plan, bound to the same parameters), their
+// scratch, and a gradient buffer in the flat layout that its backward passes add to.
+struct Model::Lane {
+  std::vector<std::unique_ptr<Layer>> layers;
+  Buffer<float> workspace, grads;
+};
 
 Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int max_batch,
              const ModelPlacement& placement, int positions)
@@ -101,16 +129,28 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   bind_gradients(
       [this](size_t offset) { return grads_.empty() ? nullptr : grads_.data() + offset; });
 
+  // Lanes (ModelPlacement::lanes): each has at most ceil(max_batch / lanes) rows, the first (the
+  // layers here) too, and each other one a gradient buffer: as many as keep those within
+  // kLaneGradientBytes. None on CUDA, nor with OpenBLAS's kernels, whose own threads the lanes'
+  // would contend with.
+  int lanes = 1;
+  if (where == DeviceKind::cpu && placement_.cpu_kernels == CpuKernels::best)
+    lanes = static_cast<int>(std::clamp<size_t>(
+        std::min<size_t>(1 + kLaneGradientBytes / (std::max<size_t>(total, 1) * sizeof(float)),
+                         static_cast<size_t>(std::max(placement_.lanes, 1))),
+        1, static_cast<size_t>(max_batch)));
+  const int lane_rows = (max_batch + lanes - 1) / lanes;
+
   while (first_compute_ < layers_.size() && layers_[first_compute_]->is_view()) ++first_compute_;
   size_t workspace = 0, dmax = 0;
   activations_.resize(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = *layers_[i];
-    l.reserve(max_batch);
+    l.reserve(lane_rows);
     if (l.is_view()) continue;
     size_t batch = static_cast<size_t>(max_batch);
     activations_[i] = Buffer<float>(where, batch * l.out_size());
-    workspace = std::max(workspace, l.workspace_floats(max_batch));
+    workspace = std::max(workspace, l.workspace_floats(lane_rows));
     if (i > first_compute_) dmax = std::max(dmax, batch * l.in_size());
   }
   workspace_ = Buffer<float>(where, workspace);
@@ -118,6 +158,23 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   dbuf_[1] = Buffer<float>(where, dmax);
   output_grad_ = Buffer<float>(where, static_cast<size_t>(max_batch) * outputs_);
   act_.assign(layers_.size() + 1, nullptr);
+  for (int l = 1; l < lanes; ++l) {
+    auto lane = std::make_unique<Lane>();
+    size_t lane_workspace = 0;
+    for (size_t i = 0; i < plan_.size(); ++i) {
+      lane->layers.push_back(plan_[i].absorbed ? std::make_unique<PassThroughLayer>(plan_[i])
+                                               : make_cpu_layer(plan_[i], placement_.cpu_kernels));
+      lane->layers.back()->reserve(lane_rows);
+      if (!lane->layers.back()->is_view())
+        lane_workspace = std::max(lane_workspace, lane->layers.back()->workspace_floats(lane_rows));
+    }
+    lane->workspace = Buffer<float>(where, lane_workspace);
+    lane->grads = Buffer<float>(where, total);
+    float* grads = lane->grads.data();
+    bind_layers(lane->layers, plan_, ranges_, params_.data(),
+                [grads](size_t offset) { return grads + offset; });
+    lanes_.push_back(std::move(lane));
+  }
 }
 
 Model::~Model() = default;
@@ -141,13 +198,9 @@ void Model::write_params(size_t offset, const float* host, size_t count) {
 }
 
 void Model::bind_gradients(const std::function<float*(size_t offset)>& at) {
-  for (const ParamRange& r : ranges_)
-    layers_[r.layer]->bind(params_.data() + r.offset, at(r.offset));
-  for (size_t i = 0; i < plan_.size(); ++i) {
-    if (plan_[i].tied < 0) continue;
-    for (const ParamRange& r : ranges_)
-      if (r.layer == plan_[i].tied) layers_[i]->bind_tied(params_.data() + r.offset, at(r.offset));
-  }
+  bind_layers(layers_, plan_, ranges_, params_.data(), at);
+  grad_views_.clear();
+  for (const ParamRange& r : ranges_) grad_views_.push_back(at(r.offset));
 }
 
 void Model::zero_grads() {
@@ -170,20 +223,26 @@ const float* Model::forward(const float* x, int batch, bool bf16_ok) {
       bf16_ok && placement_.knobs.cuda_logits == LogitsKnob::bf16 && bf16_output_supported();
   if (bf16_output_supported()) layers_.back()->set_bf16_output(output_bf16_);
   act_[0] = x;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    act_[i + 1] = layers_[i]->is_view() ? act_[i] : activations_[i].data();
+  last_lanes_ = lanes_for(batch);
+  if (last_lanes_ > 1) {
+    forward_lanes(batch, last_lanes_);
+    return act_.back();
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (layers_[i]->is_view()) {
-      act_[i + 1] = act_[i];
-      continue;
-    }
-    float* y = activations_[i].data();
+    if (layers_[i]->is_view()) continue;
     LayerSpan span(placement_.trace, span_names_[i].c_str(), "forward", static_cast<int>(i));
-    layers_[i]->forward(batch, act_[i], y, workspace_.data());
-    act_[i + 1] = y;
+    forward_rows(*layers_[i], i, 0, batch, workspace_.data());
   }
   return act_.back();
 }
 
 void Model::backward(int batch, const std::function<void(int layer)>& layer_done) {
+  if (last_lanes_ > 1) {
+    backward_lanes(batch, last_lanes_, layer_done);
+    return;
+  }
   const float* dy = output_grad_.data();
   int next = 0;
   for (size_t i = layers_.size(); i-- > 0;) {
@@ -195,11 +254,106 @@ void Model::backward(int batch, const std::function<void(int layer)>& layer_done
       next ^= 1;
     }
     LayerSpan span(placement_.trace, span_names_[i].c_str(), "backward", static_cast<int>(i));
-    l.backward(batch, act_[i], act_[i + 1], dy, dx, workspace_.data());
+    backward_rows(l, i, 0, batch, dy, dx, workspace_.data());
     span.close_device();  // what layer_done starts (a reduction, its staging) is not the layer's
     dy = dx;
     if (layer_done) layer_done(static_cast<int>(i));
   }
+}
+
+int Model::lanes_for(int batch) const { return std::min(lanes(), batch); }
+
+void Model::forward_rows(Layer& layer, size_t i, int first, int rows, float* workspace) {
+  const size_t row = static_cast<size_t>(first);
+  layer.forward(rows, act_[i] + row * layer.in_size(),
+                activations_[i].data() + row * written_floats(layer), workspace);
+}
+
+void Model::backward_rows(Layer& layer, size_t i, int first, int rows, const float* dy, float* dx,
+                          float* workspace) {
+  const size_t row = static_cast<size_t>(first), in = layer.in_size(), out = written_floats(layer);
+  layer.backward(rows, act_[i] + row * in, act_[i + 1] + row * out, dy + row * out,
+                 dx == nullptr ? nullptr : dx + row * in, workspace);
+}
+
+// Lane l takes rows [l batch / lanes, (l + 1) batch / lanes); lane 0 is the calling thread's and
+// the only one traced.
+void Model::forward_lanes(int batch, int lanes) {
+  kernels::run_lanes(lanes, 1, [&](int lane, int) {
+    const int first = lane * batch / lanes, rows = (lane + 1) * batch / lanes - first;
+    std::vector<std::unique_ptr<Layer>>& layers = lane == 0 ? layers_ : lanes_[lane - 1]->layers;
+    float* workspace = lane == 0 ? workspace_.data() : lanes_[lane - 1]->workspace.data();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i]->is_view()) continue;
+      std::optional<TraceSpan> span;
+      if (lane == 0) span.emplace(span_names_[i].c_str(), "forward", static_cast<int>(i));
+      forward_rows(*layers[i], i, first, rows, workspace);
+    }
+  });
+}
+
+// A round per layer that computes, last first: every lane's backward pass of the layer over its
+// rows (the first lane's gradients into grads(), the others' into their own buffers, zeroed as
+// the pass starts); then the layer's range of the other lanes' buffers added into grads(), the
+// range split over the threads, each float summed in lane order; then layer_done on the calling
+// thread while the lanes go on with the next layer. A tied layer's gradients land in its target's
+// range, added when the target's round comes (it is an earlier layer: model_spec.cpp).
+void Model::backward_lanes(int batch, int lanes, const std::function<void(int layer)>& layer_done) {
+  struct Round {
+    size_t layer;
+    const float* dy;
+    float* dx;
+    const ParamRange* range;
+    float* into;  // the range's gradients in grads() (or where bind_gradients put them)
+  };
+  std::vector<Round> rounds;
+  const float* dy = output_grad_.data();
+  int next = 0;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (layers_[i]->is_view()) continue;
+    float* dx = nullptr;
+    if (i > first_compute_) {
+      dx = dbuf_[next].data();
+      next ^= 1;
+    }
+    Round r{i, dy, dx, nullptr, nullptr};
+    for (size_t k = 0; k < ranges_.size(); ++k)
+      if (ranges_[k].layer == static_cast<int>(i)) {
+        r.range = &ranges_[k];
+        r.into = grad_views_.at(k);
+      }
+    if (r.range != nullptr && r.into == nullptr)
+      throw std::logic_error("Model::backward: layer " + std::to_string(i) + " has no gradients");
+    rounds.push_back(r);
+    dy = dx;
+  }
+  kernels::run_lanes(
+      lanes, static_cast<int>(rounds.size()),
+      [&](int lane, int k) {
+        const Round& r = rounds[static_cast<size_t>(k)];
+        const int first = lane * batch / lanes, rows = (lane + 1) * batch / lanes - first;
+        if (lane == 0) {
+          TraceSpan span(span_names_[r.layer].c_str(), "backward", static_cast<int>(r.layer));
+          backward_rows(*layers_[r.layer], r.layer, first, rows, r.dy, r.dx, workspace_.data());
+          return;
+        }
+        Lane& own = *lanes_[static_cast<size_t>(lane - 1)];
+        if (k == 0) std::fill(own.grads.data(), own.grads.data() + own.grads.size(), 0.0f);
+        backward_rows(*own.layers[r.layer], r.layer, first, rows, r.dy, r.dx, own.workspace.data());
+      },
+      [&](int k, int part, int parts) {
+        const Round& r = rounds[static_cast<size_t>(k)];
+        if (r.range == nullptr) return;
+        const size_t count = r.range->count, begin = count * part / parts,
+                     end = count * (part + 1) / parts;
+        for (int lane = 1; lane < lanes; ++lane) {
+          const float* from = lanes_[static_cast<size_t>(lane - 1)]->grads.data() + r.range->offset;
+          for (size_t j = begin; j < end; ++j) r.into[j] += from[j];
+        }
+      },
+      [&](int k) {
+        if (layer_done) layer_done(static_cast<int>(rounds[static_cast<size_t>(k)].layer));
+      });
 }
 
 std::vector<size_t> Model::layer_spans() const {

@@ -28,7 +28,8 @@
 // the placement's stream; params(), grads(), forward()'s input and output and output_grad() are
 // then device pointers. Host code reads or writes parameters only through params_to_host() and
 // write_params() (synchronous copies); init_params() draws on the host and copies up, so a seed
-// gives the same parameters on either device. Used by one thread.
+// gives the same parameters on either device. Used by one thread (which may share its work among
+// the rank's threads: ModelPlacement::lanes).
 #pragma once
 
 #include <cstddef>
@@ -103,7 +104,16 @@ struct ModelPlacement {
   // 4). write_params() and init_params() keep it current; whoever else writes params() must
   // write the copy too (the optimizer's update does: Optimizer::set_params16). Ignored elsewhere.
   bool bf16_params = false;
+  // cpu: lanes (kernels/lanes.h): up to this many of the rank's threads each run forward and
+  // backward over their own rows of the batch, with layers, scratch and (beyond the first lane)
+  // gradients of their own, added into grads() layer by layer in lane order as the backward pass
+  // finishes each layer. 1: every operation shared by the threads. Ignored on CUDA and with
+  // CpuKernels::openblas; fewer where the batch or kLaneGradientBytes allow fewer.
+  int lanes = 1;
 };
+
+// What the gradient buffers of the lanes beyond the first may take in all (ModelPlacement::lanes).
+constexpr size_t kLaneGradientBytes = size_t{1} << 30;
 
 // Layer ranges start at multiples of this many floats (256 bytes).
 constexpr size_t kParamAlignFloats = 256 / sizeof(float);
@@ -183,8 +193,20 @@ class Model {
 
   // "conv3x3:32 (28, 28, 1) -> (28, 28, 32), 320 params" per layer, and the total.
   std::string summary() const;
+  // The lanes a forward pass of a full batch runs in (ModelPlacement::lanes, as built).
+  int lanes() const { return static_cast<int>(lanes_.size()) + 1; }
 
  private:
+  struct Lane;  // a lane beyond the first (model.cpp)
+  int lanes_for(int batch) const;
+  // Layer `i`'s forward or backward pass over rows [first, first + rows) of the batch, with
+  // `layer` (layers_[i] or a lane's) and `workspace`.
+  void forward_rows(Layer& layer, size_t i, int first, int rows, float* workspace);
+  void backward_rows(Layer& layer, size_t i, int first, int rows, const float* dy, float* dx,
+                     float* workspace);
+  void forward_lanes(int batch, int lanes);
+  void backward_lanes(int batch, int lanes, const std::function<void(int layer)>& layer_done);
+
   ModelPlacement placement_;
   std::vector<LayerPlan> plan_;
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -203,6 +225,9 @@ class Model {
   std::vector<Buffer<float>> activations_;  // activations_[i]: output of layer i (empty for views)
   std::vector<const float*> act_;           // act_[0]: the input; act_[i + 1]: layer i's output
   Buffer<float> dbuf_[2];                   // ping-pong activation gradients
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::vector<float*> grad_views_;  // per range: where the first lane's gradients go (bind)
+  int last_lanes_ = 1;              // the lanes of the last forward pass
 };
 
 }  // namespace lockstep

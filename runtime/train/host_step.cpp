@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "kernels/lanes.h"
 #include "kernels/step/loss.h"
 #include "kernels/step/optimizer.h"
 #include "runtime/base/error.h"
@@ -33,6 +34,8 @@ HostStep::HostStep(const StepShape& shape) : shape_(shape) {
 ModelPlacement HostStep::placement(Precision precision) {
   ModelPlacement place;
   place.precision = precision;
+  // A lane per thread of the rank (model.h), unless LOCKSTEP_CPU_LANES=off.
+  if (place.knobs.cpu_lanes) place.lanes = kernels::lane_threads();
   return place;
 }
 

@@ -68,9 +68,9 @@ void Trainer::build() {
   const int positions = m.info.positions;
   m.step =
       make_step(config_.device, {shape_size(input), m.outputs, rows, m.classification, positions});
-  // CUDA graphs: the options and the backend decide, so every rank reaches the same answer.
-  // ZeRO stage 1 is captured too (its norm, clipping, update and all-gathers on the device:
-  // zero.h); stage 2's reducer waits on the host for each slot's reduction and is not.
+  // CUDA graphs: the options and the backend decide, so every rank reaches the same answer. ZeRO
+  // stage 1 is captured too (its norm, clipping, update and all-gathers on the device: zero.h);
+  // stage 2's reducer waits on the host for each slot's reduction and is not.
   const bool graphs = config_.device == DeviceKind::cuda && config_.cuda_graphs &&
                       config_.grad_accum == 1 && config_.zero < 2 &&
                       (grad_comm_.capturable() || grad_comm_.size() == 1);
@@ -80,8 +80,10 @@ void Trainer::build() {
   place.own_gradients = config_.zero < 2;  // stage 2: the reducer's staging holds them
   place.recompute = config_.recompute;
   // bf16 on a GPU: one bf16 copy of the parameters, written by the update (not under ZeRO, whose
-  // other blocks arrive by all-gather; its bf16 wire keeps a copy of its own).
+  // other blocks arrive by all-gather; its bf16 wire keeps a copy of its own). No CPU lanes under
+  // ZeRO, chosen for its memory: each lane beyond the first holds a whole gradient (model.h).
   place.bf16_params = config_.zero == 0 && place.knobs.cuda_bf16_weights == Bf16WeightsKnob::update;
+  place.lanes = config_.zero > 0 ? 1 : place.lanes;
   m.timer = std::make_unique<StepTimer>(times_, hook_, m.step->timer());
   model_ = std::make_unique<Model>(spec, input, m.outputs, rows, place, positions);
   m.reducer = std::make_unique<BucketReducer>(
@@ -107,11 +109,9 @@ void Trainer::build() {
       grad_comm_.size() >= 16 && comm_.rank() == 0) {
     LS_LOG(debug) << "--grad-reduce-dtype bf16 over NCCL at " << grad_comm_.size()
                   << " ranks: NCCL rounds every partial sum to bf16 (a ring adds "
-                  << grad_comm_.size() - 1
-                  << " times), so the reduced gradient carries more "
-                     "rounding than at a few ranks; fp32 on the wire keeps it exact to fp32";
+                  << grad_comm_.size() - 1 << " times), so the reduced gradient carries more "
+                  << "rounding than at a few ranks; fp32 on the wire keeps it exact to fp32";
   }
-
   if (graphs && m.step->graphs() != nullptr && m.reducer->capturable())
     m.graphs = std::make_unique<GraphRunner>(*m.step->graphs(), place.stream, comm_, grad_comm_,
                                              *m.reducer, *m.timer, m.hooks.capture_fail_rank);

@@ -106,6 +106,7 @@ class Trainer {
     uint64_t params = 0, grads = 0, state = 0;
     uint64_t masters = 0;  // --gather-dtype bf16: this rank's fp32 masters and the bf16 wire buffer
     uint64_t copy16 = 0;   // bf16 runs without ZeRO: the bf16 copy the update writes (params16)
+    uint64_t lane_grads = 0;  // of grads: the CPU lanes' beyond the first (model.h)
   };
   MemoryUse memory_use();
   // "parameters 0.20 MB, gradients 0.20 MB, optimizer state 0.40 MB (...)": memory_use() in words.

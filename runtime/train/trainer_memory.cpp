@@ -13,6 +13,8 @@ Trainer::MemoryUse Trainer::memory_use() {
   u.params = model_->param_count() * sizeof(float);
   // Stage 2: the reducer's staging ring and this rank's blocks, in place of a whole buffer.
   u.grads = config_.zero == 2 ? impl_->reducer->gradient_floats() * sizeof(float) : u.params;
+  u.lane_grads = static_cast<uint64_t>(model_->lanes() - 1) * u.params;  // model.h: lanes
+  u.grads += u.lane_grads;
   const size_t state_floats = impl_->zero ? impl_->zero->owned() : model_->param_count();
   u.state = state_floats * sizeof(float) * optimizer_->state().size();
   if (impl_->zero && impl_->zero->rounds())  // the masters and the bf16 buffer gathered
@@ -34,6 +36,10 @@ std::string Trainer::memory_text() {
                                     : " (fp32, the master weights)") +
                      ", gradients " + mb(u.grads);
   if (config_.zero == 2) text += " (a staging ring of two buckets and " + share + " of the sums)";
+  if (u.lane_grads > 0)
+    text += " (" + mb(u.lane_grads) + " of them kept by the other " +
+            std::to_string(model_->lanes() - 1) +
+            " lane(s): each thread runs the model over rows of its own)";
   text += ", optimizer state " + mb(u.state);
   if (impl_->zero) text += " (" + share + ", --zero " + std::to_string(config_.zero) + ")";
   if (u.masters > 0)
