@@ -66,6 +66,10 @@ void run_lanes(int lanes, int rounds, const std::function<void(int lane, int rou
 #pragma omp parallel num_threads(threads)
   {
     const int team = omp_get_num_threads(), me = omp_get_thread_num();
+    // A lane's work plans for one thread: oneDNN's primitives created in it, and the kernels' own
+    // loops, which see a parallel region anyway (kernels/onednn/util.h: planning_threads). Each
+    // thread's implicit task has its own count: the caller's outside the region is untouched.
+    omp_set_num_threads(1);
     for (int r = 0; r < rounds; ++r) {
       for (int l = me; l < lanes; l += team) errors.call([&] { work(l, r); });
       if (shared || serial) {

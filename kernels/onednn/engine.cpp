@@ -45,6 +45,8 @@ const char* onednn_description() {
 
 namespace onednn {
 
+int planning_threads() { return omp_get_max_threads(); }
+
 dnnl::engine& engine() {
   // Each thread's first call: the team oneDNN will ask for is one OpenMP will give (onednn.h).
   thread_local const bool whole_team = [] {

@@ -139,6 +139,7 @@ void run_split_k(const GemmShape& s, const float* a, const float* b, float* c, i
   std::vector<std::exception_ptr> errors(threads);
 #pragma omp parallel num_threads(threads)
   {
+    omp_set_num_threads(1);  // each part's product planned for the one thread it runs on (util.h)
     // Part p on thread p, or on thread p mod the team's size where the runtime gave fewer.
     const int team = omp_get_num_threads();
     for (int p = omp_get_thread_num(); p < threads; p += team) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <utility>
 
 namespace lockstep::kernels::onednn {
 
@@ -45,12 +46,21 @@ class Staged {
 // (allocated once), instead of the library allocating one per execution.
 dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
 
-// This thread's entry for `key`, created by make() on the first call with that key.
+// The threads oneDNN plans a primitive created now for: this thread's OpenMP count (1 inside the
+// rank's lanes and the k-split's parts, which set it so: kernels/lanes.h, gemm_onednn.cpp). A
+// primitive runs on as many threads as it was planned for, or on one inside a parallel region
+// (oneDNN's own rule): planned for two and run on one, a convolution's weight gradient waited
+// forever at its own barrier.
+int planning_threads();
+
+// This thread's entry for `key` at planning_threads(), created by make() on the first call with
+// both: a primitive planned for a team is never run inside a lane, nor the other way round.
 template <class Entry, size_t N, class Make>
 Entry& cached(const std::array<long, N>& key, Make make) {
-  thread_local std::map<std::array<long, N>, std::unique_ptr<Entry>> cache;
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, std::make_unique<Entry>(make())).first;
+  thread_local std::map<std::pair<int, std::array<long, N>>, std::unique_ptr<Entry>> cache;
+  const auto full = std::make_pair(planning_threads(), key);
+  auto it = cache.find(full);
+  if (it == cache.end()) it = cache.emplace(full, std::make_unique<Entry>(make())).first;
   return *it->second;
 }
 
