@@ -233,11 +233,12 @@ TEST_F(Lanes, MicroBatchesAddUpAndSmallBatchesTakeFewerLanes) {
   expect_near(parts, whole, 1e-5f, "accumulated gradient");
 }
 
-TEST_F(Lanes, LanesAreCappedByTheBatchAndOffWithOpenBlas) {
+TEST_F(Lanes, AllLanesOrNoneAndNoneWithOpenBlas) {
   const Case& c = kCases[0];
   EXPECT_EQ(1, make(c, 4, CpuKernels::openblas)->lanes());
   if (!kernels::onednn_built()) GTEST_SKIP() << "this build has no oneDNN: no lanes (model.h)";
-  EXPECT_EQ(c.batch, make(c, 64)->lanes());
+  EXPECT_EQ(1, make(c, c.batch + 1)->lanes()) << "more lanes than rows: a thread would idle";
+  EXPECT_EQ(c.batch, make(c, c.batch)->lanes());
   EXPECT_EQ(1, make(c, 0)->lanes());
 }
 

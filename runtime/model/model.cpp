@@ -129,16 +129,16 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   bind_gradients(
       [this](size_t offset) { return grads_.empty() ? nullptr : grads_.data() + offset; });
 
-  // Lanes (ModelPlacement::lanes): each has at most ceil(max_batch / lanes) rows, the first (the
-  // layers here) too, and each other one a gradient buffer: as many as keep those within
-  // kLaneGradientBytes. None on CUDA, nor with OpenBLAS's kernels, whose own threads the lanes'
-  // would contend with.
-  int lanes = 1;
-  if (where == DeviceKind::cpu && placement_.cpu_kernels == CpuKernels::best)
-    lanes = static_cast<int>(std::clamp<size_t>(
-        std::min<size_t>(1 + kLaneGradientBytes / (std::max<size_t>(total, 1) * sizeof(float)),
-                         static_cast<size_t>(std::max(placement_.lanes, 1))),
-        1, static_cast<size_t>(max_batch)));
+  // Lanes (ModelPlacement::lanes): all that were asked for or none, so that no thread of the
+  // rank idles: none where the batch has fewer rows than lanes, or where the other lanes' gradient
+  // buffers would pass kLaneGradientBytes; none on CUDA, nor with OpenBLAS's kernels, whose own
+  // threads the lanes' would contend with. Each lane has at most ceil(max_batch / lanes) rows, the
+  // first (the layers here) too.
+  int lanes = std::max(placement_.lanes, 1);
+  const size_t lane_bytes = static_cast<size_t>(lanes - 1) * total * sizeof(float);
+  if (where != DeviceKind::cpu || placement_.cpu_kernels != CpuKernels::best || lanes > max_batch ||
+      lane_bytes > kLaneGradientBytes)
+    lanes = 1;
   const int lane_rows = (max_batch + lanes - 1) / lanes;
 
   while (first_compute_ < layers_.size() && layers_[first_compute_]->is_view()) ++first_compute_;

@@ -107,8 +107,10 @@ struct ModelPlacement {
   // cpu: lanes (kernels/lanes.h): up to this many of the rank's threads each run forward and
   // backward over their own rows of the batch, with layers, scratch and (beyond the first lane)
   // gradients of their own, added into grads() layer by layer in lane order as the backward pass
-  // finishes each layer. 1: every operation shared by the threads. Ignored on CUDA and with
-  // CpuKernels::openblas; fewer where the batch or kLaneGradientBytes allow fewer.
+  // finishes each layer. 1: every operation shared by the threads. All or none: 1 on CUDA, with
+  // CpuKernels::openblas, where max_batch has fewer rows than lanes or where the other lanes'
+  // gradients would take more than kLaneGradientBytes (a forward pass of fewer rows than lanes
+  // runs a lane per row).
   int lanes = 1;
 };
 
