@@ -279,8 +279,9 @@ int run_train_bench(int argc, char** argv, const World& world) {
     else
       std::printf(
           "# lockstep-bench train: model %s, global batch %lld, %d rank(s), %d BLAS "
-          "thread(s) per rank, device %s, %s\n",
+          "thread(s) per rank%s, device %s, %s\n",
           given.model.c_str(), static_cast<long long>(global_batch), world.size, threads,
+          trainer.model().lanes() > 1 ? " (lanes: each over its own rows)" : "",
           device_kind_name(ctx.device), data.c_str());
     if (!gpu)
       std::printf("# CPU convolutions and dense layers on %s\n",

@@ -89,12 +89,14 @@ void print_run_header(Trainer& t, int world_size, const char* device, const char
                   lr_schedule_name(c.lr_schedule));
   std::fprintf(
       stderr,
-      "lockstep-train: %d rank(s) on %s, %s communicator, %d BLAS thread(s) per rank\n"
+      "lockstep-train: %d rank(s) on %s, %s communicator, %d BLAS thread(s) per rank%s\n"
       "data: %s, %lld %s of shape %s, %s%s\n"
       "model: %s%s\n%s\n"
       "%s\n",
-      world_size, device, comm, blas_threads, info.path.c_str(), static_cast<long long>(info.rows),
-      samples.c_str(), to_string(t.model().plan().front().in).c_str(),
+      world_size, device, comm, blas_threads,
+      t.model().lanes() > 1 ? " (lanes: each runs the model over its own rows)" : "",
+      info.path.c_str(), static_cast<long long>(info.rows), samples.c_str(),
+      to_string(t.model().plan().front().in).c_str(),
       info.classification ? (std::to_string(info.num_classes) + " classes").c_str() : "regression",
       info.positions > 1 ? (", a prediction per token at " + std::to_string(info.positions) +
                             " positions (losses per token" +
