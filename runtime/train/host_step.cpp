@@ -6,9 +6,9 @@
 #include <limits>
 #include <string>
 
-#include "kernels/lanes.h"
 #include "kernels/step/loss.h"
 #include "kernels/step/optimizer.h"
+#include "kernels/thread_lanes.h"
 #include "runtime/base/error.h"
 
 namespace lockstep {

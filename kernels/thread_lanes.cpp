@@ -1,4 +1,4 @@
-#include "kernels/lanes.h"
+#include "kernels/thread_lanes.h"
 
 #include <algorithm>
 #include <atomic>

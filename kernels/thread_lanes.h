@@ -1,8 +1,8 @@
-// Lanes: the rank's threads each running a whole pass of their own over their own rows of a batch
-// (a model's forward or backward pass, runtime/model/model.h), instead of sharing every operation
-// of one pass. Each operation then runs on one thread over fewer rows: no barrier per operation,
-// none of a threaded library's splitting of small products, at the price of each lane keeping
-// gradients of its own that are added up afterwards.
+// Thread lanes (not the vector lanes of lanes16.h): the rank's threads each running a whole pass
+// of their own (a model's forward or backward pass, runtime/model/model.h) over their own rows of
+// a batch, instead of sharing every operation of one pass. Each operation then runs on one thread
+// over fewer rows: no barrier per operation, none of a threaded library's splitting of small
+// products, at the price of each lane keeping gradients of its own that are added up afterwards.
 //
 // run_lanes(lanes, rounds, work, shared, serial): for round r = 0 .. rounds - 1, work(lane, r) for
 // every lane (lane l on thread l mod the team's size; lane 0 on the calling thread), then, once
