@@ -1,8 +1,8 @@
-// Lanes (kernels/thread_lanes.h, ModelPlacement::lanes): a rank's threads each running the model
-// over their own rows. What a user would notice if they were wrong: a model run in lanes gives the
-// outputs and gradients of the same model run whole (within the rounding of adding the lanes'
-// gradients), the same bits every time, gradients complete when the trainer is told a layer is
-// done (the reductions start from there), micro-batches that add up, and a failure in any lane
+// Lanes (kernels/step/thread_lanes.h, ModelPlacement::lanes): a rank's threads each running the
+// model over their own rows. What a user would notice if they were wrong: a model run in lanes
+// gives the outputs and gradients of the same model run whole (within the rounding of adding the
+// lanes' gradients), the same bits every time, gradients complete when the trainer is told a layer
+// is done (the reductions start from there), micro-batches that add up, and a failure in any lane
 // that comes back as an error instead of a hang or a crash.
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kernels/onednn/onednn.h"
-#include "kernels/thread_lanes.h"
+#include "kernels/step/thread_lanes.h"
 #include "runtime/model/model.h"
 
 using namespace lockstep;

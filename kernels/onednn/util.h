@@ -47,10 +47,10 @@ class Staged {
 dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
 
 // The threads oneDNN plans a primitive created now for: this thread's OpenMP count (1 inside the
-// rank's lanes and the k-split's parts, which set it so: kernels/thread_lanes.h, gemm_onednn.cpp).
-// A primitive runs on as many threads as it was planned for, or on one inside a parallel region
-// (oneDNN's own rule): planned for two and run on one, a convolution's weight gradient waited
-// forever at its own barrier.
+// rank's lanes and the k-split's parts, which set it so: kernels/step/thread_lanes.h,
+// gemm_onednn.cpp). A primitive runs on as many threads as it was planned for, or on one inside a
+// parallel region (oneDNN's own rule): planned for two and run on one, a convolution's weight
+// gradient waited forever at its own barrier.
 int planning_threads();
 
 // This thread's entry for `key` at planning_threads(), created by make() on the first call with

@@ -8,7 +8,7 @@
 
 #include "kernels/cast.h"
 #include "kernels/cuda/memory.h"
-#include "kernels/thread_lanes.h"
+#include "kernels/step/thread_lanes.h"
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_plan.h"
 #include "runtime/observe/gpu_trace.h"

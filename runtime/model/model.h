@@ -104,13 +104,13 @@ struct ModelPlacement {
   // 4). write_params() and init_params() keep it current; whoever else writes params() must
   // write the copy too (the optimizer's update does: Optimizer::set_params16). Ignored elsewhere.
   bool bf16_params = false;
-  // cpu: lanes (kernels/thread_lanes.h): up to this many of the rank's threads each run forward and
-  // backward over their own rows of the batch, with layers, scratch and (beyond the first lane)
-  // gradients of their own, added into grads() layer by layer in lane order as the backward pass
-  // finishes each layer. 1: every operation shared by the threads. All or none: 1 on CUDA, with
-  // CpuKernels::openblas, where max_batch has fewer rows than lanes or where the other lanes'
-  // gradients would take more than kLaneGradientBytes (a forward pass of fewer rows than lanes
-  // runs a lane per row).
+  // cpu: lanes (kernels/step/thread_lanes.h): up to this many of the rank's threads each run
+  // forward and backward over their own rows of the batch, with layers, scratch and (beyond the
+  // first lane) gradients of their own, added into grads() layer by layer in lane order as the
+  // backward pass finishes each layer. 1: every operation shared by the threads. All or none: 1 on
+  // CUDA, with CpuKernels::openblas, where max_batch has fewer rows than lanes or where the other
+  // lanes' gradients would take more than kLaneGradientBytes (a forward pass of fewer rows than
+  // lanes runs a lane per row).
   int lanes = 1;
 };
 

@@ -8,7 +8,7 @@
 
 #include "kernels/step/loss.h"
 #include "kernels/step/optimizer.h"
-#include "kernels/thread_lanes.h"
+#include "kernels/step/thread_lanes.h"
 #include "runtime/base/error.h"
 
 namespace lockstep {

@@ -12,7 +12,9 @@
 // shared and serial may be null. An exception from any call stops every later call (the rounds'
 // barriers are still met, so nothing hangs) and the first one is rethrown by run_lanes. In a
 // build without OpenMP, or called inside a parallel region, everything runs on the calling thread
-// in the same order. Not reentrant from inside its own calls.
+// in the same order. Not reentrant from inside its own calls. Thread-safe where the calls given
+// are, for lanes that touch disjoint memory. No collective calls of its own (serial may make
+// them, on the calling thread).
 #pragma once
 
 #include <functional>

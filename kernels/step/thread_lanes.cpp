@@ -1,4 +1,4 @@
-#include "kernels/thread_lanes.h"
+#include "kernels/step/thread_lanes.h"
 
 #include <algorithm>
 #include <atomic>
