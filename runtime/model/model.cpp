@@ -132,12 +132,12 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   // Lanes (ModelPlacement::lanes): all that were asked for or none, so that no thread of the
   // rank idles: none where the batch has fewer rows than lanes, or where the other lanes' gradient
   // buffers would pass kLaneGradientBytes; none on CUDA, nor with OpenBLAS's kernels, whose own
-  // threads the lanes' would contend with. Each lane has at most ceil(max_batch / lanes) rows, the
-  // first (the layers here) too.
+  // threads the lanes' would contend with, nor without gradients of the model's own (ZeRO 2). Each
+  // lane has at most ceil(max_batch / lanes) rows, the first (the layers here) too.
   int lanes = std::max(placement_.lanes, 1);
   const size_t lane_bytes = static_cast<size_t>(lanes - 1) * total * sizeof(float);
-  if (where != DeviceKind::cpu || placement_.cpu_kernels != CpuKernels::best || lanes > max_batch ||
-      lane_bytes > kLaneGradientBytes)
+  if (where != DeviceKind::cpu || placement_.cpu_kernels != CpuKernels::best ||
+      !placement_.own_gradients || lanes > max_batch || lane_bytes > kLaneGradientBytes)
     lanes = 1;
   const int lane_rows = (max_batch + lanes - 1) / lanes;
 
@@ -158,6 +158,19 @@ Model::Model(const ModelSpec& spec, const SampleShape& input, int outputs, int m
   dbuf_[1] = Buffer<float>(where, dmax);
   output_grad_ = Buffer<float>(where, static_cast<size_t>(max_batch) * outputs_);
   act_.assign(layers_.size() + 1, nullptr);
+  // The backward pass's layers that compute, last first: the gradient each reads (the output's,
+  // then the layer after it's dx) and its own dx, alternating between dbuf_[0] and [1] (none for
+  // the first that computes; views pass the gradient through unchanged).
+  const float* dy = output_grad_.data();
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (layers_[i]->is_view()) continue;
+    float* dx = i > first_compute_ ? dbuf_[backward_steps_.size() % 2].data() : nullptr;
+    int range = -1;
+    for (size_t k = 0; k < ranges_.size(); ++k)
+      if (ranges_[k].layer == static_cast<int>(i)) range = static_cast<int>(k);
+    backward_steps_.push_back({i, dy, dx, range});
+    dy = dx;
+  }
   for (int l = 1; l < lanes; ++l) {
     auto lane = std::make_unique<Lane>();
     size_t lane_workspace = 0;
@@ -243,21 +256,12 @@ void Model::backward(int batch, const std::function<void(int layer)>& layer_done
     backward_lanes(batch, last_lanes_, layer_done);
     return;
   }
-  const float* dy = output_grad_.data();
-  int next = 0;
-  for (size_t i = layers_.size(); i-- > 0;) {
-    Layer& l = *layers_[i];
-    if (l.is_view()) continue;  // the gradient passes through unchanged
-    float* dx = nullptr;
-    if (i > first_compute_) {
-      dx = dbuf_[next].data();
-      next ^= 1;
-    }
-    LayerSpan span(placement_.trace, span_names_[i].c_str(), "backward", static_cast<int>(i));
-    backward_rows(l, i, 0, batch, dy, dx, workspace_.data());
+  for (const BackwardStep& b : backward_steps_) {
+    LayerSpan span(placement_.trace, span_names_[b.layer].c_str(), "backward",
+                   static_cast<int>(b.layer));
+    backward_rows(*layers_[b.layer], b.layer, 0, batch, b.dy, b.dx, workspace_.data());
     span.close_device();  // what layer_done starts (a reduction, its staging) is not the layer's
-    dy = dx;
-    if (layer_done) layer_done(static_cast<int>(i));
+    if (layer_done) layer_done(static_cast<int>(b.layer));
   }
 }
 
@@ -276,83 +280,61 @@ void Model::backward_rows(Layer& layer, size_t i, int first, int rows, const flo
                  dx == nullptr ? nullptr : dx + row * in, workspace);
 }
 
+Layer& Model::lane_layer(int lane, size_t i) {
+  return lane == 0 ? *layers_[i] : *lanes_[static_cast<size_t>(lane - 1)]->layers[i];
+}
+
+float* Model::lane_workspace(int lane) {
+  return lane == 0 ? workspace_.data() : lanes_[static_cast<size_t>(lane - 1)]->workspace.data();
+}
+
 // Lane l takes rows [l batch / lanes, (l + 1) batch / lanes); lane 0 is the calling thread's and
 // the only one traced.
 void Model::forward_lanes(int batch, int lanes) {
   kernels::run_lanes(lanes, 1, [&](int lane, int) {
     const int first = lane * batch / lanes, rows = (lane + 1) * batch / lanes - first;
-    std::vector<std::unique_ptr<Layer>>& layers = lane == 0 ? layers_ : lanes_[lane - 1]->layers;
-    float* workspace = lane == 0 ? workspace_.data() : lanes_[lane - 1]->workspace.data();
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (layers[i]->is_view()) continue;
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (layers_[i]->is_view()) continue;
       std::optional<TraceSpan> span;
       if (lane == 0) span.emplace(span_names_[i].c_str(), "forward", static_cast<int>(i));
-      forward_rows(*layers[i], i, first, rows, workspace);
+      forward_rows(lane_layer(lane, i), i, first, rows, lane_workspace(lane));
     }
   });
 }
 
-// A round per layer that computes, last first: every lane's backward pass of the layer over its
-// rows (the first lane's gradients into grads(), the others' into their own buffers, zeroed as
-// the pass starts); then the layer's range of the other lanes' buffers added into grads(), the
-// range split over the threads, each float summed in lane order; then layer_done on the calling
-// thread while the lanes go on with the next layer. A tied layer's gradients land in its target's
-// range, added when the target's round comes (it is an earlier layer: model_spec.cpp).
+// A round per step of backward_steps_: every lane's backward pass of the layer over its rows (the
+// first lane's gradients into grads(), the others' into their own buffers, zeroed as the pass
+// starts); then the layer's range of the other lanes' buffers added into grads(), the range split
+// over the threads, each float summed in lane order; then layer_done on the calling thread while
+// the lanes go on with the next layer. A tied layer's gradients land in its target's range, added
+// when the target's round comes (it is an earlier layer: model_spec.cpp).
 void Model::backward_lanes(int batch, int lanes, const std::function<void(int layer)>& layer_done) {
-  struct Round {
-    size_t layer;
-    const float* dy;
-    float* dx;
-    const ParamRange* range;
-    float* into;  // the range's gradients in grads() (or where bind_gradients put them)
-  };
-  std::vector<Round> rounds;
-  const float* dy = output_grad_.data();
-  int next = 0;
-  for (size_t i = layers_.size(); i-- > 0;) {
-    if (layers_[i]->is_view()) continue;
-    float* dx = nullptr;
-    if (i > first_compute_) {
-      dx = dbuf_[next].data();
-      next ^= 1;
-    }
-    Round r{i, dy, dx, nullptr, nullptr};
-    for (size_t k = 0; k < ranges_.size(); ++k)
-      if (ranges_[k].layer == static_cast<int>(i)) {
-        r.range = &ranges_[k];
-        r.into = grad_views_.at(k);
-      }
-    if (r.range != nullptr && r.into == nullptr)
-      throw std::logic_error("Model::backward: layer " + std::to_string(i) + " has no gradients");
-    rounds.push_back(r);
-    dy = dx;
-  }
   kernels::run_lanes(
-      lanes, static_cast<int>(rounds.size()),
+      lanes, static_cast<int>(backward_steps_.size()),
       [&](int lane, int k) {
-        const Round& r = rounds[static_cast<size_t>(k)];
+        const BackwardStep& b = backward_steps_[static_cast<size_t>(k)];
         const int first = lane * batch / lanes, rows = (lane + 1) * batch / lanes - first;
-        if (lane == 0) {
-          TraceSpan span(span_names_[r.layer].c_str(), "backward", static_cast<int>(r.layer));
-          backward_rows(*layers_[r.layer], r.layer, first, rows, r.dy, r.dx, workspace_.data());
-          return;
-        }
-        Lane& own = *lanes_[static_cast<size_t>(lane - 1)];
-        if (k == 0) std::fill(own.grads.data(), own.grads.data() + own.grads.size(), 0.0f);
-        backward_rows(*own.layers[r.layer], r.layer, first, rows, r.dy, r.dx, own.workspace.data());
+        std::optional<TraceSpan> span;
+        if (lane == 0)
+          span.emplace(span_names_[b.layer].c_str(), "backward", static_cast<int>(b.layer));
+        Buffer<float>* own = lane == 0 ? nullptr : &lanes_[static_cast<size_t>(lane - 1)]->grads;
+        if (own != nullptr && k == 0) std::fill(own->data(), own->data() + own->size(), 0.0f);
+        backward_rows(lane_layer(lane, b.layer), b.layer, first, rows, b.dy, b.dx,
+                      lane_workspace(lane));
       },
       [&](int k, int part, int parts) {
-        const Round& r = rounds[static_cast<size_t>(k)];
-        if (r.range == nullptr) return;
-        const size_t count = r.range->count, begin = count * part / parts,
-                     end = count * (part + 1) / parts;
+        const BackwardStep& b = backward_steps_[static_cast<size_t>(k)];
+        if (b.range < 0) return;
+        const ParamRange& r = ranges_[static_cast<size_t>(b.range)];
+        float* into = grad_views_[static_cast<size_t>(b.range)];
+        const size_t begin = r.count * part / parts, end = r.count * (part + 1) / parts;
         for (int lane = 1; lane < lanes; ++lane) {
-          const float* from = lanes_[static_cast<size_t>(lane - 1)]->grads.data() + r.range->offset;
-          for (size_t j = begin; j < end; ++j) r.into[j] += from[j];
+          const float* from = lanes_[static_cast<size_t>(lane - 1)]->grads.data() + r.offset;
+          for (size_t j = begin; j < end; ++j) into[j] += from[j];
         }
       },
       [&](int k) {
-        if (layer_done) layer_done(static_cast<int>(rounds[static_cast<size_t>(k)].layer));
+        if (layer_done) layer_done(static_cast<int>(backward_steps_[static_cast<size_t>(k)].layer));
       });
 }
 

@@ -108,9 +108,9 @@ struct ModelPlacement {
   // forward and backward over their own rows of the batch, with layers, scratch and (beyond the
   // first lane) gradients of their own, added into grads() layer by layer in lane order as the
   // backward pass finishes each layer. 1: every operation shared by the threads. All or none: 1 on
-  // CUDA, with CpuKernels::openblas, where max_batch has fewer rows than lanes or where the other
-  // lanes' gradients would take more than kLaneGradientBytes (a forward pass of fewer rows than
-  // lanes runs a lane per row).
+  // CUDA, with CpuKernels::openblas, without own_gradients, where max_batch has fewer rows than
+  // lanes or where the other lanes' gradients would take more than kLaneGradientBytes (a forward
+  // pass of fewer rows than lanes runs a lane per row).
   int lanes = 1;
 };
 
@@ -200,7 +200,17 @@ class Model {
 
  private:
   struct Lane;  // a lane beyond the first (model.cpp)
+  // A layer that computes in the backward pass: the gradient it reads and the dx it writes (null
+  // for the first that computes), and its range in ranges_ (-1: no parameters of its own).
+  struct BackwardStep {
+    size_t layer;
+    const float* dy;
+    float* dx;
+    int range;
+  };
   int lanes_for(int batch) const;
+  Layer& lane_layer(int lane, size_t i);  // layer i of lane `lane` (0: layers_)
+  float* lane_workspace(int lane);
   // Layer `i`'s forward or backward pass over rows [first, first + rows) of the batch, with
   // `layer` (layers_[i] or a lane's) and `workspace`.
   void forward_rows(Layer& layer, size_t i, int first, int rows, float* workspace);
@@ -227,6 +237,7 @@ class Model {
   std::vector<Buffer<float>> activations_;  // activations_[i]: output of layer i (empty for views)
   std::vector<const float*> act_;           // act_[0]: the input; act_[i + 1]: layer i's output
   Buffer<float> dbuf_[2];                   // ping-pong activation gradients
+  std::vector<BackwardStep> backward_steps_;  // last layer first
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::vector<float*> grad_views_;  // per range: where the first lane's gradients go (bind)
   int last_lanes_ = 1;              // the lanes of the last forward pass
