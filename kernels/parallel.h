@@ -95,12 +95,23 @@ inline float* thread_scratch(int slot, size_t floats) {
   return v.data();
 }
 
+// The chunks parallel_chunks(n, grain, ...) makes here and now: 1 where it runs on the calling
+// thread alone (one thread, too little work, or already inside a parallel region such as a lane's).
+inline size_t parallel_chunk_count(size_t n, size_t grain) {
+#if defined(_OPENMP)
+  if (omp_in_parallel()) return 1;
+  const size_t threads = static_cast<size_t>(omp_get_max_threads());
+  return std::max<size_t>(1, std::min(threads, n / std::max<size_t>(grain, 1)));
+#else
+  (void)n, (void)grain;
+  return 1;
+#endif
+}
 template <class Fn>
 void parallel_chunks(size_t n, size_t grain, Fn&& fn) {
 #if defined(_OPENMP)
-  const size_t threads = static_cast<size_t>(omp_get_max_threads());
-  const size_t chunks = std::max<size_t>(1, std::min(threads, n / std::max<size_t>(grain, 1)));
-  if (chunks > 1 && !omp_in_parallel()) {
+  const size_t chunks = parallel_chunk_count(n, grain);
+  if (chunks > 1) {
     const size_t per = (n + chunks - 1) / chunks;
 #pragma omp parallel for schedule(static) num_threads(chunks)
     for (size_t c = 0; c < chunks; ++c) {

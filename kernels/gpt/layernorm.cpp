@@ -59,8 +59,11 @@ void layernorm_forward_rows(int dim, const float* x, const float* gamma, const f
   });
 }
 
+// dx for rows [r0, r1); with dgamma or dbeta, those rows' terms added to them as well, row after
+// row (column_block's additions in column_block's order: the same bits as the column pass).
 void layernorm_dx_rows(int dim, const float* x, const float* gamma, const float* mean,
-                       const float* rstd, const float* dy, float* dx, size_t r0, size_t r1) {
+                       const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta,
+                       size_t r0, size_t r1) {
   widest_build([=](auto) LS_BUILD_LAMBDA {
     for (size_t r = r0; r < r1; ++r) {
       const float* xr = x + r * dim;
@@ -81,6 +84,11 @@ void layernorm_dx_rows(int dim, const float* x, const float* gamma, const float*
         const float xhat = (xr[j] - m) * rs;
         dxr[j] = rs * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
       }
+      // The row is in L1 now: the parameters' terms cost no second read of x and dy.
+      if (dgamma != nullptr)
+        for (int j = 0; j < dim; ++j) dgamma[j] += dyr[j] * ((xr[j] - m) * rs);
+      if (dbeta != nullptr)
+        for (int j = 0; j < dim; ++j) dbeta[j] += dyr[j];
     }
   });
 }
@@ -140,11 +148,17 @@ void layernorm_backward_cpu(const LayerNormShape& s, const float* x, const float
                             const float* mean, const float* rstd, const float* dy, float* dx,
                             float* dgamma, float* dbeta) {
   check_layernorm_shape(s, "layernorm_backward_cpu");
-  // dx row by row; then dgamma and dbeta column by column, each column summing its rows in order
-  // (the same order, and bits, at any thread count).
+  const size_t rows = static_cast<size_t>(s.rows);
+  // On one thread (a lane's, or --threads 1) dx and the parameters' sums in one pass over the
+  // rows; on several, dx row by row, then dgamma and dbeta column by column. Either way each column
+  // sums its rows in order: the same bits at any thread count.
+  if (dx != nullptr && parallel_chunk_count(rows, kRowGrain) == 1) {
+    layernorm_dx_rows(s.dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, 0, rows);
+    return;
+  }
   if (dx != nullptr)
-    parallel_chunks(static_cast<size_t>(s.rows), kRowGrain, [&](size_t r0, size_t r1) {
-      layernorm_dx_rows(s.dim, x, gamma, mean, rstd, dy, dx, r0, r1);
+    parallel_chunks(rows, kRowGrain, [&](size_t r0, size_t r1) {
+      layernorm_dx_rows(s.dim, x, gamma, mean, rstd, dy, dx, nullptr, nullptr, r0, r1);
     });
   if (dgamma == nullptr && dbeta == nullptr) return;
   const size_t blocks = static_cast<size_t>(s.dim + kColumns - 1) / kColumns;
