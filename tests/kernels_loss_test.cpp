@@ -11,6 +11,7 @@
 
 #include "kernel_reference.h"
 #include "kernels/onednn/onednn.h"
+#include "kernels/parallel.h"
 #include "kernels/step/loss.h"
 
 namespace lockstep::kernels {
@@ -105,6 +106,64 @@ TEST(SoftmaxCrossEntropy, SameBitsAtAnyThreadCount) {
   EXPECT_NEAR(got[0].loss_sum, want.loss_sum, 1e-6 * want.loss_sum);
   EXPECT_EQ(got[0].correct, want.correct);
   EXPECT_LT(kernel_test::max_rel_error(grad[0], want.grad), 1e-5);
+}
+
+// A row's best column is the first that holds its largest logit, wherever the vectors put it
+// (the same lane, other lanes, the last columns past the vectors), as the reference's scan finds
+// it.
+TEST(SoftmaxCrossEntropy, TheFirstLargestColumnIsTheRowsAnswer) {
+  const int classes = 37;  // vectors of 16, 8 or 4, and columns after them
+  // (columns holding the row's largest logit, the label): the first of them is the best column.
+  const std::vector<std::pair<std::vector<int>, int>> rows = {
+      {{3, 20}, 3},  {{3, 20}, 20}, {{1, 17}, 1}, {{1, 17}, 17},      {{2, 35}, 2},
+      {{2, 35}, 35}, {{36}, 36},    {{0, 36}, 0}, {{33, 34, 35}, 33}, {{9, 25, 36}, 25}};
+  std::vector<float> logits = random_floats(rows.size() * classes, 41, -3.0f, 3.0f);
+  // Row i weighs 2^i: the weighted count of right answers says which rows were right.
+  std::vector<int32_t> labels;
+  std::vector<float> weights;
+  double want_correct = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int c : rows[i].first) logits[i * classes + c] = 5.0f;
+    labels.push_back(rows[i].second);
+    weights.push_back(static_cast<float>(1 << i));
+    if (rows[i].first.front() == rows[i].second) want_correct += weights.back();
+  }
+  const Reference ref = reference_softmax_ce(logits, labels, weights, classes, 1.0);
+  ASSERT_EQ(ref.correct, want_correct);
+  const LossTotals r =
+      softmax_cross_entropy_cpu(logits.data(), labels.data(), weights.data(),
+                                static_cast<int>(rows.size()), classes, 1.0f, nullptr);
+  EXPECT_EQ(r.correct, want_correct);
+  EXPECT_NEAR(r.loss_sum, ref.loss_sum, 1e-6 * ref.loss_sum);
+}
+
+// The row's exponentials are summed in the same order in every vector build: AVX2 gives the
+// AVX-512 build's bits (both contract products alike), the baseline build stays near them.
+TEST(SoftmaxCrossEntropy, Avx2GivesTheAvx512BuildsBits) {
+  const CpuIsa cap = cpu_isa_cap().load();
+  for (int classes : {5, 37, 300}) {
+    SCOPED_TRACE(classes);
+    const int batch = 40;
+    // Exponentials from 1 down to e^-80: their sums round in double, so the order shows.
+    const auto logits = random_floats(size_t(batch) * classes, 51, -80.0f, 0.0f);
+    const auto labels = random_labels(batch, classes, 52);
+    std::vector<std::pair<LossTotals, std::vector<float>>> got;
+    for (CpuIsa isa : {CpuIsa::native, CpuIsa::avx2, CpuIsa::baseline}) {
+      set_cpu_isa_cap(isa);
+      std::vector<float> d(logits.size());
+      const LossTotals r = softmax_cross_entropy_cpu(logits.data(), labels.data(), nullptr, batch,
+                                                     classes, 0.5f, d.data());
+      got.emplace_back(r, d);
+    }
+    set_cpu_isa_cap(cap);
+    if (cpu_avx512f() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      EXPECT_EQ(got[0].first.loss_sum, got[1].first.loss_sum);
+      EXPECT_EQ(got[0].second, got[1].second);
+    }
+    EXPECT_NEAR(got[2].first.loss_sum, got[0].first.loss_sum, 1e-6 * got[0].first.loss_sum);
+    EXPECT_LT(kernel_test::max_rel_error(got[2].second, got[0].second), 1e-5);
+    EXPECT_EQ(got[2].first.correct, got[0].first.correct);
+  }
 }
 
 TEST(SoftmaxCrossEntropy, ZeroWeightRowsContributeNothing) {

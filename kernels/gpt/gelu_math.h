@@ -1,5 +1,6 @@
 // The GELU formula and its derivative, shared by gelu.cpp and gelu.cu so that both twins evaluate
-// the same expression in the same order. Internal to the twins.
+// the same expression in the same order. Internal to the kernels (kernels/step/loss.cpp takes the
+// host's exp_poly for the softmax's exponentials too).
 //
 // 0.5 x (1 + tanh(u)) is computed as x sigmoid(2u) = x / (1 + exp(-2u)), the same function: no
 // cancellation in 1 + tanh(u) for negative u, and one exp instead of tanh. On the host, exp is

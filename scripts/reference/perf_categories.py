@@ -25,7 +25,7 @@ KINDS = [
                        "to_heads", "from_heads")),
     ("layer norm", (), ("layernorm",)),
     ("gelu", (), ("gelu", "forward_span", "backward_span")),
-    ("loss", (), ("cross_entropy",)),
+    ("loss", (), ("cross_entropy", "softmax_rows")),
     ("embedding", (), ("embedding", "tokens_from_floats")),
     ("optimizer", (), ("adam", "sgd", "momentum", "optimizer", "sum_of_squares", "scale_span",
                        "clip")),
