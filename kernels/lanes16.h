@@ -4,13 +4,27 @@
 // (LS_AVX512, parallel.h: one register), 8 for AVX2, 4 in the baseline build (SSE2); Lanes<W>::F
 // serves any loop over vectors of W floats (gelu.cpp's too). GCC's vector types
 // carry no alias checks and are not unrolled into scalar code, which plain 16-lane loops suffered.
-// Types and a pure index function: any thread may use them. No collective calls.
+// Types, unaligned loads and stores, and a pure index function: any thread may use them. No
+// collective calls.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace lockstep::kernels::lanes16 {
+
+// A vector T (Lanes<W>::F) from, or to, floats at any alignment.
+template <class T>
+inline __attribute__((always_inline)) T load(const float* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+inline __attribute__((always_inline)) void store(float* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
 template <int W>
 struct Lanes {

@@ -1,7 +1,5 @@
 #include "kernels/gpt/gelu.h"
 
-#include <cstring>
-
 // GCC reports the vectors passed between gelu_math.h's functions, each inlined into the build that
 // calls it: no ABI boundary.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -18,21 +16,13 @@ namespace lockstep::kernels {
 
 namespace {
 
+using lanes16::load;
+using lanes16::store;
+
 constexpr size_t kGrain = 16384;  // elements per thread, at least
 
 template <int W>
 using Lanes = typename lanes16::Lanes<W>::F;  // W floats
-
-template <class T>
-LS_ALWAYS_INLINE T load(const float* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T>
-LS_ALWAYS_INLINE void store(float* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
 
 void forward_span(const float* x, float* y, size_t n) {
   widest_build([=](auto w) LS_BUILD_LAMBDA {

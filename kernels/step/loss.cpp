@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,22 +19,14 @@ namespace lockstep::kernels {
 
 namespace {
 
+using lanes16::load;
+using lanes16::store;
+
 constexpr size_t kLossRowGrain = 256;  // rows per thread, at least
 
 void check_sizes(int batch, int width, const char* who) {
   if (batch < 0 || width <= 0)
     throw std::invalid_argument(std::string(who) + ": batch must be >= 0 and classes/dim > 0");
-}
-
-template <class T>
-LS_ALWAYS_INLINE T load(const float* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T>
-LS_ALWAYS_INLINE void store(float* p, T v) {
-  std::memcpy(p, &v, sizeof v);
 }
 
 // The exponentials' sum of a row is kept in kSumLanes partial sums in double (lane k adds the
