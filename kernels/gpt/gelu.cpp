@@ -1,9 +1,5 @@
 #include "kernels/gpt/gelu.h"
 
-// GCC reports the vectors passed between gelu_math.h's functions, each inlined into the build that
-// calls it: no ABI boundary.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 #include "kernels/gpt/gelu_math.h"
 #include "kernels/lanes16.h"
 #include "kernels/parallel.h"

@@ -8,10 +8,6 @@
 
 #include "kernels/parallel.h"
 
-// GCC reports the vectors passed to gelu_math.h's exp, inlined into each build that calls it: no
-// ABI boundary.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 #include "kernels/gpt/gelu_math.h"
 #include "kernels/lanes16.h"
 
