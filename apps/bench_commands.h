@@ -18,6 +18,10 @@ int run_collectives_bench(int argc, char** argv, const World& world);
 // Communicator::all_reduce against a plain MPI_Allreduce, interleaved (bench_overhead.cpp).
 int run_overhead_bench(int argc, char** argv, const World& world);
 
+// A GPT's matrix products one at a time against the peak, and in bf16 cuBLASLt's algorithms for
+// each (bench_gemm.cpp).
+int run_gemm_bench(int argc, char** argv, const World& world);
+
 // Training-step throughput, phase shares and FLOP/s against a measured sgemm peak
 // (bench_train.cpp).
 int run_train_bench(int argc, char** argv, const World& world);

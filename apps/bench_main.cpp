@@ -5,6 +5,7 @@
 //   mpiexec -n 2 lockstep-bench collectives -b 8 -e 64M -f 4
 //   mpiexec -n 2 lockstep-bench overhead
 //   mpiexec -n 2 lockstep-bench train --model cnn --global-batch 128
+//   lockstep-bench gemm --model gpt:small --global-batch 8 --device cuda --precision bf16
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -24,6 +25,8 @@ constexpr lockstep::apps::Subcommand kCommands[] = {
      &lockstep::bench::run_collectives_bench},
     {"overhead", "Lockstep all_reduce against a plain MPI_Allreduce of the same buffer",
      &lockstep::bench::run_overhead_bench},
+    {"gemm", "a GPT's matrix products one at a time, against the peak (and cuBLASLt's algorithms)",
+     &lockstep::bench::run_gemm_bench},
     {"train",
      "training steps/s, step-time spread, phase shares, FLOP/s against a measured sgemm peak",
      &lockstep::bench::run_train_bench},

@@ -88,9 +88,10 @@ uint32_t alignment(const void* p) {
 
 // The epilogues the plans describe: the bias with an fp32 output (gemm_bf16_bias_cuda), the bf16
 // bias with a bf16 output (gemm_bf16_bias_out_cuda), the bias and GELU with a bf16 output and the
-// bf16 pre-activation beside it (gemm_bf16_bias_gelu_cuda), or the GELU's derivative at that
-// pre-activation times the product, in bf16 (gemm_bf16_dgelu_out_cuda).
-enum class LtEpilogue { bias, bias16, gelu, dgelu };
+// bf16 pre-activation beside it (gemm_bf16_bias_gelu_cuda), the GELU's derivative at that
+// pre-activation times the product, in bf16 (gemm_bf16_dgelu_out_cuda), or none with a bf16 output
+// (gemm_bf16_lt_algorithm_times_cuda).
+enum class LtEpilogue { bias, bias16, gelu, dgelu, none16 };
 
 // One bf16 GEMM with an epilogue, described once per shape, epilogue and alignment: its descriptors
 // and the algorithm cuBLASLt's heuristic picked (none: cuBLASLt offers nothing for it).
@@ -130,17 +131,20 @@ LtState& lt_state() {
 // so does the GELU's pre-activation matrix (aux, leading dimension n). aux: that matrix's pointer
 // (gelu, written; dgelu, read), and bias the bias's (null for dgelu): the heuristic reads both
 // for their alignment (cublasLt.h: a pointer left unset is taken as fully aligned), so the bias's
-// alignment is in the plan's key too.
+// alignment is in the plan's key too. With `offers`, the algorithms the heuristic offers (at most
+// *offered of them) are written there and *offered set to their number; the plan keeps the first.
 LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t align_a,
-                 uint32_t align_b, uint32_t align_c, const void* bias, void* aux = nullptr) {
+                 uint32_t align_b, uint32_t align_c, const void* bias, void* aux = nullptr,
+                 cublasLtMatmulHeuristicResult_t* offers = nullptr, int* offered = nullptr) {
   LtPlan p;
   const cublasOperation_t op_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const bool gelu = kind == LtEpilogue::gelu || kind == LtEpilogue::dgelu,
              out16 = kind != LtEpilogue::bias;
-  const cublasLtEpilogue_t epilogue = kind == LtEpilogue::dgelu ? CUBLASLT_EPILOGUE_DGELU
-                                      : gelu                    ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                                                : CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epilogue = kind == LtEpilogue::dgelu    ? CUBLASLT_EPILOGUE_DGELU
+                                      : gelu                       ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                      : kind == LtEpilogue::none16 ? CUBLASLT_EPILOGUE_DEFAULT
+                                                                   : CUBLASLT_EPILOGUE_BIAS;
   const cudaDataType_t out_type = out16 ? CUDA_R_16BF : CUDA_R_32F;
   LS_CHECK_CUBLAS(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
@@ -149,7 +153,8 @@ LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t alig
                                                  sizeof(op_second)));
   LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                  sizeof(epilogue)));
-  if (out16 && kind != LtEpilogue::dgelu) {  // the bias of the output's type, as cublasLt.h asks
+  if (out16 && kind != LtEpilogue::dgelu && kind != LtEpilogue::none16) {
+    // the bias of the output's type, as cublasLt.h asks
     const int32_t bias_type = CUDA_R_16BF;
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof(bias_type)));
@@ -184,13 +189,17 @@ LtPlan make_plan(LtState& st, const GemmShape& s, LtEpilogue kind, uint32_t alig
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}};
   for (const auto& [attr, bytes] : aligns)
     LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t one{};
+  cublasLtMatmulHeuristicResult_t* results = offers != nullptr ? offers : &one;
+  const int wanted = offers != nullptr ? *offered : 1;
   int found = 0;
   const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(st.handle, p.desc, p.a, p.b, p.c, p.c,
-                                                           pref, 1, &result, &found);
+                                                           pref, wanted, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (rc == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    p.algo = result.algo;
+  if (rc != CUBLAS_STATUS_SUCCESS) found = 0;
+  if (offered != nullptr) *offered = found;
+  if (found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS) {
+    p.algo = results[0].algo;
     p.usable = true;
   }
   return p;
@@ -315,6 +324,51 @@ bool gemm_bf16_bias_gelu_cuda(const GemmShape& s, const uint16_t* a, const uint1
     throw std::invalid_argument("gemm_bf16_bias_gelu_cuda: no pre16 or no bias16");
   return lt_bf16_out(LtEpilogue::gelu, s, a, b, bias16, y16, pre16, stream,
                      "gemm_bf16_bias_gelu_cuda");
+}
+
+std::vector<float> gemm_bf16_lt_algorithm_times_cuda(const GemmShape& s, const uint16_t* a,
+                                                     const uint16_t* b, uint16_t* c16,
+                                                     int max_algorithms, int launches,
+                                                     cudaStream_t stream) {
+  prepare(s, "gemm_bf16_lt_algorithm_times_cuda");
+  if (s.alpha != 1.0f || s.beta != 0.0f || max_algorithms < 1 || launches < 1)
+    throw std::invalid_argument(
+        "gemm_bf16_lt_algorithm_times_cuda: alpha must be 1, beta 0, max_algorithms and launches "
+        "1 or more");
+  if (s.m == 0 || s.n == 0) return {};
+  LtState& st = lt_state();
+  constexpr int kMostOffers = 32;
+  cublasLtMatmulHeuristicResult_t offers[kMostOffers] = {};
+  int offered = std::min(max_algorithms, kMostOffers);
+  LtPlan p = make_plan(st, s, LtEpilogue::none16, alignment(a), alignment(b), alignment(c16),
+                       nullptr, nullptr, offers, &offered);
+  cudaEvent_t start = cuda_timing_event_create(), stop = cuda_timing_event_create();
+  std::vector<float> times;
+  const float zero = 0.0f;
+  for (int i = 0; i < offered; ++i) {
+    const cublasLtMatmulAlgo_t* algo = &offers[i].algo;
+    // One untimed launch (the kernel loaded, a refusal found) before the timed ones.
+    if (offers[i].state != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &zero, c16, p.c, c16, p.c, algo,
+                       st.workspace, kLtWorkspaceBytes, stream) != CUBLAS_STATUS_SUCCESS) {
+      times.push_back(-1.0f);
+      continue;
+    }
+    cuda_event_record(start, stream);
+    for (int l = 0; l < launches; ++l)
+      LS_CHECK_CUBLAS(cublasLtMatmul(st.handle, p.desc, &s.alpha, b, p.a, a, p.b, &zero, c16, p.c,
+                                     c16, p.c, algo, st.workspace, kLtWorkspaceBytes, stream));
+    cuda_event_record(stop, stream);
+    cuda_event_synchronize(stop);
+    times.push_back(cuda_event_elapsed_ms(start, stop) / static_cast<float>(launches));
+  }
+  cuda_event_destroy(stop);
+  cuda_event_destroy(start);
+  cublasLtMatrixLayoutDestroy(p.c);
+  cublasLtMatrixLayoutDestroy(p.b);
+  cublasLtMatrixLayoutDestroy(p.a);
+  cublasLtMatmulDescDestroy(p.desc);
+  return times;
 }
 
 }  // namespace lockstep::kernels

@@ -31,4 +31,10 @@ bool gemm_bf16_bias_gelu_cuda(const GemmShape&, const uint16_t*, const uint16_t*
   cuda_not_built("gemm_bf16_bias_gelu_cuda");
 }
 
+std::vector<float> gemm_bf16_lt_algorithm_times_cuda(const GemmShape&, const uint16_t*,
+                                                     const uint16_t*, uint16_t*, int, int,
+                                                     cudaStream_t) {
+  cuda_not_built("gemm_bf16_lt_algorithm_times_cuda");
+}
+
 }  // namespace lockstep::kernels

@@ -359,6 +359,10 @@ peer() {
 #               kernel of one step (ncu, where the machine has it), summed by kind by
 #               scripts/ncu-summary.py, once per variant LOCKSTEP_GPU_KERNELS_VARIANTS names (as
 #               LOCKSTEP_GPU_GPT_ATTENTION's; default "flash cudnn+gelu")
+#   gemm        gpt:small's matrix products one at a time at batch 8 (lockstep-bench gemm): bf16
+#               through cuBLAS with C in fp32 and in bf16 and through each of cuBLASLt's algorithms
+#               (its heuristic's first, which the layers run, against the fastest), and fp32; GPT-2
+#               124M's shape (vocabulary 50,304) in bf16
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both);
@@ -375,7 +379,7 @@ peer() {
 #   accuracy    Lockstep and PyTorch, fp32 and bf16, LOCKSTEP_GPU_EPOCHS epochs at batch 128
 long_pass() {
   local part
-  local all="multi-rank bf16 im2col no-graphs cudnn-any conv-pool file-reads peers-fp32 peers-bf16 gpt gpt-kernels llmc generate gpt-loss accuracy"
+  local all="multi-rank bf16 im2col no-graphs cudnn-any conv-pool file-reads peers-fp32 peers-bf16 gpt gpt-kernels gemm llmc generate gpt-loss accuracy"
   for part in ${LOCKSTEP_GPU_PARTS:-$all}; do
     if [[ " $all " == *" $part "* ]]; then "long_${part/-/_}"; else record "part $part" failed "unknown part ($all)"; fi
   done
@@ -561,6 +565,22 @@ long_gpt_kernels() {
     cat "$log.summary" >>"$log"
     gpu_step "ncu gpt:small bf16$(variant_label "$variant"), one step's kernels" $rc "$log" \
       "$(grep -m1 'kernel launches' "$log.summary")"
+    cat "$log"
+  done
+}
+# gpt:small's products one at a time (lockstep-bench gemm): where the step's GEMM time goes, shape
+# by shape, against the peak measured in the same run, and whether cuBLASLt's heuristic picks the
+# fastest of its algorithms.
+long_gemm() {
+  local run model precision log rc
+  for run in gpt:small/bf16 gpt:small/fp32 gpt:small,vocab=50304/bf16; do
+    model=${run%/*} precision=${run#*/}
+    log="$logs/gemm_${model//[:,=]/_}_$precision.log"
+    step "$step_timeout" "$log" "$bench" gemm --device cuda --precision "$precision" \
+      --model "$model" --global-batch 8
+    rc=$?
+    gpu_step "gemm $model $precision, batch 8 x 1024" $rc "$log" \
+      "$(grep -aoE '^gemm_ms_(per_step|at_peak)=[0-9.]+( share_of_peak=[0-9.]+%)?' "$log" | tr '\n' ' ')"
     cat "$log"
   done
 }

@@ -2,6 +2,7 @@
 # lockstep-bench end to end at 2 ranks with small sizes: the collectives table has its columns,
 # every collective and size, bus bandwidth in the nccl-tests ratio to algorithm bandwidth, and 0
 # wrong values (also for other element types and ops); the overhead subcommand prints its ratio;
+# gemm times a small GPT's products and counts its FLOPs;
 # bad flag values give one clear error line and a non-zero exit on every rank, never a hang.
 # ctest sets LOCKSTEP_BIN (the apps build folder) and MPIEXEC.
 set -u
@@ -66,6 +67,24 @@ grep -Eq '^# overhead ratio \(lockstep / mpi medians\): 8 B [0-9]+\.[0-9]+, 1 Mi
   fail "overhead's summary has no row of 4 samples per size"$'\n'"$out"
 grep -q '^# wrong values: lockstep 0, mpi 0$' <<<"$out" || fail "overhead results wrong"$'\n'"$out"
 
+# --- gemm: a GPT's 15 products, each with oneDNN's and OpenBLAS's times (or OpenBLAS's alone in a
+# build without oneDNN), the step's FLOPs as the shapes give them: 2 blocks of dim 32 and a
+# 256-token head at 2 x 16 rows a rank: 3 x 2 x 32 x 12 x 32^2 x 2 + 3 x 2 x 32 x 256 x 32 ---
+out=$(run2 gemm --model gpt:layers=2,heads=2,dim=32,ctx=16 --global-batch 4 --repetitions 2 \
+        --peak-size 64 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "gemm at 2 ranks exited $rc"$'\n'"$out"
+grep -q '^# lockstep-bench gemm: gpt:layers=2,heads=2,dim=32,ctx=16 (2 blocks, dim 32, context 16, vocabulary 256), 32 rows a rank, cpu' <<<"$out" ||
+  fail "gemm's header does not name the model and the rows"$'\n'"$out"
+products=$(grep -cE '^(qkv|proj|fc|fc2|head) (forward|dx|dw) ' <<<"$out")
+[[ $products -eq 15 ]] || fail "gemm: $products product rows, expected 15"$'\n'"$out"
+bad=$(grep -E '^(qkv|proj|fc|fc2|head) ' <<<"$out" |
+      awk -F'|' '{ for (i = 2; i <= NF; ++i) { split($i, f, " "); if (!(f[1] > 0 && f[2] > 0)) print } }')
+[[ -z $bad ]] || fail "gemm rows without a positive time and rate:"$'\n'"$bad"
+grep -q '^gemm_flops_per_step=6.291e+06$' <<<"$out" || fail "gemm's FLOPs per step are not 6.291e+06"$'\n'"$out"
+columns=$(grep -c '^gemm_ms_per_step=[0-9.]* share_of_peak=[0-9.]*% ' <<<"$out")
+[[ $columns -ge 1 ]] || fail "gemm prints no step total"$'\n'"$out"
+
 # --- bad input: one error line naming the problem, non-zero exit, every rank leaves ---
 expect_error() {
   local pattern=$1
@@ -101,6 +120,10 @@ expect_error "too many positional options" collectives 64M
 expect_error "rounds must be 1 or more" overhead -r 0
 expect_error "is not a byte size" overhead -b 8,64Q
 expect_error "at least one float32" overhead -b 8,2
+expect_error "times a GPT's products" gemm --model cnn
+expect_error "must divide by the ranks (2)" gemm --model gpt:tiny --global-batch 3
+expect_error "repetitions must be in" gemm --repetitions 0
+expect_error "--precision bf16 needs --device cuda" gemm --model gpt:tiny --device cpu --precision bf16
 if ! "$bin" collectives --backend all -b 8 -e 8 -n 1 -w 0 2>/dev/null | grep -q '^# backend nccl ('; then
   expect_error "--backend nccl: " collectives --backend nccl -b 8 -e 8
 fi
