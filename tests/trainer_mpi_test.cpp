@@ -56,8 +56,11 @@ const std::string& data_file() {
 
 // Equal "up to summation order" has a catch with ReLU and max-pool: a pre-activation within
 // rounding of zero, or two pooled values within rounding of each other, can go either way, and
-// the step then differs by one position's whole gradient. At this learning rate such a flip is
-// rare (seen in 1 of 12 seeds over these 20 steps, at 5e-5); without one the runs agree to ~5e-8.
+// the step then differs by one position's whole gradient (1e-5 to 4e-4 after these 20 steps).
+// Such a flip is not rare at 6 ranks (batches of 4 a rank): of seeds 11-18 the CNN flipped with 5
+// when the loss took libm's expf and with 3 once it took the vectorised exp (seed 11 among them,
+// 2026-12-01), whatever the world size otherwise. Seed 18 flips at none of 1, 2, 4 and 6 ranks,
+// on AVX-512 and capped to AVX2; without a flip the runs agree to ~1e-7.
 TrainConfig base_config(const std::string& model, OptimizerKind opt, int64_t batch, int64_t steps) {
   TrainConfig c;
   c.train.path = data_file();
@@ -66,7 +69,7 @@ TrainConfig base_config(const std::string& model, OptimizerKind opt, int64_t bat
   c.lr = opt == OptimizerKind::momentum ? 0.01 : 1e-3;
   c.global_batch = batch;
   c.steps = steps;
-  c.seed = 11;
+  c.seed = 18;
   c.log_every = 5;
   c.check_every = 7;
   c.eval_every_epoch = false;
