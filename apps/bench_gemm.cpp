@@ -27,6 +27,7 @@
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
 #include "apps/bench_peak.h"
+#include "apps/bench_setup.h"
 #include "apps/train_options.h"
 #include "kernels/cast.h"
 #include "kernels/cuda/memory.h"
@@ -34,10 +35,8 @@
 #include "kernels/onednn/onednn.h"
 #include "runtime/base/buffer.h"
 #include "runtime/base/error.h"
-#include "runtime/base/knobs.h"
 #include "runtime/model/layer_registry.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/process/blas_threads.h"
 #include "runtime/process/context.h"
 
 namespace lockstep::bench {
@@ -69,21 +68,16 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("peak-size", po::value(&o->peak_size)->default_value(0),
        "n of the n^3 GEMM that measures the peak (0: 2048 on the CPU, 8192 on a GPU)");
   // clang-format on
-  po::options_description shared("as lockstep-train");
-  add_train_options(shared, kTrainOptions);
-  desc.add(shared);
-  po::variables_map vm = parse_options("gemm", argc, argv, desc);
-  if (print_help_if_asked(vm, desc, world.rank)) return false;
-  set_train_options(vm, kTrainOptions, o->train);
+  po::variables_map vm;
+  if (!parse_with_train_options("gemm", argc, argv, world, desc, kTrainOptions, o->train, &vm))
+    return false;
   // GPT-2 small's shape at issue 36's batch by default, not lockstep-train's CNN at 128.
   if (vm["model"].defaulted()) o->train.config.model = "gpt:small";
   if (vm["global-batch"].defaulted()) o->train.config.global_batch = 8;
-  configured_knobs();
   if (o->repetitions < 1 || o->repetitions > 1000)
     throw UsageError("--repetitions must be in [1, 1000]");
   if (o->algorithms < 1 || o->algorithms > 32) throw UsageError("--algorithms must be in [1, 32]");
-  if (o->peak_size != 0 && (o->peak_size < 64 || o->peak_size > 16384))
-    throw UsageError("--peak-size must be 0 (automatic) or in [64, 16384]");
+  check_peak_size(o->peak_size);
   return true;
 }
 
@@ -275,17 +269,12 @@ int run_gemm_bench(int argc, char** argv, const World& world) {
   if (given.global_batch % world.size != 0)
     throw UsageError("--global-batch " + std::to_string(given.global_batch) +
                      " must divide by the ranks (" + std::to_string(world.size) + ")");
-  if (o.train.device == "cuda" && !layers_available(DeviceKind::cuda))
-    throw UsageError("--device cuda: " + gpu_training_missing() + "; use --device cpu");
-  ContextOptions co;
-  co.device = layers_available(DeviceKind::cuda) ? o.train.device : "cpu";
-  auto world_comm = make_mpi_communicator();
-  Context ctx = make_context(world, *world_comm, co);
+  BenchContext bench = make_bench_context(world, o.train);
+  const Context& ctx = bench.ctx;
   const bool gpu = ctx.device == DeviceKind::cuda;
   if (given.precision == Precision::bf16 && !gpu)
     throw UsageError("--precision bf16 needs --device cuda");
-  const int threads = o.train.threads > 0 ? o.train.threads : default_blas_threads(world);
-  set_blas_threads(threads);
+  const int threads = bench.threads;
   const int rows = static_cast<int>(given.global_batch / world.size) * gpt.ctx;
   const std::vector<Product> ps = products_of(gpt, rows);
 

@@ -29,6 +29,7 @@
 #include "apps/bench_args.h"
 #include "apps/bench_commands.h"
 #include "apps/bench_peak.h"
+#include "apps/bench_setup.h"
 #include "apps/train_options.h"
 #include "kernels/cuda/memory.h"
 #include "kernels/onednn/onednn.h"
@@ -77,17 +78,11 @@ bool parse(int argc, char** argv, const World& world, Options* o) {
       ("peak-size", po::value(&o->peak_size)->default_value(0),
        "n of the n^3 GEMM that measures the peak (0: 2048 on the CPU, 8192 on a GPU)");
   // clang-format on
-  po::options_description shared("as lockstep-train");
-  add_train_options(shared, kTrainOptions);
-  desc.add(shared);
-  po::variables_map vm = parse_options("train", argc, argv, desc);
-  if (print_help_if_asked(vm, desc, world.rank)) return false;
-  set_train_options(vm, kTrainOptions, o->train);
-  configured_knobs();  // the environment knobs, refused in words at start-up (knobs.h)
+  if (!parse_with_train_options("train", argc, argv, world, desc, kTrainOptions, o->train))
+    return false;
   if (o->steps < 1) throw UsageError("--steps must be 1 or more");
   if (o->warmup < 0) throw UsageError("--warmup must be 0 or more");
-  if (o->peak_size != 0 && (o->peak_size < 64 || o->peak_size > 16384))
-    throw UsageError("--peak-size must be 0 (automatic) or in [64, 16384]");
+  check_peak_size(o->peak_size);
   return true;
 }
 
@@ -149,17 +144,12 @@ int run_train_bench(int argc, char** argv, const World& world) {
   if (!parse(argc, argv, world, &o)) return 0;
   const TrainConfig& given = o.train.config;
   const Precision precision = given.precision;
-  if (o.train.device == "cuda" && !layers_available(DeviceKind::cuda))
-    throw UsageError("--device cuda: " + gpu_training_missing() + "; use --device cpu");
-  ContextOptions co;
-  co.device = layers_available(DeviceKind::cuda) ? o.train.device : "cpu";
-  // The subcommands get the World only (bench_commands.h), so this one makes its world's host
-  // communicator; the trainer, the step times and the peak rates use it, the gradients ctx.grads.
-  auto world_comm = make_mpi_communicator();
-  Context ctx = make_context(world, *world_comm, co);
+  // The trainer, the step times and the peak rates use the world's host communicator, the
+  // gradients ctx.grads.
+  BenchContext bench = make_bench_context(world, o.train);
+  Context& ctx = bench.ctx;
   Communicator& host = *ctx.host;
-  const int threads = o.train.threads > 0 ? o.train.threads : default_blas_threads(world);
-  set_blas_threads(threads);
+  const int threads = bench.threads;
 
   const int64_t total_steps = o.warmup + o.steps;
   const int64_t global_batch = given.global_batch;
