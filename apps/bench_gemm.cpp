@@ -18,7 +18,6 @@
 // Every rank times its own products (ranks on one host share it); rank 0 prints a table, then
 // key=value totals. Bad options throw UsageError on every rank.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -136,20 +135,6 @@ std::string op_of(const kernels::GemmShape& s) {
          (s.beta != 0.0f ? ",+=" : "");
 }
 
-// The best seconds of `run` over the repetitions, one untimed call first.
-template <class Run>
-double best_host_seconds(int repetitions, Run run) {
-  run();
-  double best = 1e30;
-  for (int r = 0; r < repetitions; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
 // The timed variants of one product: their names and seconds (negative: not timed).
 struct Row {
   const Product* product;
@@ -176,27 +161,6 @@ std::vector<std::string> host_products(const std::vector<Product>& ps, int repet
   return {"OpenBLAS sgemm"};
 }
 
-// Milliseconds of `launches` calls of `run` on `stream` between two events, the best of the
-// repetitions, one untimed call first.
-template <class Run>
-double best_device_seconds(int repetitions, cudaStream_t stream, Run run) {
-  constexpr int kLaunches = 4;
-  cudaEvent_t start = kernels::cuda_timing_event_create(),
-              stop = kernels::cuda_timing_event_create();
-  run();
-  double best = 1e30;
-  for (int r = 0; r < repetitions; ++r) {
-    kernels::cuda_event_record(start, stream);
-    for (int i = 0; i < kLaunches; ++i) run();
-    kernels::cuda_event_record(stop, stream);
-    kernels::cuda_event_synchronize(stop);
-    best = std::min(best, 1e-3 * kernels::cuda_event_elapsed_ms(start, stop) / kLaunches);
-  }
-  kernels::cuda_event_destroy(stop);
-  kernels::cuda_event_destroy(start);
-  return best;
-}
-
 std::vector<std::string> device_products(const std::vector<Product>& ps, const Options& o,
                                          std::vector<Row>& rows) {
   size_t most = 0;
@@ -209,7 +173,9 @@ std::vector<std::string> device_products(const std::vector<Product>& ps, const O
   c.write(half.data(), 0, most);
   Buffer<uint16_t> a16(DeviceKind::cuda, bf16 ? most : 0), b16(DeviceKind::cuda, bf16 ? most : 0),
       c16(DeviceKind::cuda, bf16 ? most : 0);
-  cudaStream_t stream = kernels::cuda_stream_create();
+  OwnedStream owned;
+  const cudaStream_t stream = owned.stream;
+  constexpr int kLaunches = 4;  // timed together
   if (bf16) {
     kernels::cast_f32_to_bf16_cuda(a.data(), a16.data(), most, stream);
     kernels::cast_f32_to_bf16_cuda(b.data(), b16.data(), most, stream);
@@ -218,18 +184,18 @@ std::vector<std::string> device_products(const std::vector<Product>& ps, const O
     Row row{&p, {}, ""};
     const kernels::GemmShape& s = p.shape;
     if (!bf16) {
-      row.seconds.push_back(best_device_seconds(o.repetitions, stream, [&] {
+      row.seconds.push_back(best_device_seconds(o.repetitions, kLaunches, stream, [&] {
         kernels::gemm_cuda(s, a.data(), b.data(), c.data(), stream);
       }));
     } else {
-      row.seconds.push_back(best_device_seconds(o.repetitions, stream, [&] {
+      row.seconds.push_back(best_device_seconds(o.repetitions, kLaunches, stream, [&] {
         kernels::gemm_bf16_cuda(s, a16.data(), b16.data(), c.data(), stream);
       }));
       // The bf16-out and cuBLASLt columns time C = op(A) op(B) alone (beta 0): an accumulated
       // product's (dw's) figure there is that of its product without the addition.
       kernels::GemmShape plain = s;
       plain.beta = 0.0f;
-      row.seconds.push_back(best_device_seconds(o.repetitions, stream, [&] {
+      row.seconds.push_back(best_device_seconds(o.repetitions, kLaunches, stream, [&] {
         kernels::gemm_bf16_out_cuda(plain, a16.data(), b16.data(), c16.data(), stream);
       }));
       // ms[i]: algorithm i's best milliseconds over the repetitions (1e30: it refused the shape).
@@ -253,7 +219,6 @@ std::vector<std::string> device_products(const std::vector<Product>& ps, const O
     }
     rows.push_back(std::move(row));
   }
-  kernels::cuda_stream_destroy(stream);
   if (!bf16) return {"cuBLAS sgemm (TF32 off)"};
   return {"cuBLAS bf16, C fp32", "cuBLAS bf16, C bf16", "cuBLASLt heuristic's first",
           "cuBLASLt fastest"};

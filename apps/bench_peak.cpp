@@ -1,7 +1,6 @@
 #include "apps/bench_peak.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -21,20 +20,10 @@ constexpr int kRepetitions = 3;
 
 double flops(int n) { return 2.0 * n * static_cast<double>(n) * n; }
 
-// The best time of `run` over the repetitions, all ranks starting each one together; one untimed
-// call first (threads started, pages touched, primitives created).
+// The best time of `run` over the repetitions, all ranks starting each one together.
 template <class Run>
 double best_seconds(Communicator& comm, Run run) {
-  run();
-  double best = 1e30;
-  for (int rep = 0; rep < kRepetitions; ++rep) {
-    comm.barrier();
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
+  return best_host_seconds(kRepetitions, run, &comm);
 }
 
 // The CNN's second convolution (lockstep-train --model cnn) at a per-rank batch of 64: where its
@@ -54,18 +43,6 @@ double host_conv_rate(Communicator& comm, Forward forward) {
   const double f = 2.0 * static_cast<double>(ys) * s.kh * s.kw * s.c_in;
   return f / best_seconds(comm, [&] { forward(s, x.data(), w.data(), b.data(), y.data()); });
 }
-
-// Owns a stream and two timing events; frees them whatever throws.
-struct TimedStream {
-  cudaStream_t stream = kernels::cuda_stream_create();
-  cudaEvent_t start = kernels::cuda_timing_event_create();
-  cudaEvent_t stop = kernels::cuda_timing_event_create();
-  ~TimedStream() {
-    kernels::cuda_event_destroy(stop);
-    kernels::cuda_event_destroy(start);
-    kernels::cuda_stream_destroy(stream);
-  }
-};
 
 }  // namespace
 
@@ -106,9 +83,7 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n, bool convol
 }
 
 double device_gemm_rate(Communicator& comm, int n, Precision precision) {
-  // Several products per timed interval: one bf16 product of a few GFLOP takes microseconds on a
-  // large GPU, near the events' resolution.
-  constexpr int kProducts = 8;
+  constexpr int kProducts = 8;  // timed together
   const size_t count = static_cast<size_t>(n) * n;
   Buffer<float> a(DeviceKind::cuda, count), b(DeviceKind::cuda, count), c(DeviceKind::cuda, count);
   // Values that neither overflow nor vanish; cuBLAS's speed does not depend on them.
@@ -117,30 +92,23 @@ double device_gemm_rate(Communicator& comm, int n, Precision precision) {
   b.write(host.data(), 0, count);
   const bool bf16 = precision == Precision::bf16;
   Buffer<uint16_t> a16(DeviceKind::cuda, bf16 ? count : 0), b16(DeviceKind::cuda, bf16 ? count : 0);
-  TimedStream t;
+  OwnedStream owned;
+  const cudaStream_t stream = owned.stream;
   if (bf16) {
-    kernels::cast_f32_to_bf16_cuda(a.data(), a16.data(), count, t.stream);
-    kernels::cast_f32_to_bf16_cuda(b.data(), b16.data(), count, t.stream);
+    kernels::cast_f32_to_bf16_cuda(a.data(), a16.data(), count, stream);
+    kernels::cast_f32_to_bf16_cuda(b.data(), b16.data(), count, stream);
   }
   kernels::GemmShape s;
   s.m = s.n = s.k = n;
-  auto product = [&] {
-    if (bf16)
-      kernels::gemm_bf16_cuda(s, a16.data(), b16.data(), c.data(), t.stream);
-    else
-      kernels::gemm_cuda(s, a.data(), b.data(), c.data(), t.stream);
-  };
-  product();  // warm-up: cuBLAS picks and loads its kernel, the clocks ramp up
-  kernels::cuda_stream_synchronize(t.stream);
-  double best = 1e30;
-  for (int rep = 0; rep < kRepetitions; ++rep) {
-    comm.barrier();
-    kernels::cuda_event_record(t.start, t.stream);
-    for (int i = 0; i < kProducts; ++i) product();
-    kernels::cuda_event_record(t.stop, t.stream);
-    kernels::cuda_event_synchronize(t.stop);
-    best = std::min(best, 1e-3 * kernels::cuda_event_elapsed_ms(t.start, t.stop) / kProducts);
-  }
+  const double best = best_device_seconds(
+      kRepetitions, kProducts, stream,
+      [&] {
+        if (bf16)
+          kernels::gemm_bf16_cuda(s, a16.data(), b16.data(), c.data(), stream);
+        else
+          kernels::gemm_cuda(s, a.data(), b.data(), c.data(), stream);
+      },
+      &comm);
   return flops(n) / best;
 }
 

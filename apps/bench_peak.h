@@ -9,13 +9,71 @@
 // with the same n.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/memory.h"
 #include "runtime/base/communicator.h"
 #include "runtime/base/precision.h"
 
 namespace lockstep::bench {
+
+// The best seconds of `run` over `repetitions` timed calls, by the host clock, one untimed call
+// first (threads started, pages touched, primitives created). With `comm`, every timed call starts
+// at its barrier (collective: every rank calls it with the same repetitions).
+template <class Run>
+double best_host_seconds(int repetitions, Run run, Communicator* comm = nullptr) {
+  run();
+  double best = 1e30;
+  for (int r = 0; r < repetitions; ++r) {
+    if (comm) comm->barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// A stream of its own for a benchmark's kernels; destroyed whatever throws.
+struct OwnedStream {
+  cudaStream_t stream = kernels::cuda_stream_create();
+  OwnedStream() = default;
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  ~OwnedStream() { kernels::cuda_stream_destroy(stream); }
+};
+
+// The best seconds of one call of `run`, which enqueues work on `stream`: each repetition times
+// `launches` calls between two CUDA events (one product of a few GFLOP takes microseconds on a
+// large GPU, near the events' resolution), one untimed call and a synchronisation first (the
+// library picks and loads its kernel, the clocks ramp up). With `comm`, as best_host_seconds.
+template <class Run>
+double best_device_seconds(int repetitions, int launches, cudaStream_t stream, Run run,
+                           Communicator* comm = nullptr) {
+  struct Events {  // freed whatever throws
+    cudaEvent_t start = kernels::cuda_timing_event_create();
+    cudaEvent_t stop = kernels::cuda_timing_event_create();
+    ~Events() {
+      kernels::cuda_event_destroy(stop);
+      kernels::cuda_event_destroy(start);
+    }
+  } e;
+  run();
+  kernels::cuda_stream_synchronize(stream);
+  double best = 1e30;
+  for (int r = 0; r < repetitions; ++r) {
+    if (comm) comm->barrier();
+    kernels::cuda_event_record(e.start, stream);
+    for (int i = 0; i < launches; ++i) run();
+    kernels::cuda_event_record(e.stop, stream);
+    kernels::cuda_event_synchronize(e.stop);
+    best = std::min(best, 1e-3 * kernels::cuda_event_elapsed_ms(e.start, e.stop) / launches);
+  }
+  return best;
+}
 
 struct KernelRate {
   std::string name;  // "OpenBLAS sgemm 2048^3", "oneDNN convolution 64x14x14x32->64 3x3", ...
