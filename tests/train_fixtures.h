@@ -56,7 +56,6 @@ inline std::string write_striped_images(const std::string& path, const StripedIm
   return path;
 }
 
-// ||a - b|| / ||b|| in double.
 // One plain SGD step of three micro-batches of 16 on striped images, with a small CNN. SGD moves
 // each weight by lr times its gradient, so the step's update compares the gradients; one Adam step
 // would move every weight by about lr whatever its gradient, and a gradient near 0 whose sign
