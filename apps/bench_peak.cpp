@@ -17,13 +17,17 @@ namespace lockstep::bench {
 namespace {
 
 constexpr int kRepetitions = 3;
+// The convolution's forward takes about a millisecond: best of 3 was at the mercy of one slow
+// stretch of a shared VM (a 2-core Zen 5's peak once came out at 645 GFLOP/s against 800-880 in
+// five other runs, and a step at 103% of it), so it is timed 20 times.
+constexpr int kConvRepetitions = 20;
 
 double flops(int n) { return 2.0 * n * static_cast<double>(n) * n; }
 
 // The best time of `run` over the repetitions, all ranks starting each one together.
 template <class Run>
-double best_seconds(Communicator& comm, Run run) {
-  return best_host_seconds(kRepetitions, run, &comm);
+double best_seconds(Communicator& comm, Run run, int repetitions = kRepetitions) {
+  return best_host_seconds(repetitions, run, &comm);
 }
 
 // The CNN's second convolution (lockstep-train --model cnn) at a per-rank batch of 64: where its
@@ -41,7 +45,9 @@ double host_conv_rate(Communicator& comm, Forward forward) {
   const size_t ys = static_cast<size_t>(s.n) * s.out_h() * s.out_w() * s.c_out;
   std::vector<float> x(xs, 0.5f), w(ws, 0.25f), b(s.c_out, 0.1f), y(ys);
   const double f = 2.0 * static_cast<double>(ys) * s.kh * s.kw * s.c_in;
-  return f / best_seconds(comm, [&] { forward(s, x.data(), w.data(), b.data(), y.data()); });
+  return f /
+         best_seconds(
+             comm, [&] { forward(s, x.data(), w.data(), b.data(), y.data()); }, kConvRepetitions);
 }
 
 }  // namespace
