@@ -18,6 +18,7 @@
 // Every rank times its own products (ranks on one host share it); rank 0 prints a table, then
 // key=value totals. Bad options throw UsageError on every rank.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -148,15 +149,29 @@ std::vector<std::string> host_products(const std::vector<Product>& ps, int repet
   for (const Product& p : ps) most = std::max({most, p.a_size(), p.b_size(), p.c_size()});
   std::vector<float> a(most, 0.5f), b(most, 0.25f), c(most, 0.0f);
   const bool onednn = kernels::onednn_built();
-  for (const Product& p : ps) {
-    Row row{&p, {}, ""};
-    if (onednn)
-      row.seconds.push_back(best_host_seconds(
-          repetitions, [&] { kernels::gemm_onednn(p.shape, a.data(), b.data(), c.data()); }));
-    row.seconds.push_back(best_host_seconds(
-        repetitions, [&] { kernels::gemm_cpu(p.shape, a.data(), b.data(), c.data()); }));
-    rows.push_back(std::move(row));
-  }
+  for (const Product& p : ps) rows.push_back(Row{&p, {}, ""});
+  // A column at a time, in rounds over its products, each product's best of its rounds: a
+  // transient (Open MPI's daemon starting beside a singleton, OpenBLAS's pthreads spinning for a
+  // while after a product) costs a round rather than every repetition of the products it meets,
+  // several milliseconds a call at 2 threads on a 2-core VM. OpenBLAS's column last, as the
+  // peak's (bench_peak.cpp).
+  const auto column = [&](auto gemm) {
+    for (Row& row : rows) gemm(row.product->shape);  // untimed: plans made, pages touched
+    std::vector<double> best(rows.size(), 1e30);
+    for (int r = 0; r < repetitions; ++r)
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        gemm(rows[i].product->shape);
+        best[i] = std::min(
+            best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    for (size_t i = 0; i < rows.size(); ++i) rows[i].seconds.push_back(best[i]);
+  };
+  if (onednn)
+    column([&](const kernels::GemmShape& s) {
+      kernels::gemm_onednn(s, a.data(), b.data(), c.data());
+    });
+  column([&](const kernels::GemmShape& s) { kernels::gemm_cpu(s, a.data(), b.data(), c.data()); });
   if (onednn) return {"oneDNN matmul", "OpenBLAS sgemm"};
   return {"OpenBLAS sgemm"};
 }
@@ -286,7 +301,9 @@ int run_gemm_bench(int argc, char** argv, const World& world) {
         std::printf(" |        -        ");
         continue;
       }
-      std::printf(" | %8.3f %7.1f", 1e3 * r.seconds[i], p.flops() / r.seconds[i] / unit);
+      // Four significant digits: a small product's fraction of a microsecond, or a stalled one's
+      // rate, is not printed as 0.
+      std::printf(" | %8.4g %7.4g", 1e3 * r.seconds[i], p.flops() / r.seconds[i] / unit);
       step[i] += p.per_step * r.seconds[i];
     }
     if (!r.note.empty()) std::printf("  (%s)", r.note.c_str());
