@@ -9,7 +9,7 @@
 // row-major layouts, each timed alone on buffers of its own size: the best of --repetitions after
 // one untimed call. The step's products are the blocks' times the layers, plus the head's.
 //   CPU: oneDNN's matmul (the layers' kernel, gemm_onednn) and OpenBLAS's sgemm beside it, on the
-//   rank's --threads, timed by the host clock.
+//   rank's --threads, timed by the host clock, a library's products in rounds (host_products).
 //   GPU (--device cuda): fp32 through cuBLAS (cublasSgemm, TF32 off); bf16 through cuBLAS with C
 //   in fp32 (gemm_bf16_cuda) and in bf16 (gemm_bf16_out_cuda, where C is not accumulated), and
 //   every algorithm cuBLASLt's heuristic offers for the bf16-out product timed one by one: the
