@@ -18,7 +18,6 @@
 // Every rank times its own products (ranks on one host share it); rank 0 prints a table, then
 // key=value totals. Bad options throw UsageError on every rank.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -159,12 +158,8 @@ std::vector<std::string> host_products(const std::vector<Product>& ps, int repet
     for (Row& row : rows) gemm(row.product->shape);  // untimed: plans made, pages touched
     std::vector<double> best(rows.size(), 1e30);
     for (int r = 0; r < repetitions; ++r)
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        gemm(rows[i].product->shape);
-        best[i] = std::min(
-            best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
+      for (size_t i = 0; i < rows.size(); ++i)
+        best[i] = std::min(best[i], host_seconds([&] { gemm(rows[i].product->shape); }));
     for (size_t i = 0; i < rows.size(); ++i) rows[i].seconds.push_back(best[i]);
   };
   if (onednn)

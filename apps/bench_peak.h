@@ -20,6 +20,14 @@
 
 namespace lockstep::bench {
 
+// The seconds of one call of `run`, by the host clock.
+template <class Run>
+double host_seconds(Run run) {
+  const auto t0 = std::chrono::steady_clock::now();
+  run();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // The best seconds of `run` over `repetitions` timed calls, by the host clock, one untimed call
 // first (threads started, pages touched, primitives created). With `comm`, every timed call starts
 // at its barrier (collective: every rank calls it with the same repetitions).
@@ -29,10 +37,7 @@ double best_host_seconds(int repetitions, Run run, Communicator* comm = nullptr)
   double best = 1e30;
   for (int r = 0; r < repetitions; ++r) {
     if (comm) comm->barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, host_seconds(run));
   }
   return best;
 }
