@@ -10,6 +10,10 @@
 // one untimed call. The step's products are the blocks' times the layers, plus the head's.
 //   CPU: oneDNN's matmul (the layers' kernel, gemm_onednn) and OpenBLAS's sgemm beside it, on the
 //   rank's --threads, timed by the host clock, a library's products in rounds (host_products).
+//   With --precision bf16 (the CPU layers compute in fp32: this asks what bf16 products would
+//   give): oneDNN's matmul in fp32, on bf16 operands (gemm_bf16_onednn, C in fp32), and on bf16
+//   operands cast from fp32 before each product (A and B, one thread: what a step without bf16
+//   activations would pay), against oneDNN's bf16 2048^3 rate as the peak.
 //   GPU (--device cuda): fp32 through cuBLAS (cublasSgemm, TF32 off); bf16 through cuBLAS with C
 //   in fp32 (gemm_bf16_cuda) and in bf16 (gemm_bf16_out_cuda, where C is not accumulated), and
 //   every algorithm cuBLASLt's heuristic offers for the bf16-out product timed one by one: the
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -142,11 +147,12 @@ struct Row {
   std::string note;
 };
 
-std::vector<std::string> host_products(const std::vector<Product>& ps, int repetitions,
+std::vector<std::string> host_products(const std::vector<Product>& ps, int repetitions, bool bf16,
                                        std::vector<Row>& rows) {
   size_t most = 0;
   for (const Product& p : ps) most = std::max({most, p.a_size(), p.b_size(), p.c_size()});
   std::vector<float> a(most, 0.5f), b(most, 0.25f), c(most, 0.0f);
+  std::vector<uint16_t> a16(bf16 ? most : 0), b16(bf16 ? most : 0);
   const bool onednn = kernels::onednn_built();
   for (const Product& p : ps) rows.push_back(Row{&p, {}, ""});
   // A column at a time, in rounds over its products, each product's best of its rounds: a
@@ -166,6 +172,20 @@ std::vector<std::string> host_products(const std::vector<Product>& ps, int repet
     column([&](const kernels::GemmShape& s) {
       kernels::gemm_onednn(s, a.data(), b.data(), c.data());
     });
+  if (bf16) {  // onednn: run_gemm_bench checked
+    kernels::cast_f32_to_bf16_cpu(a.data(), a16.data(), most);
+    kernels::cast_f32_to_bf16_cpu(b.data(), b16.data(), most);
+    column([&](const kernels::GemmShape& s) {
+      kernels::gemm_bf16_onednn(s, a16.data(), b16.data(), c.data());
+    });
+    column([&](const kernels::GemmShape& s) {
+      const size_t as = static_cast<size_t>(s.m) * s.k, bs = static_cast<size_t>(s.k) * s.n;
+      kernels::cast_f32_to_bf16_cpu(a.data(), a16.data(), as);
+      kernels::cast_f32_to_bf16_cpu(b.data(), b16.data(), bs);
+      kernels::gemm_bf16_onednn(s, a16.data(), b16.data(), c.data());
+    });
+    return {"oneDNN matmul fp32", "oneDNN matmul bf16", "oneDNN bf16 with the casts"};
+  }
   column([&](const kernels::GemmShape& s) { kernels::gemm_cpu(s, a.data(), b.data(), c.data()); });
   if (onednn) return {"oneDNN matmul", "OpenBLAS sgemm"};
   return {"OpenBLAS sgemm"};
@@ -247,15 +267,25 @@ int run_gemm_bench(int argc, char** argv, const World& world) {
   BenchContext bench = make_bench_context(world, o.train);
   const Context& ctx = bench.ctx;
   const bool gpu = ctx.device == DeviceKind::cuda;
-  if (given.precision == Precision::bf16 && !gpu)
-    throw UsageError("--precision bf16 needs --device cuda");
+  const bool bf16 = given.precision == Precision::bf16;
+  if (bf16 && !gpu) {
+    if (!kernels::onednn_built())
+      throw UsageError("--precision bf16 on the CPU needs oneDNN (this build has none)");
+    try {  // one small product: does oneDNN have a bf16 matmul for this CPU?
+      const std::vector<uint16_t> one(1, 0x3f80);
+      float c = 0;
+      kernels::gemm_bf16_onednn({.m = 1, .n = 1, .k = 1}, one.data(), one.data(), &c);
+    } catch (const std::runtime_error& e) {
+      throw UsageError(std::string("--precision bf16 on the CPU: ") + e.what());
+    }
+  }
   const int threads = bench.threads;
   const int rows = static_cast<int>(given.global_batch / world.size) * gpt.ctx;
   const std::vector<Product> ps = products_of(gpt, rows);
 
   std::vector<Row> table;
   const std::vector<std::string> columns =
-      gpu ? device_products(ps, o, table) : host_products(ps, o.repetitions, table);
+      gpu ? device_products(ps, o, table) : host_products(ps, o.repetitions, bf16, table);
   // The peak in the same run, as lockstep-bench train measures it.
   double peak = 0;
   std::string peak_name;
@@ -264,6 +294,10 @@ int run_gemm_bench(int argc, char** argv, const World& world) {
     peak = device_gemm_rate(*ctx.host, n, given.precision);
     peak_name =
         std::string("cuBLAS ") + precision_name(given.precision) + " " + std::to_string(n) + "^3";
+  } else if (bf16) {
+    const int n = o.peak_size > 0 ? o.peak_size : 2048;
+    peak = host_bf16_gemm_rate(*ctx.host, n);
+    peak_name = "oneDNN matmul bf16 " + std::to_string(n) + "^3";
   } else {
     for (const KernelRate& k : host_kernel_rates(*ctx.host, o.peak_size > 0 ? o.peak_size : 2048,
                                                  /*convolutions=*/false))
@@ -275,7 +309,8 @@ int run_gemm_bench(int argc, char** argv, const World& world) {
   const char* rate = gpu ? "TFLOP/s" : "GFLOP/s";
   const std::string where =
       gpu ? std::string("cuda, ") + precision_name(given.precision)
-          : "cpu, fp32, " + std::to_string(threads) + " thread(s), " +
+          : std::string("cpu, ") + precision_name(given.precision) + ", " +
+                std::to_string(threads) + " thread(s), " +
                 (kernels::onednn_built() ? kernels::onednn_description() : "OpenBLAS");
   std::printf(
       "# lockstep-bench gemm: %s (%d blocks, dim %d, context %d, vocabulary %d), %d rows a "

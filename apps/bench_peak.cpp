@@ -88,6 +88,19 @@ std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n, bool convol
   return openblas_last();
 }
 
+double host_bf16_gemm_rate(Communicator& comm, int n) {
+  const size_t count = static_cast<size_t>(n) * n;
+  const std::vector<float> half(count, 0.5f);
+  std::vector<uint16_t> a(count), b(count);
+  kernels::cast_f32_to_bf16_cpu(half.data(), a.data(), count);
+  kernels::cast_f32_to_bf16_cpu(half.data(), b.data(), count);
+  std::vector<float> c(count);
+  kernels::GemmShape s;
+  s.m = s.n = s.k = n;
+  return flops(n) /
+         best_seconds(comm, [&] { kernels::gemm_bf16_onednn(s, a.data(), b.data(), c.data()); });
+}
+
 double device_gemm_rate(Communicator& comm, int n, Precision precision) {
   constexpr int kProducts = 8;  // timed together
   const size_t count = static_cast<size_t>(n) * n;

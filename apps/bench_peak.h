@@ -91,5 +91,8 @@ struct KernelRate {
 std::vector<KernelRate> host_kernel_rates(Communicator& comm, int n, bool convolutions = true);
 // FLOP/s (2 n^3 per product), the best of a few timed repetitions.
 double device_gemm_rate(Communicator& comm, int n, Precision precision);
+// oneDNN's matmul on bf16 operands, C in fp32 (gemm_bf16_onednn), on the rank's threads: FLOP/s
+// as above. Throws where oneDNN has no bf16 matmul for this CPU.
+double host_bf16_gemm_rate(Communicator& comm, int n);
 
 }  // namespace lockstep::bench

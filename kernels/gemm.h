@@ -25,6 +25,11 @@ void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c);
 // before or after it); alpha must be 1, beta 0 and k > 0 (std::invalid_argument otherwise).
 void gemm_bias_onednn(const GemmShape& s, const float* a, const float* b, const float* bias,
                       float* c);
+// The same product on bf16 operands (raw words, kernels/cast.h), accumulated in fp32 into an fp32
+// C, by oneDNN's bf16 matmul: its bf16 dot-product instructions where the CPU has them
+// (AVX512_BF16, AMX). Where oneDNN has no bf16 matmul for this CPU (an AVX2-only one) it throws
+// std::runtime_error saying so. lockstep-bench gemm times it (the layers compute in fp32).
+void gemm_bf16_onednn(const GemmShape& s, const uint16_t* a, const uint16_t* b, float* c);
 
 // CUDA twins (gemm.cu, through cuBLAS): device pointers, enqueued on `stream`, not waited for.
 void gemm_cuda(const GemmShape& s, const float* a, const float* b, float* c, cudaStream_t stream);

@@ -85,6 +85,29 @@ grep -q '^gemm_flops_per_step=6.291e+06$' <<<"$out" || fail "gemm's FLOPs per st
 columns=$(grep -c '^gemm_ms_per_step=[0-9.]* share_of_peak=[0-9.]*% ' <<<"$out")
 [[ $columns -ge 1 ]] || fail "gemm prints no step total"$'\n'"$out"
 
+# --- gemm --precision bf16 on the CPU: oneDNN's fp32, bf16 and bf16-with-casts columns against
+# its bf16 peak where oneDNN has a bf16 matmul for this CPU (AVX-512); else (AVX2, or a build
+# without oneDNN) one error saying so. Capped to AVX2 it never has one. ---
+bf16=(gemm --model gpt:layers=2,heads=2,dim=32,ctx=16 --global-batch 4 --repetitions 2
+      --peak-size 64 --precision bf16)
+if ! grep -q '^# lockstep-bench gemm: .*AVX-512' <<<"$out"; then
+  expect_error "has no bf16 matmul for this CPU\|needs oneDNN (this build has none)" "${bf16[@]}"
+else
+  out=$(run2 "${bf16[@]}" 2>&1)
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "gemm --precision bf16 at 2 ranks exited $rc"$'\n'"$out"
+  grep -q '^# lockstep-bench gemm: .*, cpu, bf16, ' <<<"$out" || fail "bf16 header"$'\n'"$out"
+  grep -q '^# peak: oneDNN matmul bf16 64^3, ' <<<"$out" || fail "bf16 peak not named"$'\n'"$out"
+  bad=$(grep -E '^(qkv|proj|fc|fc2|head) ' <<<"$out" |
+        awk -F'|' 'NF != 4 { print; next }
+                   { for (i = 2; i <= NF; ++i) { split($i, f, " "); if (!(f[1] > 0 && f[2] > 0)) print } }')
+  [[ -z $bad ]] || fail "bf16 rows without three positive times and rates:"$'\n'"$bad"
+  for c in 'oneDNN matmul fp32' 'oneDNN matmul bf16' 'oneDNN bf16 with the casts'; do
+    grep -q "^gemm_ms_per_step=[0-9.]* share_of_peak=[0-9.]*% ($c)$" <<<"$out" ||
+      fail "no step total for '$c'"$'\n'"$out"
+  done
+fi
+
 # --- bad input: one error line naming the problem, non-zero exit, every rank leaves ---
 expect_error() {
   local pattern=$1
@@ -123,7 +146,7 @@ expect_error "at least one float32" overhead -b 8,2
 expect_error "times a GPT's products" gemm --model cnn
 expect_error "must divide by the ranks (2)" gemm --model gpt:tiny --global-batch 3
 expect_error "repetitions must be in" gemm --repetitions 0
-expect_error "--precision bf16 needs --device cuda" gemm --model gpt:tiny --device cpu --precision bf16
+ONEDNN_MAX_CPU_ISA=AVX2 expect_error "has no bf16 matmul for this CPU" "${bf16[@]}"
 if ! "$bin" collectives --backend all -b 8 -e 8 -n 1 -w 0 2>/dev/null | grep -q '^# backend nccl ('; then
   expect_error "--backend nccl: " collectives --backend nccl -b 8 -e 8
 fi

@@ -1,4 +1,5 @@
-// The oneDNN twins (conv2d_*_onednn, gemm_onednn, dense_*_onednn) against the OpenBLAS kernels
+// The oneDNN twins (conv2d_*_onednn, gemm_onednn and gemm_bf16_onednn, dense_*_onednn) against the
+// OpenBLAS kernels
 // (*_cpu), their oracle: the same shapes (odd sizes, stride 2, batch 1, one input channel as in
 // the CNN's first layer), the same accumulate contract, and a second call with the same shape
 // (the cached primitives) reading the new data. Skips where the build has no oneDNN.
@@ -6,9 +7,11 @@
 
 #include <ostream>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernel_reference.h"
+#include "kernels/cast.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/dense.h"
 #include "kernels/gemm.h"
@@ -320,6 +323,58 @@ TEST(OnednnGemm, BiasIsAddedToEveryRow) {
       << "oneDNN would scale the bias too";
 }
 
+// bf16 operands (gemm_bf16_onednn): the product of two bf16 values is exact in fp32, so the
+// result is OpenBLAS's over the same values widened to fp32, up to the order of the sums; every
+// transpose, alpha and beta, and a long A^T B split by k over 2 threads. Where oneDNN has no bf16
+// matmul for this CPU (an AVX2-only one) the call says so instead; an AVX-512 one must have it.
+TEST(OnednnGemm, Bf16OperandsMatchOpenBlasOnTheRoundedValues) {
+  SKIP_WITHOUT_ONEDNN();
+  const auto rounded = [](const std::vector<float>& v, std::vector<uint16_t>* words) {
+    words->resize(v.size());
+    cast_f32_to_bf16_cpu(v.data(), words->data(), v.size());
+    std::vector<float> back(v.size());
+    cast_bf16_to_f32_cpu(words->data(), back.data(), v.size());
+    return back;
+  };
+  if (!onednn_avx512()) {
+    std::vector<uint16_t> one(1, 0x3f80);
+    float c = 0;
+    try {
+      gemm_bf16_onednn({.m = 1, .n = 1, .k = 1}, one.data(), one.data(), &c);
+      EXPECT_EQ(c, 1.0f) << "1 x 1 where oneDNN has a bf16 matmul without AVX-512";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("has no bf16 matmul for this CPU"), std::string::npos)
+          << e.what();
+    }
+    return;
+  }
+  std::vector<uint16_t> a16, b16;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float alpha : {1.0f, -0.5f})
+        for (float beta : {0.0f, 0.75f}) {
+          const GemmShape s{
+              .m = 13, .n = 7, .k = 33, .trans_a = ta, .trans_b = tb, .alpha = alpha, .beta = beta};
+          const std::vector<float> a = rounded(random_floats(13 * 33, 1), &a16),
+                                   b = rounded(random_floats(33 * 7, 2), &b16);
+          std::vector<float> want = random_floats(13 * 7, 3), got = want;
+          gemm_cpu(s, a.data(), b.data(), want.data());
+          gemm_bf16_onednn(s, a16.data(), b16.data(), got.data());
+          EXPECT_LT(max_rel_error(got, want), kTolerance)
+              << "trans_a " << ta << " trans_b " << tb << " alpha " << alpha << " beta " << beta;
+        }
+  const int m = 24, n = 40, k = 1001;
+  const std::vector<float> a = rounded(random_floats(k * m, 1), &a16),
+                           b = rounded(random_floats(k * n, 2), &b16);
+  onednn_set_threads(2);
+  const GemmShape s{.m = m, .n = n, .k = k, .trans_a = true, .beta = 1.0f};
+  std::vector<float> want = random_floats(m * n, 3), got = want;
+  gemm_cpu(s, a.data(), b.data(), want.data());
+  gemm_bf16_onednn(s, a16.data(), b16.data(), got.data());
+  onednn_set_threads(1);
+  EXPECT_LT(max_rel_error(got, want), kTolerance) << "split by k over 2 threads";
+}
+
 TEST(OnednnDense, MatchesOpenBlasAndAccumulates) {
   SKIP_WITHOUT_ONEDNN();
   for (DenseShape s : {DenseShape{64, 3136, 10}, DenseShape{1, 5, 3}, DenseShape{7, 33, 17}}) {
@@ -348,6 +403,8 @@ TEST(OnednnStub, WithoutOnednnTheTwinsSaySo) {
   if (onednn_built()) GTEST_SKIP() << "this build has oneDNN: the stub is not linked";
   float v = 0;
   EXPECT_THROW(gemm_onednn({.m = 1, .n = 1, .k = 1}, &v, &v, &v), std::logic_error);
+  uint16_t w = 0;
+  EXPECT_THROW(gemm_bf16_onednn({.m = 1, .n = 1, .k = 1}, &w, &w, &v), std::logic_error);
   EXPECT_THROW(conv2d_forward_onednn(conv(1, 3, 3, 1, 1, 3, 1, 1), &v, &v, &v, &v),
                std::logic_error);
 }

@@ -32,7 +32,13 @@ const char* onednn_description() {
       case dnnl::cpu_isa::sse41: isa = "SSE4.1"; break;
       case dnnl::cpu_isa::avx: isa = "AVX"; break;
       case dnnl::cpu_isa::avx2: isa = "AVX2"; break;
+      case dnnl::cpu_isa::avx2_vnni: isa = "AVX2 VNNI"; break;
       case dnnl::cpu_isa::avx512_core: isa = "AVX-512"; break;
+      // The bf16 flavours: oneDNN's bf16 matmul runs on dot-product instructions there, and only
+      // emulated on plain AVX-512 (gemm_bf16_onednn; lockstep-bench gemm --precision bf16).
+      case dnnl::cpu_isa::avx512_core_vnni: isa = "AVX-512 VNNI"; break;
+      case dnnl::cpu_isa::avx512_core_bf16: isa = "AVX-512 BF16"; break;
+      case dnnl::cpu_isa::avx512_core_amx: isa = "AVX-512 AMX"; break;
       default:
         isa = (onednn_avx512() ? "AVX-512, ISA " : "ISA ") +
               std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));

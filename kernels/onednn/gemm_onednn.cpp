@@ -3,10 +3,13 @@
 #include <cstring>
 #include <exception>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/onednn/onednn.h"
 #include "kernels/onednn/util.h"
 #include "kernels/parallel.h"
 
@@ -15,6 +18,8 @@
 // alpha as the output scale and beta as a sum post-op (C = alpha op(A) op(B) + beta C). beta == 0
 // leaves the post-op out, so C is not read.
 // gemm_bias_onednn gives the matmul a bias operand (a row added to every row of C).
+// gemm_bf16_onednn is the same matmul on bf16 operands (fp32 accumulation and C), where oneDNN
+// has one for this CPU (its bf16 dot products: AVX512_BF16, AMX).
 // A weight gradient's product (op(A) = A^T over many rows: k at least kSplitK times m and n) is
 // split over the rank's threads by k, each thread's share a one-thread product, added in thread
 // order (split_k below).
@@ -25,6 +30,13 @@ namespace {
 
 using dnnl::memory;
 constexpr auto f32 = memory::data_type::f32;
+
+// The operands' data type by their C++ type: float, or bf16 words.
+template <class T>
+constexpr memory::data_type operand_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t>);
+  return std::is_same_v<T, float> ? f32 : memory::data_type::bf16;
+}
 
 struct Matmul {
   dnnl::matmul prim;
@@ -46,11 +58,11 @@ long bits(float v) {
 constexpr long kPad = 16;
 bool stage_c(const GemmShape& s) { return s.n >= 1024 && s.n % 256 == 0 && s.m >= 256; }
 
-Matmul make_matmul(const GemmShape& s, bool with_bias) {
+Matmul make_matmul(const GemmShape& s, bool with_bias, memory::data_type ab) {
   const memory::dim m = s.m, n = s.n, k = s.k, ldc = stage_c(s) ? n + kPad : n;
   // Row-major storage: A is m x k (k x m when transposed), B is k x n (n x k), C is m x n.
-  memory::desc a({m, k}, f32, s.trans_a ? memory::dims{1, m} : memory::dims{k, 1});
-  memory::desc b({k, n}, f32, s.trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+  memory::desc a({m, k}, ab, s.trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+  memory::desc b({k, n}, ab, s.trans_b ? memory::dims{1, k} : memory::dims{n, 1});
   memory::desc c({m, n}, f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
@@ -76,14 +88,22 @@ Matmul make_matmul(const GemmShape& s, bool with_bias) {
 
 namespace {
 
-void run(const GemmShape& s, const float* a, const float* b, const float* bias, float* c,
-         const char* who) {
+template <class T>
+void run(const GemmShape& s, const T* a, const T* b, const float* bias, float* c, const char* who) {
   try {
-    const std::array<long, 8> key{s.m,       s.n,           s.k,          s.trans_a,
-                                  s.trans_b, bits(s.alpha), bits(s.beta), bias != nullptr};
-    Matmul& mm = onednn::cached<Matmul>(key, [&] { return make_matmul(s, bias != nullptr); });
-    mm.a.set_data_handle(const_cast<float*>(a));
-    mm.b.set_data_handle(const_cast<float*>(b));
+    constexpr memory::data_type ab = operand_type<T>();
+    const std::array<long, 9> key{s.m,
+                                  s.n,
+                                  s.k,
+                                  s.trans_a,
+                                  s.trans_b,
+                                  bits(s.alpha),
+                                  bits(s.beta),
+                                  bias != nullptr,
+                                  static_cast<long>(ab)};
+    Matmul& mm = onednn::cached<Matmul>(key, [&] { return make_matmul(s, bias != nullptr, ab); });
+    mm.a.set_data_handle(const_cast<T*>(a));
+    mm.b.set_data_handle(const_cast<T*>(b));
     const bool staged = stage_c(s);
     const size_t rows = static_cast<size_t>(s.m), n = static_cast<size_t>(s.n), ldc = n + kPad;
     thread_local std::vector<float> staging;
@@ -109,6 +129,9 @@ void run(const GemmShape& s, const float* a, const float* b, const float* bias, 
       for (size_t r = 0; r < rows; ++r)
         std::memcpy(c + r * n, &staging[r * ldc], n * sizeof(float));
   } catch (const dnnl::error& e) {
+    if (std::is_same_v<T, uint16_t> && e.status == dnnl_unimplemented)
+      throw std::runtime_error(std::string(who) + ": " + onednn_description() +
+                               " has no bf16 matmul for this CPU");
     onednn::rethrow(who, e);
   }
 }
@@ -130,7 +153,9 @@ bool split_k(const GemmShape& s, int threads) {
 // B: part 0 into C (alpha, beta), the others into partials of their own (alpha, beta 0), then
 // C += partial 1 + partial 2 ... in that order, element by element over the threads. The bits
 // depend on the thread count (as oneDNN's own threaded products' do), not on timing.
-void run_split_k(const GemmShape& s, const float* a, const float* b, float* c, int threads) {
+template <class T>
+void run_split_k(const GemmShape& s, const T* a, const T* b, float* c, int threads,
+                 const char* who) {
   const size_t mn = static_cast<size_t>(s.m) * s.n;
   thread_local std::vector<float> kept;  // the calling thread's, reused by its next call
   kept.resize(mn * (threads - 1));
@@ -148,10 +173,10 @@ void run_split_k(const GemmShape& s, const float* a, const float* b, float* c, i
         GemmShape part = s;
         part.k = k1 - k0;
         if (p > 0) part.beta = 0.0f;
-        // run() itself, not gemm_onednn: a thread doing two parts (a smaller team) must not split
+        // run() itself, not gemm_*onednn: a thread doing two parts (a smaller team) must not split
         // again into `kept`. Every part has rows: k >= kMinRowsPerThread * threads.
         run(part, a + static_cast<size_t>(k0) * s.m, b + static_cast<size_t>(k0) * s.n, nullptr,
-            p == 0 ? c : partials + (p - 1) * mn, "gemm_onednn");
+            p == 0 ? c : partials + (p - 1) * mn, who);
       } catch (...) {
         errors[p] = std::current_exception();
       }
@@ -172,8 +197,13 @@ void run_split_k(const GemmShape& s, const float* a, const float* b, float* c, i
 
 }  // namespace
 
-void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
-  if (s.m < 0 || s.n < 0 || s.k < 0) throw std::invalid_argument("gemm_onednn: negative dimension");
+namespace {
+
+// gemm_onednn and gemm_bf16_onednn: the contract's checks, an empty product, the k-split.
+template <class T>
+void product(const GemmShape& s, const T* a, const T* b, float* c, const char* who) {
+  if (s.m < 0 || s.n < 0 || s.k < 0)
+    throw std::invalid_argument(std::string(who) + ": negative dimension");
   if (s.m == 0 || s.n == 0) return;
   if (s.k == 0) {  // an empty product: C = beta C (a primitive cannot have a zero dimension)
     const size_t count = static_cast<size_t>(s.m) * s.n;
@@ -186,11 +216,21 @@ void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
 #if defined(_OPENMP)
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (split_k(s, threads)) {
-    run_split_k(s, a, b, c, threads);
+    run_split_k(s, a, b, c, threads, who);
     return;
   }
 #endif
-  run(s, a, b, nullptr, c, "gemm_onednn");
+  run(s, a, b, nullptr, c, who);
+}
+
+}  // namespace
+
+void gemm_onednn(const GemmShape& s, const float* a, const float* b, float* c) {
+  product(s, a, b, c, "gemm_onednn");
+}
+
+void gemm_bf16_onednn(const GemmShape& s, const uint16_t* a, const uint16_t* b, float* c) {
+  product(s, a, b, c, "gemm_bf16_onednn");
 }
 
 void gemm_bias_onednn(const GemmShape& s, const float* a, const float* b, const float* bias,

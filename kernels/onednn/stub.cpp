@@ -37,5 +37,8 @@ void gemm_onednn(const GemmShape&, const float*, const float*, float*) { missing
 void gemm_bias_onednn(const GemmShape&, const float*, const float*, const float*, float*) {
   missing("gemm_bias_onednn");
 }
+void gemm_bf16_onednn(const GemmShape&, const uint16_t*, const uint16_t*, float*) {
+  missing("gemm_bf16_onednn");
+}
 
 }  // namespace lockstep::kernels
