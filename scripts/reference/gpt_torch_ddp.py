@@ -9,7 +9,7 @@ Starts --ranks processes on this host (torch.multiprocessing), each with --threa
 threads, gpt_torch.Gpt (GPT-2 initialisation) wrapped in DistributedDataParallel over gloo (at
 --ranks 1 the plain model), AdamW with decay on the tensors of dim >= 2, Lockstep's warm-up and
 cosine schedule (gpt_torch.lr_at) and gradient clipping, global batch / ranks sequences per rank
-per step. Every rank draws the same shuffled global batch and trains on its slice, as
+per step; --precision bf16 runs the forward pass and the loss under CPU autocast to bf16. Every rank draws the same shuffled global batch and trains on its slice, as
 cnn_torch_ddp.py does. The data is a `lockstep-data text` corpus: train/tokens and test/tokens,
 uint8 (N, T + 1), inputs row[:T], targets row[1:]; 'synthetic' gives random bytes of --seq.
 
@@ -58,6 +58,9 @@ def parse_args():
     p.add_argument("--eval-rows", type=int, default=256,
                    help="test rows for test_loss at the end (0: none)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: forward and loss under torch.autocast('cpu', torch.bfloat16) "
+                        "(its linear layers on bf16 operands), fp32 weights and optimizer")
     a = p.parse_args()
     if min(a.ranks, a.threads, a.global_batch, a.steps, a.seq) < 1:
         p.error("--ranks, --threads, --global-batch, --steps and --seq must be >= 1")
@@ -120,9 +123,10 @@ def rank_main(rank, args, port):
 
     def run_step():
         rows = torch.from_numpy(next(feed)[rank * per_rank:(rank + 1) * per_rank].astype(np.int64))
-        logits = net(rows[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 rows[:, 1:].reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            logits = net(rows[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                     rows[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip_norm > 0:
@@ -162,7 +166,8 @@ def rank_main(rank, args, port):
         tokens = args.global_batch * seq
         print(f"# PyTorch {torch.__version__} on cpu, DDP gloo, {args.ranks} rank(s) x "
               f"{torch.get_num_threads()} thread(s): {args.model}, global batch {args.global_batch}"
-              f" x {seq} tokens, fp32, {args.steps} timed steps after {args.warmup} warm-up steps")
+              f" x {seq} tokens, {'bf16 autocast' if args.precision == 'bf16' else 'fp32'}, "
+              f"{args.steps} timed steps after {args.warmup} warm-up steps")
         print(f"tokens_per_second={tokens / med:.1f} "
               f"tokens_per_second_mean={tokens * len(times) / sum(times):.1f}")
         print(f"step_ms_median={med * 1e3:.3f} step_ms_min={min(times) * 1e3:.3f} "
