@@ -15,6 +15,8 @@
 # scripts/reference/gpt_loss_torch.py training gpt_torch.Gpt on the same rows: every step's loss
 # within 1e-4 (relative); a run from another seed must fail that comparison. (The GPU pack runs
 # the same comparison on a GPU, fp32 and bf16: scripts/gpu-check.sh part gpt-loss.)
+# Last, the side by side's peer, scripts/reference/gpt_torch_ddp.py, at one rank in fp32 and under
+# bf16 autocast: its header names the precision, and bf16's loss is within 2% of fp32's.
 set -u
 
 src="${LOCKSTEP_SRC:?LOCKSTEP_SRC must name the source tree}"
@@ -71,6 +73,29 @@ else
         fail "a run from another seed passed the comparison (exit $rc): it cannot tell runs apart"
     fi
   done
+fi
+
+# The side by side's peer (gpt_torch_ddp.py) at one rank, fp32 and under bf16 autocast: a header
+# naming the precision, a rate, and the same training within bf16's rounding.
+declare -A peer_loss
+for precision in fp32 bf16; do
+  out=$(timeout 300 /usr/bin/python3 "$src/scripts/reference/gpt_torch_ddp.py" --ranks 1 \
+        --threads 1 --model "$spec" --data "$work/rows.h5" --global-batch 4 --steps 2 --warmup 1 \
+        --eval-rows 0 --precision "$precision" 2>&1)
+  rc=$?
+  echo "$out"
+  [[ $rc -eq 0 ]] || { fail "gpt_torch_ddp.py --precision $precision exited $rc"; continue; }
+  label=fp32
+  [[ $precision == bf16 ]] && label="bf16 autocast"
+  grep -q "^# PyTorch .* x 32 tokens, $label, 2 timed steps" <<<"$out" ||
+    fail "gpt_torch_ddp.py --precision $precision: no header naming it"
+  grep -qE '^tokens_per_second=[0-9]+\.[0-9] ' <<<"$out" || fail "gpt_torch_ddp.py: no tokens_per_second"
+  peer_loss[$precision]=$(sed -n 's/^train_loss=\([0-9.]*\) .*/\1/p' <<<"$out")
+done
+if [[ -n ${peer_loss[fp32]:-} && -n ${peer_loss[bf16]:-} ]]; then
+  awk -v a="${peer_loss[fp32]}" -v b="${peer_loss[bf16]}" \
+      'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d < 0.02 * a) }' ||
+    fail "gpt_torch_ddp.py: bf16's train loss ${peer_loss[bf16]} is not within 2% of fp32's ${peer_loss[fp32]}"
 fi
 
 if [[ $failures -gt 0 ]]; then
