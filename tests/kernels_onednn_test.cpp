@@ -1,8 +1,7 @@
 // The oneDNN twins (conv2d_*_onednn, gemm_onednn and gemm_bf16_onednn, dense_*_onednn) against the
-// OpenBLAS kernels
-// (*_cpu), their oracle: the same shapes (odd sizes, stride 2, batch 1, one input channel as in
-// the CNN's first layer), the same accumulate contract, and a second call with the same shape
-// (the cached primitives) reading the new data. Skips where the build has no oneDNN.
+// OpenBLAS kernels (*_cpu), their oracle: the same shapes (odd sizes, stride 2, batch 1, one input
+// channel as in the CNN's first layer), the same accumulate contract, and a second call with the
+// same shape (the cached primitives) reading the new data. Skips where the build has no oneDNN.
 #include <gtest/gtest.h>
 
 #include <ostream>

@@ -195,10 +195,6 @@ void run_split_k(const GemmShape& s, const T* a, const T* b, float* c, int threa
 }
 #endif
 
-}  // namespace
-
-namespace {
-
 // gemm_onednn and gemm_bf16_onednn: the contract's checks, an empty product, the k-split.
 template <class T>
 void product(const GemmShape& s, const T* a, const T* b, float* c, const char* who) {

@@ -9,8 +9,8 @@ Starts --ranks processes on this host (torch.multiprocessing), each with --threa
 threads, gpt_torch.Gpt (GPT-2 initialisation) wrapped in DistributedDataParallel over gloo (at
 --ranks 1 the plain model), AdamW with decay on the tensors of dim >= 2, Lockstep's warm-up and
 cosine schedule (gpt_torch.lr_at) and gradient clipping, global batch / ranks sequences per rank
-per step; --precision bf16 runs the forward pass and the loss under CPU autocast to bf16. Every rank draws the same shuffled global batch and trains on its slice, as
-cnn_torch_ddp.py does. The data is a `lockstep-data text` corpus: train/tokens and test/tokens,
+per step; --precision bf16 runs the forward pass and the loss under CPU autocast to bf16. Every
+rank draws the same shuffled global batch and trains on its slice, as cnn_torch_ddp.py does. The data is a `lockstep-data text` corpus: train/tokens and test/tokens,
 uint8 (N, T + 1), inputs row[:T], targets row[1:]; 'synthetic' gives random bytes of --seq.
 
 Rank 0 prints, after --warmup untimed steps and --steps timed ones:
