@@ -107,8 +107,9 @@ columns=$(grep -c '^gemm_ms_per_step=[0-9.]* share_of_peak=[0-9.]*% ' <<<"$out")
 # without oneDNN) one error saying so. Capped to AVX2 it never has one. ---
 bf16=(gemm --model gpt:layers=2,heads=2,dim=32,ctx=16 --global-batch 4 --repetitions 2
       --peak-size 64 --precision bf16)
+no_bf16="has no bf16 matmul for this CPU\|needs oneDNN (this build has none)"
 if ! grep -q '^# lockstep-bench gemm: .*AVX-512' <<<"$out"; then
-  expect_error "has no bf16 matmul for this CPU\|needs oneDNN (this build has none)" "${bf16[@]}"
+  expect_error "$no_bf16" "${bf16[@]}"
 else
   out=$(run2 "${bf16[@]}" 2>&1)
   rc=$?
@@ -148,8 +149,7 @@ expect_error "at least one float32" overhead -b 8,2
 expect_error "times a GPT's products" gemm --model cnn
 expect_error "must divide by the ranks (2)" gemm --model gpt:tiny --global-batch 3
 expect_error "repetitions must be in" gemm --repetitions 0
-ONEDNN_MAX_CPU_ISA=AVX2 expect_error "has no bf16 matmul for this CPU\|needs oneDNN (this build has none)" \
-  "${bf16[@]}"
+ONEDNN_MAX_CPU_ISA=AVX2 expect_error "$no_bf16" "${bf16[@]}"
 if ! "$bin" collectives --backend all -b 8 -e 8 -n 1 -w 0 2>/dev/null | grep -q '^# backend nccl ('; then
   expect_error "--backend nccl: " collectives --backend nccl -b 8 -e 8
 fi
