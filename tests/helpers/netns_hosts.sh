@@ -10,7 +10,8 @@
 #                            execs). The namespace is entered with nsenter --net, so /sys and the
 #                            cgroup mounts stay the machine's (slurmd needs them).
 #   on_host I CMD...         runs CMD on host I
-#   netns_hosts_destroy      kills what still runs in the namespaces and deletes them
+#   netns_hosts_destroy      kills what still runs in the namespaces and deletes them, and the
+#                            hosts' Open MPI session folders
 # shellcheck shell=bash disable=SC2034  # the globals are for the sourcing test
 
 HOST_NS=()
@@ -65,6 +66,11 @@ netns_hosts_destroy() {
   done
   for ns in "${HOST_NS[@]}"; do ip netns del "$ns" 2>/dev/null; done
   [[ -z $netns_veth_ ]] || ip link del "$netns_veth_" 2>/dev/null
+  # Open MPI's session folders are named by host (/tmp/ompi.HOST.UID); those of the hosts' killed
+  # daemons would otherwise stay in /tmp, one pair per run of the test
+  local name
+  for name in "${HOST_NAME[@]}"; do rm -rf "${TMPDIR:-/tmp}/ompi.$name".*; done
   HOST_NS=()
+  HOST_NAME=()
   return 0
 }
