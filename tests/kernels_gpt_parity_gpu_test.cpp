@@ -91,10 +91,13 @@ TEST_F(GpuParity, EmbeddingForwardExactBackwardScatterAdds) {
 }
 
 TEST_F(GpuParity, LayerNormForwardAndBackward) {
-  // A block per row (widths 1 and 33) and a warp per row (multiples of 4 up to 2,048: gpt:tiny's
-  // 128, 384, gpt:small's 768, 1,600 and 2,000, which leave some of a lane's quads unused).
-  const lk::LayerNormShape shapes[] = {{1, 1},     {7, 33},   {5, 128}, {512, 384},
-                                       {300, 768}, {9, 1600}, {3, 2000}};
+  // A block per row (widths 1, 33 and 2,052, a multiple of 4 just past the warps' 2,048) and a
+  // warp per row (multiples of 4 up to 2,048: gpt:tiny's 128, 192 and 640 for two and six quads a
+  // lane, 384, gpt:small's 768, 1,600 and 2,000, which leave some of a lane's quads unused, and
+  // 2,048, sixteen quads a lane, all used).
+  const lk::LayerNormShape shapes[] = {{1, 1},     {7, 33},   {5, 128},   {11, 192},
+                                       {512, 384}, {13, 640}, {300, 768}, {9, 1600},
+                                       {3, 2000},  {4, 2048}, {3, 2052}};
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message() << "rows=" << s.rows << " dim=" << s.dim);
     const Floats x = random_floats(size_t(s.rows) * s.dim, rng_, -3.0f, 5.0f);
@@ -219,7 +222,8 @@ TEST_F(GpuParity, LayerNormRowsGiveTheSameBitsWhateverTheAlignmentAndTheBatch) {
 // in order, R = 8 max(4, ceil(rows / 2,048)); the warps then in the tree (0 4)(2 6) + (1 5)(3 7);
 // the blocks' partials as column_sums' finish adds chunks): the bits of that order on the host,
 // over the terms dy and dy * xhat (xhat from the GPU's row statistics). The same bits with
-// pointers that allow only 4-byte loads. Also a tail block and nine rows a warp.
+// pointers that allow only 4-byte loads, and without dx (the parameter gradients alone). Also a
+// tail block, nine rows a warp and two quads a lane (192 wide).
 TEST_F(GpuParity, LayerNormBackwardAddsItsParameterGradientsInTheDocumentedOrder) {
   auto in_kernel_order = [](int rows, int dim, const Floats& terms, Floats db) {
     const int per_warp = std::max(4, (rows + 2047) / 2048), per_block = 8 * per_warp;
@@ -251,7 +255,7 @@ TEST_F(GpuParity, LayerNormBackwardAddsItsParameterGradientsInTheDocumentedOrder
     }
     return db;
   };
-  const lk::LayerNormShape shapes[] = {{5, 128}, {300, 768}, {1000, 1024}, {16400, 64}};
+  const lk::LayerNormShape shapes[] = {{5, 128}, {37, 192}, {300, 768}, {1000, 1024}, {16400, 64}};
   for (const auto& s : shapes) {
     SCOPED_TRACE(testing::Message() << "rows=" << s.rows << " dim=" << s.dim);
     const size_t n = size_t(s.rows) * s.dim;
@@ -294,6 +298,12 @@ TEST_F(GpuParity, LayerNormBackwardAddsItsParameterGradientsInTheDocumentedOrder
     EXPECT_EQ(Floats(udx.begin() + 1, udx.end()), dx) << "dx, 4-byte loads";
     EXPECT_EQ(gudgamma.download(), dgamma) << "dgamma, 4-byte loads";
     EXPECT_EQ(gudbeta.download(), dbeta) << "dbeta, 4-byte loads";
+    DeviceArray<float> gndgamma(dgamma0), gndbeta(dbeta0);
+    lk::layernorm_backward_cuda(s, gx.get(), ggamma.get(), gmean.get(), grstd.get(), gdy.get(),
+                                nullptr, gndgamma.get(), gndbeta.get(), stream_);
+    sync();
+    EXPECT_EQ(gndgamma.download(), dgamma) << "dgamma without dx";
+    EXPECT_EQ(gndbeta.download(), dbeta) << "dbeta without dx";
     // And still the function: near the CPU's.
     Floats want_dx(n), want_dgamma = dgamma0, want_dbeta = dbeta0;
     lk::layernorm_backward_cpu(s, x.data(), gamma.data(), m.data(), r.data(), dy.data(),
