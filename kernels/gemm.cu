@@ -107,8 +107,10 @@ struct LtPlan {
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
+  // (epilogue, m, n, k, trans_a, trans_b, beta, and the alignments of A, B, C and D (the least of
+  // the two), the bias and aux (256 when there is none))
   std::map<std::tuple<LtEpilogue, int, int, int, bool, bool, float, uint32_t, uint32_t, uint32_t,
-                      uint32_t>,
+                      uint32_t, uint32_t>,
            LtPlan>
       plans;
 };
@@ -215,9 +217,11 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   if (s.m == 0 || s.n == 0) return;
   if (c_in == nullptr) c_in = c;
   LtState& st = lt_state();
-  const uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
+  // C is read from c_in and D written to c: the preference asks for the lesser alignment of the two
+  const uint32_t align_a = alignment(a), align_b = alignment(b),
+                 align_c = std::min(alignment(c), alignment(c_in));
   const auto key = std::make_tuple(LtEpilogue::bias, s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta,
-                                   align_a, align_b, align_c, alignment(bias));
+                                   align_a, align_b, align_c, alignment(bias), 256u);
   auto it = st.plans.find(key);
   if (it == st.plans.end())
     it = st.plans.emplace(key, make_plan(st, s, LtEpilogue::bias, align_a, align_b, align_c, bias))
@@ -225,7 +229,7 @@ void gemm_bf16_bias_cuda(const GemmShape& s, const uint16_t* a, const uint16_t* 
   LtPlan& p = it->second;
   // cuBLASLt's bias epilogue wants 16-byte aligned operands (llm.c's matmul_cublaslt insists on it
   // too); anything less takes the fill.
-  if (p.usable && std::min({align_a, align_b, align_c, alignment(bias), alignment(c_in)}) >= 16) {
+  if (p.usable && std::min({align_a, align_b, align_c, alignment(bias)}) >= 16) {
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                    sizeof(bias)));
     const cublasStatus_t rc =
@@ -272,11 +276,13 @@ bool lt_bf16_out(LtEpilogue kind, const GemmShape& s, const uint16_t* a, const u
         aux != nullptr ? static_cast<const void*>(aux) : c16})
     if (alignment(p) < 16) return false;
   LtState& st = lt_state();
-  // The output's alignment stands for both matrices the GELU's epilogue writes.
+  // The output's alignment stands for both matrices the GELU's epilogue writes; the heuristic reads
+  // the aux pointer itself too, so its alignment is in the key on its own.
+  const uint32_t align_aux = aux != nullptr ? alignment(aux) : 256u;
   const uint32_t align_a = alignment(a), align_b = alignment(b),
-                 align_c = std::min(alignment(c16), aux != nullptr ? alignment(aux) : 256u);
+                 align_c = std::min(alignment(c16), align_aux);
   const auto key = std::make_tuple(kind, s.m, s.n, s.k, s.trans_a, s.trans_b, 0.0f, align_a,
-                                   align_b, align_c, alignment(bias16));
+                                   align_b, align_c, alignment(bias16), align_aux);
   auto it = st.plans.find(key);
   if (it == st.plans.end())
     it =
