@@ -16,8 +16,9 @@
 //   activations would pay), against oneDNN's bf16 2048^3 rate as the peak.
 //   GPU (--device cuda): fp32 through cuBLAS (cublasSgemm, TF32 off); bf16 through cuBLAS with C
 //   in fp32 (gemm_bf16_cuda) and in bf16 (gemm_bf16_out_cuda, where C is not accumulated), and
-//   every algorithm cuBLASLt's heuristic offers for the bf16-out product timed one by one: the
-//   heuristic's first (what the layers' cuBLASLt plans run) against the fastest of them. CUDA
+//   every algorithm cuBLASLt's heuristic offers for the bf16-out product without an epilogue timed
+//   one by one: the heuristic's first against the fastest of them (the layers' cuBLASLt plans ask
+//   the same heuristic with their epilogues set, and may be offered other algorithms). CUDA
 //   events, several launches an interval.
 // Every rank times its own products (ranks on one host share it); rank 0 prints a table, then
 // key=value totals. Bad options throw UsageError on every rank.
@@ -320,7 +321,11 @@ int run_gemm_bench(int argc, char** argv, const World& world) {
               peak_name.c_str(), peak / unit, rate, o.repetitions, rate);
   for (const std::string& c : columns) std::printf(" | %s", c.c_str());
   std::printf("\n");
-  std::vector<double> step(columns.size(), 0.0);
+  // Per column: the time and the FLOPs of the products it timed, and how many it could not time (a
+  // cuBLASLt column where no algorithm took a shape), which its share leaves out rather than count
+  // their FLOPs at no time.
+  std::vector<double> step(columns.size(), 0.0), timed_flops(columns.size(), 0.0);
+  std::vector<int> untimed(columns.size(), 0);
   double step_flops = 0;
   for (const Row& r : table) {
     const Product& p = *r.product;
@@ -329,12 +334,14 @@ int run_gemm_bench(int argc, char** argv, const World& world) {
     for (size_t i = 0; i < r.seconds.size(); ++i) {
       if (r.seconds[i] < 0) {
         std::printf(" |        -        ");
+        ++untimed[i];
         continue;
       }
       // Four significant digits: a small product's fraction of a microsecond, or a stalled one's
       // rate, is not printed as 0.
       std::printf(" | %8.4g %7.4g", 1e3 * r.seconds[i], p.flops() / r.seconds[i] / unit);
       step[i] += p.per_step * r.seconds[i];
+      timed_flops[i] += p.per_step * p.flops();
     }
     if (!r.note.empty()) std::printf("  (%s)", r.note.c_str());
     std::printf("\n");
@@ -342,9 +349,13 @@ int run_gemm_bench(int argc, char** argv, const World& world) {
   }
   std::printf("gemm_flops_per_step=%.4g\n", step_flops);
   std::printf("gemm_ms_at_peak=%.3f\n", 1e3 * step_flops / peak);
-  for (size_t i = 0; i < columns.size(); ++i)
-    std::printf("gemm_ms_per_step=%.3f share_of_peak=%.1f%% (%s)\n", 1e3 * step[i],
-                100.0 * step_flops / step[i] / peak, columns[i].c_str());
+  for (size_t i = 0; i < columns.size(); ++i) {
+    std::printf("gemm_ms_per_step=%.3f share_of_peak=%.1f%% (%s", 1e3 * step[i],
+                step[i] > 0 ? 100.0 * timed_flops[i] / step[i] / peak : 0.0, columns[i].c_str());
+    if (untimed[i] > 0)
+      std::printf("; %d of the %zu products not timed, left out of both", untimed[i], table.size());
+    std::printf(")\n");
+  }
   return 0;
 }
 

@@ -79,11 +79,12 @@ bool gemm_bf16_dgelu_out_cuda(const GemmShape& s, const uint16_t* a, const uint1
                               const uint16_t* pre16, uint16_t* c16, cudaStream_t stream);
 
 // For lockstep-bench gemm: every algorithm cuBLASLt's heuristic offers (at most max_algorithms,
-// in its order: the first is what the plans above run) for c16 = bf16 of op(A) op(B) (no
-// epilogue), each launched once untimed and then `launches` times between two CUDA events on
-// `stream`: the milliseconds of one product each, -1 for one that refused the shape. Waits for
-// the stream; overwrites c16. alpha 1, beta 0, max_algorithms and launches 1 or more, else
-// std::invalid_argument.
+// in its order) for c16 = bf16 of op(A) op(B) without an epilogue (the plans above ask the same
+// heuristic with theirs set, and may be offered other algorithms: this shows how far its first
+// pick can be from the fastest, not the plans' own picks), each launched once untimed and then
+// `launches` times between two CUDA events on `stream`: the milliseconds of one product each, -1
+// for one that refused the shape. Waits for the stream; overwrites c16. alpha 1, beta 0,
+// max_algorithms and launches 1 or more, else std::invalid_argument.
 std::vector<float> gemm_bf16_lt_algorithm_times_cuda(const GemmShape& s, const uint16_t* a,
                                                      const uint16_t* b, uint16_t* c16,
                                                      int max_algorithms, int launches,

@@ -361,8 +361,8 @@ peer() {
 #               LOCKSTEP_GPU_GPT_ATTENTION's; default "flash cudnn+gelu")
 #   gemm        gpt:small's matrix products one at a time at batch 8 (lockstep-bench gemm): bf16
 #               through cuBLAS with C in fp32 and in bf16 and through each of cuBLASLt's algorithms
-#               (its heuristic's first, which the layers run, against the fastest), and fp32; GPT-2
-#               124M's shape (vocabulary 50,304) in bf16
+#               for the product without an epilogue (its heuristic's first against the fastest),
+#               and fp32; GPT-2 124M's shape (vocabulary 50,304) in bf16
 #   llmc        GPT-2 124M's own shape (vocabulary 50,304), bf16: Lockstep, llm.c built here from
 #               the sources gpu-pack.sh --with-llmc carried, and PyTorch, on random token ids
 #               (LOCKSTEP_GPU_LLMC_PEERS: which of "llmc torch" run beside Lockstep, default both);
